@@ -1,0 +1,60 @@
+"""GPUProfile: the hardware as an input to planning (DESIGN principle 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, asdict, field
+from typing import Any, Mapping
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GPUProfile:
+    """One accelerator (or "cpu"). Figures are vendor datasheet values, dense (no sparsity)."""
+
+    name: str
+    vendor: str  # "nvidia" | "amd" | "cpu"
+    memory_bytes: int
+    compute_capability: tuple[int, int] | None  # NVIDIA sm version; None for AMD/CPU
+    bf16: bool
+    tf32: bool
+    fp8: bool
+    peak_tflops: Mapping[str, float]  # dtype ("fp32", "tf32", "fp16", "bf16", "fp8") -> dense TFLOP/s
+    memory_bandwidth_gbps: float  # GB/s
+    interconnect: Mapping[str, float] = field(default_factory=dict)  # "nvlink"/"pcie" -> GB/s per direction
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.vendor in ("nvidia", "amd")  # ROCm builds of torch expose HIP as "cuda"
+
+    @property
+    def is_ampere_or_newer(self) -> bool:
+        if self.vendor == "amd":
+            return self.bf16
+        return self.compute_capability is not None and self.compute_capability >= (8, 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["compute_capability"] = list(self.compute_capability) if self.compute_capability else None
+        d["peak_tflops"] = dict(self.peak_tflops)
+        d["interconnect"] = dict(self.interconnect)
+        d["aliases"] = list(self.aliases)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "GPUProfile":
+        cc = d.get("compute_capability")
+        return cls(
+            name=d["name"],
+            vendor=d["vendor"],
+            memory_bytes=int(d["memory_bytes"]),
+            compute_capability=tuple(cc) if cc else None,
+            bf16=bool(d["bf16"]),
+            tf32=bool(d["tf32"]),
+            fp8=bool(d["fp8"]),
+            peak_tflops=dict(d["peak_tflops"]),
+            memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]),
+            interconnect=dict(d.get("interconnect", {})),
+            aliases=tuple(d.get("aliases", ())),
+        )

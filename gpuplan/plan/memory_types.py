@@ -1,0 +1,74 @@
+"""The interface shared by the analytic estimate, the traced estimate and the solver.
+
+Pure data, no torch. A `Workload` is what one device does in one optimizer step;
+a `MemoryEstimate` is what that costs, part by part, at the peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Any, Literal, Mapping
+
+WeightDtype = Literal["float32", "bfloat16", "float16"]
+Amp = Literal["fp16", "bf16"] | None
+Attn = Literal["sdpa", "eager", "flash_attention_2"]
+Task = Literal["causal-lm", "seq-cls", "masked-lm"]
+
+# Component names, in the order the plan prints them. They add up to
+# reserved_peak_bytes; all but "overhead" add up to allocated_peak_bytes.
+COMPONENTS = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "logits_loss",
+    "temporaries",
+    "overhead",
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One device's share of an optimizer step."""
+
+    per_device_batch: int
+    seq_len: int
+    gradient_accumulation_steps: int = 1
+    weight_dtype: WeightDtype = "float32"
+    amp: Amp = None
+    optim: str = "adamw_torch"  # a transformers OptimizerNames value
+    gradient_checkpointing: bool = False
+    attn_implementation: Attn = "sdpa"
+    task: Task = "causal-lm"
+    num_labels: int = 2
+    device: Literal["cuda", "cpu"] = "cuda"
+    torch_empty_cache_steps: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak memory of one device in bytes.
+
+    allocated_peak_bytes: what torch.cuda.max_memory_allocated() would show.
+    reserved_peak_bytes: what nvidia-smi would show (allocated + allocator
+    reserve + CUDA context + cuBLAS workspace).
+    components: the parts at the peak, bytes; see COMPONENTS.
+    """
+
+    allocated_peak_bytes: int
+    reserved_peak_bytes: int
+    components: Mapping[str, int]
+    method: Literal["analytic", "traced"]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allocated_peak_bytes": self.allocated_peak_bytes,
+            "reserved_peak_bytes": self.reserved_peak_bytes,
+            "components": {k: int(self.components.get(k, 0)) for k in COMPONENTS},
+            "method": self.method,
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,150 @@
+"""The plan as data: settings with provenance, changes, diagnostics.
+
+Like Terraform's internal/plans, these types carry no behaviour beyond
+(de)serialisation. The `reason` of a Setting or Change is for people: the
+executor must not branch on it, only on `value`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+FORMAT_VERSION = 1
+
+Source = Literal["user", "default", "derived", "adjusted"]
+Severity = Literal["error", "warning", "note"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved value and where it came from."""
+
+    value: Any
+    source: Source
+    reason: str | None = None
+    rule: str | None = None  # id of the rule that wrote it; None for user/default
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source, "reason": self.reason, "rule": self.rule}
+
+
+@dataclass(frozen=True)
+class Change:
+    """A value gpuplan set ("add": the user left it to gpuplan) or changed ("change")."""
+
+    action: Literal["add", "change"]
+    key: str
+    before: Any
+    after: Any
+    rule: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "key": self.key,
+            "before": self.before,
+            "after": self.after,
+            "rule": self.rule,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A problem or remark, reported once with the smallest fix."""
+
+    severity: Severity
+    key: str | None  # key path such as "training.fp16", or None for the whole spec
+    summary: str
+    detail: str | None = None
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "severity": self.severity,
+            "key": self.key,
+            "summary": self.summary,
+            "detail": self.detail,
+            "fix": self.fix,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnostic":
+        return cls(d["severity"], d.get("key"), d["summary"], d.get("detail"), d.get("fix"))
+
+
+class PlanError(Exception):
+    """User-facing failure carrying every diagnostic collected (exit code 1)."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        self.diagnostics = list(diagnostics)
+        super().__init__("; ".join(d.summary for d in self.diagnostics))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A resolved plan: everything `apply` needs, nothing it must re-derive.
+
+    `settings` maps full key paths ("training.per_device_train_batch_size") to
+    Settings. `memory`, `throughput`, `hardware` and `model` are plain JSON-ready
+    dicts so a saved plan round-trips exactly.
+    """
+
+    spec_path: str | None
+    spec_sha256: str | None
+    hardware: Mapping[str, Any]
+    model: Mapping[str, Any]
+    settings: Mapping[str, Setting]
+    changes: tuple[Change, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
+    memory: Mapping[str, Any] = field(default_factory=dict)
+    throughput: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    def value(self, key: str) -> Any:
+        """The resolved value of a key path; KeyError names the key."""
+        return self.settings[key].value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        s = self.settings.get(key)
+        return default if s is None else s.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "spec_path": self.spec_path,
+            "spec_sha256": self.spec_sha256,
+            "hardware": dict(self.hardware),
+            "model": dict(self.model),
+            "settings": {k: s.to_dict() for k, s in sorted(self.settings.items())},
+            "changes": [c.to_dict() for c in self.changes],
+            "diagnostics": [d.to_dict() for d in self.diagnostics],
+            "memory": dict(self.memory),
+            "throughput": dict(self.throughput),
+            "fingerprint": dict(self.fingerprint),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
+        return cls(
+            spec_path=d.get("spec_path"),
+            spec_sha256=d.get("spec_sha256"),
+            hardware=d.get("hardware", {}),
+            model=d.get("model", {}),
+            settings={
+                k: Setting(v["value"], v["source"], v.get("reason"), v.get("rule"))
+                for k, v in d["settings"].items()
+            },
+            changes=tuple(
+                Change(c["action"], c["key"], c["before"], c["after"], c["rule"], c["reason"])
+                for c in d.get("changes", [])
+            ),
+            diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", [])),
+            memory=d.get("memory", {}),
+            throughput=d.get("throughput", {}),
+            fingerprint=d.get("fingerprint", {}),
+            format_version=d.get("format_version", FORMAT_VERSION),
+        )
