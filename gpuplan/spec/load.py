@@ -1,0 +1,78 @@
+"""TOML file -> dict, with errors that carry file:line:col.
+
+Hostile input (a directory, binary garbage, a huge file) ends in a SpecLoadError,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from gpuplan.plan.types import Diagnostic, PlanError
+
+MAX_SPEC_BYTES = 16 * 1024 * 1024  # a spec is a few KB; refuse anything absurd before parsing
+
+_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    path: Path  # absolute
+    raw: dict[str, Any]
+    sha256: str
+
+
+def _fail(path: Path, summary: str, fix: str | None = None, pos: str = "") -> PlanError:
+    """One error located at `path` (and `pos` = "line:col" when known)."""
+    where = f"{path}:{pos}" if pos else str(path)
+    return PlanError([Diagnostic("error", None, f"{where}: {summary}", fix=fix)])
+
+
+def load_toml(path: str | Path) -> LoadedSpec:
+    """Read and parse a spec file. Raises PlanError with one diagnostic."""
+    p = Path(path).expanduser()
+    try:
+        p = p.resolve()
+    except OSError as e:
+        raise _fail(p, f"cannot resolve path: {e.strerror or e}")
+    if not p.exists():
+        raise _fail(p, "no such file", fix="check the path; specs are TOML files such as specs/tiny.toml")
+    if p.is_dir():
+        raise _fail(p, "is a directory, not a spec file", fix="give the path of a .toml file")
+    try:
+        size = p.stat().st_size
+        if size > MAX_SPEC_BYTES:
+            raise _fail(p, f"is {size} bytes; a spec is at most {MAX_SPEC_BYTES} bytes")
+        data = p.read_bytes()
+    except OSError as e:
+        raise _fail(p, f"cannot read: {e.strerror or e}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise _fail(p, f"not UTF-8 text (byte 0x{data[e.start]:02x}); a spec is a TOML file", pos=f"{line}:{col}")
+    return LoadedSpec(path=p, raw=parse_toml_text(text, p), sha256=hashlib.sha256(data).hexdigest())
+
+
+def parse_toml_text(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        msg = str(e)
+        m = _POS.search(msg)
+        pos = f"{m.group(1)}:{m.group(2)}" if m else ""
+        reason = _POS.sub("", msg).strip()
+        raise _fail(path, f"invalid TOML: {reason}", pos=pos)
+    except RecursionError:
+        raise _fail(path, "invalid TOML: nesting too deep")

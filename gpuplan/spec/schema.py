@@ -1,0 +1,150 @@
+"""The spec (format 1) as Pydantic models: plain types, described fields, unknown keys refused.
+
+Validators here only check; they never rewrite a value (resolution is the planner's
+job, where every change gets a reason). "auto" asks gpuplan to decide.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuplan.spec.names import COMPILE_BACKENDS, COMPILE_MODES, SCHEDULER_TYPES
+
+Auto = Literal["auto"]
+Task = Literal["causal-lm", "seq-cls", "masked-lm"]
+# Bounds keep hostile numbers out of the arithmetic; constraints sit inside the union
+# so that "auto" is not compared with a number.
+BatchOrAuto = Union[Annotated[int, Field(ge=1, le=2**20)], Auto]
+WorkersOrAuto = Union[Annotated[int, Field(ge=0, le=256)], Auto]
+StepsOrAuto = Union[Annotated[int, Field(ge=0, le=2**31)], Auto]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class ModelSpec(_Section):
+    config: str | None = Field(None, description="Path to a config.json, relative to the spec file.")
+    name_or_path: str | None = Field(
+        None, description="Local model directory (config.json + safetensors weights) to fine-tune."
+    )
+    from_scratch: bool = Field(False, description="Random init from the config instead of loading weights.")
+    task: Task = Field("causal-lm", description="causal-lm | seq-cls | masked-lm")
+    num_labels: int | None = Field(None, ge=2, le=100_000, description="Number of classes (seq-cls).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Weights at load; float32 keeps fp32 master weights under AMP."
+    )
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
+        "auto", description="Attention kernel; auto picks sdpa."
+    )
+    trust_remote_code: bool = Field(
+        False, description="Run code shipped with the model; apply also needs --trust-remote-code."
+    )
+    allow_pickle_weights: bool = Field(
+        False, description="Allow .bin/.pt weights (pickle can run code); safetensors otherwise."
+    )
+
+    @model_validator(mode="after")
+    def _has_a_source(self):
+        if self.config is None and self.name_or_path is None:
+            raise ValueError("set model.config (a config.json) or model.name_or_path (a model directory)")
+        return self
+
+
+class HardwareSpec(_Section):
+    gpu: str = Field("auto", min_length=1, max_length=200, description='Catalog name, "auto" or "cpu".')
+    count: int = Field(1, ge=1, le=1024, description="GPUs per node.")
+    nodes: int = Field(1, ge=1, le=4096, description="Number of nodes.")
+    memory_gib: float | None = Field(None, gt=0, le=100_000, description="Override the catalog's memory.")
+    headroom: float = Field(0.08, ge=0.0, le=0.5, description="Fraction of GPU memory the plan keeps free.")
+    host_memory_gib: float | None = Field(
+        None, gt=0, le=1_000_000, description="Host RAM per node (offload checks); default: this machine's."
+    )
+    cpu_count: int | None = Field(
+        None, ge=1, le=100_000, description="CPU cores per node (dataloader workers); default: this machine's."
+    )
+    interconnect: Literal["auto", "nvlink", "pcie"] = Field("auto", description="GPU-to-GPU link inside a node.")
+    network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g", "ethernet-25g"] = Field(
+        "auto", description="Node-to-node fabric."
+    )
+
+
+class DataSpec(_Section):
+    train_files: list[str] = Field(default_factory=list, max_length=10_000, description="text|jsonl|json|csv|parquet")
+    eval_files: list[str] = Field(default_factory=list, max_length=10_000)
+    eval_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Hold out this fraction of train for eval.")
+    text_field: str = Field("text", min_length=1, max_length=200)
+    label_field: str | None = Field(None, min_length=1, max_length=200, description="Label column (seq-cls).")
+    seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence.")
+    packing: Union[bool, Auto] = Field("auto", description="Pack documents into seq_len blocks (LM tasks).")
+
+
+class TrainingSpec(_Section):
+    effective_batch_size: int | None = Field(
+        None, ge=1, le=2**24, description="Sequences per optimizer step, all GPUs."
+    )
+    per_device_train_batch_size: BatchOrAuto = "auto"
+    per_device_eval_batch_size: BatchOrAuto = "auto"
+    gradient_accumulation_steps: BatchOrAuto = "auto"
+    gradient_checkpointing: Union[bool, Auto] = Field("auto", description="Recompute activations (~20% slower).")
+    bf16: Union[bool, Auto] = "auto"
+    fp16: Union[bool, Auto] = "auto"
+    tf32: Union[bool, Auto] = "auto"
+    optim: str = Field("auto", min_length=1, max_length=100, description="A transformers OptimizerNames value.")
+    learning_rate: float = Field(5e-5, gt=0, le=10)
+    max_steps: int | None = Field(None, ge=1, le=2**31)
+    num_train_epochs: float = Field(3.0, gt=0, le=1e6)
+    lr_scheduler_type: Literal[SCHEDULER_TYPES] = "linear"  # type: ignore[valid-type]
+    warmup_steps: int = Field(0, ge=0, le=2**31)
+    warmup_ratio: float | None = Field(None, ge=0, lt=1, description="Warmup as a fraction of max_steps.")
+    weight_decay: float = Field(0.0, ge=0, le=10)
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6)
+    logging_steps: int = Field(10, ge=1, le=2**31)
+    save_steps: int = Field(500, ge=1, le=2**31)
+    save_total_limit: int | None = Field(None, ge=1, le=10_000)
+    eval_steps: int | None = Field(None, ge=1, le=2**31)
+    seed: int = Field(42, ge=0, le=2**32 - 1)
+    dataloader_pin_memory: Union[bool, Auto] = "auto"
+    dataloader_num_workers: WorkersOrAuto = "auto"
+    torch_compile: bool = False
+    torch_compile_backend: Literal[COMPILE_BACKENDS] | None = None  # type: ignore[valid-type]
+    torch_compile_mode: Literal[COMPILE_MODES] | None = None  # type: ignore[valid-type]
+    torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
+
+
+class DistributedSpec(_Section):
+    strategy: Literal["auto", "none", "ddp", "fsdp", "deepspeed"] = "auto"
+    fsdp_sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = "full_shard"
+    fsdp_cpu_offload: bool = False
+    zero_stage: Union[Literal[1, 2, 3], Auto] = "auto"
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    master_addr: str | None = Field(None, max_length=255)
+    master_port: int = Field(29500, ge=1, le=65535)
+
+
+class OutputSpec(_Section):
+    dir: str | None = Field(None, min_length=1, max_length=4096, description="Run directory; default runs/<spec name>.")
+
+
+class Spec(_Section):
+    """A gpuplan spec, format 1."""
+
+    model: ModelSpec
+    hardware: HardwareSpec = Field(default_factory=HardwareSpec)
+    data: DataSpec = Field(default_factory=DataSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    distributed: DistributedSpec = Field(default_factory=DistributedSpec)
+    output: OutputSpec = Field(default_factory=OutputSpec)
+
+
+SECTIONS = {
+    "model": ModelSpec,
+    "hardware": HardwareSpec,
+    "data": DataSpec,
+    "training": TrainingSpec,
+    "distributed": DistributedSpec,
+    "output": OutputSpec,
+}
