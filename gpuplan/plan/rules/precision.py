@@ -1,0 +1,134 @@
+"""Mixed precision and TF32 (guide: "Mixed precision"; peers: reference/peer-rules.md).
+
+- fp16 and bf16 both on: error (TrainingArguments refuses it too).
+- bf16 on hardware without bf16 becomes fp16 (error under --strict).
+- auto: bf16 on Ampere and newer, fp16 before, none on CPU.
+- tf32 only on Ampere and newer NVIDIA GPUs; auto follows the GPU.
+- Pure fp16 weights are not trainable with the Trainer's GradScaler ("Attempting to
+  unscale FP16 gradients"): refused, as torchtune does.
+"""
+
+from __future__ import annotations
+
+from gpuplan.plan.context import Resolver
+from gpuplan.plan.graph import Rule
+
+
+def mixed_precision(ctx: Resolver) -> None:
+    gpu = ctx.gpu
+    bf16, fp16 = ctx.spec("training.bf16"), ctx.spec("training.fp16")
+    dtype = ctx.spec("model.dtype")
+    cpu = gpu.vendor == "cpu"
+    if bf16 is True and fp16 is True:
+        ctx.error(
+            "training.bf16",
+            "training.fp16 and training.bf16 are both true; choose one",
+            fix="set training.fp16 = false (bf16 on Ampere and newer) or training.bf16 = false",
+        )
+        ctx.keep("training.bf16")
+        ctx.keep("training.fp16")
+        return
+    if dtype == "float16":
+        ctx.error(
+            "model.dtype",
+            'model.dtype = "float16": pure fp16 training is refused (fp16 master weights lose small '
+            "updates and the Trainer's GradScaler cannot unscale fp16 gradients)",
+            fix='set model.dtype = "float32" with training.fp16 = true (AMP), or model.dtype = "bfloat16"',
+        )
+
+    # bf16: as asked where the hardware has it (CPU autocast has bf16), else off.
+    bf16_missing = bf16 is True and not gpu.bf16 and not cpu
+    if bf16 == "auto":
+        new_bf16 = not cpu and gpu.bf16 and fp16 is not True
+    else:
+        new_bf16 = bool(bf16) and not bf16_missing
+
+    # fp16: as asked; auto means mixed precision on a GPU when bf16 is not used;
+    # bf16 asked on a GPU without it falls back to fp16 unless fp16 = false.
+    if fp16 == "auto":
+        new_fp16 = not cpu and not new_bf16 and dtype == "float32"
+    else:
+        new_fp16 = bool(fp16)
+    if bf16_missing and fp16 is not False:
+        new_fp16 = True
+    if new_fp16 and dtype == "bfloat16":
+        ctx.error(
+            "training.fp16",
+            'training.fp16 = true with model.dtype = "bfloat16": fp16 autocast over bf16 weights',
+            fix="set training.fp16 = false (the weights are already bf16)",
+        )
+        new_fp16 = False
+
+    ctx.resolve("training.bf16", new_bf16, _bf16_reason(ctx, new_bf16))
+    if new_fp16 and cpu:
+        ctx.resolve("training.fp16", False, "CPU training has no fp16 mixed precision (the Trainer's GradScaler needs CUDA); planned in fp32")
+    else:
+        ctx.resolve("training.fp16", new_fp16, _fp16_reason(ctx, new_fp16))
+    if bf16_missing and fp16 is False:
+        ctx.warn("training.bf16", f"{gpu.name} has no bf16 and training.fp16 = false: training runs in fp32",
+                 fix="set training.fp16 = true for mixed precision")
+    if dtype == "bfloat16" and not gpu.bf16 and not cpu:
+        ctx.warn("model.dtype", f'model.dtype = "bfloat16" on {gpu.name}, which has no native bf16: emulated, slow',
+                 fix='set model.dtype = "float32" and let gpuplan pick fp16')
+
+
+def _bf16_reason(ctx: Resolver, value: bool) -> str:
+    gpu = ctx.gpu
+    if value:
+        return f"{gpu.name} supports bf16 (compute capability >= 8.0): bf16 mixed precision, no loss scaling needed"
+    if gpu.vendor == "cpu":
+        return "CPU: no mixed precision by default (fp32)"
+    if ctx.spec("training.bf16") is True:
+        return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0): fp16 mixed precision instead"
+    if ctx.spec("training.fp16") is True:
+        return "training.fp16 = true was asked for; bf16 stays off"
+    return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0)"
+
+
+def _fp16_reason(ctx: Resolver, value: bool) -> str:
+    gpu = ctx.gpu
+    if value:
+        if ctx.spec("training.bf16") is True:
+            return f"{gpu.name} has no bf16: fp16 mixed precision (with loss scaling) replaces it"
+        return f"{gpu.name} predates bf16: fp16 mixed precision with loss scaling"
+    if gpu.vendor == "cpu":
+        return "CPU: no fp16 mixed precision"
+    if ctx.get_or_none("training.bf16"):
+        return "bf16 mixed precision is used instead"
+    return "fp16 stays off"
+
+
+def tf32(ctx: Resolver) -> None:
+    gpu = ctx.gpu
+    want = ctx.spec("training.tf32")
+    supported = gpu.tf32 and gpu.vendor == "nvidia"
+    if want == "auto":
+        if supported:
+            why = f"{gpu.name} has TF32 tensor cores (Ampere and newer): fp32 matmuls run in TF32"
+            if ctx.spec("training.torch_compile") is True:
+                why += "; torch.compile is on, which TrainingArguments pairs with TF32 where supported"
+            ctx.resolve("training.tf32", True, why)
+        else:
+            ctx.resolve("training.tf32", False, f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)")
+    elif want is True and not supported:
+        ctx.resolve("training.tf32", False, f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
+    else:
+        ctx.keep("training.tf32")
+
+
+RULES = (
+    Rule(
+        "precision.mixed",
+        reads=("spec:training.bf16", "spec:training.fp16", "spec:model.dtype"),
+        writes=("training.bf16", "training.fp16"),
+        apply=mixed_precision,
+        doc="fp16/bf16 exclusive; bf16 needs Ampere+ (else fp16); auto by GPU generation; none on CPU.",
+    ),
+    Rule(
+        "precision.tf32",
+        reads=("spec:training.tf32", "spec:training.torch_compile"),
+        writes=("training.tf32",),
+        apply=tf32,
+        doc="TF32 only on Ampere+ NVIDIA GPUs; auto follows the GPU.",
+    ),
+)
