@@ -1,0 +1,15 @@
+"""Every planning rule, one module per topic. ALL_RULES is what the planner walks."""
+
+from gpuplan.plan.rules import attention, batch, compile, data, dataloader, fit, optimizer, precision, savers
+
+ALL_RULES = (
+    *precision.RULES,
+    *attention.RULES,
+    *compile.RULES,
+    *dataloader.RULES,
+    *data.RULES,
+    *fit.RULES,
+    *batch.RULES,
+    *optimizer.RULES,
+    *savers.RULES,
+)

@@ -1,0 +1,202 @@
+"""The gpuplan command: plan, apply, validate, schema, gpus.
+
+Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
+the plan differs from the last applied state. Heavy imports (torch, transformers)
+happen only inside `apply` and `plan --trace`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from gpuplan import __version__
+from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.render.style import Style
+from gpuplan.render.text import render_diagnostics
+
+EXAMPLES = {
+    "plan": "example: gpuplan plan specs/llama-8b-a100.toml --gpu H100-80GB --json",
+    "apply": "example: gpuplan apply specs/tiny.toml --yes",
+    "validate": "example: gpuplan validate specs/tiny.toml",
+    "schema": "example: gpuplan schema > gpuplan.schema.json",
+    "gpus": "example: gpuplan gpus",
+}
+
+
+class UserError(Exception):
+    """A CLI-level mistake (bad flag combination, missing terminal): exit 1."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuplan", description="Terraform for GPU training runs.",
+                                epilog="example: gpuplan plan specs/tiny.toml")
+    p.add_argument("--version", action="version", version=f"gpuplan {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def cmd(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
+
+    plan = cmd("plan", "Validate a spec, resolve it for the hardware, and print the changes and memory.")
+    plan.add_argument("spec", help="spec file (TOML)")
+    _plan_flags(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (format 1)")
+    plan.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE (apply it later)")
+    plan.add_argument("--trace", action="store_true",
+                      help="also trace two real training steps under FakeTensorMode (imports torch)")
+    plan.add_argument("--detailed-exitcode", action="store_true",
+                      help="exit 2 when the plan differs from the last apply in the output dir")
+
+    apply = cmd("apply", "Plan (or load a saved plan) and train with transformers.Trainer.")
+    apply.add_argument("target", help="spec file (TOML) or saved plan (JSON from plan --out)")
+    _plan_flags(apply)
+    apply.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    apply.add_argument("--trust-remote-code", action="store_true",
+                       help="allow model code from the model directory (the spec must allow it too)")
+    apply.add_argument("--restart", action="store_true", help="start over instead of resuming an incompatible run")
+    apply.add_argument("--break-lock", action="store_true", help="remove a lock left by a dead process")
+
+    val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
+    val.add_argument("spec")
+    cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
+    cmd("gpus", "List the hardware catalog.")
+    return p
+
+
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", metavar="NAME", help='override hardware.gpu (a catalog name, "auto" or "cpu")')
+    p.add_argument("--strict", action="store_true", help="refuse to adjust any value the spec sets")
+    p.add_argument("--no-color", action="store_true", help="plain text output")
+
+
+def _style(args, stream) -> Style:
+    return Style(False) if getattr(args, "no_color", False) else Style.for_stream(stream)
+
+
+def _report(diags: Sequence[Diagnostic], args) -> None:
+    text = render_diagnostics([d.to_dict() for d in diags], _style(args, sys.stderr))
+    print("\n".join(text), file=sys.stderr)
+
+
+def _detect():
+    from gpuplan.hardware.detect import detect  # the CLI edge: detection only when "auto" asks
+
+    return detect()[0]
+
+
+def make_plan(spec_path: str, args):
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.environment import local_environment
+
+    overrides = {"hardware": {"gpu": args.gpu}} if args.gpu else None
+    return plan_file(spec_path, detect=_detect, environment=local_environment(), strict=args.strict,
+                     overrides=overrides)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write through a temporary file, fsync and rename: never a half-written file."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {p}: {e.strerror or e}") from None
+
+
+def cmd_plan(args) -> int:
+    from gpuplan.render.json import dumps
+    from gpuplan.render.text import render_plan
+
+    plan = make_plan(args.spec, args)
+    if args.trace:
+        from gpuplan.trace.plan import trace_plan
+
+        plan = trace_plan(plan)
+    data = plan.to_dict()
+    if args.out:
+        write_atomic(args.out, dumps(data))
+    if args.json:
+        sys.stdout.write(dumps(data))
+    else:
+        sys.stdout.write(render_plan(data, _style(args, sys.stdout)))
+        if args.out:
+            print(f"Saved the plan to {args.out}; apply it with: gpuplan apply {args.out}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from gpuplan.spec.load import load_toml
+    from gpuplan.spec.validate import validate_spec
+
+    validate_spec(load_toml(args.spec).raw)
+    print(f"{args.spec}: valid")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from gpuplan.spec.schema import Spec
+
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpuplan spec (format 1)"
+    print(json.dumps(schema, indent=2))
+    return 0
+
+
+def cmd_gpus(args) -> int:
+    from gpuplan.hardware.catalog import load_catalog
+
+    print(f"{'name':<12} {'memory':>8} {'cc':>5} {'bf16':>5} {'tf32':>5} {'fp8':>4} {'bf16 TFLOP/s':>13}")
+    for name, g in load_catalog().items():
+        cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
+        tf = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp32")
+        print(f"{name:<12} {g.memory_bytes / 1024**3:>6.0f}Gi {cc:>5} {str(g.bf16).lower():>5} "
+              f"{str(g.tf32).lower():>5} {str(g.fp8).lower():>4} {tf:>13}")
+    return 0
+
+
+def cmd_apply(args) -> int:
+    from gpuplan.cli_apply import run_apply
+
+    return run_apply(args, make_plan=make_plan, style=_style(args, sys.stdout))
+
+
+COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 1
+    try:
+        return COMMANDS[args.command](args)
+    except PlanError as e:
+        _report(e.diagnostics, args)
+        return 1
+    except UserError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in gpuplan, not a user mistake
+        if os.environ.get("GPUPLAN_DEBUG"):
+            raise
+        print(f"gpuplan: internal error ({type(e).__name__}: {e}); this is a bug in gpuplan. "
+              "Run with GPUPLAN_DEBUG=1 for the traceback.", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

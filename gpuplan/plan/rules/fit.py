@@ -1,0 +1,149 @@
+"""memory.fit: check the batch arithmetic, then search the fastest split that fits.
+
+Effective batch = per-device batch x accumulation x GPUs x nodes; any two given
+derive the third (axolotl, Ludwig); values that do not divide are an error with the
+nearest fixes. Without an effective batch the Trainer's default of 8 sequences per
+device is the target (TrainingArguments.per_device_train_batch_size = 8).
+"""
+
+from __future__ import annotations
+
+from gpuplan.plan.context import Resolver
+from gpuplan.plan.graph import Rule
+from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
+
+TRAINER_DEFAULT_BATCH = 8
+GIB = 1024**3
+
+
+def world_size(ctx: Resolver) -> int:
+    return ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
+
+
+def _nearest_multiples(value: int, step: int) -> str:
+    lo = (value // step) * step
+    hi = lo + step
+    return f"{lo} or {hi}" if lo > 0 else f"{hi}"
+
+
+def samples_per_device(ctx: Resolver, world: int) -> int | None:
+    """Samples one device sees per optimizer step; None after reporting an error."""
+    e = ctx.spec("training.effective_batch_size")
+    b = ctx.spec("training.per_device_train_batch_size")
+    a = ctx.spec("training.gradient_accumulation_steps")
+    b = None if b == "auto" else b
+    a = None if a == "auto" else a
+    if e is None:
+        return (b or TRAINER_DEFAULT_BATCH) * (a or 1)
+    if e % world:
+        ctx.error("training.effective_batch_size",
+                  f"training.effective_batch_size = {e} does not split over {world} GPU(s)",
+                  fix=f"set training.effective_batch_size = {_nearest_multiples(e, world)}")
+        return None
+    s = e // world
+    if b is not None and a is not None and b * a != s:
+        ctx.error("training.effective_batch_size",
+                  f"training.effective_batch_size = {e} but per_device_train_batch_size x "
+                  f"gradient_accumulation_steps x GPUs = {b} x {a} x {world} = {b * a * world}",
+                  fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
+                       else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
+        return None
+    if a is not None and s % a:
+        ctx.error("training.gradient_accumulation_steps",
+                  f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per GPU per step "
+                  f"(effective_batch_size {e} / {world} GPU(s))",
+                  fix=f'set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = {_nearest_multiples(e, a * world)}')
+        return None
+    return s
+
+
+def fit(ctx: Resolver) -> None:
+    gpu = ctx.gpu
+    world = world_size(ctx)
+    s = samples_per_device(ctx, world)
+    if s is None:
+        ctx.set_internal("fit.solution", None)
+        return
+    b = ctx.spec("training.per_device_train_batch_size")
+    a = ctx.spec("training.gradient_accumulation_steps")
+    user_b = None if b == "auto" else b
+    user_a = None if a == "auto" else a
+    if ctx.spec("training.effective_batch_size") is None:
+        user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
+        if user_b is not None:
+            user_a = s // user_b
+    packages = ctx.environment.get("packages", {})
+    optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, packages)
+    ckpt = ctx.spec("training.gradient_checkpointing")
+    empty = ctx.spec("training.torch_empty_cache_steps")
+    auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
+                                   ("torch_empty_cache_steps", empty)) if v == "auto")
+    fixed = Knobs(
+        gradient_checkpointing=False if ckpt == "auto" else ckpt,
+        optim=default_optimizer(gpu) if optim == "auto" else optim,
+        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
+    )
+    bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
+    base = Workload(
+        per_device_batch=1,
+        seq_len=ctx.spec("data.seq_len"),
+        weight_dtype=ctx.spec("model.dtype"),
+        amp="bf16" if bf16 else ("fp16" if fp16 else None),
+        attn_implementation=ctx.get("model.attn_implementation"),
+        task=ctx.spec("model.task"),
+        num_labels=ctx.spec("model.num_labels") or 2,
+        device="cpu" if gpu.vendor == "cpu" else "cuda",
+    )
+    capacity = gpu.memory_bytes
+    usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
+    problem = FitProblem(
+        facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
+        samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
+        tensor_multiple=tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32")),
+        eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
+    )
+    sol = solve(problem)
+    ctx.set_internal("fit.solution", sol)
+    ctx.set_internal("fit.problem", problem)
+    if not sol.fits:
+        _report_no_fit(ctx, problem, sol)
+
+
+def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
+    gpu = ctx.gpu
+    need = sol.smallest_bytes / GIB
+    cap = gpu.memory_bytes / GIB
+    savers = ", ".join(sol.savers) if sol.savers else "no memory saver"
+    fixed = [k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")]
+    hint = ""
+    if fixed:
+        hint = "; " + ", ".join(f"training.{k}" for k in fixed) + ' set by the spec (set "auto" to let gpuplan use it)'
+    ctx.error(
+        "hardware.gpu",
+        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with "
+        f"{'every saver on' if len(sol.savers) > 1 else savers} ({savers}); "
+        f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
+        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint,
+        fix="use a larger GPU or more GPUs (hardware.gpu, hardware.count), a shorter data.seq_len, "
+            'or model.dtype = "bfloat16"',
+    )
+
+
+RULES = (
+    Rule(
+        "memory.fit",
+        reads=(
+            "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
+            "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
+            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom",
+            "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
+            "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
+            "spec:training.optim", "spec:training.torch_empty_cache_steps",
+        ),
+        writes=("fit.solution", "fit.problem"),
+        apply=fit,
+        doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
+    ),
+)

@@ -1,0 +1,86 @@
+"""Optimizer choice (guide: "Optimizers"; DESIGN rules).
+
+auto: adamw_torch_fused on CUDA (one fused kernel per step), adamw_torch on CPU;
+under memory pressure the fit search may pick bitsandbytes' 8-bit AdamW, then
+Adafactor (memory.fit). A requested optimizer that this transformers removed, or
+whose package is missing, is resolved to its nearest available equivalent with a
+reason.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.plan.context import Resolver
+from gpuplan.plan.graph import Rule
+from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
+
+# Optimizers needing a package beyond torch/transformers (trainer_optimizer.py in 5.24).
+NEEDS_PACKAGE = {
+    "adamw_torch_4bit": "torchao", "adamw_torch_8bit": "torchao",
+    "adamw_anyprecision": "torchdistx", "galore_adamw": "galore_torch",
+    "galore_adamw_8bit": "galore_torch", "galore_adafactor": "galore_torch",
+    "galore_adamw_layerwise": "galore_torch", "galore_adamw_8bit_layerwise": "galore_torch",
+    "galore_adafactor_layerwise": "galore_torch", "apollo_adamw": "apollo_torch",
+    "apollo_adamw_layerwise": "apollo_torch", "lomo": "lomo_optim", "adalomo": "lomo_optim",
+    "grokadamw": "grokadamw", "schedule_free_radam": "schedulefree",
+    "schedule_free_adamw": "schedulefree", "schedule_free_sgd": "schedulefree",
+    "stable_adamw": "torch_optimi",
+}
+NEEDS_DEVICE = {"adamw_torch_xla": "an XLA device", "adamw_torch_npu_fused": "an Ascend NPU"}
+
+
+def default_optimizer(gpu: GPUProfile) -> str:
+    return "adamw_torch" if gpu.vendor == "cpu" else "adamw_torch_fused"
+
+
+def requested_optimizer(name: str, gpu: GPUProfile, packages: Mapping[str, str | None]) -> tuple[str, str | None]:
+    """The spec's optimizer made runnable here: (name, reason when it had to change)."""
+    if name == "auto":
+        return name, None
+    fallback = default_optimizer(gpu)
+    if name in REMOVED_OPTIMIZERS:
+        new = REMOVED_OPTIMIZERS[name]
+        if new == "adamw_torch_fused" and gpu.vendor == "cpu":
+            new = "adamw_torch"
+        return new, f"{name} is no longer in transformers 5 (apex/legacy AdamW); {new} is the equivalent it keeps"
+    if name in NEEDS_DEVICE:
+        return fallback, f"{name} needs {NEEDS_DEVICE[name]}; {gpu.name} gets {fallback}"
+    if name in BNB_OPTIMIZERS and not packages.get("bitsandbytes"):
+        return fallback, f"{name} needs bitsandbytes, which is not installed; {fallback} instead (pip install bitsandbytes)"
+    pkg = NEEDS_PACKAGE.get(name)
+    if pkg and not packages.get(pkg):
+        return fallback, f"{name} needs the {pkg} package, which is not installed; {fallback} instead"
+    return name, None
+
+
+def select(ctx: Resolver) -> None:
+    sol = ctx.get("fit.solution")
+    asked = ctx.spec("training.optim")
+    chosen = sol.knobs.optim
+    if asked == "auto":
+        if "Adafactor" in sol.savers:
+            why = f"memory: Adafactor's factored states save {_gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
+        elif "8-bit optimizer" in sol.savers:
+            why = f"memory: bitsandbytes 8-bit AdamW saves {_gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
+        elif ctx.gpu.vendor == "cpu":
+            why = "CPU: torch AdamW"
+        else:
+            why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
+        ctx.resolve("training.optim", chosen, why)
+        return
+    _, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+    ctx.resolve("training.optim", chosen, reason)
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+RULES = (
+    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution"), writes=("training.optim",),
+         apply=select,
+         doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
+             "removed or unavailable optimizers replaced with a reason."),
+)

@@ -1,0 +1,194 @@
+"""Fit-to-memory search: the fastest batch split and memory savers that fit.
+
+Pure: every candidate is priced by gpuplan.plan.memory.estimate_memory.
+
+Order of preference (the guide: larger per-device batches are faster, many
+accumulation steps slow training, checkpointing costs ~20%, emptying the cache
+~10%):
+  1. no memory saver if any batch fits without one; otherwise the shortest prefix
+     of the saver ladder that makes some batch fit, cheapest slowdown first;
+  2. within that, the largest per-device batch that fits and is a tensor-core
+     multiple (NVIDIA matmul guide: 8 for 16-bit, 64 on A100, 4 for TF32); a user
+     batch moves only to the nearest such multiple;
+  3. accumulation = samples per device per step / per-device batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.memory import estimate_memory
+from gpuplan.plan.memory_types import MemoryEstimate, Workload
+
+# The saver ladder, cheapest slowdown first. Each entry: (name, knob, value, cost).
+EIGHT_BIT = "adamw_bnb_8bit"
+ADAFACTOR = "adafactor"
+EMPTY_CACHE_STEPS = 4  # the guide's example value
+SAVER_COST = {
+    "8-bit optimizer": "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
+    "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
+    "gradient checkpointing": "about 20% slower (the guide): one extra forward",
+    "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
+}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    gradient_checkpointing: bool
+    optim: str
+    torch_empty_cache_steps: int
+
+
+@dataclass(frozen=True)
+class FitProblem:
+    facts: ModelFacts
+    gpu: GPUProfile
+    base: Workload  # precision, attention, seq_len, task, device; batch fields are replaced
+    world_size: int
+    usable_bytes: int  # capacity x (1 - headroom)
+    samples_per_device: int  # per optimizer step: effective batch / world size
+    user_batch: int | None  # per_device_train_batch_size the user set (None: auto)
+    user_accumulation: int | None
+    fixed: Knobs  # values for knobs the user set; see `auto`
+    auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps"
+    tensor_multiple: int
+    eight_bit_available: bool
+
+
+@dataclass(frozen=True)
+class FitSolution:
+    per_device_batch: int
+    accumulation: int
+    knobs: Knobs
+    estimate: MemoryEstimate
+    fits: bool
+    savers: tuple[str, ...]  # names of the savers turned on, in ladder order
+    saved_bytes: dict[str, int] = field(default_factory=dict)  # saver -> reserved bytes it saves
+    on_tensor_multiple: bool = True
+    smallest_bytes: int | None = None  # when nothing fits: the least memory any candidate needs
+
+
+def ladder(p: FitProblem) -> list[tuple[tuple[str, ...], Knobs]]:
+    """Saver sets to try, cumulative, cheapest slowdown first; only auto knobs move."""
+    k = p.fixed
+    steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
+    names: tuple[str, ...] = ()
+    if "optim" in p.auto and p.eight_bit_available:
+        names += ("8-bit optimizer",)
+        k = dataclasses.replace(k, optim=EIGHT_BIT)
+        steps.append((names, k))
+    if "torch_empty_cache_steps" in p.auto and p.base.device == "cuda":
+        names += ("cache emptying",)
+        k = dataclasses.replace(k, torch_empty_cache_steps=EMPTY_CACHE_STEPS)
+        steps.append((names, k))
+    if "gradient_checkpointing" in p.auto:
+        names += ("gradient checkpointing",)
+        k = dataclasses.replace(k, gradient_checkpointing=True)
+        steps.append((names, k))
+    if "optim" in p.auto:
+        names = tuple(n for n in names if n != "8-bit optimizer") + ("Adafactor",)
+        k = dataclasses.replace(k, optim=ADAFACTOR)
+        steps.append((names, k))
+    return steps
+
+
+def batch_candidates(p: FitProblem) -> list[int]:
+    """Per-device batches that split samples_per_device exactly, largest first."""
+    s = p.samples_per_device
+    if p.user_batch is not None and p.user_accumulation is not None:
+        return [p.user_batch]
+    if p.user_accumulation is not None:
+        return [s // p.user_accumulation]
+    return [d for d in range(s, 0, -1) if s % d == 0]
+
+
+def price(p: FitProblem, batch: int, knobs: Knobs) -> MemoryEstimate:
+    wl = dataclasses.replace(
+        p.base,
+        per_device_batch=batch,
+        gradient_accumulation_steps=p.samples_per_device // batch,
+        gradient_checkpointing=knobs.gradient_checkpointing,
+        optim=knobs.optim,
+        torch_empty_cache_steps=knobs.torch_empty_cache_steps,
+    )
+    return estimate_memory(p.facts, wl, p.gpu)
+
+
+def _fits(est: MemoryEstimate, p: FitProblem) -> bool:
+    return est.reserved_peak_bytes <= p.usable_bytes
+
+
+def _choose(p: FitProblem, fitting: list[int]) -> tuple[int, bool]:
+    """Pick among fitting batches (largest first). Returns (batch, is a tensor-core multiple)."""
+    m = p.tensor_multiple
+    multiples = [b for b in fitting if b % m == 0]
+    if p.user_batch is not None and p.user_accumulation is None:
+        ub = p.user_batch
+        if ub in fitting and ub % m == 0:
+            return ub, True
+        pool = multiples or fitting
+        best = min(pool, key=lambda b: (abs(b - ub), -b))  # nearest, ties to the larger
+        return best, best % m == 0
+    if multiples:
+        return multiples[0], True
+    return fitting[0], fitting[0] % m == 0
+
+
+def solve(p: FitProblem) -> FitSolution:
+    candidates = batch_candidates(p)
+    steps = ladder(p)
+    for names, knobs in steps:
+        fitting = [b for b in candidates if _fits(price(p, b, knobs), p)]
+        if not fitting:
+            continue
+        batch, on_multiple = _choose(p, fitting)
+        names, knobs = _prune(p, batch, names, knobs)
+        est = price(p, batch, knobs)
+        saved = {}
+        for name in names:
+            without = _undo(name, knobs, p.fixed)
+            saved[name] = price(p, batch, without).reserved_peak_bytes - est.reserved_peak_bytes
+        return FitSolution(batch, p.samples_per_device // batch, knobs, est, True, names, saved, on_multiple)
+    # Nothing fits: report the smallest requirement, every saver on, smallest batch.
+    names, knobs = steps[-1]
+    smallest = min(candidates)
+    est = price(p, smallest, knobs)
+    return FitSolution(smallest, p.samples_per_device // smallest, knobs, est, False, names,
+                       {}, smallest % p.tensor_multiple == 0, est.reserved_peak_bytes)
+
+
+def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> tuple[tuple[str, ...], Knobs]:
+    """Drop savers the chosen batch fits without (the last one added is always needed)."""
+    for name in names[:-1]:
+        without = _undo(name, knobs, p.fixed)
+        if _fits(price(p, batch, without), p):
+            names = tuple(n for n in names if n != name)
+            knobs = without
+    return names, knobs
+
+
+def _undo(name: str, knobs: Knobs, fixed: Knobs) -> Knobs:
+    if name == "8-bit optimizer" or name == "Adafactor":
+        return dataclasses.replace(knobs, optim=fixed.optim)
+    if name == "cache emptying":
+        return dataclasses.replace(knobs, torch_empty_cache_steps=fixed.torch_empty_cache_steps)
+    return dataclasses.replace(knobs, gradient_checkpointing=fixed.gradient_checkpointing)
+
+
+def tensor_core_multiple(gpu: GPUProfile, half: bool, tf32: bool) -> int:
+    """Batch multiple for tensor-core-friendly GEMM shapes.
+
+    NVIDIA "Matrix Multiplication Background" / "Tensor Core Requirements": 16-bit
+    dimensions in multiples of 8 (of 64 on A100, as the HF guide states), TF32 in
+    multiples of 4; fp32 without TF32 does not use tensor cores (1).
+    """
+    if gpu.vendor == "cpu":
+        return 1
+    if half:
+        return 64 if gpu.compute_capability == (8, 0) else 8
+    if tf32:
+        return 4
+    return 1
