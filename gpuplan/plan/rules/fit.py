@@ -65,6 +65,7 @@ def fit(ctx: Resolver) -> None:
     s = samples_per_device(ctx, world)
     if s is None:
         ctx.set_internal("fit.solution", None)
+        ctx.set_internal("fit.problem", None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")

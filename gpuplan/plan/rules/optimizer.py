@@ -58,6 +58,12 @@ def requested_optimizer(name: str, gpu: GPUProfile, packages: Mapping[str, str |
 def select(ctx: Resolver) -> None:
     sol = ctx.get("fit.solution")
     asked = ctx.spec("training.optim")
+    if sol is None:  # the batch arithmetic failed and is reported; no memory decision to explain
+        name, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+        if name == "auto":
+            name, reason = default_optimizer(ctx.gpu), "the default optimizer for this device"
+        ctx.resolve("training.optim", name, reason)
+        return
     chosen = sol.knobs.optim
     if asked == "auto":
         if "Adafactor" in sol.savers:

@@ -1,0 +1,50 @@
+"""How fast `gpuplan plan` answers, side by side with `python -c "import torch"`.
+
+Each command runs as a fresh process (what a user waits for), alternating, N times;
+the median wall time is reported. Writes its section of benchmarks/RESULTS.md.
+
+    python benchmarks/plan_speed.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import write_section  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = {
+    "gpuplan plan specs/llama-8b-a100.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/llama-8b-a100.toml"],
+    "gpuplan plan specs/tiny.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/tiny.toml"],
+    'python -c "import torch"': [sys.executable, "-c", "import torch"],
+    'python -c "import transformers"': [sys.executable, "-c", "import transformers"],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    times: dict[str, list[float]] = {k: [] for k in COMMANDS}
+    for _ in range(args.runs):
+        for name, cmd in COMMANDS.items():  # alternate so load drifts hit every command alike
+            t = time.perf_counter()
+            subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - t)
+    rows = ["| command | median wall (s) | min (s) | max (s) |", "|---|---|---|---|"]
+    for name, ts in times.items():
+        rows.append(f"| `{name}` | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} |")
+    body = (f"Fresh process each run, {args.runs} runs alternating, on this machine "
+            f"(Python {sys.version.split()[0]}). Target: plan of an 8B spec < 0.5 s.\n\n" + "\n".join(rows))
+    print(body)
+    write_section("plan_speed", "Plan speed", body)
+
+
+if __name__ == "__main__":
+    main()

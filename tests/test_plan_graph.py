@@ -1,0 +1,48 @@
+import pytest
+
+from gpuplan.plan.graph import GraphError, Rule, build_graph, rule_order
+from gpuplan.plan.rules import ALL_RULES
+
+
+def noop(ctx):
+    pass
+
+
+def test_the_shipped_rules_form_a_dag_with_one_writer_per_key():
+    g = build_graph(ALL_RULES)
+    order = [r.id for r in rule_order(ALL_RULES)]
+    assert len(order) == len(ALL_RULES)
+    # memory.fit must run after precision and attention, and before what reads its solution.
+    assert order.index("precision.mixed") < order.index("memory.fit")
+    assert order.index("attention.implementation") < order.index("memory.fit")
+    assert order.index("memory.fit") < order.index("batch.split")
+    assert order.index("memory.fit") < order.index("optimizer.select")
+    assert g.nodes["training.optim"]["kind"] == "setting"
+
+
+def test_two_writers_of_one_key_is_an_error():
+    rules = [Rule("a", (), ("training.fp16",), noop), Rule("b", (), ("training.fp16",), noop)]
+    with pytest.raises(GraphError, match="both write training.fp16"):
+        build_graph(rules)
+
+
+def test_a_cycle_is_an_error():
+    rules = [Rule("a", ("y",), ("x",), noop), Rule("b", ("x",), ("y",), noop)]
+    with pytest.raises(GraphError, match="cycle"):
+        build_graph(rules)
+
+
+def test_reading_the_spec_value_of_what_a_rule_writes_is_not_a_cycle():
+    rules = [Rule("a", ("spec:x",), ("x",), noop), Rule("b", ("x",), ("y",), noop)]
+    assert [r.id for r in rule_order(rules)] == ["a", "b"]
+
+
+def test_writing_a_spec_node_is_an_error():
+    with pytest.raises(GraphError, match="spec values are inputs"):
+        build_graph([Rule("a", (), ("spec:x",), noop)])
+
+
+def test_every_rule_has_an_id_and_doc():
+    ids = [r.id for r in ALL_RULES]
+    assert len(ids) == len(set(ids))
+    assert all(r.doc for r in ALL_RULES)

@@ -1,0 +1,36 @@
+"""Every spec in specs/ is planned (torch-free) and does what its comment promises."""
+
+import pytest
+
+from gpuplan.plan.build import plan_file
+from gpuplan.plan.types import PlanError
+from tests.planning import ENV, SPECS
+
+CANNOT_FIT = {"mistral-7b-24gb.toml"}
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_spec_plans(path):
+    if path.name in CANNOT_FIT:
+        with pytest.raises(PlanError, match="does not fit: needs .* at per-device batch 1 with every saver on"):
+            plan_file(path, environment=ENV)
+        return
+    plan = plan_file(path, environment=ENV)
+    assert plan.memory["fits"]
+    assert plan.memory["reserved_peak_bytes"] <= plan.memory["usable_bytes"]
+    e = plan.value("training.effective_batch_size")
+    world = plan.value("hardware.count") * plan.value("hardware.nodes")
+    assert e == plan.value("training.per_device_train_batch_size") * plan.value("training.gradient_accumulation_steps") * world
+    assert all(c.reason for c in plan.changes)
+
+
+def test_8b_on_a100_uses_bf16_and_fits():
+    plan = plan_file(SPECS / "llama-8b-a100.toml", environment=ENV)
+    assert plan.model["n_params"] == 8_030_261_248
+    assert plan.value("training.bf16") is True
+    assert plan.memory["capacity_bytes"] == 80 * 1024**3
+
+
+def test_24gb_card_needs_8bit_and_checkpointing():
+    plan = plan_file(SPECS / "phi-2-24gb.toml", environment=ENV)
+    assert [s["name"] for s in plan.memory["savers"]] == ["8-bit optimizer", "gradient checkpointing"]
