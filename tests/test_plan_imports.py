@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from tests.planning import SPECS
+from planning import SPECS
 
 PROBE = """
 import sys

@@ -4,7 +4,7 @@ import pytest
 
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.types import PlanError
-from tests.planning import ENV, SPECS
+from planning import ENV, SPECS
 
 CANNOT_FIT = {"mistral-7b-24gb.toml"}
 
