@@ -1,0 +1,75 @@
+"""model_facts: shapes and counts of a model for a task, from its config."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpuplan.modelinfo.errors import ModelConfigError
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.modelinfo.registry import FAMILIES, TASKS, known_model_types
+
+
+def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
+    """Validate the arguments common to both counting paths; return model_type."""
+    if not isinstance(config, Mapping):
+        raise ModelConfigError(None, f"model config must be a mapping, got {type(config).__name__}")
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelConfigError(
+            None, f"model config is missing the required field 'model_type' (got {model_type!r}); "
+            "add it as in a transformers config.json, e.g. \"model_type\": \"llama\"")
+    if task not in TASKS:
+        raise ModelConfigError(
+            None, f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ModelConfigError(None, f"num_labels = {num_labels!r} is invalid: expected an integer >= 1")
+    return model_type
+
+
+def unsupported_task(model_type: str, task: str, supported: tuple[str, ...]) -> ModelConfigError:
+    return ModelConfigError(
+        None, f"task {task!r} is not supported for model_type {model_type!r}: transformers has no "
+        f"{TASKS[task]} class for it; supported tasks: {', '.join(supported)}")
+
+
+def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: int = 2, *,
+                allow_meta_fallback: bool = True) -> ModelFacts:
+    """Parameter count, tensor shapes and architecture facts of `config` for `task`.
+
+    Known families (known_model_types()) are counted analytically without
+    importing torch; n_params equals sum(p.numel() for p in model.parameters())
+    of the transformers model for the task, tied weights counted once. Other
+    model_types are built on the meta device (imports torch and transformers)
+    unless allow_meta_fallback is False.
+    """
+    model_type = check_request(config, task, num_labels)
+    family = FAMILIES.get(model_type)
+    if family is None:
+        if not allow_meta_fallback:
+            raise ModelConfigError(
+                None, f"model_type {model_type!r} has no analytic parameter count (known: "
+                f"{', '.join(known_model_types())}); allow the meta-device fallback, which "
+                "imports torch and transformers, or use one of the known architectures")
+        from gpuplan.modelinfo.meta import meta_facts
+
+        return meta_facts(config, task, num_labels)
+    counter, supported = family
+    if task not in supported:
+        raise unsupported_task(model_type, task, supported)
+    params, dims = counter(model_type, config, task, num_labels)
+    notes = list(params.notes)
+    if "tie_word_embeddings" not in config:
+        notes.append(f"tie_word_embeddings absent: the {model_type} default "
+                     f"({str(dims.tie_word_embeddings).lower()}) applies")
+    if dims.tie_word_embeddings and task != "seq-cls":
+        notes.append("output projection tied to the input embeddings: counted once")
+    return ModelFacts(
+        model_type=model_type, task=task, n_params=params.total(),
+        param_shapes=tuple(params.items), hidden_size=dims.hidden_size,
+        num_layers=dims.num_layers, num_attention_heads=dims.num_attention_heads,
+        num_key_value_heads=dims.num_key_value_heads, head_dim=dims.head_dim,
+        intermediate_size=dims.intermediate_size, vocab_size=dims.vocab_size,
+        max_position_embeddings=dims.max_position_embeddings, mlp=dims.mlp, norm=dims.norm,
+        tie_word_embeddings=dims.tie_word_embeddings, hidden_dropout=dims.hidden_dropout,
+        attention_dropout=dims.attention_dropout, source="analytic", notes=tuple(notes))

@@ -1,0 +1,70 @@
+"""A list of parameter tensors, built the way torch.nn modules register them.
+
+Shapes follow torch: nn.Linear(in, out) has weight (out, in) and bias (out,);
+nn.Embedding(n, d) has weight (n, d); nn.LayerNorm(d) weight and bias (d,);
+transformers' Conv1D(nf, nx) (GPT-2) stores weight (nx, nf) and bias (nf,)
+(transformers/pytorch_utils.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Shape = tuple[int, ...]
+
+
+class ParamList:
+    """Ordered (name, shape) pairs, in module registration order."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Shape]] = []
+        self.notes: list[str] = []  # facts the counter wants the plan to show
+
+    def add(self, name: str, *shape: int) -> None:
+        self.items.append((name, tuple(shape)))
+
+    def linear(self, name: str, in_features: int, out_features: int, bias: bool) -> None:
+        self.add(f"{name}.weight", out_features, in_features)
+        if bias:
+            self.add(f"{name}.bias", out_features)
+
+    def conv1d(self, name: str, nf: int, nx: int) -> None:
+        self.add(f"{name}.weight", nx, nf)
+        self.add(f"{name}.bias", nf)
+
+    def embedding(self, name: str, num: int, dim: int) -> None:
+        self.add(f"{name}.weight", num, dim)
+
+    def norm(self, name: str, dim: int, bias: bool) -> None:
+        self.add(f"{name}.weight", dim)
+        if bias:
+            self.add(f"{name}.bias", dim)
+
+    def total(self) -> int:
+        n = 0
+        for _, shape in self.items:
+            size = 1
+            for d in shape:
+                size *= d
+            n += size
+        return n
+
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The architecture facts a family counter reads from a config."""
+
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    mlp: str  # "gated" (SwiGLU/GeGLU: gate, up, down) | "plain" (fc1, act, fc2)
+    norm: str  # "rmsnorm" | "layernorm"
+    tie_word_embeddings: bool
+    hidden_dropout: float
+    attention_dropout: float

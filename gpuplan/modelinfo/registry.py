@@ -1,0 +1,42 @@
+"""Which model_types are counted analytically, and for which tasks.
+
+The task lists mirror transformers 5.24's auto mappings
+(models/auto/modeling_auto.py: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES);
+tests/test_modelinfo_exact.py checks them against the installed transformers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpuplan.modelinfo import families_classic as classic
+from gpuplan.modelinfo import families_decoder as decoder
+from gpuplan.modelinfo.params import Dims, ParamList
+
+# task name -> the transformers Auto class that builds the model for it
+TASKS: dict[str, str] = {
+    "causal-lm": "AutoModelForCausalLM",
+    "seq-cls": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+}
+
+Counter = Callable[[str, Mapping[str, Any], str, int], tuple[ParamList, Dims]]
+
+# model_type -> (counter, tasks transformers supports for it)
+FAMILIES: dict[str, tuple[Counter, tuple[str, ...]]] = {
+    **{mt: (decoder.count_llama_like, decoder.DECODER_TASKS) for mt in decoder.LLAMA_LIKE},
+    "phi3": (decoder.count_phi3, decoder.DECODER_TASKS),
+    "phi": (decoder.count_phi, decoder.DECODER_TASKS),
+    "gpt2": (classic.count_gpt2, classic.GPT_TASKS),
+    "gpt_neox": (classic.count_gpt_neox, classic.GPT_TASKS),
+    "opt": (classic.count_opt, classic.GPT_TASKS),
+    "bert": (classic.count_bert_like, classic.ENCODER_TASKS),
+    "roberta": (classic.count_bert_like, classic.ENCODER_TASKS),
+}
+
+
+def known_model_types() -> tuple[str, ...]:
+    """model_types counted without torch, sorted."""
+    return tuple(sorted(FAMILIES))
