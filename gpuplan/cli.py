@@ -25,6 +25,7 @@ EXAMPLES = {
     "validate": "example: gpuplan validate specs/tiny.toml",
     "schema": "example: gpuplan schema > gpuplan.schema.json",
     "gpus": "example: gpuplan gpus",
+    "show": "example: gpuplan show runs/tiny   (or: gpuplan show run.plan.json --json)",
 }
 
 
@@ -62,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")
+    show = cmd("show", "Print a saved plan or a run's state (an output dir).")
+    show.add_argument("target", help="saved plan (.json) or output dir")
+    show.add_argument("--json", action="store_true")
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
     return p
@@ -116,20 +120,26 @@ def cmd_plan(args) -> int:
     from gpuplan.render.json import dumps
     from gpuplan.render.text import render_plan
 
+    from gpuplan.cli_state import drift_since_apply, render_drift
+
     plan = make_plan(args.spec, args)
     if args.trace:
         from gpuplan.trace.plan import trace_plan
 
         plan = trace_plan(plan)
     data = plan.to_dict()
+    drift = drift_since_apply(plan)
     if args.out:
         write_atomic(args.out, dumps(data))
     if args.json:
-        sys.stdout.write(dumps(data))
+        sys.stdout.write(dumps({**data, "since_last_apply": drift}))
     else:
         sys.stdout.write(render_plan(data, _style(args, sys.stdout)))
+        print("\n".join(render_drift(drift, plan.value("output.dir"))))
         if args.out:
             print(f"Saved the plan to {args.out}; apply it with: gpuplan apply {args.out}")
+    if args.detailed_exitcode and (drift is None or drift["changes"]):
+        return 2
     return 0
 
 
@@ -164,13 +174,22 @@ def cmd_gpus(args) -> int:
     return 0
 
 
+def cmd_show(args) -> int:
+    from gpuplan.cli_state import show
+    from gpuplan.render.json import dumps
+
+    data, text = show(args.target)
+    sys.stdout.write(dumps(data) if args.json else text)
+    return 0
+
+
 def cmd_apply(args) -> int:
     from gpuplan.cli_apply import run_apply
 
-    return run_apply(args, make_plan=make_plan, style=_style(args, sys.stdout))
+    return run_apply(args, make_plan=make_plan, style=_style(args, sys.stdout), detect=_detect)
 
 
-COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus}
+COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,12 +20,16 @@ class ApplyRefused(Exception):
     """The user (or the lack of a terminal) declined: exit 1, nothing trained."""
 
 
-def load_target(target: str, args, make_plan: Callable[[str, Any], Plan]) -> Plan:
-    """A spec is planned now; a saved plan (JSON) is read as it was printed."""
+def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect) -> Plan:
+    """A spec is planned now; a saved plan (JSON) is read as it was printed, and refused if stale."""
+    from gpuplan.cli_state import check_saved_plan
+
     path = Path(target)
     if path.suffix == ".json":
         try:
-            return Plan.from_dict(json.loads(path.read_text()))
+            plan = Plan.from_dict(json.loads(path.read_text()))
+            check_saved_plan(plan, detect)
+            return plan
         except FileNotFoundError:
             raise PlanError([Diagnostic("error", None, f"{path}: no such file")]) from None
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -52,21 +57,71 @@ def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], b
         raise ApplyRefused("apply cancelled")
 
 
-def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style) -> int:
-    from gpuplan.apply.errors import ApplyError
+def latest_checkpoint(output_dir: str) -> str | None:
+    """The newest complete Trainer checkpoint (checkpoint-N with trainer_state.json)."""
+    best = None
+    for d in Path(output_dir).glob("checkpoint-*"):
+        step = d.name.removeprefix("checkpoint-")
+        if step.isdigit() and (d / "trainer_state.json").is_file() and (best is None or int(step) > best[0]):
+            best = (int(step), str(d))
+    return best[1] if best else None
 
-    plan = load_target(args.target, args, make_plan)
+
+def supersede_checkpoints(output_dir: str) -> str | None:
+    """--restart: move old checkpoints aside (never delete a user's run)."""
+    old = sorted(Path(output_dir).glob("checkpoint-*"))
+    if not old:
+        return None
+    dest = Path(output_dir) / f"superseded-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    dest.mkdir()
+    for d in old:
+        d.rename(dest / d.name)
+    return str(dest)
+
+
+def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
+    """(checkpoint to resume from, what will happen) for this plan's output dir."""
+    from gpuplan.cli_state import load_state
+    from gpuplan.plan.drift import resume_conflicts
+
+    out = plan.value("output.dir")
+    state = load_state(out)
+    if restart:
+        return None, "--restart: training from the start (old checkpoints are moved aside, not deleted)"
+    if state is None:
+        return None, "new run"
+    conflicts = resume_conflicts(state["plan"], plan.to_dict())
+    ckpt = latest_checkpoint(out)
+    if conflicts and ckpt:
+        raise PlanError([Diagnostic(
+            "error", "output.dir",
+            f"{out} holds a run this plan cannot continue: " + "; ".join(conflicts),
+            fix="use another output.dir, undo the change, or pass --restart to train from the start")])
+    if ckpt is None:
+        return None, f"previous apply ({state.get('status')}) left no checkpoint: training from the start"
+    return ckpt, f"resuming the {state.get('status')} run from {ckpt}"
+
+
+def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, detect) -> int:
+    from gpuplan.apply.errors import ApplyError
+    from gpuplan.apply.lock import LockError, RunLock
+
+    plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     try:
-        confirm(args.yes)
-    except ApplyRefused as e:
+        with RunLock(plan.value("output.dir"), break_stale=args.break_lock):
+            resume_from, what = resume_point(plan, args.restart)
+            print(what)
+            confirm(args.yes)
+            if args.restart and (moved := supersede_checkpoints(plan.value("output.dir"))):
+                print(f"Moved the old checkpoints to {moved}")
+            from gpuplan.apply.run import execute
+
+            execute(plan, echo=print, progress=sys.stderr.isatty(), resume_from=resume_from)
+    except (ApplyRefused, LockError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    from gpuplan.apply.run import execute
-
-    try:
-        execute(plan, echo=print, progress=sys.stderr.isatty())
     except ApplyError as e:
         print(f"Error: {e.message}", file=sys.stderr)
         return 1

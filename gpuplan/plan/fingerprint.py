@@ -31,3 +31,35 @@ def fingerprint(plan: Plan, environment: Mapping[str, Any]) -> dict[str, Any]:
                      "count": hw.get("count"), "nodes": hw.get("nodes")},
         "versions": {**{k: packages.get(k) for k in VERSIONED}, "cuda": environment.get("cuda")},
     }
+
+
+def stale_reasons(plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None,
+                  environment_now: Mapping[str, Any]) -> list[str]:
+    """Why a saved plan no longer describes this run (empty: it is current).
+
+    spec_sha256_now: hash of the spec file now (None: the file is gone).
+    hardware_now: the detected device's profile dict (None: not checked).
+    """
+    fp = plan.fingerprint
+    reasons: list[str] = []
+    if not fp:
+        return ["the plan has no fingerprint (made by an older gpuplan or edited): plan again"]
+    if fp.get("settings_sha256") != settings_sha256(plan):
+        reasons.append("the plan's settings were edited after it was made")
+    if plan.spec_path and fp.get("spec_sha256"):
+        if spec_sha256_now is None:
+            reasons.append(f"the spec {plan.spec_path} no longer exists")
+        elif spec_sha256_now != fp["spec_sha256"]:
+            reasons.append(f"the spec {plan.spec_path} was edited since the plan was made")
+    if hardware_now is not None:
+        want = fp.get("hardware", {})
+        if want.get("name") != hardware_now.get("name"):
+            reasons.append(f"planned for {want.get('name')}, this machine has {hardware_now.get('name')}")
+        elif want.get("compute_capability") != hardware_now.get("compute_capability"):
+            reasons.append(f"compute capability {want.get('compute_capability')} planned, "
+                           f"{hardware_now.get('compute_capability')} here")
+    now = {**{k: environment_now.get("packages", {}).get(k) for k in VERSIONED}, "cuda": environment_now.get("cuda")}
+    for name, planned in fp.get("versions", {}).items():
+        if planned != now.get(name):
+            reasons.append(f"{name} {planned or 'absent'} when planned, {now.get(name) or 'absent'} now")
+    return reasons

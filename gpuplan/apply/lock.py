@@ -1,0 +1,106 @@
+"""One apply per output dir: a lock file naming its holder (pid, host, since).
+
+Created with O_CREAT | O_EXCL, so two applies racing cannot both win. A lock whose
+process is gone (same host, pid not alive) is reported as stale and can be broken
+with --break-lock; a lock held from another host is never judged dead from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+LOCK_FILE = ".gpuplan.lock"
+
+
+class LockError(Exception):
+    def __init__(self, message: str):
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    host: str
+    since: str
+
+    def alive(self) -> bool | None:
+        """True/False on this host; None when the holder is on another host (cannot tell)."""
+        if self.host != socket.gethostname():
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def read_holder(output_dir: str) -> Holder | None:
+    try:
+        with open(os.path.join(output_dir, LOCK_FILE), encoding="utf-8") as f:
+            d = json.load(f)
+        return Holder(int(d["pid"]), str(d["host"]), str(d["since"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return Holder(-1, "?", "?")  # unreadable: treat as held by an unknown process
+
+
+class RunLock:
+    """Context manager: `with RunLock(dir, break_stale=False): ...`."""
+
+    def __init__(self, output_dir: str, *, break_stale: bool = False):
+        self.path = os.path.join(output_dir, LOCK_FILE)
+        self.output_dir = output_dir
+        self.break_stale = break_stale
+        self.held = False
+
+    def acquire(self) -> None:
+        os.makedirs(self.output_dir, exist_ok=True)
+        me = {"pid": os.getpid(), "host": socket.gethostname(),
+              "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = read_holder(self.output_dir)
+                if holder is None:
+                    continue  # released between our open and read: try again
+                alive = holder.alive()
+                who = f"pid {holder.pid} on {holder.host} since {holder.since}"
+                if alive is False and self.break_stale:
+                    os.unlink(self.path)
+                    continue
+                if alive is False:
+                    raise LockError(f"{self.output_dir} is locked by {who}, which is no longer running "
+                                    "(a crashed apply): rerun with --break-lock to take it over")
+                raise LockError(f"{self.output_dir} is in use by another apply: {who}. "
+                                "Wait for it, or stop it; two runs must not write one output dir")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(me, f)
+                f.flush()
+                os.fsync(f.fileno())
+            self.held = True
+            return
+        raise LockError(f"could not lock {self.output_dir}")
+
+    def release(self) -> None:
+        if self.held:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.held = False
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

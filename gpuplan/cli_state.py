@@ -1,0 +1,111 @@
+"""The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, show.
+
+Reads files (the spec, gpuplan-state.json) and probes the device; the decisions
+themselves are pure functions in gpuplan.plan.fingerprint and gpuplan.plan.drift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpuplan.plan.drift import diff_plans
+from gpuplan.plan.fingerprint import stale_reasons
+from gpuplan.plan.types import Diagnostic, Plan, PlanError
+from gpuplan.render.text import toml_value
+
+STATE_FILE = "gpuplan-state.json"
+
+
+def load_state(output_dir: str | Path) -> dict[str, Any] | None:
+    """The last apply's state in output_dir; None if never applied; PlanError if corrupt."""
+    path = Path(output_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or "plan" not in state or "settings" not in state["plan"]:
+            raise ValueError("no plan in it")
+        return state
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise PlanError([Diagnostic(
+            "error", "output.dir", f"{path} is corrupt ({e})",
+            fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched")]) from None
+
+
+def check_saved_plan(plan: Plan, detect) -> None:
+    """Refuse a saved plan that no longer matches the spec, the hardware or the packages."""
+    from gpuplan.plan.environment import local_environment
+
+    spec_hash = None
+    if plan.spec_path:
+        try:
+            spec_hash = hashlib.sha256(Path(plan.spec_path).read_bytes()).hexdigest()
+        except OSError:
+            spec_hash = None
+    hardware_now = None
+    if plan.hardware.get("vendor") != "cpu":
+        hardware_now = detect().to_dict()
+    reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
+                            environment_now=local_environment())
+    if reasons:
+        raise PlanError([Diagnostic("error", None, "stale plan: " + "; ".join(reasons),
+                                    fix=f"plan again: gpuplan plan {plan.spec_path or 'SPEC'} --out PLAN.json")])
+
+
+def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
+    """{status, finished_at, changes: [{key, before, after}]} against the last apply, or None."""
+    state = load_state(plan.value("output.dir"))
+    if state is None:
+        return None
+    changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(state["plan"], plan.to_dict())]
+    return {"status": state.get("status"), "finished_at": state.get("finished_at"),
+            "started_at": state.get("started_at"), "changes": changes}
+
+
+def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
+    if drift is None:
+        return [f"No apply recorded in {output_dir}: everything above is new."]
+    when = drift.get("finished_at") or drift.get("started_at")
+    head = f"Since the last apply in {output_dir} ({drift.get('status')}, {when}):"
+    if not drift["changes"]:
+        return [head, "  no changes."]
+    return [head] + [f"  ~ {c['key']} = {toml_value(c['before'])} -> {toml_value(c['after'])}" for c in drift["changes"]]
+
+
+def show(target: str) -> tuple[dict[str, Any], str]:
+    """A saved plan or a run's state: (JSON-ready dict, text)."""
+    from gpuplan.render.text import gib, render_plan
+
+    path = Path(target)
+    if path.is_dir():
+        state = load_state(path)
+        if state is None:
+            raise PlanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
+                                        fix="give a saved plan (.json) or a run's output dir")])
+        p, r = state.get("progress", {}), state.get("results", {}) or {}
+        plan = state["plan"]
+        lines = [f"Run in {path}: {state.get('status')}",
+                 f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
+                 f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen"]
+        if state.get("error"):
+            lines.append(f"  error: {state['error']}")
+        measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
+        if measured:
+            lines.append(f"  peak memory {gib(measured)} measured, {gib(plan['memory'].get('allocated_peak_bytes'))} planned")
+        if r.get("tokens_per_second"):
+            planned = plan.get("throughput", {}).get("tokens_per_second")
+            lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
+        if r.get("train_loss_first") is not None:
+            lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
+        return state, "\n".join(lines) + "\n\n" + render_plan(plan)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        Plan.from_dict(data)
+    except FileNotFoundError:
+        raise PlanError([Diagnostic("error", None, f"{path}: no such file or directory")]) from None
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise PlanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})")]) from None
+    return data, render_plan(data)
