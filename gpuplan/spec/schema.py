@@ -31,7 +31,7 @@ class ModelSpec(_Section):
         None, description="Local model directory (config.json + safetensors weights) to fine-tune."
     )
     from_scratch: bool = Field(False, description="Random init from the config instead of loading weights.")
-    task: Task = Field("causal-lm", description="causal-lm | seq-cls | masked-lm")
+    task: Task = Field("causal-lm", description="causal-lm, seq-cls or masked-lm.")
     num_labels: int | None = Field(None, ge=2, le=100_000, description="Number of classes (seq-cls).")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Weights at load; float32 keeps fp32 master weights under AMP."
@@ -72,10 +72,11 @@ class HardwareSpec(_Section):
 
 
 class DataSpec(_Section):
-    train_files: list[str] = Field(default_factory=list, max_length=10_000, description="text|jsonl|json|csv|parquet")
-    eval_files: list[str] = Field(default_factory=list, max_length=10_000)
+    train_files: list[str] = Field(default_factory=list, max_length=10_000,
+                                   description="Training data: .txt, .jsonl, .json, .csv or .parquet, relative to the spec.")
+    eval_files: list[str] = Field(default_factory=list, max_length=10_000, description="Evaluation data, same formats.")
     eval_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Hold out this fraction of train for eval.")
-    text_field: str = Field("text", min_length=1, max_length=200)
+    text_field: str = Field("text", min_length=1, max_length=200, description="Column holding the text.")
     label_field: str | None = Field(None, min_length=1, max_length=200, description="Label column (seq-cls).")
     seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence.")
     packing: Union[bool, Auto] = Field("auto", description="Pack documents into seq_len blocks (LM tasks).")
@@ -85,44 +86,45 @@ class TrainingSpec(_Section):
     effective_batch_size: int | None = Field(
         None, ge=1, le=2**24, description="Sequences per optimizer step, all GPUs."
     )
-    per_device_train_batch_size: BatchOrAuto = "auto"
-    per_device_eval_batch_size: BatchOrAuto = "auto"
-    gradient_accumulation_steps: BatchOrAuto = "auto"
+    per_device_train_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU per forward; auto: largest that fits.")
+    per_device_eval_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU in evaluation; auto: the train batch.")
+    gradient_accumulation_steps: BatchOrAuto = Field("auto", description="Micro-batches per optimizer step; auto: holds the effective batch.")
     gradient_checkpointing: Union[bool, Auto] = Field("auto", description="Recompute activations (~20% slower).")
-    bf16: Union[bool, Auto] = "auto"
-    fp16: Union[bool, Auto] = "auto"
-    tf32: Union[bool, Auto] = "auto"
+    bf16: Union[bool, Auto] = Field("auto", description="bf16 mixed precision; auto: on Ampere and newer.")
+    fp16: Union[bool, Auto] = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
+    tf32: Union[bool, Auto] = Field("auto", description="TF32 matmuls for fp32; auto: on Ampere and newer.")
     optim: str = Field("auto", min_length=1, max_length=100, description="A transformers OptimizerNames value.")
-    learning_rate: float = Field(5e-5, gt=0, le=10)
-    max_steps: int | None = Field(None, ge=1, le=2**31)
-    num_train_epochs: float = Field(3.0, gt=0, le=1e6)
-    lr_scheduler_type: Literal[SCHEDULER_TYPES] = "linear"  # type: ignore[valid-type]
-    warmup_steps: int = Field(0, ge=0, le=2**31)
+    learning_rate: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
+    max_steps: int | None = Field(None, ge=1, le=2**31, description="Optimizer steps; overrides num_train_epochs.")
+    num_train_epochs: float = Field(3.0, gt=0, le=1e6, description="Passes over the data when max_steps is unset.")
+    lr_scheduler_type: Literal[SCHEDULER_TYPES] = Field("linear", description="A transformers SchedulerType.")  # type: ignore[valid-type]
+    warmup_steps: int = Field(0, ge=0, le=2**31, description="Linear warmup, in optimizer steps.")
     warmup_ratio: float | None = Field(None, ge=0, lt=1, description="Warmup as a fraction of max_steps.")
-    weight_decay: float = Field(0.0, ge=0, le=10)
-    max_grad_norm: float = Field(1.0, ge=0, le=1e6)
-    logging_steps: int = Field(10, ge=1, le=2**31)
-    save_steps: int = Field(500, ge=1, le=2**31)
-    save_total_limit: int | None = Field(None, ge=1, le=10_000)
-    eval_steps: int | None = Field(None, ge=1, le=2**31)
-    seed: int = Field(42, ge=0, le=2**32 - 1)
-    dataloader_pin_memory: Union[bool, Auto] = "auto"
-    dataloader_num_workers: WorkersOrAuto = "auto"
-    torch_compile: bool = False
-    torch_compile_backend: Literal[COMPILE_BACKENDS] | None = None  # type: ignore[valid-type]
-    torch_compile_mode: Literal[COMPILE_MODES] | None = None  # type: ignore[valid-type]
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="Gradient clipping norm; 0 = off.")
+    logging_steps: int = Field(10, ge=1, le=2**31, description="Log (and write metrics.jsonl) every N steps.")
+    save_steps: int = Field(500, ge=1, le=2**31, description="Checkpoint every N steps.")
+    save_total_limit: int | None = Field(None, ge=1, le=10_000, description="Keep at most N checkpoints.")
+    eval_steps: int | None = Field(None, ge=1, le=2**31, description="Evaluate every N steps (needs eval data).")
+    seed: int = Field(42, ge=0, le=2**32 - 1, description="Seed for init and data order.")
+    dataloader_pin_memory: Union[bool, Auto] = Field("auto", description="Pinned host memory; auto: on with CUDA.")
+    dataloader_num_workers: WorkersOrAuto = Field("auto", description="Data loading processes; auto: from the CPU count.")
+    torch_compile: bool = Field(False, description="torch.compile the model.")
+    torch_compile_backend: Literal[COMPILE_BACKENDS] | None = Field(None, description="torch._dynamo backend; default inductor.")  # type: ignore[valid-type]
+    torch_compile_mode: Literal[COMPILE_MODES] | None = Field(None, description="torch.compile mode.")  # type: ignore[valid-type]
     torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
 
 
 class DistributedSpec(_Section):
-    strategy: Literal["auto", "none", "ddp", "fsdp", "deepspeed"] = "auto"
-    fsdp_sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = "full_shard"
-    fsdp_cpu_offload: bool = False
-    zero_stage: Union[Literal[1, 2, 3], Auto] = "auto"
-    offload_optimizer: bool = False
-    offload_params: bool = False
-    master_addr: str | None = Field(None, max_length=255)
-    master_port: int = Field(29500, ge=1, le=65535)
+    strategy: Literal["auto", "none", "ddp", "fsdp", "deepspeed"] = Field(
+        "auto", description="Data parallel engine for several GPUs; auto: the cheapest that fits.")
+    fsdp_sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = Field("full_shard", description="FSDP sharding strategy.")
+    fsdp_cpu_offload: bool = Field(False, description="FSDP: parameters and gradients offloaded to host RAM.")
+    zero_stage: Union[Literal[1, 2, 3], Auto] = Field("auto", description="DeepSpeed ZeRO stage.")
+    offload_optimizer: bool = Field(False, description="DeepSpeed: optimizer states in host RAM.")
+    offload_params: bool = Field(False, description="DeepSpeed ZeRO-3: parameters in host RAM.")
+    master_addr: str | None = Field(None, max_length=255, description="Rendezvous host for several nodes.")
+    master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port.")
 
 
 class OutputSpec(_Section):
