@@ -1,0 +1,27 @@
+"""The README documents every spec key and the commands; the CHANGELOG follows Keep a Changelog."""
+
+from pathlib import Path
+
+from gpuplan.spec.schema import SECTIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_spec_reference_lists_every_key():
+    readme = (ROOT / "README.md").read_text()
+    for section, cls in SECTIONS.items():
+        assert f"**[{section}]**" in readme
+        for name in cls.model_fields:
+            assert f"| `{name}` |" in readme, f"{section}.{name} missing from the README spec reference"
+
+
+def test_readme_has_setup_and_test_commands_that_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    assert "pip install torch==2.13.0" in readme and "torch==2.13.0" in ci
+
+
+def test_changelog_has_unreleased_section():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in text and "Keep a Changelog" in text
