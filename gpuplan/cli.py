@@ -26,6 +26,8 @@ EXAMPLES = {
     "schema": "example: gpuplan schema > gpuplan.schema.json",
     "gpus": "example: gpuplan gpus",
     "show": "example: gpuplan show runs/tiny   (or: gpuplan show run.plan.json --json)",
+    "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
+    "fmt": "example: gpuplan fmt --check specs/*.toml",
 }
 
 
@@ -68,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
+
+    init = cmd("init", "Write a commented starter spec for a model config and a GPU.")
+    init.add_argument("model_config", metavar="MODEL_CONFIG", help="a config.json, or a model directory holding one")
+    init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
+    init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
+    init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")
+    init.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+    fmt = cmd("fmt", "Lay out specs in schema order, keeping comments and values.")
+    fmt.add_argument("specs", nargs="+", metavar="SPEC", help='spec files; "-" reads stdin and writes stdout')
+    fmt.add_argument("--check", action="store_true", help="write nothing; list the files fmt would change, exit 1 if any")
     return p
 
 
@@ -183,13 +196,58 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_init(args) -> int:
+    from gpuplan.spec.starter import starter_spec
+
+    out = Path(args.out)
+    if (out.exists() or out.is_symlink()) and not args.force:
+        raise UserError(f"{out} already exists; use --force to overwrite it, or --out to write another file")
+    text = starter_spec(Path(args.model_config), args.gpu, task=args.task, spec_dir=out.resolve().parent)
+    write_atomic(out, text)
+    print(f"Wrote {out}; set data.train_files, then: gpuplan plan {out}")
+    return 0
+
+
+def cmd_fmt(args) -> int:
+    from gpuplan.spec.fmt import format_spec_text, read_spec_text
+
+    if "-" in args.specs:
+        if len(args.specs) > 1:
+            raise UserError('"-" (stdin) cannot be combined with files')
+        text = sys.stdin.read()
+        out = format_spec_text(text, source="<stdin>")
+        if args.check:
+            if out != text:
+                print("<stdin>")
+            return int(out != text)
+        sys.stdout.write(out)
+        return 0
+    changed, errors = [], []
+    for path in args.specs:
+        try:
+            text = read_spec_text(path)
+            out = format_spec_text(text, source=path)
+        except PlanError as e:  # report every file's problem, format the others
+            errors.extend(e.diagnostics)
+            continue
+        if out != text:
+            changed.append(path)
+            if not args.check:
+                write_atomic(path, out)
+            print(path)
+    if errors:
+        raise PlanError(errors)
+    return int(args.check and bool(changed))
+
+
 def cmd_apply(args) -> int:
     from gpuplan.cli_apply import run_apply
 
     return run_apply(args, make_plan=make_plan, style=_style(args, sys.stdout), detect=_detect)
 
 
-COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus}
+COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
+            "init": cmd_init, "fmt": cmd_fmt}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

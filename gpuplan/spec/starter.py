@@ -1,0 +1,253 @@
+"""`gpuplan init`: a commented starter spec for one model config and one GPU.
+
+The keys, their order, defaults and comments come from the schema (Spec, SECTIONS,
+model_fields, descriptions), so the starter follows the schema when it changes; the
+tables below only add what the schema does not say (a comment for an undescribed key,
+an example for a key without a default). Values that change the training itself
+(seq_len, effective batch, dtype) are starting points the comments explain.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from pydantic.fields import FieldInfo
+
+from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
+from gpuplan.hardware.profile import GIB, GPUProfile
+from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
+from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.spec.schema import SECTIONS
+
+SEQ_LEN_CAP = 2048  # longer contexts are a deliberate choice, not a starting point
+TOKENS_PER_STEP = 2**17  # ~131k tokens per optimizer step: a common fine-tuning scale
+SEQ_CLS_BATCH = 32  # Devlin et al. 2019 (BERT), appendix A.3: fine-tuning batch 16 or 32
+# fp32 weights 4 + fp32 grads 4 + AdamW exp_avg and exp_avg_sq 8 bytes per parameter
+# (DESIGN.md "Memory model"; ZeRO paper, Rajbhandari et al. 2020, section 3.1).
+FP32_ADAMW_BYTES_PER_PARAM = 16
+
+SECTION_COMMENTS = {
+    "model": "What to train: the architecture, where weights come from, the task.",
+    "hardware": "Where it runs. gpuplan plans for this GPU; it need not be the machine you plan on.",
+    "data": "What it reads.",
+    "training": 'How it trains, in TrainingArguments names. "auto": gpuplan decides, and the plan says why.',
+    "distributed": "More than one GPU or node.",
+    "output": "Where the run writes checkpoints and its state.",
+}
+
+# Comments for fields the schema leaves undescribed (none at present; a description wins).
+KEY_COMMENTS: dict[str, str] = {}
+
+# Keys written active; every other key is written commented out.
+ACTIVE = {
+    "model": ("config", "task", "dtype", "attn_implementation", "trust_remote_code"),
+    "hardware": ("gpu", "count", "nodes"),
+    "data": ("train_files", "text_field", "seq_len", "packing"),
+    "training": ("effective_batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "gradient_checkpointing", "bf16", "fp16", "tf32", "optim", "learning_rate", "max_steps",
+                 "lr_scheduler_type", "logging_steps", "save_steps", "seed", "dataloader_pin_memory",
+                 "dataloader_num_workers", "torch_compile"),
+    "distributed": ("strategy",),
+    "output": ("dir",),
+}
+
+# Shown (commented out) for keys whose default is None or whose default says little.
+EXAMPLES: dict[str, Any] = {
+    "model.config": "models/my-model.json",
+    "model.name_or_path": "/models/my-model",
+    "model.from_scratch": True,
+    "model.num_labels": 2,
+    "hardware.memory_gib": 80,
+    "hardware.host_memory_gib": 256,
+    "hardware.cpu_count": 32,
+    "data.eval_files": ["data/eval.jsonl"],
+    "data.eval_fraction": 0.05,
+    "data.label_field": "label",
+    "training.warmup_ratio": 0.03,
+    "training.save_total_limit": 2,
+    "training.eval_steps": 500,
+    "training.torch_compile_backend": "inductor",
+    "training.torch_compile_mode": "default",
+    "distributed.master_addr": "10.0.0.1",
+}
+
+
+def starter_spec(model_config: Path, gpu: str, *, task: str = "causal-lm", spec_dir: Path) -> str:
+    """A commented spec (format 1) for `model_config` (config.json or model directory) on `gpu`.
+
+    `gpu` is a catalog name (forgiving: "a100 80gb"), "auto" or "cpu". The model path is
+    written relative to `spec_dir`, where the spec will live. Raises PlanError for an
+    unknown GPU, an unreadable model config or a task the model cannot do.
+    """
+    model_config = Path(model_config)
+    tasks = typing.get_args(SECTIONS["model"].model_fields["task"].annotation)
+    if task not in tasks:
+        raise PlanError([Diagnostic("error", "model.task", f"task {task!r}: not a task gpuplan knows; "
+                                    f"allowed: {', '.join(tasks)}", fix=f"use --task {tasks[0]}")])
+    profile = _gpu(gpu)
+    try:
+        config = read_config(model_config)
+    except ModelConfigError as e:
+        raise PlanError([Diagnostic("error", "model.config", f"model config: {e}",
+                                    fix="give the path of a config.json or of a model directory")]) from None
+    facts = _facts(config, task)
+    values, notes = _values(model_config, profile, gpu, task, config, facts, Path(spec_dir))
+    name = _model_name(model_config)
+    where = profile.name if profile is not None else gpu
+    lines = [
+        f"# gpuplan spec (format 1) for {name} on {where}, written by `gpuplan init`.",
+        '# "auto" asks gpuplan to decide; `gpuplan plan <this file>` shows every decision and the memory.',
+        "# Commented-out keys are rarely needed; each shows its default or an example.",
+    ]
+    for section, model in SECTIONS.items():
+        lines += ["", f"# {SECTION_COMMENTS.get(section, section)}", f"[{section}]"]
+        rows = []  # (note line above or None, key line, comment)
+        for key, info in model.model_fields.items():
+            full = f"{section}.{key}"
+            active = full in values
+            value = values[full] if active else _example(full, info)
+            text = f"{key} = {_toml(value)}" if active else f"# {key} = {_toml(value)}"
+            rows.append((notes.get(full), text, _comment(full, info)))
+        width = min(max(len(t) for _, t, _ in rows) + 2, 44)
+        for note, text, comment in rows:
+            if note:
+                lines.append(f"# {note}")
+            lines.append(f"{text:<{width}}# {comment}" if len(text) < width else f"{text}  # {comment}")
+    return "\n".join(lines) + "\n"
+
+
+def _gpu(gpu: str) -> GPUProfile | None:
+    if gpu == "auto":
+        return None
+    try:
+        return lookup(gpu)
+    except (UnknownGPUError, AmbiguousGPUError) as e:
+        raise PlanError([Diagnostic("error", "hardware.gpu", f"--gpu {gpu!r}: {e}",
+                                    fix='run `gpuplan gpus` for the catalog, or use --gpu auto')]) from None
+
+
+def _facts(config: dict[str, Any], task: str):
+    """Facts for an architecture gpuplan counts without torch; None for others (plan still works)."""
+    try:
+        return model_facts(config, task, allow_meta_fallback=False)
+    except ModelConfigError as e:
+        if "no analytic parameter count" in str(e):
+            return None
+        raise PlanError([Diagnostic("error", "model.task", f"model.task = {task!r}: {e}")]) from None
+
+
+def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any],
+            facts, spec_dir: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The active keys' values, and a note for each value the starter chose for this model."""
+    values: dict[str, Any] = {}
+    for section, keys in ACTIVE.items():
+        for key in keys:
+            values[f"{section}.{key}"] = _default(SECTIONS[section].model_fields[key])
+    notes: dict[str, str] = {}
+    rel = _relative(model_config, spec_dir)
+    if model_config.is_dir():  # a model directory: fine-tune its weights
+        del values["model.config"]
+        values["model.name_or_path"] = rel
+    else:
+        values["model.config"] = rel
+    values["model.task"] = task
+    values["hardware.gpu"] = profile.name if profile is not None else gpu
+    if task == "seq-cls":
+        values["model.num_labels"] = 2
+        values["data.label_field"] = "label"
+    maxpos = facts.max_position_embeddings if facts is not None else _config_positions(config)
+    seq_len = values["data.seq_len"]
+    if maxpos:
+        # A power of two: roberta's 514 positions hold 512 tokens (two are padding offsets).
+        seq_len = 2 ** (min(maxpos, SEQ_LEN_CAP).bit_length() - 1)
+        notes["data.seq_len"] = (f"Starter value: the model has {maxpos} positions; the largest power of two"
+                                 f" up to that, at most {SEQ_LEN_CAP}.")
+    values["data.seq_len"] = seq_len
+    if task == "seq-cls":
+        values["training.effective_batch_size"] = SEQ_CLS_BATCH
+        notes["training.effective_batch_size"] = "Starter value: BERT's fine-tuning batch (16 or 32)."
+    else:
+        values["training.effective_batch_size"] = max(8, min(256, TOKENS_PER_STEP // seq_len))
+        notes["training.effective_batch_size"] = (f"Starter value: about {TOKENS_PER_STEP // 1024}k tokens"
+                                                  " per step at this seq_len.")
+    values["training.max_steps"] = 1000
+    values["output.dir"] = f"runs/{_model_name(model_config)}"
+    if facts is not None and profile is not None and profile.bf16:
+        need = facts.n_params * FP32_ADAMW_BYTES_PER_PARAM
+        usable = profile.memory_bytes * (1 - SECTIONS["hardware"].model_fields["headroom"].default)
+        if need > usable:
+            values["model.dtype"] = "bfloat16"
+            notes["model.dtype"] = (f"Starter value: fp32 weights + grads + AdamW would need {need / GIB:.0f} GiB"
+                                    f" of the {usable / GIB:.0f} GiB usable on {profile.name}.")
+    return values, notes
+
+
+def _model_name(model_config: Path) -> str:
+    """llama-3.1-8b for models/llama-3.1-8b.json, my-model for my-model/ or my-model/config.json."""
+    return model_config.parent.name if model_config.name == "config.json" else model_config.stem
+
+
+def _config_positions(config: dict[str, Any]) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _relative(path: Path, spec_dir: Path) -> str:
+    """`path` relative to the spec's directory (the pair moves together), absolute when they share only the root."""
+    target, base = path.resolve(), spec_dir.resolve()
+    try:
+        if Path(os.path.commonpath([target, base])) == Path(target.anchor):
+            return target.as_posix()
+        return Path(os.path.relpath(target, base)).as_posix()
+    except ValueError:  # another drive on Windows
+        return target.as_posix()
+
+
+def _default(info: FieldInfo) -> Any:
+    return info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+
+
+def _example(full: str, info: FieldInfo) -> Any:
+    if full in EXAMPLES:
+        return EXAMPLES[full]
+    return _default(info)
+
+
+def _toml(value: Any) -> str:
+    if value is None:  # TOML has no null: every key without a default needs an EXAMPLES entry
+        raise ValueError("no value to show; add the key to EXAMPLES")
+    return tomlkit.item(value).as_string()
+
+
+def _comment(full: str, info: FieldInfo) -> str:
+    text = info.description or KEY_COMMENTS.get(full, "")
+    options = _literal_options(info.annotation)
+    shown = [str(o).lower() if isinstance(o, bool) else str(o) for o in options]
+    if shown and len(shown) <= 6 and not all(o in text for o in shown):
+        text = f"{text.rstrip('.')}. One of {' | '.join(shown)}."
+    return text.strip()
+
+
+def _literal_options(annotation: Any) -> list[Any]:
+    """The values of a Literal (or Optional[Literal]) type; [] when other types are allowed too."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                continue
+            inner = _literal_options(arg)
+            if not inner:
+                return []
+            out += inner
+        return out
+    return []

@@ -1,0 +1,89 @@
+"""`gpuplan init` and `gpuplan fmt` as a user runs them: a real subprocess, files, exit codes."""
+
+import subprocess
+import sys
+import tomllib
+
+from planning import MODELS
+
+
+def gpuplan(*args, cwd=None, stdin=None):
+    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, input=stdin, timeout=120)
+
+
+def test_init_writes_a_spec_that_plans_then_refuses_to_overwrite(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "gpt2.json").write_text((MODELS / "gpt2.json").read_text())
+    r = gpuplan("init", "models/gpt2.json", "--gpu", "t4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    spec = tmp_path / "gpuplan.toml"
+    assert "gpuplan plan gpuplan.toml" in r.stdout
+    raw = tomllib.loads(spec.read_text())
+    assert raw["hardware"]["gpu"] == "T4"
+    assert raw["model"]["config"] == "models/gpt2.json"  # relative to the spec: plans from anywhere
+    r = gpuplan("plan", spec, "--no-color", cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert "Plan: " in r.stdout
+
+    before = spec.read_text()
+    r = gpuplan("init", MODELS / "opt-125m.json", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "already exists" in r.stderr and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert spec.read_text() == before
+    r = gpuplan("init", MODELS / "opt-125m.json", "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(spec.read_text())["hardware"]["gpu"] == "auto"  # --gpu defaults to auto
+    assert not list(tmp_path.glob(".*tmp*"))  # the atomic write left no temporary file
+
+
+def test_init_out_task_and_errors(tmp_path):
+    out = tmp_path / "specs" / "cls.toml"
+    out.parent.mkdir()
+    r = gpuplan("init", MODELS / "bert-base-uncased.json", "--gpu", "A10G", "--task", "seq-cls", "--out", out)
+    assert r.returncode == 0, r.stderr
+    raw = tomllib.loads(out.read_text())
+    assert raw["model"]["task"] == "seq-cls"
+    assert (out.parent / raw["model"]["config"]).resolve() == (MODELS / "bert-base-uncased.json").resolve()
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "H1000", "--out", tmp_path / "x.toml")
+    assert r.returncode == 1
+    assert "unknown GPU 'H1000'" in r.stderr and "Did you mean" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.toml").exists()
+    r = gpuplan("init", tmp_path / "none.json", "--out", tmp_path / "y.toml")
+    assert r.returncode == 1 and "file not found" in r.stderr
+
+
+def test_fmt_check_rewrite_and_stdin(tmp_path):
+    messy = tmp_path / "messy.toml"
+    messy.write_text('[training]\nseed=1\n# the model\n[model]\nconfig = "c"\n')
+    tidy = tmp_path / "tidy.toml"
+    tidy.write_text('[model]\nconfig = "c"\n')
+    r = gpuplan("fmt", "--check", messy, tidy)
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == [str(messy)]
+    assert messy.read_text().startswith("[training]")  # --check writes nothing
+
+    r = gpuplan("fmt", messy, tidy)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [str(messy)]
+    assert messy.read_text() == '# the model\n[model]\nconfig = "c"\n\n[training]\nseed = 1\n'
+    assert gpuplan("fmt", "--check", messy, tidy).returncode == 0
+
+    r = gpuplan("fmt", "-", stdin='[output]\ndir="d"\n[model]\nconfig="c"\n')
+    assert r.returncode == 0 and r.stdout == '[model]\nconfig = "c"\n\n[output]\ndir = "d"\n'
+    r = gpuplan("fmt", "--check", "-", stdin='[model]\nconfig = "c"\n')
+    assert r.returncode == 0 and r.stdout == ""
+
+
+def test_fmt_invalid_toml_reports_file_line_col_and_formats_the_rest(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nconfig = \n')
+    ok = tmp_path / "ok.toml"
+    ok.write_text('[training]\nseed = 1\n[model]\nconfig = "c"\n')
+    r = gpuplan("fmt", bad, ok)
+    assert r.returncode == 1
+    assert f"{bad}:2:" in r.stderr and "invalid TOML" in r.stderr and "Traceback" not in r.stderr
+    assert ok.read_text().startswith("[model]")
+    assert bad.read_text() == '[model]\nconfig = \n'
+    r = gpuplan("fmt", "-", stdin="[model\n")
+    assert r.returncode == 1 and "<stdin>:1:" in r.stderr
