@@ -262,3 +262,9 @@ def test_every_resolved_value_has_a_source_and_changes_have_reasons(tmp_path):
 def test_unknown_gpu_name_suggests(tmp_path):
     errs = errors_of(tmp_path, spec(gpu="A1000"))
     assert errs[0].key == "hardware.gpu" and "Did you mean" in errs[0].summary
+
+
+def test_roberta_positions_exclude_the_padding_offset(tmp_path):
+    errs = errors_of(tmp_path, spec(model="roberta-base", data="seq_len = 514", extra='task = "masked-lm"'))
+    assert errs[0].key == "data.seq_len" and "512" in errs[0].fix
+    assert plan_text(tmp_path, spec(model="roberta-base", data="seq_len = 512", extra='task = "masked-lm"'))

@@ -17,6 +17,9 @@ from gpuplan.plan.graph import Rule
 
 # Families whose positions are a learned table of max_position_embeddings rows.
 LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "distilbert", "xlm-roberta", "electra", "gpt_bigcode", "biogpt"}
+# RoBERTa-style embeddings start positions after padding_idx (modeling_roberta.py
+# create_position_ids_from_input_ids): 2 of the table's rows are never usable.
+POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
 
 
 def data_checks(ctx: Resolver) -> None:
@@ -24,6 +27,8 @@ def data_checks(ctx: Resolver) -> None:
     task = ctx.spec("model.task")
     seq = ctx.spec("data.seq_len")
     maxpos = facts.max_position_embeddings
+    if maxpos is not None:
+        maxpos -= POSITION_OFFSET.get(facts.model_type, 0)
     if maxpos is not None and seq > maxpos:
         if facts.model_type in LEARNED_POSITIONS:
             ctx.error("data.seq_len", f"data.seq_len = {seq} exceeds the {maxpos} learned positions of {facts.model_type}",
