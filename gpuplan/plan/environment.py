@@ -39,8 +39,11 @@ def cuda_version(torch_version: str | None) -> str | None:
 
 
 def local_environment() -> dict[str, Any]:
+    from gpuplan.hardware.detect import host_memory_bytes  # /proc/meminfo and cgroups: no torch
+
     packages = package_versions()
     return {
+        "host_memory_bytes": host_memory_bytes(),
         "packages": packages,
         "cuda": cuda_version(packages.get("torch")),
         "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),

@@ -43,6 +43,14 @@ class Workload:
     num_labels: int = 2
     device: Literal["cuda", "cpu"] = "cuda"
     torch_empty_cache_steps: int = 0
+    # Scale-out: what the data-parallel ranks share. ZeRO (Rajbhandari et al. 2020)
+    # stage 1 shards optimizer states, stage 2 also gradients, stage 3 also parameters;
+    # FSDP SHARD_GRAD_OP ~ stage 2, FULL_SHARD ~ stage 3 (HYBRID_SHARD: within a node).
+    engine: Literal["none", "ddp", "fsdp", "deepspeed"] = "none"
+    shard_world_size: int = 1  # ranks the states are sharded over
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    offload_optimizer: bool = False  # optimizer states and step in host RAM
+    offload_params: bool = False  # parameters (and gradients) in host RAM between uses
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +71,7 @@ class MemoryEstimate:
     components: Mapping[str, int]
     method: Literal["analytic", "traced"]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    host_bytes: int = 0  # offloaded to host RAM (scale-out offload); not in the device figures
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,4 +80,5 @@ class MemoryEstimate:
             "components": {k: int(self.components.get(k, 0)) for k in COMPONENTS},
             "method": self.method,
             "notes": list(self.notes),
+            "host_bytes": self.host_bytes,
         }

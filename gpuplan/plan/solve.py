@@ -16,6 +16,7 @@ accumulation steps slow training, checkpointing costs ~20%, emptying the cache
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from gpuplan.hardware.profile import GPUProfile
@@ -36,10 +37,32 @@ SAVER_COST = {
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """How data-parallel ranks share the model states (see Workload)."""
+
+    engine: str = "none"  # none | ddp | fsdp | deepspeed
+    zero_stage: int = 0
+    shard_world_size: int = 1
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    fsdp_sharding: str | None = None  # full_shard | shard_grad_op | hybrid_shard (fsdp only)
+
+    @property
+    def label(self) -> str:
+        if self.engine == "fsdp":
+            return f"FSDP {self.fsdp_sharding}" + (" + CPU offload" if self.offload_params else "")
+        if self.engine == "deepspeed":
+            off = [n for n, on in (("optimizer", self.offload_optimizer), ("parameters", self.offload_params)) if on]
+            return f"DeepSpeed ZeRO-{self.zero_stage}" + (f" + {' and '.join(off)} offload" if off else "")
+        return {"ddp": "DDP", "none": "single device"}[self.engine]
+
+
+@dataclass(frozen=True)
 class Knobs:
     gradient_checkpointing: bool
     optim: str
     torch_empty_cache_steps: int
+    sharding: Sharding = Sharding()
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,7 @@ class FitProblem:
     auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps"
     tensor_multiple: int
     eight_bit_available: bool
+    shardings: tuple[Sharding, ...] = (Sharding(),)  # candidates, cheapest communication first
 
 
 @dataclass(frozen=True)
@@ -72,11 +96,31 @@ class FitSolution:
 
 
 def ladder(p: FitProblem) -> list[tuple[tuple[str, ...], Knobs]]:
-    """Saver sets to try, cumulative, cheapest slowdown first; only auto knobs move."""
-    k = p.fixed
+    """(savers, knobs) to try, cheapest slowdown first; only auto knobs move.
+
+    Sharding comes first: ZeRO-1/2 (FSDP SHARD_GRAD_OP) move no more data than DDP's
+    all-reduce and ZeRO-3 1.5x as much (Rajbhandari et al. 2020, section 7), usually
+    cheaper than recomputing activations. Then the memory savers on the most sharded
+    layout without offload; offload (a CPU optimizer step) last.
+    """
+    plain = [sh for sh in p.shardings if not (sh.offload_optimizer or sh.offload_params)]
+    offload = [sh for sh in p.shardings if sh.offload_optimizer or sh.offload_params]
+    steps: list[tuple[tuple[str, ...], Knobs]] = [((), dataclasses.replace(p.fixed, sharding=sh)) for sh in plain]
+    widest = plain[-1] if plain else p.shardings[-1]
+    savers = _saver_steps(p, widest)
+    steps += savers[1:]
+    last_names, last_knobs = savers[-1]
+    steps += [(last_names, dataclasses.replace(last_knobs, sharding=sh)) for sh in offload]
+    return steps
+
+
+def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...], Knobs]]:
+    """Cumulative memory savers on one sharding layout."""
+    k = dataclasses.replace(p.fixed, sharding=sharding)
     steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
     names: tuple[str, ...] = ()
-    if "optim" in p.auto and p.eight_bit_available:
+    # bitsandbytes' 8-bit states do not shard under FSDP/DeepSpeed (axolotl refuses the pair)
+    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp"):
         names += ("8-bit optimizer",)
         k = dataclasses.replace(k, optim=EIGHT_BIT)
         steps.append((names, k))
@@ -102,19 +146,34 @@ def batch_candidates(p: FitProblem) -> list[int]:
         return [p.user_batch]
     if p.user_accumulation is not None:
         return [s // p.user_accumulation]
-    return [d for d in range(s, 0, -1) if s % d == 0]
+    return divisors(s)
 
 
-def price(p: FitProblem, batch: int, knobs: Knobs) -> MemoryEstimate:
-    wl = dataclasses.replace(
+def divisors(n: int) -> list[int]:
+    """Divisors of n, largest first, in O(sqrt n): effective batches reach 2**24."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)}, reverse=True)
+
+
+def workload(p: FitProblem, batch: int, knobs: Knobs) -> Workload:
+    sh = knobs.sharding
+    return dataclasses.replace(
         p.base,
         per_device_batch=batch,
         gradient_accumulation_steps=p.samples_per_device // batch,
         gradient_checkpointing=knobs.gradient_checkpointing,
         optim=knobs.optim,
         torch_empty_cache_steps=knobs.torch_empty_cache_steps,
+        engine=sh.engine,
+        zero_stage=sh.zero_stage,
+        shard_world_size=sh.shard_world_size,
+        offload_optimizer=sh.offload_optimizer,
+        offload_params=sh.offload_params,
     )
-    return estimate_memory(p.facts, wl, p.gpu)
+
+
+def price(p: FitProblem, batch: int, knobs: Knobs) -> MemoryEstimate:
+    return estimate_memory(p.facts, workload(p, batch, knobs), p.gpu)
 
 
 def _fits(est: MemoryEstimate, p: FitProblem) -> bool:

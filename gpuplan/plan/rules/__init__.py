@@ -1,6 +1,6 @@
 """Every planning rule, one module per topic. ALL_RULES is what the planner walks."""
 
-from gpuplan.plan.rules import attention, batch, compile, data, dataloader, fit, optimizer, precision, savers
+from gpuplan.plan.rules import attention, batch, compile, data, dataloader, distributed, fit, optimizer, precision, savers
 
 ALL_RULES = (
     *precision.RULES,
@@ -12,4 +12,5 @@ ALL_RULES = (
     *batch.RULES,
     *optimizer.RULES,
     *savers.RULES,
+    *distributed.RULES,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
 
@@ -104,6 +105,7 @@ def fit(ctx: Resolver) -> None:
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
         tensor_multiple=tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32")),
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
+        shardings=sharding_candidates(ctx.spec, packages),
     )
     sol = solve(problem)
     ctx.set_internal("fit.solution", sol)
@@ -142,6 +144,8 @@ RULES = (
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps",
+            "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
+            "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
         ),
         writes=("fit.solution", "fit.problem"),
         apply=fit,
