@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
+from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
@@ -19,7 +19,9 @@ from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.memory_types import Workload
 from gpuplan.plan.rules import ALL_RULES
+from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
+from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.load import LoadedSpec, load_toml
@@ -110,14 +112,13 @@ def plan_spec(
     sol = ctx.internal["fit.solution"]
     memory = memory_section(sol, ctx.internal["fit.problem"], gpu, spec.hardware.headroom)
     final = sol.estimate
-    wl = dataclasses.replace(ctx.internal["fit.problem"].base, per_device_batch=sol.per_device_batch,
-                             gradient_accumulation_steps=sol.accumulation,
-                             gradient_checkpointing=resolved["training.gradient_checkpointing"].value,
-                             optim=resolved["training.optim"].value,
-                             torch_empty_cache_steps=resolved["training.torch_empty_cache_steps"].value)
     world = spec.hardware.count * spec.hardware.nodes
+    wl = solve_workload(ctx.internal["fit.problem"], sol.per_device_batch, sol.knobs)  # what the plan runs
     throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
                                      tf32=resolved["training.tf32"].value)
+    throughput = with_communication(throughput, communication(
+        facts, wl, gpu, count=spec.hardware.count, nodes=spec.hardware.nodes,
+        interconnect=spec.hardware.interconnect, network=spec.hardware.network, networks=load_interconnects()))
     hardware = {**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes}
     plan = Plan(
         spec_path=str(loaded.path),
@@ -131,6 +132,17 @@ def plan_spec(
         throughput=throughput,
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
+
+
+def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:
+    """Add the data-parallel communication time to the compute time of a step."""
+    compute = throughput["step_time_s"]
+    step = compute + comm["time_s"]
+    out = {**throughput, "compute_step_time_s": compute, "step_time_s": step, "communication": comm,
+           "tokens_per_second": throughput["tokens_per_step"] / step}
+    if throughput.get("max_steps"):
+        out["run_time_s"] = step * throughput["max_steps"]
+    return out
 
 
 def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> dict[str, Any]:
