@@ -1,0 +1,135 @@
+"""Traced memory estimate: real training steps of the real model under FakeTensorMode.
+
+`trace_memory` builds the transformers model from its config dict, then runs
+`steps` optimizer steps as transformers.Trainer runs them (forward under autocast,
+loss / accumulation, backward with the planned checkpointing, clip_grad_norm_, the
+planned optimizer's step, zero_grad(set_to_none=True)) on fake tensors, counting
+live storage bytes (gpuplan/trace/tracker.py). Nothing is allocated; no GPU needed.
+
+Torch and transformers are imported inside the function: the plan path stays light.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from contextlib import contextmanager, nullcontext
+from typing import Mapping
+
+from gpuplan.plan.memory_overhead import overhead_bytes
+from gpuplan.plan.memory_types import COMPONENTS, MemoryEstimate, Workload
+
+__all__ = ["trace_memory"]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@contextmanager
+def _unpacked_sequences():
+    """Tell transformers' mask builder the batch holds no packed sequences.
+
+    masking_utils.find_packed_sequence_indices reads position_ids values to detect
+    packing; on fake tensors it cannot, so it assumes packing and materializes a
+    (b, 1, s, s) mask, which also turns off SDPA's is_causal path and GQA. A real
+    run on ordinary (unpacked) batches gets None there: so do we.
+    """
+    from transformers import masking_utils
+
+    saved = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = saved
+
+
+def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
+                 compute_capability: tuple[int, int] | None = None) -> MemoryEstimate:
+    """Peak memory of `steps` training steps of the model `config` describes (method="traced")."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gpuplan.trace.cuda_ops import cuda_like_ops
+    from gpuplan.trace.build import build_model, make_batch, optimizer_for
+    from gpuplan.trace.tracker import StorageTracker
+
+    wl = workload
+    t0 = time.perf_counter()
+    rss0 = _rss_bytes()
+    notes: list[str] = []
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
+    # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
+    ops = cuda_like_ops() if wl.device == "cuda" else nullcontext()
+    with _unpacked_sequences(), ops, FakeTensorMode(allow_non_fake_inputs=True):
+        model = build_model(config, wl)
+        cfg = model.config
+        vocab = getattr(cfg, "vocab_size", 0) or 0
+        if getattr(model, "_gpuplan_note", None):
+            notes.append(model._gpuplan_note)
+        optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
+        if note:
+            notes.append(note)
+        logits_dims = (vocab,) if wl.task != "seq-cls" else ()
+        tracker = StorageTracker(logits_last_dims=logits_dims)
+        tracker.track_model(model)
+        try:
+            with tracker:
+                for step in range(steps):
+                    tracker.step_index = step
+                    for _ in range(wl.gradient_accumulation_steps):
+                        batch = make_batch(wl, vocab)
+                        tracker.phase = "forward"
+                        tracker.in_head = False
+                        if amp_dtype is not None:
+                            # CPU autocast: linear/matmul/sdpa lists match CUDA's; see notes
+                            with torch.autocast("cpu", dtype=amp_dtype):
+                                out = model(**batch)
+                        else:
+                            out = model(**batch)
+                        loss = out.loss
+                        del out
+                        if wl.gradient_accumulation_steps > 1:
+                            loss = loss / wl.gradient_accumulation_steps  # Trainer.training_step
+                        tracker.phase = "backward"
+                        loss.backward()
+                        del loss, batch
+                    tracker.phase = "optimizer"
+                    # Trainer default max_grad_norm=1.0
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    optimizer.step()
+                    tracker.scan_optimizer(optimizer)
+                    optimizer.zero_grad(set_to_none=True)
+                    tracker.phase = "idle"
+        finally:
+            tracker.close()
+    parts = tracker.peak_components()
+    allocated = tracker.peak
+    components = {k: int(parts.get(k, 0)) for k in COMPONENTS if k != "overhead"}
+    # anything not in a named part (should be none) goes to temporaries
+    components["temporaries"] += allocated - sum(components.values())
+    overhead = overhead_bytes(allocated, wl.device, compute_capability)
+    components["overhead"] = overhead
+    wall = time.perf_counter() - t0
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    notes.append(f"peak at {tracker.peak_where}")
+    if wl.device == "cuda":
+        notes.append("traced on fake CPU tensors with CPU autocast (a CPU build of torch cannot run autograd "
+                     "on fake cuda tensors); SDPA runs CUDA's flash / memory-efficient kernels' shape "
+                     "functions, dropout keeps a bool mask and AdamW runs foreach, as on CUDA "
+                     "(trace/cuda_ops.py); batches are unpacked (no padding, no packed sequences)")
+    if wl.amp == "fp16":
+        notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
+    notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB "
+                 f"(process peak {rss_peak / 2**20:.0f} MiB)")
+    return MemoryEstimate(
+        allocated_peak_bytes=int(allocated),
+        reserved_peak_bytes=int(allocated + overhead),
+        components=components,
+        method="traced",
+        notes=tuple(notes),
+    )

@@ -1,0 +1,142 @@
+"""Build the real transformers model, its inputs and its optimizer under FakeTensorMode.
+
+Everything here runs inside an active FakeTensorMode: no parameter or activation
+memory is allocated. The model is built on the CPU device: a CPU build of torch
+cannot run autograd on fake "cuda" tensors (c10 has no CUDA device guard; tried,
+it aborts in torch::autograd::InputMetadata), so the CUDA choices that matter for
+memory are made explicitly instead (see `optimizer_for` and trace/__init__.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from gpuplan.plan.memory_types import Workload
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_AUTO_CLASSES = {
+    "causal-lm": "AutoModelForCausalLM",
+    "seq-cls": "AutoModelForSequenceClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+}
+
+
+def build_config(config: Mapping[str, Any], wl: Workload):
+    from transformers import AutoConfig
+
+    d = dict(config)
+    model_type = d.pop("model_type", None)
+    if model_type is None:
+        raise ValueError("model config has no 'model_type': pass the model's config.json as a dict")
+    d.pop("architectures", None)
+    d.pop("transformers_version", None)
+    d.pop("torch_dtype", None)
+    d.pop("dtype", None)
+    try:
+        cfg = AutoConfig.for_model(model_type, **d)
+    except ValueError as e:
+        raise ValueError(f"model_type {model_type!r} is not one this transformers knows ({e}); "
+                         "trace a config whose model_type transformers supports") from e
+    if wl.task == "seq-cls":
+        cfg.num_labels = wl.num_labels
+        if getattr(cfg, "pad_token_id", None) is None:
+            cfg.pad_token_id = 0  # sequence classification of decoder models needs one
+    attn = wl.attn_implementation
+    if attn == "flash_attention_2":
+        attn = "sdpa"  # same memory shape: output + log-sum-exp per row; the package is CUDA-only
+    cfg._attn_implementation = attn
+    cfg.use_cache = False  # the Trainer trains without the KV cache
+    return cfg
+
+
+def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
+    import transformers
+
+    cfg = build_config(config, wl)
+    auto = getattr(transformers, _AUTO_CLASSES[wl.task])
+    # dtype at construction, as from_pretrained(dtype=...) loads it; .to() would try to
+    # swap fake parameters in place, which torch refuses for tensor subclasses
+    try:
+        model = auto.from_config(cfg, dtype=TORCH_DTYPES[wl.weight_dtype])
+    except ValueError as e:
+        if "attention implementation" not in str(e) or cfg._attn_implementation == "eager":
+            raise
+        # this architecture has no SDPA path in transformers: it runs eager attention
+        cfg._attn_implementation = "eager"
+        model = auto.from_config(cfg, dtype=TORCH_DTYPES[wl.weight_dtype])
+        model._gpuplan_note = f"{cfg.model_type} has no SDPA attention in this transformers: traced with eager"
+    model.train()
+    if wl.gradient_checkpointing:
+        # as the Trainer does (transformers 5.24 trainer.py: activation_checkpointing_enable,
+        # whose default kwargs are {"use_reentrant": False}); older releases: the same via
+        # gradient_checkpointing_enable
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:
+    """One micro-batch as a data collator yields it (no padding: every token is real)."""
+    b, s = wl.per_device_batch, wl.seq_len
+    ids = torch.randint(0, max(vocab_size, 2), (b, s))
+    if wl.task == "seq-cls":
+        labels = torch.randint(0, max(wl.num_labels, 2), (b,))
+    else:
+        labels = ids.clone()
+    return {"input_ids": ids, "labels": labels}
+
+
+def optimizer_for(model: torch.nn.Module, wl: Workload, cuda: bool = True) -> tuple[torch.optim.Optimizer, str | None]:
+    """The optimizer the Trainer builds for wl.optim (trainer.py create_optimizer)."""
+    from transformers import Trainer, TrainingArguments
+    from transformers.training_args import OptimizerNames
+
+    note = None
+    optim = wl.optim
+    if optim not in {o.value for o in OptimizerNames}:
+        note = f"optimizer {optim!r} is not a transformers OptimizerNames value; traced as adamw_torch"
+        optim = "adamw_torch"
+    args = TrainingArguments(output_dir="/tmp/gpuplan-trace", optim=optim, use_cpu=True, report_to=[])
+    try:
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    except (ImportError, ValueError) as e:
+        note = f"optimizer {optim!r} unavailable here ({e}); traced as adamw_torch"
+        args = TrainingArguments(output_dir="/tmp/gpuplan-trace", optim="adamw_torch", use_cpu=True, report_to=[])
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    decay = set(Trainer.get_decay_parameter_names(None, model))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
+        {"params": [p for n, p in named if n not in decay], "weight_decay": 0.0},
+    ]
+    groups = [g for g in groups if g["params"]]
+    kwargs = dict(kwargs)
+    if cuda and cls is torch.optim.AdamW and not kwargs.get("fused"):
+        # On CUDA torch picks the foreach implementation by default
+        # (torch/optim/optimizer.py _default_to_fused_or_foreach); on CPU it would not.
+        kwargs["foreach"] = True
+    if cls.__module__.startswith("bitsandbytes"):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        # its constructor builds the 256-entry quantization maps from data (.tolist()),
+        # which fake tensors cannot do: build it for real (2 KiB), trace the rest
+        with unset_fake_temporarily():
+            return _no_kernel(cls)(groups, **kwargs), note
+    return cls(groups, **kwargs), note
+
+
+def _no_kernel(cls):
+    """A bitsandbytes optimizer whose states are built by its own init_state (the real
+    layout: uint8 states, fp32 absmax per 256 values, fp32 below min_8bit_size) but whose
+    CUDA update kernel is not run: it updates in place and allocates nothing."""
+
+    class NoKernel(cls):
+        def update_step(self, group, p, gindex, pindex):
+            return None
+
+    NoKernel.__name__ = f"{cls.__name__}NoKernel"
+    return NoKernel
