@@ -58,6 +58,12 @@ def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style:
         f"  {'device total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
         f"{gib(memory.get('usable_bytes'))} usable ({memory.get('headroom', 0):.0%} headroom)"
     )
+    traced = memory.get("traced")
+    if traced:
+        lines.append(f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "
+                     f"the estimate is {traced['analytic_minus_traced_fraction']:+.1%} off it")
+        for n in traced.get("notes", []):
+            lines.append(style(f"  {n if n.startswith('trace') else 'trace: ' + n}", "dim"))
     for s in memory.get("savers", []):
         lines.append(f"  saver: {s['name']} saves {gib(s['saved_bytes'])} ({s['cost']})")
     for n in memory.get("notes", []):

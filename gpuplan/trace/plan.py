@@ -1,0 +1,35 @@
+"""`gpuplan plan --trace`: check a plan's memory figure by tracing its workload.
+
+The plan's analytic figures stay the plan's; the traced estimate is added beside
+them (memory.traced) with the difference, so a user sees how far to trust them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.modelinfo import read_config
+from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.types import Plan
+
+
+def trace_plan(plan: Plan) -> Plan:
+    from gpuplan.trace import trace_memory  # imports torch
+
+    source = plan.get("model.config") or plan.get("model.name_or_path")
+    config = read_config(source)
+    wl = Workload(**plan.memory["workload"])
+    if wl.engine != "none":
+        # A data-parallel rank runs the same micro-batch; sharding is priced analytically.
+        wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1,
+                                 offload_optimizer=False, offload_params=False)
+    if wl.gradient_accumulation_steps > 2:
+        # From the second micro-batch on, every micro-batch of a step holds the same
+        # tensors (gradients live across them), so two show the peak of any number.
+        wl = dataclasses.replace(wl, gradient_accumulation_steps=2)
+    cc = plan.hardware.get("compute_capability")
+    traced = trace_memory(config, wl, compute_capability=tuple(cc) if cc else None)
+    analytic = plan.memory["allocated_peak_bytes"]
+    diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
+    memory = {**plan.memory, "traced": {**traced.to_dict(), "analytic_minus_traced_fraction": diff}}
+    return dataclasses.replace(plan, memory=memory)
