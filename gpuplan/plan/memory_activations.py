@@ -130,6 +130,10 @@ class ActivationParts:
 def mode_of(wl: Workload) -> str:
     if wl.weight_dtype != "float32":
         return "half"
+    if wl.amp is not None and wl.engine in ("fsdp", "deepspeed"):
+        # the forward runs on 16-bit parameters: FSDP MixedPrecisionPolicy(param_dtype) gathers
+        # them, DeepSpeed casts the module (memory_sharding.py): activations as in pure 16-bit
+        return "half"
     return "amp" if wl.amp is not None else "fp32"
 
 

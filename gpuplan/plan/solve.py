@@ -220,8 +220,10 @@ def solve(p: FitProblem) -> FitSolution:
 
 
 def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> tuple[tuple[str, ...], Knobs]:
-    """Drop savers the chosen batch fits without (the last one added is always needed)."""
-    for name in names[:-1]:
+    """Drop savers the chosen batch fits without (the last one added is needed, except on an
+    offload step: the ladder turns every saver on there, so any of them may be superfluous)."""
+    offload = knobs.sharding.offload_optimizer or knobs.sharding.offload_params
+    for name in (names if offload else names[:-1]):
         without = _undo(name, knobs, p.fixed)
         if _fits(price(p, batch, without), p):
             names = tuple(n for n in names if n != name)
