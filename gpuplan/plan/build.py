@@ -155,6 +155,8 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> dict[str, 
         "headroom": headroom,
         "fits": sol.fits,
         "components": est["components"],
+        "host_bytes": est["host_bytes"],  # offloaded to host RAM, per GPU
+        "layout": sol.knobs.sharding.label,
         "savers": [{"name": n, "saved_bytes": sol.saved_bytes.get(n), "cost": SAVER_COST[n]} for n in sol.savers],
         "notes": est["notes"],
     }

@@ -47,6 +47,8 @@ def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style:
     comps = memory.get("components", {})
     name = hardware.get("name", "?")
     per = "per GPU" if hardware.get("vendor") != "cpu" else "host (CPU)"
+    if memory.get("layout") not in (None, "single device"):
+        per += f" under {memory['layout']}"
     lines = [style(f"Memory {per} ({memory.get('method', 'analytic')} estimate) on {name} with {gib(memory.get('capacity_bytes'))}:", "bold")]
     for k, v in comps.items():
         lines.append(f"  {k:<18} {gib(v):>10}")
@@ -58,6 +60,8 @@ def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style:
         f"  {'device total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
         f"{gib(memory.get('usable_bytes'))} usable ({memory.get('headroom', 0):.0%} headroom)"
     )
+    if memory.get("host_bytes"):
+        lines.append(f"  {'host RAM (offload)':<18} {gib(memory['host_bytes']):>10}   per GPU, outside the device figures")
     traced = memory.get("traced")
     if traced:
         lines.append(f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "

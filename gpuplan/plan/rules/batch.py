@@ -63,9 +63,14 @@ def split(ctx: Resolver) -> None:
     else:
         ctx.keep("training.per_device_train_batch_size")
     if not sol.on_tensor_multiple and m > 1 and sol.fits:
-        ctx.note("training.per_device_train_batch_size",
-                 f"per-device batch {b} is not a multiple of {m} (tensor cores); memory or the effective batch rules it out",
-                 fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m}")
+        if (b * a) % m == 0:  # a multiple divides the per-device samples: memory is the limit
+            ctx.note("training.per_device_train_batch_size",
+                     f"per-device batch {b} is not a multiple of {m} (tensor cores): {m} per device does not fit",
+                     fix="more GPUs or memory savers (set them to \"auto\") make room for a multiple")
+        else:
+            ctx.note("training.per_device_train_batch_size",
+                     f"per-device batch {b} is not a multiple of {m} (tensor cores): none divides the {b * a} samples per device",
+                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m}")
 
     if ctx.spec("training.gradient_accumulation_steps") == "auto":
         why = (f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}" if a > 1
