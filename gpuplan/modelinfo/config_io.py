@@ -20,9 +20,13 @@ def read_config(path: str | Path) -> dict[str, Any]:
     a top level that is not an object, or a missing/invalid model_type.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.exists():
+    try:
+        if p.is_dir():
+            p = p / "config.json"
+        exists = p.exists()
+    except OSError as exc:  # ENAMETOOLONG, EACCES ...: is_dir/exists re-raise these
+        raise ModelConfigError(p, f"cannot read the path: {exc.strerror or exc}") from None
+    if not exists:
         raise ModelConfigError(
             p,
             "file not found; point model.config at a config.json or at a model directory containing one",

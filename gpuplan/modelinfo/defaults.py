@@ -129,6 +129,12 @@ GPT2_ALIASES = {
 }
 
 
+# Layers are counted one by one (a tensor list per layer), so a hostile depth would
+# take minutes; the deepest published transformers have about 1,000 layers (DeepNet, 2022).
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+MAX_LAYERS = 4096
+
+
 class FamilyConfig:
     """A config mapping read with one family's defaults filled in.
 
@@ -171,6 +177,8 @@ class FamilyConfig:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise _bad(self.model_type, key, value, f"an integer >= {minimum}")
+        if key in LAYER_KEYS and value > MAX_LAYERS:
+            raise _bad(self.model_type, key, value, f"an integer from {minimum} to {MAX_LAYERS}")
         return value
 
     def bool(self, key: str) -> bool:

@@ -73,9 +73,14 @@ class Resolver:
         self._check_write(key)
         self.internal[key] = value
 
-    def resolve(self, key: str, value: Any, reason: str | None = None) -> None:
-        """Write the resolved value. A change from the spec value is recorded with `reason`."""
-        rule_id = self._check_write(key)
+    def resolve(self, key: str, value: Any, reason: str | None = None, rule: str | None = None) -> None:
+        """Write the resolved value. A change from the spec value is recorded with `reason`.
+
+        `rule` names a finer rule id for the Change (e.g. batch.tensor_core_multiple
+        inside batch.split); it defaults to the running rule's id.
+        """
+        rule_id = rule or self._check_write(key)
+        self._check_write(key)
         before = self.spec_settings[key]
         if value == before.value and type(value) is type(before.value):
             self.resolved[key] = before

@@ -23,6 +23,7 @@ from gpuplan.plan.types import Diagnostic, PlanError
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a spec is a few KB; refuse anything absurd before parsing
 
 _POS = re.compile(r"\(at line (\d+), column (\d+)\)")
+_EOD = "(at end of document)"
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,12 @@ def load_toml(path: str | Path) -> LoadedSpec:
     p = Path(path).expanduser()
     try:
         p = p.resolve()
+        exists, is_dir = p.exists(), p.is_dir()  # these re-raise ENAMETOOLONG, EACCES ...
     except OSError as e:
         raise _fail(p, f"cannot resolve path: {e.strerror or e}")
-    if not p.exists():
+    if not exists:
         raise _fail(p, "no such file", fix="check the path; specs are TOML files such as specs/tiny.toml")
-    if p.is_dir():
+    if is_dir:
         raise _fail(p, "is a directory, not a spec file", fix="give the path of a .toml file")
     try:
         size = p.stat().st_size
@@ -71,8 +73,11 @@ def parse_toml_text(text: str, path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         m = _POS.search(msg)
-        pos = f"{m.group(1)}:{m.group(2)}" if m else ""
-        reason = _POS.sub("", msg).strip()
+        if m:
+            pos = f"{m.group(1)}:{m.group(2)}"
+        else:  # tomllib says "(at end of document)": give the end's line:col, as for any other error
+            pos = f"{text.count(chr(10)) + 1}:{len(text) - text.rfind(chr(10))}"
+        reason = _POS.sub("", msg).replace(_EOD, "at the end of the file").strip()
         raise _fail(path, f"invalid TOML: {reason}", pos=pos)
     except RecursionError:
         raise _fail(path, "invalid TOML: nesting too deep")

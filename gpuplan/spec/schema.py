@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpuplan.spec.names import COMPILE_BACKENDS, COMPILE_MODES, SCHEDULER_TYPES
 
@@ -21,13 +21,22 @@ WorkersOrAuto = Union[Annotated[int, Field(ge=0, le=256)], Auto]
 StepsOrAuto = Union[Annotated[int, Field(ge=0, le=2**31)], Auto]
 
 
+def _no_nul(path: str) -> str:
+    if "\x00" in path:  # the OS refuses it (ValueError: embedded null byte), so refuse it here
+        raise ValueError("a path cannot contain a NUL character (\\u0000); remove it")
+    return path
+
+
+PathStr = Annotated[str, AfterValidator(_no_nul)]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
 class ModelSpec(_Section):
-    config: str | None = Field(None, description="Path to a config.json, relative to the spec file.")
-    name_or_path: str | None = Field(
+    config: PathStr | None = Field(None, description="Path to a config.json, relative to the spec file.")
+    name_or_path: PathStr | None = Field(
         None, description="Local model directory (config.json + safetensors weights) to fine-tune."
     )
     from_scratch: bool = Field(False, description="Random init from the config instead of loading weights.")
@@ -66,15 +75,15 @@ class HardwareSpec(_Section):
         None, ge=1, le=100_000, description="CPU cores per node (dataloader workers); default: this machine's."
     )
     interconnect: Literal["auto", "nvlink", "pcie"] = Field("auto", description="GPU-to-GPU link inside a node.")
-    network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g", "ethernet-25g"] = Field(
-        "auto", description="Node-to-node fabric."
+    network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g"] = Field(
+        "auto", description="Node-to-node fabric, one NIC per GPU; auto: InfiniBand NDR."
     )
 
 
 class DataSpec(_Section):
-    train_files: list[str] = Field(default_factory=list, max_length=10_000,
+    train_files: list[PathStr] = Field(default_factory=list, max_length=10_000,
                                    description="Training data: .txt, .jsonl, .json, .csv or .parquet, relative to the spec.")
-    eval_files: list[str] = Field(default_factory=list, max_length=10_000, description="Evaluation data, same formats.")
+    eval_files: list[PathStr] = Field(default_factory=list, max_length=10_000, description="Evaluation data, same formats.")
     eval_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Hold out this fraction of train for eval.")
     text_field: str = Field("text", min_length=1, max_length=200, description="Column holding the text.")
     label_field: str | None = Field(None, min_length=1, max_length=200, description="Label column (seq-cls).")
@@ -128,7 +137,7 @@ class DistributedSpec(_Section):
 
 
 class OutputSpec(_Section):
-    dir: str | None = Field(None, min_length=1, max_length=4096, description="Run directory; default runs/<spec name>.")
+    dir: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)] | None = Field(None, description="Run directory; default runs/<spec name>.")
 
 
 class Spec(_Section):

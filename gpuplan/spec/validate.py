@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
@@ -88,10 +89,18 @@ def _clean_loc(loc: tuple) -> tuple[tuple, type[BaseModel] | None, bool]:
     return tuple(path), None, True
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _dotted(path: tuple) -> str:
+    """A key path as TOML writes it: training.optim, data.train_files[0], "my key".x."""
     out = ""
     for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+        if isinstance(p, int):
+            out += f"[{p}]"
+            continue
+        part = p if _BARE_KEY.fullmatch(p) else json.dumps(p, ensure_ascii=False).replace("\x7f", "\\u007f")
+        out += f".{part}" if out else part
     return out
 
 
@@ -104,16 +113,33 @@ def _lookup(raw: Any, path: tuple) -> Any:
     return raw
 
 
+# Unknown keys reported one by one per table; the rest are counted in one diagnostic
+# (a generated spec with 100,000 stray keys must not take a minute and flood the terminal).
+MAX_UNKNOWN_PER_TABLE = 20
+
+
 def _translate(err: ValidationError, raw: Mapping[str, Any]) -> list[Diagnostic]:
     grouped: dict[tuple, list[dict]] = {}
     unknown: list[Diagnostic] = []
+    extra: dict[tuple, list] = {}  # table path -> its unknown keys
     for e in err.errors(include_url=False):
         path, holder, _ = _clean_loc(tuple(e["loc"]))
         if e["type"] == "extra_forbidden":
-            unknown.append(_unknown_key(path, holder))
+            seen = extra.setdefault(path[:-1], [])
+            seen.append(path[-1])
+            if len(seen) <= MAX_UNKNOWN_PER_TABLE:
+                unknown.append(_unknown_key(path, holder))
         else:
             grouped.setdefault(path, []).append(e)
     out = list(unknown)
+    for table, keys in extra.items():
+        if len(keys) > MAX_UNKNOWN_PER_TABLE:
+            rest = keys[MAX_UNKNOWN_PER_TABLE:]
+            where = f"[{_dotted(table)}]" if table else "the top level"
+            shown = ", ".join(_dotted((k,)) for k in rest[:5]) + (", ..." if len(rest) > 5 else "")
+            out.append(Diagnostic("error", _dotted(table + (rest[0],)),
+                                  f"{len(rest)} more unknown keys in {where} ({shown})",
+                                  fix="remove the keys the schema does not have (`gpuplan schema` lists them)"))
     for path, errs in grouped.items():
         out.append(_bad_value(path, errs, raw))
     return out
@@ -126,7 +152,7 @@ def _unknown_key(path: tuple, holder: type[BaseModel] | None) -> Diagnostic:
         known = list(SECTIONS)
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f"did you mean [{close[0]}]?" if close else "sections are " + ", ".join(f"[{s}]" for s in known)
-        return Diagnostic("error", key, f"[{name}]: unknown section; {hint}", fix=f"rename [{name}] to [{close[0]}]" if close else f"remove [{name}]")
+        return Diagnostic("error", key, f"[{key}]: unknown section; {hint}", fix=f"rename [{key}] to [{close[0]}]" if close else f"remove [{key}]")
     fields = list(holder.model_fields) if holder else []
     close = suggest_key(name, fields)
     parent = _dotted(path[:-1])
@@ -173,6 +199,9 @@ _PHRASES = (
     ("a valid number", "a number"),
     ("a valid list", "a list"),
     ("'auto'", '"auto"'),
+    ("String should have ", "a string of "),
+    ("List should have ", "a list of "),
+    (" after validation", ""),
 )
 
 

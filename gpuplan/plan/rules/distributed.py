@@ -84,14 +84,17 @@ def strategy(ctx: Resolver) -> None:
     if sh.engine == "fsdp":
         ctx.resolve("distributed.fsdp_sharding", sh.fsdp_sharding, f"{sh.label} fits" if sh.fsdp_sharding != ctx.spec("distributed.fsdp_sharding") else None)
         ctx.resolve("distributed.fsdp_cpu_offload", sh.offload_params,
-                    "nothing fits on the GPUs without offloading parameters and optimizer states to host RAM" if sh.offload_params else None)
+                    "nothing fits on the GPUs without offloading parameters and optimizer states to host RAM" if sh.offload_params
+                    else f"{sh.label} fits without offload to host RAM (offload runs the optimizer step on the CPU)")
     else:
         ctx.keep("distributed.fsdp_sharding")
         ctx.keep("distributed.fsdp_cpu_offload")
     if sh.engine == "deepspeed":
         ctx.resolve("distributed.zero_stage", sh.zero_stage, f"the lowest ZeRO stage that fits ({sh.label})")
-        ctx.resolve("distributed.offload_optimizer", sh.offload_optimizer, "ZeRO-3 alone does not fit" if sh.offload_optimizer else None)
-        ctx.resolve("distributed.offload_params", sh.offload_params, "ZeRO-3 with optimizer offload does not fit" if sh.offload_params else None)
+        ctx.resolve("distributed.offload_optimizer", sh.offload_optimizer, "ZeRO-3 alone does not fit" if sh.offload_optimizer
+                    else f"{sh.label} fits without optimizer offload")
+        ctx.resolve("distributed.offload_params", sh.offload_params, "ZeRO-3 with optimizer offload does not fit" if sh.offload_params
+                    else ("parameter offload needs ZeRO-3; " if sh.zero_stage < 3 else "") + f"{sh.label} fits without it")
     else:
         for k in KEYS[3:]:
             ctx.keep(k)
