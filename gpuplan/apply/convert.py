@@ -1,0 +1,181 @@
+"""Plan -> TrainingArguments keyword arguments and torch dtypes.
+
+This is the ONLY place where plan values become TrainingArguments fields or torch
+dtypes (DESIGN: "dtypes stay strings until the one place they are used"). The rest of
+`apply` passes these results along and never reads a `training.*` precision key itself.
+
+Field names follow transformers 5.24 `training_args.py`:
+- gradient checkpointing is `activation_checkpointing` (the `gradient_checkpointing`
+  field is a deprecated alias that warns);
+- `warmup_ratio` is gone: `warmup_steps` takes an int (steps) or a float in [0, 1);
+- `torch_empty_cache_steps` must be None or a positive int ("0 = off" is None here);
+- setting `torch_compile_backend` alone turns compile on, so it is passed only with
+  `torch_compile = true`;
+- `max_steps = -1` means "use num_train_epochs".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplan.plan.types import Plan
+
+# Weight dtype names accepted in `model.dtype`; torch attribute names.
+_TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def uses_cpu(plan: Plan) -> bool:
+    """True when the plan was made for hardware "cpu" (GPUProfile.vendor == "cpu")."""
+    return plan.hardware.get("vendor") == "cpu"
+
+
+def has_eval(plan: Plan) -> bool:
+    return bool(plan.get("data.eval_files")) or float(plan.get("data.eval_fraction") or 0.0) > 0.0
+
+
+def torch_dtype(plan: Plan) -> Any:
+    """The torch dtype to load the weights in (`model.dtype`)."""
+    import torch
+
+    name = plan.value("model.dtype")
+    if name not in _TORCH_DTYPES:
+        from .errors import ApplyError
+
+        raise ApplyError(
+            f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}; re-run `gpuplan plan` to resolve it"
+        )
+    return getattr(torch, _TORCH_DTYPES[name])
+
+
+def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
+    """Keyword arguments for `transformers.TrainingArguments`, all read from the plan.
+
+    `progress` is an execution option (the terminal), not a plan value: it only
+    switches the tqdm bar.
+    """
+    v = plan.value
+    max_steps = v("training.max_steps")
+    empty_cache = v("training.torch_empty_cache_steps")
+    compile_on = bool(v("training.torch_compile"))
+    eval_on = has_eval(plan)
+    kwargs: dict[str, Any] = {
+        "output_dir": v("output.dir"),
+        "use_cpu": uses_cpu(plan),
+        # batch (effective = per-device x accumulation x GPUs x nodes, resolved by the plan)
+        "per_device_train_batch_size": int(v("training.per_device_train_batch_size")),
+        "per_device_eval_batch_size": int(v("training.per_device_eval_batch_size")),
+        "gradient_accumulation_steps": int(v("training.gradient_accumulation_steps")),
+        # memory savers
+        "activation_checkpointing": bool(v("training.gradient_checkpointing")),
+        "torch_empty_cache_steps": int(empty_cache) if empty_cache else None,
+        # precision
+        "bf16": bool(v("training.bf16")),
+        "fp16": bool(v("training.fp16")),
+        "tf32": bool(v("training.tf32")),
+        # optimizer and schedule
+        "optim": v("training.optim"),
+        "learning_rate": float(v("training.learning_rate")),
+        "weight_decay": float(v("training.weight_decay")),
+        "max_grad_norm": float(v("training.max_grad_norm")),
+        "lr_scheduler_type": v("training.lr_scheduler_type"),
+        "warmup_steps": _warmup(plan),
+        "max_steps": int(max_steps) if max_steps is not None else -1,
+        "num_train_epochs": float(v("training.num_train_epochs")),
+        "seed": int(v("training.seed")),
+        # data preloading
+        "dataloader_pin_memory": bool(v("training.dataloader_pin_memory")),
+        "dataloader_num_workers": int(v("training.dataloader_num_workers")),
+        # compile
+        "torch_compile": compile_on,
+        "torch_compile_backend": v("training.torch_compile_backend") if compile_on else None,
+        "torch_compile_mode": plan.get("training.torch_compile_mode") if compile_on else None,
+        # logging, checkpoints, eval
+        "logging_steps": int(v("training.logging_steps")),
+        "logging_first_step": True,  # the first loss is the baseline the summary compares against
+        "save_steps": int(v("training.save_steps")),
+        "save_total_limit": v("training.save_total_limit"),
+        "eval_strategy": "steps" if eval_on else "no",
+        "eval_steps": (v("training.eval_steps") or int(v("training.logging_steps"))) if eval_on else None,
+        "report_to": "none",
+        "disable_tqdm": not progress,
+    }
+    kwargs.update(distributed_kwargs(plan))
+    return kwargs
+
+
+def _warmup(plan: Plan) -> int | float:
+    """warmup_steps, or warmup_ratio as the float in [0, 1) that 5.24's warmup_steps reads as a ratio."""
+    ratio = plan.get("training.warmup_ratio")
+    steps = int(plan.value("training.warmup_steps"))
+    if ratio is None:
+        return steps
+    if steps:
+        from .errors import ApplyError
+
+        raise ApplyError(
+            f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set; keep one"
+        )
+    return float(ratio)
+
+
+def distributed_kwargs(plan: Plan) -> dict[str, Any]:
+    """FSDP / DeepSpeed fields for `distributed.strategy`; DDP needs none (torchrun sets the ranks).
+
+    FSDP follows transformers 5.24's `fsdp=True` + `fsdp_config` (FSDP2:
+    reshard_after_forward=True is full_shard, False is shard_grad_op). DeepSpeed gets a
+    ZeRO config whose "auto" values the Trainer fills from TrainingArguments
+    (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig).
+    """
+    from .errors import ApplyError
+
+    strategy = plan.get("distributed.strategy") or "none"
+    if strategy in ("none", "ddp", "auto"):
+        return {}
+    if strategy == "fsdp":
+        sharding = plan.get("distributed.fsdp_sharding") or "full_shard"
+        if sharding not in ("full_shard", "shard_grad_op"):
+            raise ApplyError(
+                f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet; "
+                "use \"full_shard\" or \"shard_grad_op\""
+            )
+        return {
+            "fsdp": True,
+            "fsdp_config": {
+                "version": 2,
+                "reshard_after_forward": sharding == "full_shard",
+                "cpu_offload": bool(plan.get("distributed.fsdp_cpu_offload")),
+            },
+        }
+    if strategy == "deepspeed":
+        stage = plan.get("distributed.zero_stage")
+        if stage not in (1, 2, 3):
+            raise ApplyError(f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3")
+        zero: dict[str, Any] = {"stage": stage}
+        if plan.get("distributed.offload_optimizer"):
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if plan.get("distributed.offload_params"):
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        return {
+            "deepspeed": {
+                "zero_optimization": zero,
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "train_batch_size": "auto",
+                "gradient_clipping": "auto",
+                "bf16": {"enabled": "auto"},
+                "fp16": {"enabled": "auto"},
+            }
+        }
+    raise ApplyError(f"distributed.strategy = {strategy!r} is not one of none, ddp, fsdp, deepspeed")
+
+
+def training_arguments(plan: Plan, *, progress: bool = True) -> Any:
+    """`TrainingArguments` built from the plan; its own validation errors become ApplyError."""
+    from transformers import TrainingArguments
+
+    from .errors import ApplyError
+
+    try:
+        return TrainingArguments(**training_arguments_kwargs(plan, progress=progress))
+    except (ValueError, ImportError) as e:
+        raise ApplyError(f"the plan's training settings were refused by transformers: {e}") from e

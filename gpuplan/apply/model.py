@@ -1,0 +1,176 @@
+"""Load the model to fine-tune, or build it from a config to train from scratch.
+
+Reads only plan values: model.config, model.name_or_path, model.from_scratch,
+model.task, model.num_labels, model.dtype (through convert.torch_dtype),
+model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights.
+Nothing is fetched from the Hub: paths are local, `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+from gpuplan.plan.types import Plan
+
+from .convert import torch_dtype
+from .errors import ApplyError
+
+TASKS = ("causal-lm", "seq-cls", "masked-lm")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def _auto_class(task: str) -> Any:
+    import transformers
+
+    return {
+        "causal-lm": transformers.AutoModelForCausalLM,
+        "seq-cls": transformers.AutoModelForSequenceClassification,
+        "masked-lm": transformers.AutoModelForMaskedLM,
+    }[task]
+
+
+def weight_files(model_dir: str) -> tuple[list[str], list[str]]:
+    """(safetensors files, pickle-format files) in `model_dir`."""
+    names = sorted(os.listdir(model_dir))
+    safe = [n for n in names if n.endswith(".safetensors")]
+    pickled = [n for n in names if n.endswith(_PICKLE_SUFFIXES) or n.endswith(".bin.index.json")]
+    return safe, pickled
+
+
+def read_config_dict(path: str, key: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ApplyError(f"{key}: {path} does not exist; point it at a config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ApplyError(f"{key}: {path} is not readable JSON: {e}") from e
+    if not isinstance(d, dict) or "model_type" not in d:
+        raise ApplyError(f"{key}: {path} has no \"model_type\"; a transformers config.json names its architecture")
+    return d
+
+
+def build_config(plan: Plan, label_names: list[str] | None) -> Any:
+    """The config for a model built from scratch (model.config, or the model dir's config.json)."""
+    from transformers import AutoConfig
+
+    path, key = plan.get("model.config"), "model.config"
+    if path is None:
+        model_dir = plan.get("model.name_or_path")
+        if model_dir is None:
+            raise ApplyError("model.from_scratch = true needs model.config or model.name_or_path (a config.json)")
+        path, key = os.path.join(model_dir, "config.json"), "model.name_or_path"
+    d = read_config_dict(path, key)
+    model_type = d.pop("model_type")
+    d.pop("transformers_version", None)
+    try:
+        config = AutoConfig.for_model(model_type, **d)
+    except (KeyError, ValueError) as e:
+        raise ApplyError(f"{key}: model_type {model_type!r} in {path} is not known to transformers: {e}") from e
+    _set_labels(config, label_names)
+    return config
+
+
+def _set_labels(config: Any, label_names: list[str] | None) -> None:
+    if label_names is None:
+        return
+    config.num_labels = len(label_names)
+    config.id2label = {i: name for i, name in enumerate(label_names)}
+    config.label2id = {name: i for i, name in enumerate(label_names)}
+
+
+def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None) -> Any:
+    """The model in `model.dtype` with `model.attn_implementation`, checked after loading."""
+    task = plan.value("model.task")
+    if task not in TASKS:
+        raise ApplyError(f"model.task = {task!r} is not one of {list(TASKS)}")
+    if task == "seq-cls":
+        num_labels = plan.get("model.num_labels")  # None: as many as the training data has
+        if label_names is None or (num_labels is not None and len(label_names) != int(num_labels)):
+            found = "none" if label_names is None else f"{len(label_names)} ({', '.join(label_names)})"
+            raise ApplyError(
+                f"model.num_labels = {num_labels} but the training data has {found} distinct labels; "
+                f"set model.num_labels = {len(label_names or [])} or fix data.label_field"
+            )
+    else:
+        label_names = None
+    cls = _auto_class(task)
+    common = {
+        "attn_implementation": plan.value("model.attn_implementation"),
+        "dtype": torch_dtype(plan),
+        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+    }
+    try:
+        if plan.value("model.from_scratch"):
+            config = build_config(plan, label_names)
+            _check_vocab(plan, getattr(config, "vocab_size", None), tokenizer)  # before padding_idx asserts
+            model = cls.from_config(config, **common)
+        else:
+            model = _from_pretrained(plan, cls, label_names, common)
+    except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
+        raise ApplyError(f"cannot build the {task} model: {e}") from e
+    _check_loaded(plan, model, tokenizer)
+    if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
+        # Sequence classification pools the last non-pad token and needs the pad id to find it.
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common: Mapping[str, Any]) -> Any:
+    model_dir = plan.value("model.name_or_path")
+    if model_dir is None:
+        raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory")
+    if not os.path.isdir(model_dir):
+        raise ApplyError(f"model.name_or_path: {model_dir} is not a directory (config.json + *.safetensors)")
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise ApplyError(f"model.name_or_path: {model_dir} has no config.json")
+    safe, pickled = weight_files(model_dir)
+    allow_pickle = bool(plan.value("model.allow_pickle_weights"))
+    if not safe and not pickled:
+        raise ApplyError(
+            f"model.name_or_path: {model_dir} holds no weights (*.safetensors); "
+            "set model.from_scratch = true to train from its config.json"
+        )
+    if not safe and not allow_pickle:
+        raise ApplyError(
+            f"model.name_or_path: {model_dir} holds weights only in pickle format ({', '.join(pickled)}), "
+            "which can run arbitrary code when loaded. Convert them to safetensors, or set "
+            "model.allow_pickle_weights = true if you trust their source"
+        )
+    kwargs: dict[str, Any] = dict(common, local_files_only=True, use_safetensors=bool(safe))
+    if not safe:
+        kwargs["weights_only"] = False  # allowed explicitly by model.allow_pickle_weights
+    if label_names is not None:
+        kwargs.update(
+            num_labels=len(label_names),
+            id2label={i: n for i, n in enumerate(label_names)},
+            label2id={n: i for i, n in enumerate(label_names)},
+        )
+    try:
+        return cls.from_pretrained(model_dir, **kwargs)
+    except OSError as e:
+        raise ApplyError(f"model.name_or_path: cannot load {model_dir}: {e}") from e
+
+
+def _check_loaded(plan: Plan, model: Any, tokenizer: Any) -> None:
+    planned = plan.value("model.attn_implementation")
+    actual = getattr(model.config, "_attn_implementation", None)
+    if actual != planned:
+        raise ApplyError(
+            f"model.attn_implementation = {planned!r} but the model loaded with {actual!r}; "
+            "set it to one the architecture supports (\"sdpa\" or \"eager\")"
+        )
+    _check_vocab(plan, getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings,
+                 tokenizer)
+
+
+def _check_vocab(plan: Plan, vocab: int | None, tokenizer: Any) -> None:
+    if vocab is not None and len(tokenizer) > vocab:
+        raise ApplyError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {vocab}; "
+            f"set \"vocab_size\": {len(tokenizer)} (or more) in the model config"
+            + (" (masked-lm with the byte-level tokenizer needs 261: 256 bytes, 4 specials, <mask>)"
+               if plan.value("model.task") == "masked-lm" else "")
+        )

@@ -1,0 +1,126 @@
+"""Hand-built Plans for the apply tests (the executor reads only a Plan).
+
+`cpu_plan(tmp_path, **overrides)` returns a Plan for hardware "cpu" training a tiny
+Llama from scratch on the shipped corpus; override any key path with
+`cpu_plan(tmp_path, **{"training.optim": "adafactor"})`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gpuplan.plan.types import Plan, Setting
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = str(REPO / "specs" / "data" / "tiny-corpus.txt")
+SENTIMENT_CSV = str(REPO / "specs" / "data" / "sentiment.csv")
+SENTIMENT_JSONL = str(REPO / "specs" / "data" / "sentiment.jsonl")
+
+CPU_PROFILE = {
+    "name": "cpu", "vendor": "cpu", "memory_bytes": 16 * 2**30, "compute_capability": None,
+    "bf16": False, "tf32": False, "fp8": False, "peak_tflops": {"fp32": 0.5},
+    "memory_bandwidth_gbps": 20.0, "interconnect": {}, "aliases": [],
+}
+H100_PROFILE = dict(CPU_PROFILE, name="H100-80GB", vendor="nvidia", memory_bytes=80 * 2**30,
+                    compute_capability=[9, 0], bf16=True, tf32=True, fp8=True)
+
+# A Llama small enough that a training step takes milliseconds on one CPU core.
+MICRO_LLAMA = {
+    "model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 260, "max_position_embeddings": 256,
+    "pad_token_id": 256, "bos_token_id": 257, "eos_token_id": 258, "tie_word_embeddings": True,
+}
+MICRO_BERT = {
+    "model_type": "bert", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 261, "max_position_embeddings": 256, "pad_token_id": 256,
+}
+
+
+def write_config(tmp_path: Path, config: dict[str, Any], name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def defaults(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "model.config": write_config(tmp_path, MICRO_LLAMA),
+        "model.name_or_path": None,
+        "model.from_scratch": True,
+        "model.task": "causal-lm",
+        "model.num_labels": 2,
+        "model.dtype": "float32",
+        "model.attn_implementation": "sdpa",
+        "model.trust_remote_code": False,
+        "model.allow_pickle_weights": False,
+        "hardware.count": 1,
+        "hardware.nodes": 1,
+        "data.train_files": [CORPUS],
+        "data.eval_files": [],
+        "data.eval_fraction": 0.0,
+        "data.text_field": "text",
+        "data.label_field": None,
+        "data.seq_len": 64,
+        "data.packing": True,
+        "training.effective_batch_size": 8,
+        "training.per_device_train_batch_size": 8,
+        "training.per_device_eval_batch_size": 8,
+        "training.gradient_accumulation_steps": 1,
+        "training.gradient_checkpointing": False,
+        "training.bf16": False,
+        "training.fp16": False,
+        "training.tf32": False,
+        "training.optim": "adamw_torch",
+        "training.learning_rate": 3e-3,
+        "training.max_steps": 4,
+        "training.num_train_epochs": 1.0,
+        "training.lr_scheduler_type": "linear",
+        "training.warmup_steps": 0,
+        "training.weight_decay": 0.0,
+        "training.max_grad_norm": 1.0,
+        "training.logging_steps": 1,
+        "training.save_steps": 1000,
+        "training.save_total_limit": 1,
+        "training.eval_steps": None,
+        "training.seed": 0,
+        "training.dataloader_pin_memory": False,
+        "training.dataloader_num_workers": 0,
+        "training.torch_compile": False,
+        "training.torch_compile_backend": "inductor",
+        "training.torch_empty_cache_steps": 0,
+        "output.dir": str(tmp_path / "run"),
+        # keys the planner adds beyond the first contract; read with plan.get() and a default
+        "training.warmup_ratio": None,
+        "training.torch_compile_mode": None,
+        "distributed.strategy": "none",
+        "distributed.fsdp_sharding": "full_shard",
+        "distributed.fsdp_cpu_offload": False,
+        "distributed.zero_stage": "auto",
+        "distributed.offload_optimizer": False,
+        "distributed.offload_params": False,
+    }
+
+
+def cpu_plan(tmp_path: Path, hardware: dict[str, Any] | None = None, memory: dict | None = None,
+             throughput: dict | None = None, **overrides: Any) -> Plan:
+    values = defaults(tmp_path)
+    unknown = set(overrides) - set(values)
+    assert not unknown, f"not a contract key: {unknown}"
+    values.update(overrides)
+    return Plan(
+        spec_path=None,
+        spec_sha256=None,
+        hardware=hardware or CPU_PROFILE,
+        model={"name": "micro-llama"},
+        settings={k: Setting(v, "user") for k, v in values.items()},
+        memory=memory or {"allocated_peak_bytes": 50 * 2**20},
+        throughput=throughput or {"tokens_per_second": 20000.0},
+    )
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
