@@ -117,3 +117,17 @@ def test_bnb_layout_by_hand():
 def test_adafactor_layout_by_hand():
     # factored row + column for matrices, full for vectors, fp32; plus 4 bytes slack per tensor
     assert adafactor_state_bytes((("w", (300, 200)), ("b", (200,)))) == 4 * (300 + 200) + 4 * 200 + 8
+
+
+def test_eight_bit_keeps_embeddings_at_32_bit_states_as_the_trainer_does():
+    from gpuplan.modelinfo import model_facts, read_config
+    from gpuplan.plan.memory_states import bnb_state_bytes, is_embedding
+
+    from pathlib import Path
+
+    facts = model_facts(read_config(Path(__file__).parent.parent / "specs/models/llama-3.1-8b.json"))
+    emb = [(n, s) for n, s in facts.param_shapes if is_embedding(n)]
+    assert [n for n, _ in emb] == ["model.embed_tokens.weight"]
+    emb_numel = emb[0][1][0] * emb[0][1][1]
+    only_emb = bnb_state_bytes(tuple(emb), 2, True)
+    assert only_emb == 2 * 4 * emb_numel  # two fp32 states

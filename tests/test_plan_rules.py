@@ -143,10 +143,10 @@ def test_fp16_on_cpu_is_resolved_at_plan_time(tmp_path):
 
 
 # ---- optimizer ------------------------------------------------------------------------
-def test_optimizer_auto_is_fused_adamw_on_cuda_and_plain_on_cpu(tmp_path):
+def test_optimizer_auto_is_fused_adamw_on_cuda_and_cpu(tmp_path):
     assert plan_text(tmp_path, spec()).value("training.optim") == "adamw_torch_fused"
     cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64"))
-    assert cpu.value("training.optim") == "adamw_torch"
+    assert cpu.value("training.optim") == "adamw_torch_fused"
 
 
 def test_removed_optimizer_is_resolved_with_a_reason(tmp_path):

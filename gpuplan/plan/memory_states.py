@@ -70,13 +70,29 @@ def _numels(param_shapes) -> tuple[int, ...]:
     return tuple(prod(shape) if shape else 1 for _, shape in param_shapes)
 
 
+# nn.Embedding weights of the supported families (modelinfo names), tied heads included.
+EMBEDDING_MODULES = frozenset({"embed_tokens", "embed_in", "embed_positions", "wte", "wpe", "word_embeddings",
+                               "position_embeddings", "token_type_embeddings"})
+
+
+def is_embedding(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in EMBEDDING_MODULES
+
+
 @lru_cache(maxsize=512)
 def bnb_state_bytes(param_shapes: tuple, n_states: int, eight_bit: bool) -> int:
-    """Bytes of bitsandbytes optimizer states for these tensors (init_state layout)."""
+    """Bytes of bitsandbytes optimizer states for these tensors (init_state layout).
+
+    The Trainer keeps every nn.Embedding weight at 32-bit states under an 8-bit
+    optimizer (transformers trainer.py create_optimizer: GlobalOptimManager
+    register_module_override(module, "weight", {"optim_bits": 32})): for Llama-3.1-8B
+    that is 525M parameters at 8 bytes instead of ~2.
+    """
     total = 0
     any_8bit = False
-    for n in _numels(param_shapes):
-        if eight_bit and n >= BNB_MIN_8BIT_SIZE:
+    for (name, _), n in zip(param_shapes, _numels(param_shapes)):
+        if eight_bit and n >= BNB_MIN_8BIT_SIZE and not is_embedding(name):
             blocks = -(-n // BNB_BLOCK)
             total += n_states * (n + 4 * blocks)  # uint8 state + fp32 absmax per block
             any_8bit = True

@@ -122,6 +122,18 @@ def optimizer_for(model: torch.nn.Module, wl: Workload, cuda: bool = True) -> tu
     if cls.__module__.startswith("bitsandbytes"):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        if kwargs.get("optim_bits") == 8:
+            # As the Trainer does (trainer.py create_optimizer): embeddings keep 32-bit
+            # states. The manager is process-global: start it clean so overrides left by
+            # earlier optimizers in this process cannot leak into this one.
+            import bitsandbytes
+
+            manager = bitsandbytes.optim.GlobalOptimManager.get_instance()
+            manager.initialize()
+            for module in model.modules():
+                if isinstance(module, torch.nn.Embedding):
+                    manager.register_module_override(module, "weight", {"optim_bits": 32})
+
         # its constructor builds the 256-entry quantization maps from data (.tolist()),
         # which fake tensors cannot do: build it for real (2 KiB), trace the rest
         with unset_fake_temporarily():
