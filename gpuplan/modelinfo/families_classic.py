@@ -19,6 +19,19 @@ GPT_TASKS = ("causal-lm", "seq-cls")
 ENCODER_TASKS = ("causal-lm", "seq-cls", "masked-lm")
 
 
+
+def classic_dims(cfg: FamilyConfig, inner: int, *, hidden: str = "hidden_size", heads: str = "num_attention_heads",
+                 layers: str = "num_hidden_layers", positions: str = "max_position_embeddings",
+                 hidden_dropout: str, attention_dropout: str) -> Dims:
+    """Dims of a multi-head (no GQA), plain-MLP, LayerNorm family; the key names differ by family."""
+    h, n = cfg.int(hidden), cfg.int(heads)
+    check_divides(cfg, hidden, heads)
+    return Dims(hidden_size=h, num_layers=cfg.int(layers, minimum=0), num_attention_heads=n,
+                num_key_value_heads=n, head_dim=h // n, intermediate_size=inner,
+                vocab_size=cfg.int("vocab_size"), max_position_embeddings=cfg.int(positions), mlp="plain",
+                norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
+                hidden_dropout=cfg.float(hidden_dropout), attention_dropout=cfg.float(attention_dropout))
+
 def count_gpt2(model_type: str, config: Mapping[str, Any], task: str,
                num_labels: int) -> tuple[ParamList, Dims]:
     """GPT2LMHeadModel / GPT2ForSequenceClassification: Conv1D layers with bias,
@@ -26,12 +39,8 @@ def count_gpt2(model_type: str, config: Mapping[str, Any], task: str,
     cfg = FamilyConfig(model_type, config, aliases=GPT2_ALIASES)
     h, heads = cfg.int("n_embd"), cfg.int("n_head")
     inner = cfg.int("n_inner") or 4 * h  # GPT2Block: n_inner None -> 4 * hidden
-    check_divides(cfg, "n_embd", "n_head")  # GPT2Attention raises too
-    d = Dims(hidden_size=h, num_layers=cfg.int("n_layer", minimum=0), num_attention_heads=heads,
-             num_key_value_heads=heads, head_dim=h // heads, intermediate_size=inner,
-             vocab_size=cfg.int("vocab_size"), max_position_embeddings=cfg.int("n_positions"),
-             mlp="plain", norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
-             hidden_dropout=cfg.float("resid_pdrop"), attention_dropout=cfg.float("attn_pdrop"))
+    d = classic_dims(cfg, inner, hidden="n_embd", heads="n_head", layers="n_layer", positions="n_positions",
+                     hidden_dropout="resid_pdrop", attention_dropout="attn_pdrop")  # GPT2Attention checks heads too
     p = ParamList()
     p.embedding("transformer.wte", d.vocab_size, h)
     p.embedding("transformer.wpe", d.max_position_embeddings, h)
@@ -63,14 +72,7 @@ def count_gpt_neox(model_type: str, config: Mapping[str, Any], task: str,
     query_key_value, two LayerNorms per (parallel) block, untied lm_head."""
     cfg = FamilyConfig(model_type, config)
     h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
-    check_divides(cfg, "hidden_size", "num_attention_heads")
-    d = Dims(hidden_size=h, num_layers=cfg.int("num_hidden_layers", minimum=0),
-             num_attention_heads=heads, num_key_value_heads=heads, head_dim=h // heads,
-             intermediate_size=i, vocab_size=cfg.int("vocab_size"),
-             max_position_embeddings=cfg.int("max_position_embeddings"), mlp="plain",
-             norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
-             hidden_dropout=cfg.float("hidden_dropout"),
-             attention_dropout=cfg.float("attention_dropout"))
+    d = classic_dims(cfg, i, hidden_dropout="hidden_dropout", attention_dropout="attention_dropout")
     attn_bias = cfg.bool("attention_bias")
     p = ParamList()
     p.embedding("gpt_neox.embed_in", d.vocab_size, h)
@@ -95,14 +97,8 @@ def count_opt(model_type: str, config: Mapping[str, Any], task: str,
     """OPTForCausalLM / OPTForSequenceClassification (modeling_opt.py)."""
     cfg = FamilyConfig(model_type, config)
     h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("ffn_dim")
-    check_divides(cfg, "hidden_size", "num_attention_heads")
     proj = cfg.int("word_embed_proj_dim") or h  # OPTConfig.__post_init__
-    d = Dims(hidden_size=h, num_layers=cfg.int("num_hidden_layers", minimum=0),
-             num_attention_heads=heads, num_key_value_heads=heads, head_dim=h // heads,
-             intermediate_size=i, vocab_size=cfg.int("vocab_size"),
-             max_position_embeddings=cfg.int("max_position_embeddings"), mlp="plain",
-             norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
-             hidden_dropout=cfg.float("dropout"), attention_dropout=cfg.float("attention_dropout"))
+    d = classic_dims(cfg, i, hidden_dropout="dropout", attention_dropout="attention_dropout")
     bias, affine = cfg.bool("enable_bias"), cfg.bool("layer_norm_elementwise_affine")
     p = ParamList()
     b = "model.decoder"
@@ -149,14 +145,7 @@ def count_bert_like(model_type: str, config: Mapping[str, Any], task: str,
     bias when tie_word_embeddings (else both are separate tensors)."""
     cfg = FamilyConfig(model_type, config)
     h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
-    check_divides(cfg, "hidden_size", "num_attention_heads")
-    d = Dims(hidden_size=h, num_layers=cfg.int("num_hidden_layers", minimum=0),
-             num_attention_heads=heads, num_key_value_heads=heads, head_dim=h // heads,
-             intermediate_size=i, vocab_size=cfg.int("vocab_size"),
-             max_position_embeddings=cfg.int("max_position_embeddings"), mlp="plain",
-             norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
-             hidden_dropout=cfg.float("hidden_dropout_prob"),
-             attention_dropout=cfg.float("attention_probs_dropout_prob"))
+    d = classic_dims(cfg, i, hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob")
     cross = cfg.bool("add_cross_attention")
     if cross and not cfg.bool("is_decoder"):
         # BertLayer.__init__ raises the same ValueError
