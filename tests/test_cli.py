@@ -104,3 +104,12 @@ def test_paths_resolve_relative_to_the_spec(tmp_path):
 @pytest.mark.parametrize("args", [[], ["plan"], ["nonsense"]])
 def test_bad_invocations_exit_nonzero(args):
     assert gpuplan(*args).returncode != 0
+
+
+def test_gpu_auto_detects_this_machine_and_falls_back_to_cpu(tmp_path):
+    text = (SPECS / "tiny.toml").read_text().replace('gpu = "cpu"', 'gpu = "auto"')
+    text = text.replace('"models/', f'"{MODELS}/').replace('"data/', f'"{SPECS}/data/')
+    r = gpuplan("plan", write_spec(tmp_path, text), "--json")
+    assert r.returncode == 0, r.stderr
+    hw = json.loads(r.stdout)["hardware"]
+    assert hw["name"] == "cpu" and hw["memory_bytes"] > 1024**3  # this host's RAM, not the nominal figure
