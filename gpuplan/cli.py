@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="allow model code from the model directory (the spec must allow it too)")
     apply.add_argument("--restart", action="store_true", help="start over instead of resuming an incompatible run")
     apply.add_argument("--break-lock", action="store_true", help="remove a lock left by a dead process")
+    apply.add_argument("--node-rank", type=int, metavar="R",
+                       help="several nodes without SLURM: run this node's share (0 = the rendezvous host)")
 
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")

@@ -83,7 +83,6 @@ def test_unknown_dtype_is_an_apply_error(tmp_path):
     ("training.tf32", True, "tf32"),
     ("training.fp16", True, "fp16"),
     ("model.attn_implementation", "flash_attention_2", "flash_attention_2"),
-    ("hardware.count", 2, "hardware.count"),
 ])
 def test_cpu_plan_with_values_the_cpu_cannot_honour_is_refused(tmp_path, key, value, words):
     with pytest.raises(ApplyError, match=f"cannot honour.*{words}.*gpuplan plan"):

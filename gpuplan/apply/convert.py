@@ -119,18 +119,47 @@ def _warmup(plan: Plan) -> int | float:
 
 
 def distributed_kwargs(plan: Plan) -> dict[str, Any]:
-    """FSDP / DeepSpeed fields for `distributed.strategy`; DDP needs none (torchrun sets the ranks).
+    """Fields for several processes (hardware.count x hardware.nodes > 1) and `distributed.strategy`.
 
-    FSDP follows transformers 5.24's `fsdp=True` + `fsdp_config` (FSDP2:
-    reshard_after_forward=True is full_shard, False is shard_grad_op). DeepSpeed gets a
-    ZeRO config whose "auto" values the Trainer fills from TrainingArguments
-    (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig).
+    torchrun sets the ranks (apply/launch.py); these fields only choose the engine:
+    - every multi-process run: include_num_input_tokens_seen = "all", so the Trainer
+      all-gathers the tokens each rank really consumed (trainer.py _track_num_input_tokens)
+      and the run records the samples seen per optimizer step on all ranks together;
+    - "cpu": ddp_backend = "gloo" (NCCL is CUDA only; torch.distributed backends table);
+    - DDP: ddp_find_unused_parameters = False. The Trainer's default is True without
+      gradient checkpointing (training_args.py docstring), which makes DDP walk the autograd
+      graph after every backward to find parameters without gradients; every parameter of
+      the models apply builds takes part in the loss, so the walk is pure overhead. A model
+      with unused parameters fails loudly in DDP ("Expected to have finished reduction").
+    - FSDP: transformers 5.24's `fsdp=True` + `fsdp_config` version 2 (FSDP2:
+      reshard_after_forward=True is full_shard, False is shard_grad_op). FSDP2 always keeps
+      the original parameters, so torch.compile needs no use_orig_params (accelerate
+      dataclasses.py: "use_orig_params is obsolete in FSDP2"). With accumulation, sync_each_batch
+      reduce-scatters every micro-batch: the plan's memory assumes it (plan/memory_sharding.py
+      FSDP_SYNC_EACH_BATCH: sharded gradients between micro-batches, not 2P unsharded ones).
+    - DeepSpeed: a ZeRO config whose "auto" values the Trainer fills from TrainingArguments
+      (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig). With optimizer
+      offload an "optimizer" section (AdamW, all "auto") lets DeepSpeed build its CPU Adam:
+      DeepSpeed 0.19 refuses a client optimizer with offload unless zero_force_ds_cpu_optimizer
+      is false (runtime/engine.py), so training.optim is then DeepSpeed's AdamW.
     """
+    strategy = plan.get("distributed.strategy") or "none"
+    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    kwargs: dict[str, Any] = {}
+    if world > 1:
+        kwargs["include_num_input_tokens_seen"] = "all"
+        if uses_cpu(plan):
+            kwargs["ddp_backend"] = "gloo"
+    if strategy in ("none", "ddp", "auto"):
+        if world > 1:
+            kwargs["ddp_find_unused_parameters"] = False
+        return kwargs
+    return {**kwargs, **_sharded_kwargs(plan, strategy)}
+
+
+def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
     from .errors import ApplyError
 
-    strategy = plan.get("distributed.strategy") or "none"
-    if strategy in ("none", "ddp", "auto"):
-        return {}
     if strategy == "fsdp":
         sharding = plan.get("distributed.fsdp_sharding") or "full_shard"
         if sharding not in ("full_shard", "shard_grad_op"):
@@ -138,7 +167,7 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
                 f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet; "
                 "use \"full_shard\" or \"shard_grad_op\""
             )
-        return {
+        out: dict[str, Any] = {
             "fsdp": True,
             "fsdp_config": {
                 "version": 2,
@@ -146,6 +175,9 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
                 "cpu_offload": bool(plan.get("distributed.fsdp_cpu_offload")),
             },
         }
+        if int(plan.value("training.gradient_accumulation_steps")) > 1:
+            out["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
+        return out
     if strategy == "deepspeed":
         stage = plan.get("distributed.zero_stage")
         if stage not in (1, 2, 3):
@@ -155,8 +187,13 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if plan.get("distributed.offload_params"):
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        config: dict[str, Any] = {}
+        if plan.get("distributed.offload_optimizer"):
+            config["optimizer"] = {"type": "AdamW", "params": {
+                "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
         return {
             "deepspeed": {
+                **config,
                 "zero_optimization": zero,
                 "train_micro_batch_size_per_gpu": "auto",
                 "gradient_accumulation_steps": "auto",

@@ -26,7 +26,7 @@ def check_device(plan: Plan) -> str:
     import torch
 
     world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    launched = world_size()
     if uses_cpu(plan):
         problems = []
         if plan.value("training.dataloader_pin_memory"):
@@ -39,29 +39,38 @@ def check_device(plan: Plan) -> str:
             problems.append("model.attn_implementation = \"flash_attention_2\" (a CUDA kernel)")
         if (plan.get("distributed.strategy") or "none") in ("fsdp", "deepspeed"):
             problems.append(f"distributed.strategy = {plan.get('distributed.strategy')!r} (a multi-GPU engine)")
-        if world != 1:
-            problems.append(f"hardware.count x hardware.nodes = {world} (CPU training runs one process)")
         if problems:
             raise ApplyError(
                 "the plan is for hardware \"cpu\" but holds values the CPU cannot honour: "
                 + "; ".join(problems)
                 + f". The planner resolves these for \"cpu\": {_REPLAN}"
             )
+        _check_world(plan, world, launched)
         return "cpu"
     if not torch.cuda.is_available():
         raise ApplyError(
             f"the plan is for {plan.hardware.get('name', 'a GPU')!r} but this process sees no CUDA device "
             f"(torch {torch.__version__}); run it on that GPU, or {_REPLAN}"
         )
-    if launched != world:
-        raise ApplyError(
-            f"the plan is for {world} GPU process(es) (hardware.count x hardware.nodes) but this process "
-            f"was launched with WORLD_SIZE={launched}; launch it with "
-            f"`torchrun --nproc-per-node {plan.value('hardware.count')} -m gpuplan.cli apply ...`"
-        )
+    _check_world(plan, world, launched)
     if torch.cuda.device_count() < 1:
         raise ApplyError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
     return "cuda"
+
+
+def _check_world(plan: Plan, world: int, launched: int) -> None:
+    """The plan's process count (count x nodes; on "cpu", count processes) must be what torchrun started."""
+    if launched != world:
+        raise ApplyError(
+            f"the plan is for {world} process(es) (hardware.count x hardware.nodes) but this process "
+            f"was launched with WORLD_SIZE={launched}; run `gpuplan apply PLAN`, which starts torchrun "
+            "with the right number of processes (apply/launch.py)"
+        )
+
+
+def world_size() -> int:
+    """Processes in this run as launched (torchrun's WORLD_SIZE; 1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def reset_peak_memory(device: str) -> None:

@@ -5,8 +5,10 @@ then FSDP SHARD_GRAD_OP (ZeRO-2: no more traffic than DDP), FULL_SHARD (ZeRO-3:
 1.5x the traffic), then FULL_SHARD with CPU offload. This rule writes what the fit
 chose and refuses the combinations peers refuse (reference/peer-rules.md):
 bitsandbytes 8-bit optimizers with FSDP or DeepSpeed, FSDP options with DeepSpeed,
-ZeRO options with FSDP, offload beyond the host's RAM. torch.compile with FSDP needs
-use_orig_params, which the executor sets.
+ZeRO options with FSDP, offload beyond the host's RAM, FSDP or DeepSpeed on hardware
+"cpu" (several CPU processes are DDP over gloo: FSDP2 and DeepSpeed need CUDA here).
+torch.compile with FSDP: apply runs FSDP2, which keeps the original parameters (FSDP1's
+use_orig_params is obsolete there).
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ def _fsdp(kind: str, count: int, world: int, offload: bool) -> Sharding:
     return Sharding("fsdp", stage, shard_world, offload, offload, kind)
 
 
-def sharding_candidates(spec: Callable[[str], Any], packages: dict) -> tuple[Sharding, ...]:
-    """Layouts memory.fit may choose from, cheapest communication first."""
+def sharding_candidates(spec: Callable[[str], Any], packages: dict, cpu: bool = False) -> tuple[Sharding, ...]:
+    """Layouts memory.fit may choose from, cheapest communication first (on "cpu": DDP only)."""
     count, nodes = spec("hardware.count"), spec("hardware.nodes")
     world = count * nodes
     strategy = spec("distributed.strategy")
     if world == 1 or strategy == "none":
         return (Sharding(),)
-    if strategy == "ddp":
+    if strategy == "ddp" or cpu:
         return (Sharding("ddp", 0, 1),)
     if strategy == "fsdp":
         return (_fsdp(spec("distributed.fsdp_sharding"), count, world, spec("distributed.fsdp_cpu_offload")),)
@@ -64,6 +66,9 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
+    if ctx.gpu.vendor == "cpu" and world > 1 and asked in ("fsdp", "deepspeed"):
+        ctx.error("distributed.strategy", f'distributed.strategy = "{asked}" on hardware "cpu": several CPU processes '
+                  "train with DDP over gloo; FSDP and DeepSpeed need CUDA GPUs", fix='set distributed.strategy = "ddp" (or "auto")')
     if sol is None:
         for k in KEYS:
             ctx.keep(k)
@@ -128,7 +133,7 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
         ctx.error(f"distributed.{zero_set[0]}", f"distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = \"fsdp\"",
                   fix=f"remove distributed.{zero_set[0]} or set distributed.strategy = \"deepspeed\"")
     if ctx.spec("training.torch_compile") and asked in ("fsdp", "auto") and ctx.spec("hardware.count") * ctx.spec("hardware.nodes") > 1:
-        ctx.note("training.torch_compile", "torch.compile with FSDP needs use_orig_params=True; apply sets it in the FSDP config")
+        ctx.note("training.torch_compile", "torch.compile with FSDP: apply uses FSDP2, which keeps the original parameters (no use_orig_params needed)")
 
 
 def _host_memory(ctx: Resolver, sol) -> None:

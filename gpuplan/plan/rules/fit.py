@@ -105,7 +105,7 @@ def fit(ctx: Resolver) -> None:
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
         tensor_multiple=tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32")),
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, packages),
+        shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
     )
     sol = solve(problem)
     ctx.set_internal("fit.solution", sol)
