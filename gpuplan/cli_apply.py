@@ -6,6 +6,7 @@ As in Terraform: on a terminal it asks; without a terminal it needs --yes.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,13 +59,26 @@ def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], b
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
-    """The newest complete Trainer checkpoint (checkpoint-N with trainer_state.json)."""
-    best = None
-    for d in Path(output_dir).glob("checkpoint-*"):
-        step = d.name.removeprefix("checkpoint-")
-        if step.isdigit() and (d / "trainer_state.json").is_file() and (best is None or int(step) > best[0]):
-            best = (int(step), str(d))
-    return best[1] if best else None
+    """The newest complete checkpoint (gpuplan-checkpoint.json, every file at its size:
+    apply/checkpoints.py). Incomplete ones (killed while saving) are skipped; a corrupt
+    one newer than it is refused, since resuming past it would silently lose steps."""
+    from gpuplan.apply.checkpoints import find_resumable
+
+    ckpt, _, corrupt = find_resumable(output_dir)
+    if corrupt:
+        d, problem = corrupt[0]
+        raise PlanError([Diagnostic(
+            "error", "output.dir", f"checkpoint {d} is {problem}",
+            fix=f"rerun with --restart to train from the start, or delete {d} "
+                "to resume from the checkpoint before it")])
+    return ckpt
+
+
+def set_aside_incomplete(output_dir: str) -> list[str]:
+    """Rename checkpoints the last apply did not finish saving (never resumed, never deleted)."""
+    from gpuplan.apply.checkpoints import find_resumable, set_aside
+
+    return set_aside(find_resumable(output_dir)[1])
 
 
 def supersede_checkpoints(output_dir: str) -> str | None:
@@ -104,20 +118,32 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
 
 def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, detect) -> int:
     from gpuplan.apply.errors import ApplyError
+    from gpuplan.apply.interrupt import ApplyInterrupted
     from gpuplan.apply.lock import LockError, RunLock
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     try:
+        from gpuplan.apply import launch as scale  # several processes: torchrun per node (apply/launch.py)
+
+        multi = scale.decide(plan, getattr(args, "node_rank", None), os.environ)
+        if multi is not None and (multi.print_only or multi.node_rank > 0):
+            return _launch_other_node(plan, args, multi, scale)
         with RunLock(plan.value("output.dir"), break_stale=args.break_lock):
             resume_from, what = resume_point(plan, args.restart)
             print(what)
             confirm(args.yes)
             if args.restart and (moved := supersede_checkpoints(plan.value("output.dir"))):
                 print(f"Moved the old checkpoints to {moved}")
+            elif not args.restart and (partial := set_aside_incomplete(plan.value("output.dir"))):
+                print(f"Set aside checkpoints the last apply did not finish saving: {', '.join(partial)}")
             from gpuplan.apply.run import execute
 
+            if multi is not None:
+                argv = scale.launch_command(plan, scale.save_launch_plan(plan), node_rank=0, env=os.environ,
+                                            resume_from=resume_from, progress=sys.stderr.isatty())
+                return scale.run_torchrun(argv)
             execute(plan, echo=print, progress=sys.stderr.isatty(), resume_from=resume_from)
     except (ApplyRefused, LockError) as e:
         print(f"Error: {e}", file=sys.stderr)
@@ -125,4 +151,21 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
     except ApplyError as e:
         print(f"Error: {e.message}", file=sys.stderr)
         return 1
+    except (ApplyInterrupted, KeyboardInterrupt) as e:
+        what = str(e) if isinstance(e, ApplyInterrupted) else "interrupted"
+        print(f"{what[0].upper()}{what[1:]}. Resume with: gpuplan apply {args.target} --yes", file=sys.stderr)
+        return 130
     return 0
+
+
+def _launch_other_node(plan: Plan, args, multi, scale) -> int:
+    """Several nodes: print every node's command, or run node_rank > 0 (node 0 holds the run lock)."""
+    path = scale.save_launch_plan(plan)
+    if multi.print_only:
+        print("\n".join(scale.node_commands(plan, path, args.target, os.environ)))
+        return 0
+    resume_from, what = resume_point(plan, args.restart)  # read-only here: node 0 decides and moves
+    print(f"node {multi.node_rank}: {what}")
+    confirm(args.yes)
+    return scale.run_torchrun(scale.launch_command(plan, path, node_rank=multi.node_rank, env=os.environ,
+                                                   resume_from=None if args.restart else resume_from))

@@ -92,6 +92,9 @@ def show(target: str) -> tuple[dict[str, Any], str]:
                  f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen"]
         if state.get("error"):
             lines.append(f"  error: {state['error']}")
+        for o in state.get("oom_replans") or []:
+            lines.append(f"  out of memory at step {o['step']}: per-device batch {o['from']['batch']} -> "
+                         f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)")
         measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
         if measured:
             lines.append(f"  peak memory {gib(measured)} measured, {gib(plan['memory'].get('allocated_peak_bytes'))} planned")

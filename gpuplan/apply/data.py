@@ -50,13 +50,18 @@ def builder_for(paths: list[str], key: str) -> str:
     return kinds.pop()
 
 
-def load_rows(paths: list[str], key: str) -> tuple[Any, str]:
-    """(datasets.Dataset, builder) for the files of one split."""
+def cache_dir(plan: Plan) -> str:
+    """The `datasets` cache inside output.dir: apply writes nothing outside it (not ~/.cache)."""
+    return os.path.join(plan.value("output.dir"), ".cache", "datasets")
+
+
+def load_rows(paths: list[str], key: str, cache: str | None = None) -> tuple[Any, str]:
+    """(datasets.Dataset, builder) for the files of one split; Arrow files and map caches go to `cache`."""
     import datasets
 
     builder = builder_for(paths, key)
     try:
-        ds = datasets.load_dataset(builder, data_files=list(paths), split="train")
+        ds = datasets.load_dataset(builder, data_files=list(paths), split="train", cache_dir=cache)
     except Exception as e:  # datasets raises many kinds (ArrowInvalid, DatasetGenerationError, ...)
         if "corresponds to no data" in str(e):  # a header without rows, "[]"
             raise ApplyError(f"{key}: {', '.join(paths)} has no rows") from e
@@ -139,7 +144,7 @@ def _tokenize_cls(ds: Any, tokenizer: Any, field: str, label_field: str, names: 
 def _split_eval(plan: Plan, train: Any) -> tuple[Any, Any | None]:
     files = list(plan.get("data.eval_files") or [])
     if files:
-        ev, _ = load_rows(files, "data.eval_files")
+        ev, _ = load_rows(files, "data.eval_files", cache_dir(plan))
         return train, ev
     fraction = float(plan.get("data.eval_fraction") or 0.0)
     if fraction <= 0.0:
@@ -163,7 +168,7 @@ def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
     task = plan.value("model.task")
     seq_len = int(plan.value("data.seq_len"))
     paths = list(plan.value("data.train_files"))
-    raw, builder = load_rows(paths, "data.train_files")
+    raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
     field = _text_field(plan, builder)
     _check_field(raw, field, "data.text_field", paths, builder)
     raw_train, raw_eval = _split_eval(plan, raw)

@@ -51,14 +51,17 @@ def build_trainer(
     on_progress: Callable[[int, int | None, int], None] | None = None,
     started: float | None = None,
     resuming: bool = False,
+    extra_callbacks: list[Any] | None = None,
 ) -> Prepared:
     """Tokenizer, data, model, TrainingArguments and Trainer, all from the plan."""
     from transformers import PrinterCallback, Trainer, set_seed
 
+    from .checkpoints import marker_callback
     from .convert import training_arguments
     from .data import prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
+    from .oom import injected_oom_callback
     from .tokenizer import load_tokenizer
 
     set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too
@@ -88,7 +91,8 @@ def build_trainer(
         eval_dataset=data.eval,
         data_collator=data.collator,
         processing_class=tokenizer,
-        callbacks=[metrics],
+        callbacks=[metrics, marker_callback(), *(extra_callbacks or []),
+                   *filter(None, [injected_oom_callback()])],
     )
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
@@ -104,14 +108,18 @@ def execute(
 ) -> dict[str, Any]:
     """Train per the plan; return the results dict that gpuplan-state.json also holds.
 
-    `resume_from` is a Trainer checkpoint directory (the CLI decides whether the plan
+    `resume_from` is a complete checkpoint directory (the CLI decides whether the plan
     may continue it); the Trainer restores model, optimizer, scheduler and step from it.
-    User-fixable problems raise ApplyError (state "failed"); Ctrl-C leaves state
-    "interrupted" and re-raises KeyboardInterrupt.
+    User-fixable problems raise ApplyError (state "failed"). A first Ctrl-C saves a
+    checkpoint and raises ApplyInterrupted (state "interrupted"); a second one raises
+    KeyboardInterrupt. Out of memory re-plans with a smaller per-device batch (oom.py).
     """
     started = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
-    from .device import check_device, peak_memory, reset_peak_memory
+    from .checkpoints import checkpoint_problem, checkpoint_step, find_resumable, trim_metrics
+    from .device import check_device, peak_memory, reset_peak_memory, world_size
+    from .interrupt import ApplyInterrupted, GracefulStop
+    from .oom import OOMRetry
 
     output_dir = plan.value("output.dir")
     try:
@@ -120,13 +128,21 @@ def execute(
         raise ApplyError(f"output.dir: cannot create {output_dir}: {e}") from e
     device = check_device(plan)
     reset_peak_memory(device)
-    if resume_from is not None and not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
-        raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it (not a Trainer checkpoint)")
+    if resume_from is not None:
+        if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
+            raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it "
+                             "(not a Trainer checkpoint)")
+        if problem := checkpoint_problem(resume_from):
+            raise ApplyError(f"cannot resume from {resume_from}: {problem}. "
+                             f"Rerun with --restart, or delete {resume_from} to resume from the one before")
+        if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
+            trim_metrics(output_dir, checkpoint_step(resume_from))
     state = RunState(plan, output_dir, resumed_from=resume_from)
     prepared: Prepared | None = None
+    stop = GracefulStop()
 
     def partial_results() -> dict[str, Any]:
-        res: dict[str, Any] = {"device": device, **peak_memory(device)}
+        res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device)}
         if prepared is not None:
             m = prepared.metrics
             res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss,
@@ -134,17 +150,41 @@ def execute(
         return res
 
     try:
-        prepared = build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress, started=started,
-                                 resuming=resume_from is not None)
+        while True:  # one pass, plus one per out-of-memory re-plan (each to a smaller batch: it ends)
+            prepared = build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress,
+                                     started=started, resuming=resume_from is not None,
+                                     extra_callbacks=[stop.callback()])
+            retry = None
+            try:
+                with stop:
+                    output = _train(prepared.trainer, plan, resume_from)
+            except OOMRetry as e:  # leave the except block first: its traceback holds the model
+                retry = (e.plan, e.record, e.message)
+            if retry is None:
+                break
+            prepared.metrics.close()
+            prepared = _release(prepared, device)
+            plan = retry[0]
+            resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
+            trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
+            state.replanned(plan, {**retry[1], "resumed_from": resume_from})
+            echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))
         trainer, metrics = prepared.trainer, prepared.metrics
-        output = _train(trainer, plan, resume_from)
+        step = trainer.state.global_step
+        if stop.requested and step < trainer.state.max_steps:
+            ckpt = os.path.join(output_dir, f"checkpoint-{step}")
+            state.progress(step, trainer.state.max_steps, step * prepared.samples_per_step)
+            state.finish("interrupted", partial_results(), error=f"interrupted by the user at step {step}")
+            raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
         trainer.save_model(final_dir)  # safetensors weights + config + tokenizer
-        step = trainer.state.global_step
         results = {
             "device": device,
+            "world_size": world_size(),  # processes torchrun started (1 without it)
             **peak_memory(device),
             "global_step": step,
+            # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
+            "input_tokens_seen": trainer.state.num_input_tokens_seen or None,
             "start_step": metrics.start_step,  # > 0 when resumed from a checkpoint
             "samples_seen": step * prepared.samples_per_step,
             "tokens_per_step": metrics.tokens_per_step,
@@ -160,9 +200,13 @@ def execute(
             "final_model_dir": final_dir,
             "plan_allocated_peak_bytes": plan.memory.get("allocated_peak_bytes"),
             "plan_tokens_per_second": plan.throughput.get("tokens_per_second"),
+            "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
+            "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
         }
         state.progress(step, trainer.state.max_steps, step * prepared.samples_per_step)
         state.finish("completed", results)
+    except ApplyInterrupted:
+        raise
     except KeyboardInterrupt:
         state.finish("interrupted", partial_results(), error="interrupted by the user")
         raise
@@ -184,15 +228,25 @@ def execute(
 def _train(trainer: Any, plan: Plan, resume_from: str | None) -> Any:
     import torch
 
+    from .oom import replan_after_oom
+
     try:
         return trainer.train(resume_from_checkpoint=resume_from)
     except torch.OutOfMemoryError as e:
-        est = plan.memory.get("allocated_peak_bytes")
-        raise ApplyError(
-            f"out of GPU memory at step {trainer.state.global_step} (plan estimate "
-            f"{_gib(est)} allocated peak). Re-plan with a smaller training.per_device_train_batch_size, "
-            "or training.gradient_checkpointing = true"
-        ) from e
+        raise replan_after_oom(plan, trainer.state.global_step, e) from e
+
+
+def _release(prepared: Prepared, device: str) -> None:
+    """Drop the Trainer and model of an attempt that ran out of memory, and their memory."""
+    import gc
+
+    del prepared
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+    return None
 
 
 def _gib(n: float | None) -> str:

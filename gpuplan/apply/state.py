@@ -6,6 +6,8 @@ never sees half a file, even when the run is killed mid-write. Shape (format 1):
     {format_version, plan: Plan.to_dict(), status: running|completed|failed|interrupted,
      started_at, finished_at (ISO 8601 UTC or null), error (message or null),
      resumed_from (checkpoint dir or null),
+     oom_replans: [{step, from: {batch, accumulation}, to: {...}, error, estimated_allocated_bytes,
+                    capacity_bytes, estimate_low_by_at_least, resumed_from}] (apply/oom.py),
      progress: {global_step, max_steps, samples_seen},
      results: {peak_allocated_bytes, peak_reserved_bytes (CUDA) | peak_rss_bytes (CPU),
                tokens_per_second, train_loss_first, train_loss_last, runtime_s, ...}}
@@ -39,6 +41,11 @@ def write_json_atomic(path: str, data: Any) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY)  # the rename itself survives a power cut only once the dir is synced
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -70,6 +77,7 @@ class RunState:
             "finished_at": None,
             "error": None,
             "resumed_from": resumed_from,
+            "oom_replans": [],
             "progress": {"global_step": 0, "max_steps": max_steps, "samples_seen": 0},
             "results": {},
         }
@@ -81,6 +89,12 @@ class RunState:
 
     def progress(self, global_step: int, max_steps: int | None, samples_seen: int) -> None:
         self.data["progress"] = {"global_step": global_step, "max_steps": max_steps, "samples_seen": samples_seen}
+        self._write()
+
+    def replanned(self, plan: Plan, record: dict[str, Any]) -> None:
+        """An out-of-memory re-plan: the state now holds the plan actually being applied."""
+        self.data["plan"] = plan.to_dict()
+        self.data["oom_replans"].append(record)
         self._write()
 
     def finish(self, status: str, results: dict[str, Any], error: str | None = None) -> None:

@@ -1,0 +1,80 @@
+"""Helpers for tests that run the real `gpuplan` CLI as a subprocess on tiny CPU specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_CONFIG = REPO / "specs" / "models" / "tiny-llama-cpu.json"
+CORPUS = REPO / "specs" / "data" / "tiny-corpus.txt"
+
+SPEC = """\
+[model]
+config = "{config}"
+from_scratch = true
+task = "causal-lm"
+{model_extra}
+[hardware]
+gpu = "cpu"
+
+[data]
+train_files = ["{corpus}"]
+eval_fraction = 0.0
+seq_len = {seq_len}
+
+[training]
+effective_batch_size = {batch}
+learning_rate = {lr}
+max_steps = {max_steps}
+logging_steps = 1
+save_steps = {save_steps}
+save_total_limit = {keep}
+seed = 0
+
+[output]
+dir = "{out}"
+"""
+
+
+def tiny_spec(path: Path, out: Path, *, max_steps: int = 4, seq_len: int = 32, batch: int = 4, lr: str = "3e-3",
+              save_steps: int = 2, keep: int = 3, model_extra: str = "", config: Path = MODEL_CONFIG) -> Path:
+    """Write a tiny from-scratch spec with absolute paths; returns its path."""
+    path.write_text(SPEC.format(config=config, corpus=CORPUS, seq_len=seq_len, batch=batch, lr=lr,
+                                max_steps=max_steps, save_steps=save_steps, keep=keep, out=out,
+                                model_extra=model_extra))
+    return path
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1", **extra}
+    e.pop("GPUPLAN_TEST_INJECT_OOM", None)
+    return {**e, **extra}
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpuplan.cli", *map(str, args)]
+
+
+def gpuplan(*args: Any, cwd: Path | None = None, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess:
+    """Run `gpuplan ARGS` to completion; stdin is not a terminal."""
+    return subprocess.run(command(*args), cwd=cwd, env=env(**env_extra), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def start(*args: Any, cwd: Path | None = None, **env_extra: str) -> subprocess.Popen:
+    return subprocess.Popen(command(*args), cwd=cwd, env=env(**env_extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def state(out: Path) -> dict[str, Any]:
+    return json.loads((out / "gpuplan-state.json").read_text())
+
+
+def train_steps(out: Path) -> list[int]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [r["step"] for r in map(json.loads, lines) if r["event"] == "train"]

@@ -1,0 +1,146 @@
+"""The lifecycle through the real CLI: stale saved plans, --detailed-exitcode, resume,
+--restart, the run lock and `gpuplan show` (subprocesses on tiny CPU specs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+
+import pytest
+
+from cli_runs import gpuplan, state, tiny_spec, train_steps
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_saved_plan_is_refused_once_stale_and_says_why(tmp_path):
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out)
+    saved = tmp_path / "run.plan.json"
+    r = gpuplan("plan", spec, "--out", saved)
+    assert r.returncode == 0, r.stderr
+    original_spec, original_plan = spec.read_text(), saved.read_text()
+
+    spec.write_text(original_spec.replace("learning_rate = 3e-3", "learning_rate = 1e-3"))
+    r = gpuplan("apply", saved, "--yes")
+    assert r.returncode == 1
+    assert f"stale plan: the spec {spec} was edited since the plan was made" in r.stderr
+    assert f"gpuplan plan {spec} --out" in r.stderr  # the way forward
+    spec.write_text(original_spec)
+
+    edited = json.loads(original_plan)
+    edited["settings"]["training.learning_rate"]["value"] = 1.0
+    saved.write_text(json.dumps(edited))
+    r = gpuplan("apply", saved, "--yes")
+    assert r.returncode == 1 and "the plan's settings were edited after it was made" in r.stderr
+
+    edited = json.loads(original_plan)
+    edited["fingerprint"]["versions"]["torch"] = "1.0.0"
+    saved.write_text(json.dumps(edited))
+    r = gpuplan("apply", saved, "--yes")
+    assert r.returncode == 1 and "torch 1.0.0 when planned" in r.stderr
+    assert not out.exists()  # refused before anything was written
+
+    # show of a saved plan, text and JSON
+    saved.write_text(original_plan)
+    r = gpuplan("show", saved)
+    assert r.returncode == 0 and f"gpuplan plan: {spec}" in r.stdout and "allocated peak" in r.stdout
+    assert "+ training.per_device_train_batch_size = 4" in r.stdout
+    r = gpuplan("show", saved, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == json.loads(original_plan)
+
+
+def test_exit_codes_resume_and_restart(tmp_path):
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=4, save_steps=2)
+    assert gpuplan("plan", spec, "--detailed-exitcode").returncode == 2  # never applied: all new
+    saved = tmp_path / "run.plan.json"
+    assert gpuplan("plan", spec, "--out", saved).returncode == 0
+    r = gpuplan("apply", saved, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "new run" in r.stdout and state(out)["status"] == "completed"
+
+    r = gpuplan("plan", spec, "--detailed-exitcode")
+    assert r.returncode == 0 and "no changes." in r.stdout
+
+    spec.write_text(spec.read_text().replace("max_steps = 4", "max_steps = 8"))
+    r = gpuplan("plan", spec, "--detailed-exitcode")
+    assert r.returncode == 2 and "~ training.max_steps = 4 -> 8" in r.stdout
+    r = gpuplan("plan", spec, "--detailed-exitcode", "--json")
+    assert r.returncode == 2
+    assert {"key": "training.max_steps", "before": 4, "after": 8} in json.loads(r.stdout)["since_last_apply"]["changes"]
+
+    # more steps: resume from the latest checkpoint, the metrics continue
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert f"resuming the completed run from {out / 'checkpoint-4'}" in r.stdout
+    s = state(out)
+    assert s["status"] == "completed" and s["resumed_from"] == str(out / "checkpoint-4")
+    assert s["progress"] == {"global_step": 8, "max_steps": 8, "samples_seen": 32}
+    assert s["results"]["start_step"] == 4
+    assert train_steps(out) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+    # show of the run dir, text and JSON
+    r = gpuplan("show", out)
+    assert r.returncode == 0 and f"Run in {out}: completed" in r.stdout and "step 8 of 8, 32 samples seen" in r.stdout
+    r = gpuplan("show", out, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == s
+
+    # a change that breaks the run: refused with the reason, unless --restart
+    spec.write_text(spec.read_text().replace("seq_len = 32", "seq_len = 64"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1
+    assert "data.seq_len: 32 -> 64 changes the sequence length" in r.stderr and "--restart" in r.stderr
+    spec.write_text(spec.read_text().replace("learning_rate = 3e-3", "learning_rate = 1e-3"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1 and "training.learning_rate" in r.stderr and "data.seq_len" in r.stderr
+    before = sorted(p.name for p in out.glob("checkpoint-*"))
+    r = gpuplan("apply", spec, "--yes", "--restart")
+    assert r.returncode == 0, r.stderr
+    aside = list(out.glob("superseded-*"))
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == before
+    s = state(out)
+    assert s["resumed_from"] is None and s["progress"]["global_step"] == 8 and s["results"]["start_step"] == 0
+    assert s["plan"]["settings"]["data.seq_len"]["value"] == 64
+
+
+def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    # missing data: an apply that gets past the lock fails at once, before training
+    spec = tiny_spec(tmp_path / "tiny.toml", out)
+    spec.write_text(spec.read_text().replace(str(tiny_spec.__globals__["CORPUS"]), str(tmp_path / "none.txt")))
+    host, since = socket.gethostname(), "2026-01-02T03:04:05+00:00"
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        (out / ".gpuplan.lock").write_text(json.dumps({"pid": holder.pid, "host": host, "since": since}))
+        r = gpuplan("apply", spec, "--yes", "--break-lock")
+        assert r.returncode == 1
+        assert f"is in use by another apply: pid {holder.pid} on {host} since {since}" in r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder is gone: refused with the hint, then taken over with --break-lock
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1
+    assert f"pid {holder.pid} on {host} since {since}, which is no longer running" in r.stderr
+    assert "rerun with --break-lock" in r.stderr
+    r = gpuplan("apply", spec, "--yes", "--break-lock")
+    assert r.returncode == 1 and "none.txt does not exist" in r.stderr  # past the lock, into the run
+    assert not (out / ".gpuplan.lock").exists()  # released on the way out
+    assert state(out)["status"] == "failed"
+
+
+def test_corrupt_state_is_reported_with_a_way_forward(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "gpuplan-state.json").write_text('{"plan": {"settings"')
+    spec = tiny_spec(tmp_path / "tiny.toml", out)
+    for args in (("apply", spec, "--yes"), ("plan", spec), ("show", out)):
+        r = gpuplan(*args)
+        assert r.returncode == 1, args
+        assert f"{out / 'gpuplan-state.json'} is corrupt" in r.stderr and "move" in r.stderr, args
+    assert not (out / ".gpuplan.lock").exists()
+    assert sorted(os.listdir(out)) == ["gpuplan-state.json"]
