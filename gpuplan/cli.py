@@ -117,18 +117,13 @@ def make_plan(spec_path: str, args):
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write through a temporary file, fsync and rename: never a half-written file."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    """Write a user-visible file crash-safely; an OS error is a user error, not a traceback."""
+    from gpuplan.fsutil import write_text_atomic
+
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+        write_text_atomic(path, text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"cannot write {p}: {e.strerror or e}") from None
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def cmd_plan(args) -> int:

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from gpuplan.apply.state import STATE_FILE  # apply/state.py imports nothing heavy
 from gpuplan.plan.drift import diff_plans
 from gpuplan.plan.fingerprint import stale_reasons
 from gpuplan.plan.types import Diagnostic, Plan, PlanError
 from gpuplan.render.text import toml_value
 
-STATE_FILE = "gpuplan-state.json"
 
 
 def load_state(output_dir: str | Path) -> dict[str, Any] | None:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuplan.fsutil import write_text_atomic
 from gpuplan.plan.types import Plan
 
 STATE_FILE = "gpuplan-state.json"
@@ -32,33 +32,7 @@ def _now() -> str:
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gpuplan-state-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dfd = os.open(directory, os.O_RDONLY)  # the rename itself survives a power cut only once the dir is synced
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def read_state(output_dir: str) -> dict[str, Any] | None:
-    """The last state written in `output_dir`, or None when there is none."""
-    path = os.path.join(output_dir, STATE_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 class RunState:
