@@ -18,7 +18,6 @@ from gpuplan.plan.types import Diagnostic, Plan, PlanError
 from gpuplan.render.text import toml_value
 
 
-
 def load_state(output_dir: str | Path) -> dict[str, Any] | None:
     """The last apply's state in output_dir; None if never applied; PlanError if corrupt."""
     path = Path(output_dir) / STATE_FILE
