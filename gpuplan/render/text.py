@@ -128,8 +128,9 @@ def summary_line(data: Mapping[str, Any]) -> str:
 def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     hw, model = data["hardware"], data.get("model", {})
     n = model.get("n_params")
+    size = f"{n / 1e6:,.1f}M parameters" if n else "size unknown"
     head = (f"gpuplan plan: {data.get('spec_path')}\n"
-            f"  {model.get('model_type', '?')} ({n / 1e6:,.1f}M parameters, {model.get('task')}) on "
+            f"  {model.get('model_type', '?')} ({size}, {model.get('task')}) on "
             f"{hw.get('count', 1)} x {hw.get('name')}" + (f" x {hw['nodes']} nodes" if hw.get("nodes", 1) > 1 else ""))
     parts = [head, ""]
     if data.get("changes"):
