@@ -17,7 +17,7 @@ from cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spec, train_steps
 from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
-from gpuplan.apply.state import read_state
+from gpuplan.cli_state import load_state as read_state
 from gpuplan.plan.types import PlanError
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
