@@ -1,4 +1,4 @@
-"""The gpuplan command: plan, apply, validate, schema, gpus.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state. Heavy imports (torch, transformers)
