@@ -28,7 +28,6 @@ class PreparedData:
     eval: Any | None
     collator: Any
     label_names: list[str] | None  # seq-cls: id -> name, sorted
-    train_tokens: int
 
 
 def builder_for(paths: list[str], key: str) -> str:
@@ -199,4 +198,4 @@ def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
         )
     if ev is not None and len(ev) == 0:
         raise ApplyError(f"the eval split holds fewer than data.seq_len = {seq_len} tokens; raise data.eval_fraction")
-    return PreparedData(train, ev, collator, label_names, len(train) * seq_len)
+    return PreparedData(train, ev, collator, label_names)
