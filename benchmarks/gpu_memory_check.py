@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuplan.plan.memory_types import Workload  # noqa: E402
+from gpuplan.plan.memory.types import Workload  # noqa: E402
 
 MODELS = {
     "llama": dict(model_type="llama", hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
               "Skipped (exit 0).")
         return 0
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.memory import estimate_memory
+    from gpuplan.plan.memory.estimate import estimate_memory
     from gpuplan.trace import trace_memory
 
     cc = torch.cuda.get_device_capability()

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.memory import estimate_memory  # noqa: E402
-from gpuplan.plan.memory_types import Workload  # noqa: E402
+from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.memory.types import Workload  # noqa: E402
 
 # Small configs, one per family (hidden sizes in the hundreds).
 MODELS = {

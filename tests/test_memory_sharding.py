@@ -2,7 +2,7 @@
 
 ZeRO (Rajbhandari et al. 2020), mixed precision with Adam, P parameters, N ranks:
 stage 1 = 2P + 2P + 12P/N, stage 2 = 2P + 14P/N, stage 3 = 16P/N. The extras the engines
-add are asserted separately (memory_sharding.py documents each one).
+add are asserted separately (memory/sharding.py documents each one).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpuplan.modelinfo import model_facts
-from gpuplan.plan.memory import estimate_memory
-from gpuplan.plan.memory_layout import model_layout
-from gpuplan.plan.memory_sharding import DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET, sharded_states
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.estimate import estimate_memory
+from gpuplan.plan.memory.layout import model_layout
+from gpuplan.plan.memory.sharding import DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET, sharded_states
+from gpuplan.plan.memory.types import Workload
 
 MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
 N = 8
@@ -171,7 +171,7 @@ def test_fast_enough_for_the_solver():
 
 
 def test_ddp_under_accelerate_defaults_keeps_buckets_apart_from_the_gradients():
-    """The DDP bucket copy memory_sharding counts is real: with the kwargs the Trainer gives
+    """The DDP bucket copy memory/sharding counts is real: with the kwargs the Trainer gives
     accelerate (gradient_as_bucket_view left at False), gradients are not bucket views."""
     import torch
     import torch.distributed as dist

@@ -8,7 +8,7 @@ import pytest
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.throughput import estimate_throughput, flops_per_token, matmul_params
 
 # Llama-3.1-8B (config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim

@@ -17,7 +17,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEFAULT_NETWORK = "InfiniBand-NDR"

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory import estimate_memory
-from gpuplan.plan.memory_types import MemoryEstimate, Workload
+from gpuplan.plan.memory.estimate import estimate_memory
+from gpuplan.plan.memory.types import MemoryEstimate, Workload
 
 # The saver ladder, cheapest slowdown first. Each entry: (name, knob, value, cost).
 EIGHT_BIT = "adamw_bnb_8bit"

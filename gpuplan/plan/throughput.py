@@ -32,7 +32,7 @@ from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 
 # Typical model-FLOPs utilisation of single-node transformer training with
 # AMP: PaLM (appendix B) reports 46% MFU, Megatron-LM (Narayanan et al. 2021) up to

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.modelinfo import read_config
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.types import Plan
 
 

@@ -7,7 +7,7 @@ lives; torch.distributed._tools.mem_tracker relies on the same). The peak is
 checked after every op; at each new peak the per-category byte counters are
 copied, so the parts at the peak cost nothing extra to find.
 
-Categories (memory_types.COMPONENTS) are assigned as storages are born and moved
+Categories (memory.types.COMPONENTS) are assigned as storages are born and moved
 when their role becomes known: parameters -> weights; a .grad -> gradients (post-
 accumulate-grad hook); a tensor in optimizer.state -> optimizer_states (scanned
 after each step); forward outputs -> activations, or logits_loss when their last

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple

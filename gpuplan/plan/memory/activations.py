@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.types import Workload
 
 # model_type -> block style
 STYLE_OF = {
@@ -132,7 +132,7 @@ def mode_of(wl: Workload) -> str:
         return "half"
     if wl.amp is not None and wl.engine in ("fsdp", "deepspeed"):
         # the forward runs on 16-bit parameters: FSDP MixedPrecisionPolicy(param_dtype) gathers
-        # them, DeepSpeed casts the module (memory_sharding.py): activations as in pure 16-bit
+        # them, DeepSpeed casts the module (memory/sharding.py): activations as in pure 16-bit
         return "half"
     return "amp" if wl.amp is not None else "fp32"
 

@@ -1,10 +1,10 @@
 """Analytic memory estimate: the peak of one optimizer step on one device, part by part.
 
 Pure and fast (the fit solver calls it hundreds of times per plan). The parts:
-model states (memory_states.py; per GPU under DDP/FSDP/DeepSpeed, with the parameters
-gathered in flight and the communication buckets, memory_sharding.py), activations and the loss path
-(memory_activations.py), counts per model (memory_layout.py), and what the GPU
-adds beyond tensors (memory_overhead.py).
+model states (memory/states.py; per GPU under DDP/FSDP/DeepSpeed, with the parameters
+gathered in flight and the communication buckets, memory/sharding.py), activations and the loss path
+(memory/activations.py), counts per model (memory/layout.py), and what the GPU
+adds beyond tensors (memory/overhead.py).
 
 The peak is the largest of these moments of a steady-state step (step >= 2: the
 optimizer states are created lazily by the first step), the same moments the
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_activations import activation_parts, mode_of
-from gpuplan.plan.memory_layout import model_layout
-from gpuplan.plan.memory_overhead import overhead_bytes
-from gpuplan.plan.memory_sharding import sharded_states
-from gpuplan.plan.memory_states import DTYPE_BYTES, optimizer_kind
-from gpuplan.plan.memory_types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.memory.activations import activation_parts, mode_of
+from gpuplan.plan.memory.layout import model_layout
+from gpuplan.plan.memory.overhead import overhead_bytes
+from gpuplan.plan.memory.sharding import sharded_states
+from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind
+from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
 
 __all__ = ["estimate_memory"]
 
@@ -47,7 +47,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         notes.append("paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory; "
                      "counted here although torch.cuda.max_memory_allocated does not show them")
     # model states per GPU under wl.engine, and the unsharded parameters in flight
-    # (memory_sharding.py); engine "none" is the single-device case
+    # (memory/sharding.py); engine "none" is the single-device case
     st = sharded_states(facts, wl, layout, kind)
     notes.extend(st.notes)
     weights = st.weights

@@ -56,9 +56,9 @@ from functools import lru_cache
 from math import prod
 
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory_layout import ModelLayout
-from gpuplan.plan.memory_states import DTYPE_BYTES, optimizer_state_bytes, optimizer_step_temp_bytes
-from gpuplan.plan.memory_types import Workload
+from gpuplan.plan.memory.layout import ModelLayout
+from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_state_bytes, optimizer_step_temp_bytes
+from gpuplan.plan.memory.types import Workload
 
 GIB = 1024**3
 _DTYPE_NAME = {2: "16-bit", 4: "fp32"}
