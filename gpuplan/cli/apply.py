@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from gpuplan.cli.common import detect_hardware, make_plan, style_for
 from gpuplan.plan.types import Diagnostic, Plan, PlanError
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_plan
@@ -23,7 +24,7 @@ class ApplyRefused(Exception):
 
 def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect) -> Plan:
     """A spec is planned now; a saved plan (JSON) is read as it was printed, and refused if stale."""
-    from gpuplan.cli_state import check_saved_plan
+    from gpuplan.cli.state import check_saved_plan
 
     path = Path(target)
     if path.suffix == ".json":
@@ -95,7 +96,7 @@ def supersede_checkpoints(output_dir: str) -> str | None:
 
 def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     """(checkpoint to resume from, what will happen) for this plan's output dir."""
-    from gpuplan.cli_state import load_state
+    from gpuplan.cli.state import load_state
     from gpuplan.plan.drift import resume_conflicts
 
     out = plan.value("output.dir")
@@ -125,7 +126,9 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
     check_remote_code(plan, args.trust_remote_code)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     try:
-        from gpuplan.apply import launch as scale  # several processes: torchrun per node (apply/launch.py)
+        from gpuplan.apply import (
+            launch as scale,  # several processes: torchrun per node (apply/launch.py)
+        )
 
         multi = scale.decide(plan, getattr(args, "node_rank", None), os.environ)
         if multi is not None and (multi.print_only or multi.node_rank > 0):
@@ -169,3 +172,7 @@ def _launch_other_node(plan: Plan, args, multi, scale) -> int:
     confirm(args.yes)
     return scale.run_torchrun(scale.launch_command(plan, path, node_rank=multi.node_rank, env=os.environ,
                                                    resume_from=None if args.restart else resume_from))
+
+
+def cmd_apply(args) -> int:
+    return run_apply(args, make_plan=make_plan, style=style_for(args, sys.stdout), detect=detect_hardware)

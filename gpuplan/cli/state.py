@@ -1,4 +1,4 @@
-"""The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, show.
+"""The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, `gpuplan show`.
 
 Reads files (the spec, gpuplan-state.json) and probes the device; the decisions
 themselves are pure functions in gpuplan.plan.fingerprint and gpuplan.plan.drift.
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gpuplan.apply.state import STATE_FILE  # apply/state.py imports nothing heavy
 from gpuplan.plan.drift import diff_plans
 from gpuplan.plan.fingerprint import stale_reasons
 from gpuplan.plan.types import Diagnostic, Plan, PlanError
-from gpuplan.render.text import toml_value
 
 
 def load_state(output_dir: str | Path) -> dict[str, Any] | None:
@@ -64,19 +64,10 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
             "started_at": state.get("started_at"), "changes": changes}
 
 
-def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
-    if drift is None:
-        return [f"No apply recorded in {output_dir}: everything above is new."]
-    when = drift.get("finished_at") or drift.get("started_at")
-    head = f"Since the last apply in {output_dir} ({drift.get('status')}, {when}):"
-    if not drift["changes"]:
-        return [head, "  no changes."]
-    return [head] + [f"  ~ {c['key']} = {toml_value(c['before'])} -> {toml_value(c['after'])}" for c in drift["changes"]]
-
-
 def show(target: str) -> tuple[dict[str, Any], str]:
     """A saved plan or a run's state: (JSON-ready dict, text)."""
-    from gpuplan.render.text import gib, render_plan
+    from gpuplan.render.state import render_run_state
+    from gpuplan.render.text import render_plan
 
     path = Path(target)
     if path.is_dir():
@@ -84,25 +75,7 @@ def show(target: str) -> tuple[dict[str, Any], str]:
         if state is None:
             raise PlanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
-        p, r = state.get("progress", {}), state.get("results", {}) or {}
-        plan = state["plan"]
-        lines = [f"Run in {path}: {state.get('status')}",
-                 f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
-                 f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen"]
-        if state.get("error"):
-            lines.append(f"  error: {state['error']}")
-        for o in state.get("oom_replans") or []:
-            lines.append(f"  out of memory at step {o['step']}: per-device batch {o['from']['batch']} -> "
-                         f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)")
-        measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
-        if measured:
-            lines.append(f"  peak memory {gib(measured)} measured, {gib(plan['memory'].get('allocated_peak_bytes'))} planned")
-        if r.get("tokens_per_second"):
-            planned = plan.get("throughput", {}).get("tokens_per_second")
-            lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
-        if r.get("train_loss_first") is not None:
-            lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
-        return state, "\n".join(lines) + "\n\n" + render_plan(plan)
+        return state, render_run_state(str(path), state)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)
@@ -111,3 +84,11 @@ def show(target: str) -> tuple[dict[str, Any], str]:
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise PlanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})")]) from None
     return data, render_plan(data)
+
+
+def cmd_show(args) -> int:
+    from gpuplan.render.json import dumps
+
+    data, text = show(args.target)
+    sys.stdout.write(dumps(data) if args.json else text)
+    return 0

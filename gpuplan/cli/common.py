@@ -1,0 +1,52 @@
+"""What the commands share: the user-error type, styling, hardware detection, planning a spec,
+and writing user-visible files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from gpuplan.plan.types import Diagnostic
+from gpuplan.render.style import Style
+from gpuplan.render.text import render_diagnostics
+
+
+class UserError(Exception):
+    """A CLI-level mistake (bad flag combination, missing terminal): exit 1."""
+
+
+def style_for(args, stream) -> Style:
+    return Style(False) if getattr(args, "no_color", False) else Style.for_stream(stream)
+
+
+def report(diags: Sequence[Diagnostic], args) -> None:
+    text = render_diagnostics([d.to_dict() for d in diags], style_for(args, sys.stderr))
+    print("\n".join(text), file=sys.stderr)
+
+
+def detect_hardware():
+    from gpuplan.hardware.detect import (
+        detect,  # the CLI edge: detection only when "auto" asks
+    )
+
+    return detect()[0]
+
+
+def make_plan(spec_path: str, args):
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.environment import local_environment
+
+    overrides = {"hardware": {"gpu": args.gpu}} if args.gpu else None
+    return plan_file(spec_path, detect=detect_hardware, environment=local_environment(), strict=args.strict,
+                     overrides=overrides)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write a user-visible file crash-safely; an OS error is a user error, not a traceback."""
+    from gpuplan.fsutil import write_text_atomic
+
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,0 +1,75 @@
+"""The command line's grammar: every command, its flags and an example each (one place)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpuplan import __version__
+
+EXAMPLES = {
+    "plan": "example: gpuplan plan specs/llama-8b-a100.toml --gpu H100-80GB --json",
+    "apply": "example: gpuplan apply specs/tiny.toml --yes",
+    "validate": "example: gpuplan validate specs/tiny.toml",
+    "schema": "example: gpuplan schema > gpuplan.schema.json",
+    "gpus": "example: gpuplan gpus",
+    "show": "example: gpuplan show runs/tiny   (or: gpuplan show run.plan.json --json)",
+    "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
+    "fmt": "example: gpuplan fmt --check specs/*.toml",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpuplan", description="Terraform for GPU training runs.",
+                                epilog="example: gpuplan plan specs/tiny.toml")
+    p.add_argument("--version", action="version", version=f"gpuplan {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def cmd(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
+
+    plan = cmd("plan", "Validate a spec, resolve it for the hardware, and print the changes and memory.")
+    plan.add_argument("spec", help="spec file (TOML)")
+    _plan_flags(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (format 1)")
+    plan.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE (apply it later)")
+    plan.add_argument("--trace", action="store_true",
+                      help="also trace two real training steps under FakeTensorMode (imports torch)")
+    plan.add_argument("--detailed-exitcode", action="store_true",
+                      help="exit 2 when the plan differs from the last apply in the output dir")
+
+    apply = cmd("apply", "Plan (or load a saved plan) and train with transformers.Trainer.")
+    apply.add_argument("target", help="spec file (TOML) or saved plan (JSON from plan --out)")
+    _plan_flags(apply)
+    apply.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    apply.add_argument("--trust-remote-code", action="store_true",
+                       help="allow model code from the model directory (the spec must allow it too)")
+    apply.add_argument("--restart", action="store_true", help="start over instead of resuming an incompatible run")
+    apply.add_argument("--break-lock", action="store_true", help="remove a lock left by a dead process")
+    apply.add_argument("--node-rank", type=int, metavar="R",
+                       help="several nodes without SLURM: run this node's share (0 = the rendezvous host)")
+
+    val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
+    val.add_argument("spec")
+    show = cmd("show", "Print a saved plan or a run's state (an output dir).")
+    show.add_argument("target", help="saved plan (.json) or output dir")
+    show.add_argument("--json", action="store_true")
+    cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
+    cmd("gpus", "List the hardware catalog.")
+
+    init = cmd("init", "Write a commented starter spec for a model config and a GPU.")
+    init.add_argument("model_config", metavar="MODEL_CONFIG", help="a config.json, or a model directory holding one")
+    init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
+    init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
+    init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")
+    init.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+    fmt = cmd("fmt", "Lay out specs in schema order, keeping comments and values.")
+    fmt.add_argument("specs", nargs="+", metavar="SPEC", help='spec files; "-" reads stdin and writes stdout')
+    fmt.add_argument("--check", action="store_true", help="write nothing; list the files fmt would change, exit 1 if any")
+    return p
+
+
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", metavar="NAME", help='override hardware.gpu (a catalog name, "auto" or "cpu")')
+    p.add_argument("--strict", action="store_true", help="refuse to adjust any value the spec sets")
+    p.add_argument("--no-color", action="store_true", help="plain text output")

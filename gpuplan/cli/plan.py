@@ -1,0 +1,66 @@
+"""`gpuplan plan`, `validate`, `schema` and `gpus`: the commands that read a spec or the catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from gpuplan.cli.common import make_plan, style_for, write_atomic
+
+
+def cmd_plan(args) -> int:
+    from gpuplan.cli.state import drift_since_apply
+    from gpuplan.render.json import dumps
+    from gpuplan.render.state import render_drift
+    from gpuplan.render.text import render_plan
+
+    plan = make_plan(args.spec, args)
+    if args.trace:
+        from gpuplan.trace.plan import trace_plan
+
+        plan = trace_plan(plan)
+    data = plan.to_dict()
+    drift = drift_since_apply(plan)
+    if args.out:
+        write_atomic(args.out, dumps(data))
+    if args.json:
+        sys.stdout.write(dumps({**data, "since_last_apply": drift}))
+    else:
+        sys.stdout.write(render_plan(data, style_for(args, sys.stdout)))
+        print("\n".join(render_drift(drift, plan.value("output.dir"))))
+        if args.out:
+            print(f"Saved the plan to {args.out}; apply it with: gpuplan apply {args.out}")
+    if args.detailed_exitcode and (drift is None or drift["changes"]):
+        return 2
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from gpuplan.spec.load import load_toml
+    from gpuplan.spec.validate import validate_spec
+
+    validate_spec(load_toml(args.spec).raw)
+    print(f"{args.spec}: valid")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from gpuplan.spec.schema import Spec
+
+    schema = Spec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpuplan spec (format 1)"
+    print(json.dumps(schema, indent=2))
+    return 0
+
+
+def cmd_gpus(args) -> int:
+    from gpuplan.hardware.catalog import load_catalog
+
+    print(f"{'name':<12} {'memory':>8} {'cc':>5} {'bf16':>5} {'tf32':>5} {'fp8':>4} {'bf16 TFLOP/s':>13}")
+    for name, g in load_catalog().items():
+        cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
+        tf = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp32")
+        print(f"{name:<12} {g.memory_bytes / 1024**3:>6.0f}Gi {cc:>5} {str(g.bf16).lower():>5} "
+              f"{str(g.tf32).lower():>5} {str(g.fp8).lower():>4} {tf:>13}")
+    return 0
