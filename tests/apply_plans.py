@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 from gpuplan.plan.types import Plan, Setting
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,11 +114,11 @@ def cpu_plan(tmp_path: Path, hardware: dict[str, Any] | None = None, memory: dic
     return Plan(
         spec_path=None,
         spec_sha256=None,
-        hardware=hardware or CPU_PROFILE,
-        model={"name": "micro-llama"},
+        hardware=HardwareSection.from_dict(hardware or CPU_PROFILE),
+        model=ModelSection(model_type="llama", task="causal-lm"),
         settings={k: Setting(v, "user") for k, v in values.items()},
-        memory=memory or {"allocated_peak_bytes": 50 * 2**20},
-        throughput=throughput or {"tokens_per_second": 20000.0},
+        memory=MemorySection.from_dict(memory or {"allocated_peak_bytes": 50 * 2**20}),
+        throughput=ThroughputSection.from_dict(throughput or {"tokens_per_second": 20000.0}),
     )
 
 

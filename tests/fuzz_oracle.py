@@ -86,12 +86,12 @@ def check_plan(path: Path, plan: Plan) -> None:
     assert all(type(x) is int and x >= 1 for x in (b, a, count, nodes)), (b, a, count, nodes)
     assert v("training.effective_batch_size") == b * a * count * nodes
     mem = plan.memory
-    assert mem["fits"] is True, "an accepted plan must fit"
+    assert mem.fits is True, "an accepted plan must fit"
     headroom = v("hardware.headroom")
-    assert mem["capacity_bytes"] == plan.hardware["memory_bytes"]
-    assert mem["usable_bytes"] == int(mem["capacity_bytes"] * (1 - headroom))
-    assert 0 < mem["allocated_peak_bytes"] <= mem["reserved_peak_bytes"] <= mem["usable_bytes"]
-    assert all(x is None or (isinstance(x, int) and x >= 0) for x in mem["components"].values()), mem["components"]
+    assert mem.capacity_bytes == plan.hardware.memory_bytes
+    assert mem.usable_bytes == int(mem.capacity_bytes * (1 - headroom))
+    assert 0 < mem.allocated_peak_bytes <= mem.reserved_peak_bytes <= mem.usable_bytes
+    assert all(x is None or (isinstance(x, int) and x >= 0) for x in mem.components.values()), mem.components
     for key, s in plan.settings.items():
         assert s.source in ("user", "default", "derived", "adjusted"), (key, s)
         if s.source in ("derived", "adjusted"):

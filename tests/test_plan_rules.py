@@ -90,10 +90,10 @@ def test_accumulation_kept_small_largest_batch_that_fits(tmp_path):
     a = plan.value("training.gradient_accumulation_steps")
     assert b * a == 512 and b % 64 == 0 and a > 1
     # the next larger split (2b) does not fit: b is the largest
-    wl = Workload(**plan.memory["workload"])
+    wl = plan.memory.workload
     facts = model_facts(read_config(plan.value("model.config")))
     bigger = estimate_memory(facts, dataclasses.replace(wl, per_device_batch=2 * b, gradient_accumulation_steps=a // 2))
-    assert bigger.reserved_peak_bytes > plan.memory["usable_bytes"] >= plan.memory["reserved_peak_bytes"]
+    assert bigger.reserved_peak_bytes > plan.memory.usable_bytes >= plan.memory.reserved_peak_bytes
 
 
 # ---- precision ------------------------------------------------------------------------
@@ -166,9 +166,9 @@ def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
                                     data="seq_len = 2048", training="effective_batch_size = 32"))
     assert plan.value("training.optim") == "adamw_bnb_8bit"
     assert plan.value("training.gradient_checkpointing") is True
-    names = [s["name"] for s in plan.memory["savers"]]
+    names = [s.name for s in plan.memory.savers]
     assert names == ["8-bit optimizer", "gradient checkpointing"]
-    assert all(s["saved_bytes"] > 0 for s in plan.memory["savers"])
+    assert all(s.saved_bytes > 0 for s in plan.memory.savers)
     assert "does not fit without it" in change(plan, "training.gradient_checkpointing").reason
 
 
@@ -183,7 +183,7 @@ def test_checkpointing_auto_stays_off_when_it_fits(tmp_path):
     plan = plan_text(tmp_path, spec())
     assert plan.value("training.gradient_checkpointing") is False
     assert "fits without it" in change(plan, "training.gradient_checkpointing").reason
-    assert plan.memory["savers"] == []
+    assert plan.memory.savers == ()
 
 
 def test_user_checkpointing_false_that_cannot_fit_names_the_key(tmp_path):

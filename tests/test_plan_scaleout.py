@@ -49,18 +49,18 @@ def plan70b():
 
 
 def test_70b_on_8_h100_is_fully_sharded_with_offload(plan70b):
-    assert plan70b.model["n_params"] == 70_553_706_496
+    assert plan70b.model.n_params == 70_553_706_496
     assert plan70b.value("distributed.strategy") == "fsdp"
     assert plan70b.value("distributed.fsdp_sharding") == "full_shard"
     assert plan70b.value("distributed.fsdp_cpu_offload") is True
     reason = _change(plan70b, "distributed.strategy").reason
     assert "full_shard" in reason and "CPU offload" in reason and "host RAM" in reason
     mem = plan70b.memory
-    assert mem["fits"] and mem["reserved_peak_bytes"] <= mem["usable_bytes"]
+    assert mem.fits and mem.reserved_peak_bytes <= mem.usable_bytes
     # the states live on the host; on the GPU: the gathered tail unit (bf16 lm_head + norm)
-    assert mem["components"]["optimizer_states"] == 0 and mem["components"]["gradients"] == 0
-    assert mem["components"]["weights"] == 2 * (128256 * 8192 + 8192)
-    assert plan70b.memory["workload"]["shard_world_size"] == 8
+    assert mem.components["optimizer_states"] == 0 and mem.components["gradients"] == 0
+    assert mem.components["weights"] == 2 * (128256 * 8192 + 8192)
+    assert plan70b.memory.workload.shard_world_size == 8
 
 
 def test_70b_cannot_fit_sharded_without_offload():
@@ -91,21 +91,21 @@ def test_8b_on_8_h100_takes_shard_grad_op(tmp_path):
     assert plan.value("distributed.strategy") == "fsdp"
     assert plan.value("distributed.fsdp_sharding") == "shard_grad_op"
     assert "shard_grad_op" in _change(plan, "distributed.strategy").reason
-    assert plan.memory["fits"] and plan.memory["reserved_peak_bytes"] <= plan.memory["usable_bytes"]
+    assert plan.memory.fits and plan.memory.reserved_peak_bytes <= plan.memory.usable_bytes
     # DDP, first on the ladder, does not fit: bf16 weights + grads + DDP's bucket copy + AdamW = 75 GiB
     facts = model_facts(json.loads((MODELS / "llama-3.1-8b.json").read_text()), "causal-lm")
     gpu = lookup("H100-80GB", None)
     ddp = estimate_memory(facts, Workload(1, 2048, weight_dtype="bfloat16", amp="bf16",
                                           optim="adamw_torch_fused", engine="ddp"), gpu)
-    assert ddp.reserved_peak_bytes > plan.memory["usable_bytes"]
+    assert ddp.reserved_peak_bytes > plan.memory.usable_bytes
 
 
 def test_8b_ddp_when_asked_needs_savers(tmp_path):
     """DDP replicates the states: only the 8-bit optimizer (and checkpointing) make it fit."""
     plan = plan_text(tmp_path, _spec(dist='strategy = "ddp"'))
     assert plan.value("distributed.strategy") == "ddp"
-    assert [s["name"] for s in plan.memory["savers"]] == ["8-bit optimizer", "gradient checkpointing"]
-    c = plan.memory["components"]
+    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "gradient checkpointing"]
+    c = plan.memory.components
     assert c["weights"] == 2 * 8_030_261_248
     assert c["gradients"] == 2 * 2 * 8_030_261_248  # the gradients + DDP's bucket copy of them
 
@@ -114,22 +114,22 @@ def test_two_nodes_shard_over_16_and_cross_the_network(tmp_path):
     one = plan_text(tmp_path, _spec())
     two = plan_text(tmp_path, _spec(hw="nodes = 2", training="").replace("effective_batch_size = 64",
                                                                            "effective_batch_size = 128"))
-    assert two.memory["workload"]["shard_world_size"] == 16
-    assert one.memory["workload"]["shard_world_size"] == 8
+    assert two.memory.workload.shard_world_size == 16
+    assert one.memory.workload.shard_world_size == 8
     # Adam states halve (8P/N fp32, plus a step scalar per tensor)
     p, tensors = 8_030_261_248, 291
-    assert one.memory["components"]["optimizer_states"] == 8 * p // 8 + 4 * tensors
-    assert two.memory["components"]["optimizer_states"] == 8 * p // 16 + 4 * tensors
-    assert one.throughput["communication"]["link"] == "NVLink"
-    assert two.throughput["communication"]["link"] == "InfiniBand-NDR"
+    assert one.memory.components["optimizer_states"] == 8 * p // 8 + 4 * tensors
+    assert two.memory.components["optimizer_states"] == 8 * p // 16 + 4 * tensors
+    assert one.throughput.communication["link"] == "NVLink"
+    assert two.throughput.communication["link"] == "InfiniBand-NDR"
 
 
 def test_hybrid_shard_shards_within_a_node(tmp_path):
     plan = plan_text(tmp_path, _spec(hw="nodes = 2", dist='strategy = "fsdp"\nfsdp_sharding = "hybrid_shard"')
                      .replace("effective_batch_size = 64", "effective_batch_size = 128"))
-    assert plan.memory["workload"]["shard_world_size"] == 8  # GPUs per node
-    assert plan.memory["workload"]["zero_stage"] == 3
-    assert plan.throughput["communication"]["cross_node_bytes_per_gpu_per_step"] > 0
+    assert plan.memory.workload.shard_world_size == 8  # GPUs per node
+    assert plan.memory.workload.zero_stage == 3
+    assert plan.throughput.communication["cross_node_bytes_per_gpu_per_step"] > 0
 
 
 def test_deepspeed_takes_the_lowest_stage_that_fits(tmp_path):
@@ -137,14 +137,14 @@ def test_deepspeed_takes_the_lowest_stage_that_fits(tmp_path):
     assert plan.value("distributed.strategy") == "deepspeed"
     stage = plan.value("distributed.zero_stage")
     assert "the lowest ZeRO stage that fits" in _change(plan, "distributed.zero_stage").reason
-    assert plan.memory["fits"]
+    assert plan.memory.fits
     # ZeRO-1 keeps 2P bf16 weights + fp32 master and Adam (12P/N) + the step scalars
     if stage == 1:
-        assert plan.memory["components"]["optimizer_states"] == 12 * 8_030_261_248 // 8 + 8
+        assert plan.memory.components["optimizer_states"] == 12 * 8_030_261_248 // 8 + 8
 
 
 def test_example_specs_plan_and_fit():
     for name in ("llama-70b-8xh100.toml", "llama-8b-2nodes.toml"):
         plan = plan_file(SPECS / name, environment=ENV)
-        assert plan.memory["fits"], name
+        assert plan.memory.fits, name
         assert plan.value("distributed.strategy") == "fsdp", name

@@ -1,5 +1,6 @@
 """Golden lines: the text renderer draws from a plan dict built by hand."""
 
+from gpuplan.plan.sections import HardwareSection, MemorySection
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_changes, render_memory, render_plan, summary_line
 
@@ -38,7 +39,7 @@ def test_change_lines():
 
 
 def test_memory_table():
-    lines = render_memory(PLAN["memory"], PLAN["hardware"])
+    lines = render_memory(MemorySection.from_dict(PLAN["memory"]), HardwareSection.from_dict(PLAN["hardware"]))
     assert lines[0] == "Memory per GPU (analytic estimate) on A100-80GB with 80.0 GiB:"
     assert "  weights               4.0 GiB" in lines
     assert lines[-1] == "  device total         12.0 GiB   nvidia-smi; fits in 73.6 GiB usable (8% headroom)"

@@ -42,7 +42,7 @@ def test_starter_validates_and_plans(tmp_path, model, gpu, task, canonical):
     assert spec.hardware.gpu == canonical
     assert spec.model.task == task
     plan = plan_file(path, environment=ENV)
-    assert plan.memory["fits"]
+    assert plan.memory.fits
     assert plan.value("model.config") == str((MODELS / f"{model}.json").resolve())
     assert plan.value("training.effective_batch_size") == raw["training"]["effective_batch_size"]
 
@@ -51,7 +51,7 @@ def test_auto_gpu_is_written_as_auto_and_plans_with_detection(tmp_path):
     text, path = _write(tmp_path, "opt-125m", "auto")
     assert tomllib.loads(text)["hardware"]["gpu"] == "auto"
     plan = plan_file(path, environment=ENV, detect=lambda: lookup("A10G"))
-    assert plan.hardware["name"] == "A10G"
+    assert plan.hardware.name == "A10G"
 
 
 def test_every_schema_key_is_present_in_order_with_a_comment(tmp_path):

@@ -16,8 +16,8 @@ def test_every_example_spec_plans(path):
             plan_file(path, environment=ENV)
         return
     plan = plan_file(path, environment=ENV)
-    assert plan.memory["fits"]
-    assert plan.memory["reserved_peak_bytes"] <= plan.memory["usable_bytes"]
+    assert plan.memory.fits
+    assert plan.memory.reserved_peak_bytes <= plan.memory.usable_bytes
     e = plan.value("training.effective_batch_size")
     world = plan.value("hardware.count") * plan.value("hardware.nodes")
     assert e == plan.value("training.per_device_train_batch_size") * plan.value("training.gradient_accumulation_steps") * world
@@ -26,11 +26,26 @@ def test_every_example_spec_plans(path):
 
 def test_8b_on_a100_uses_bf16_and_fits():
     plan = plan_file(SPECS / "llama-8b-a100.toml", environment=ENV)
-    assert plan.model["n_params"] == 8_030_261_248
+    assert plan.model.n_params == 8_030_261_248
     assert plan.value("training.bf16") is True
-    assert plan.memory["capacity_bytes"] == 80 * 1024**3
+    assert plan.memory.capacity_bytes == 80 * 1024**3
 
 
 def test_24gb_card_needs_8bit_and_checkpointing():
     plan = plan_file(SPECS / "phi-2-24gb.toml", environment=ENV)
-    assert [s["name"] for s in plan.memory["savers"]] == ["8-bit optimizer", "gradient checkpointing"]
+    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "gradient checkpointing"]
+
+
+@pytest.mark.parametrize("path", sorted(p for p in SPECS.glob("*.toml") if p.name not in CANNOT_FIT), ids=lambda p: p.name)
+def test_plan_round_trips_through_its_typed_sections(path):
+    """The JSON contract lives in the typed sections: from_dict(to_dict()) loses nothing, adds nothing."""
+    import json
+
+    from gpuplan.plan.types import Plan
+
+    plan = plan_file(path, environment=ENV)
+    data = plan.to_dict()
+    again = Plan.from_dict(json.loads(json.dumps(data)))
+    assert again == plan
+    assert again.to_dict() == data
+    assert list(again.to_dict()["memory"]) == list(data["memory"])  # key order too: --json is byte-stable

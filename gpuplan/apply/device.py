@@ -49,7 +49,7 @@ def check_device(plan: Plan) -> str:
         return "cpu"
     if not torch.cuda.is_available():
         raise ApplyError(
-            f"the plan is for {plan.hardware.get('name', 'a GPU')!r} but this process sees no CUDA device "
+            f"the plan is for {plan.hardware.name or 'a GPU'!r} but this process sees no CUDA device "
             f"(torch {torch.__version__}); run it on that GPU, or {_REPLAN}"
         )
     _check_world(plan, world, launched)

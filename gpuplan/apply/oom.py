@@ -43,8 +43,8 @@ def with_batch(plan: Plan, batch: int, accumulation: int, why: str) -> Plan:
 def estimate_error(plan: Plan) -> dict[str, Any]:
     """How far the memory estimate was off, at least: the plan put the peak at X < C, the
     device's capacity; an OOM means the real peak passed C, so X was low by (C - X) / X or more."""
-    est = plan.memory.get("allocated_peak_bytes")
-    cap = plan.memory.get("capacity_bytes") or plan.hardware.get("memory_bytes")
+    est = plan.memory.allocated_peak_bytes
+    cap = plan.memory.capacity_bytes or plan.hardware.memory_bytes
     low = (cap - est) / est if est and cap and cap > est else None
     return {"estimated_allocated_bytes": est, "capacity_bytes": cap, "estimate_low_by_at_least": low}
 

@@ -198,8 +198,8 @@ def execute(
             "runtime_s": time.perf_counter() - started,
             "train_runtime_s": output.metrics.get("train_runtime"),
             "final_model_dir": final_dir,
-            "plan_allocated_peak_bytes": plan.memory.get("allocated_peak_bytes"),
-            "plan_tokens_per_second": plan.throughput.get("tokens_per_second"),
+            "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
+            "plan_tokens_per_second": plan.throughput.tokens_per_second,
             "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
             "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
         }

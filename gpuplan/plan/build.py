@@ -19,6 +19,7 @@ from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
+from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
 from gpuplan.plan.solve import workload as solve_workload
@@ -119,17 +120,17 @@ def plan_spec(
     throughput = with_communication(throughput, communication(
         facts, wl, gpu, count=spec.hardware.count, nodes=spec.hardware.nodes,
         interconnect=spec.hardware.interconnect, network=spec.hardware.network, networks=load_interconnects()))
-    hardware = {**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes}
+    hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes})
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
         hardware=hardware,
-        model=facts.summary(),
+        model=ModelSection.from_dict(facts.summary()),
         settings=resolved,
         changes=tuple(sorted(ctx.changes, key=lambda c: list(settings).index(c.key))),
         diagnostics=tuple(ctx.diagnostics),
-        memory={**memory, "workload": wl.to_dict(), "method": final.method},
-        throughput=throughput,
+        memory=dataclasses.replace(memory, workload=wl, method=final.method),
+        throughput=ThroughputSection.from_dict(throughput),
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
 
@@ -145,21 +146,22 @@ def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict
     return out
 
 
-def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> dict[str, Any]:
+def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySection:
+    """The memory section of the solution's estimate; build adds the workload and method."""
     est = sol.estimate.to_dict()
-    return {
-        "allocated_peak_bytes": est["allocated_peak_bytes"],
-        "reserved_peak_bytes": est["reserved_peak_bytes"],
-        "capacity_bytes": gpu.memory_bytes,
-        "usable_bytes": problem.usable_bytes,
-        "headroom": headroom,
-        "fits": sol.fits,
-        "components": est["components"],
-        "host_bytes": est["host_bytes"],  # offloaded to host RAM, per GPU
-        "layout": sol.knobs.sharding.label,
-        "savers": [{"name": n, "saved_bytes": sol.saved_bytes.get(n), "cost": SAVER_COST[n]} for n in sol.savers],
-        "notes": est["notes"],
-    }
+    return MemorySection(
+        allocated_peak_bytes=est["allocated_peak_bytes"],
+        reserved_peak_bytes=est["reserved_peak_bytes"],
+        capacity_bytes=gpu.memory_bytes,
+        usable_bytes=problem.usable_bytes,
+        headroom=headroom,
+        fits=sol.fits,
+        components=est["components"],
+        host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
+        layout=sol.knobs.sharding.label,
+        savers=tuple(Saver(n, sol.saved_bytes.get(n), SAVER_COST[n]) for n in sol.savers),
+        notes=tuple(est["notes"]),
+    )
 
 
 def plan_file(path: str | Path, *, detect: Callable[[], GPUProfile] | None = None,

@@ -26,9 +26,9 @@ def fingerprint(plan: Plan, environment: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "spec_sha256": plan.spec_sha256,
         "settings_sha256": settings_sha256(plan),
-        "hardware": {"name": hw.get("name"), "memory_bytes": hw.get("memory_bytes"),
-                     "compute_capability": hw.get("compute_capability"),
-                     "count": hw.get("count"), "nodes": hw.get("nodes")},
+        "hardware": {"name": hw.name, "memory_bytes": hw.memory_bytes,
+                     "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
+                     "count": hw.count, "nodes": hw.nodes},
         "versions": {**{k: packages.get(k) for k in VERSIONED}, "cuda": environment.get("cuda")},
     }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
+
 FORMAT_VERSION = 1
 
 Source = Literal["user", "default", "derived", "adjusted"]
@@ -88,19 +90,19 @@ class Plan:
     """A resolved plan: everything `apply` needs, nothing it must re-derive.
 
     `settings` maps full key paths ("training.per_device_train_batch_size") to
-    Settings. `memory`, `throughput`, `hardware` and `model` are plain JSON-ready
-    dicts so a saved plan round-trips exactly.
+    Settings. `hardware`, `model`, `memory` and `throughput` are the typed sections
+    of gpuplan.plan.sections, so a saved plan round-trips exactly.
     """
 
     spec_path: str | None
     spec_sha256: str | None
-    hardware: Mapping[str, Any]
-    model: Mapping[str, Any]
+    hardware: HardwareSection
+    model: ModelSection
     settings: Mapping[str, Setting]
     changes: tuple[Change, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
-    memory: Mapping[str, Any] = field(default_factory=dict)
-    throughput: Mapping[str, Any] = field(default_factory=dict)
+    memory: MemorySection = field(default_factory=MemorySection)
+    throughput: ThroughputSection = field(default_factory=ThroughputSection)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
@@ -117,13 +119,13 @@ class Plan:
             "format_version": self.format_version,
             "spec_path": self.spec_path,
             "spec_sha256": self.spec_sha256,
-            "hardware": dict(self.hardware),
-            "model": dict(self.model),
+            "hardware": self.hardware.to_dict(),
+            "model": self.model.to_dict(),
             "settings": {k: s.to_dict() for k, s in sorted(self.settings.items())},
             "changes": [c.to_dict() for c in self.changes],
             "diagnostics": [d.to_dict() for d in self.diagnostics],
-            "memory": dict(self.memory),
-            "throughput": dict(self.throughput),
+            "memory": self.memory.to_dict(),
+            "throughput": self.throughput.to_dict(),
             "fingerprint": dict(self.fingerprint),
         }
 
@@ -132,8 +134,8 @@ class Plan:
         return cls(
             spec_path=d.get("spec_path"),
             spec_sha256=d.get("spec_sha256"),
-            hardware=d.get("hardware", {}),
-            model=d.get("model", {}),
+            hardware=HardwareSection.from_dict(d.get("hardware") or {}),
+            model=ModelSection.from_dict(d.get("model") or {}),
             settings={
                 k: Setting(v["value"], v["source"], v.get("reason"), v.get("rule"))
                 for k, v in d["settings"].items()
@@ -143,8 +145,8 @@ class Plan:
                 for c in d.get("changes", [])
             ),
             diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", [])),
-            memory=d.get("memory", {}),
-            throughput=d.get("throughput", {}),
+            memory=MemorySection.from_dict(d.get("memory") or {}),
+            throughput=ThroughputSection.from_dict(d.get("throughput") or {}),
             fingerprint=d.get("fingerprint", {}),
             format_version=d.get("format_version", FORMAT_VERSION),
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from gpuplan.plan.sections import MemorySection, ThroughputSection
 from gpuplan.render.text import gib, render_plan, toml_value
 
 
@@ -31,9 +32,9 @@ def render_run_state(path: str, state: Mapping[str, Any]) -> str:
                      f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)")
     measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
     if measured:
-        lines.append(f"  peak memory {gib(measured)} measured, {gib(plan['memory'].get('allocated_peak_bytes'))} planned")
+        lines.append(f"  peak memory {gib(measured)} measured, {gib(MemorySection.from_dict(plan.get('memory') or {}).allocated_peak_bytes)} planned")
     if r.get("tokens_per_second"):
-        planned = plan.get("throughput", {}).get("tokens_per_second")
+        planned = ThroughputSection.from_dict(plan.get("throughput") or {}).tokens_per_second
         lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
     if r.get("train_loss_first") is not None:
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")

@@ -1,5 +1,7 @@
 """Human text drawn from the plan's JSON dict (DESIGN principle 7: they never drift).
 
+The dict's sections are read through their typed form (gpuplan.plan.sections).
+
 A `+`/`~` line per change with its reason, the memory table against the GPU's
 capacity, the throughput estimate, then a one-line summary.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 from gpuplan.render.style import PLAIN, Style
 
 GIB = 1024**3
@@ -43,46 +46,43 @@ def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -
     return lines
 
 
-def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style: Style = PLAIN) -> list[str]:
-    comps = memory.get("components", {})
-    name = hardware.get("name", "?")
-    per = "per GPU" if hardware.get("vendor") != "cpu" else "host (CPU)"
-    if memory.get("layout") not in (None, "single device"):
-        per += f" under {memory['layout']}"
-    lines = [style(f"Memory {per} ({memory.get('method', 'analytic')} estimate) on {name} with {gib(memory.get('capacity_bytes'))}:", "bold")]
-    for k, v in comps.items():
+def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style = PLAIN) -> list[str]:
+    name = hardware.name or "?"
+    per = "per GPU" if hardware.vendor != "cpu" else "host (CPU)"
+    if memory.layout not in (None, "single device"):
+        per += f" under {memory.layout}"
+    lines = [style(f"Memory {per} ({memory.method or 'analytic'} estimate) on {name} with {gib(memory.capacity_bytes)}:", "bold")]
+    for k, v in (memory.components or {}).items():
         lines.append(f"  {k:<18} {gib(v):>10}")
-    lines.append(f"  {'allocated peak':<18} {gib(memory.get('allocated_peak_bytes')):>10}   torch.cuda.max_memory_allocated")
-    fits = memory.get("fits")
-    verdict = style("fits", "green") if fits else style("does not fit", "red")
-    total = "nvidia-smi" if hardware.get("vendor") != "cpu" else "process"
+    lines.append(f"  {'allocated peak':<18} {gib(memory.allocated_peak_bytes):>10}   torch.cuda.max_memory_allocated")
+    verdict = style("fits", "green") if memory.fits else style("does not fit", "red")
+    total = "nvidia-smi" if hardware.vendor != "cpu" else "process"
     lines.append(
-        f"  {'device total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
-        f"{gib(memory.get('usable_bytes'))} usable ({memory.get('headroom', 0):.0%} headroom)"
+        f"  {'device total':<18} {gib(memory.reserved_peak_bytes):>10}   {total}; {verdict} in "
+        f"{gib(memory.usable_bytes)} usable ({memory.headroom or 0:.0%} headroom)"
     )
-    if memory.get("host_bytes"):
-        lines.append(f"  {'host RAM (offload)':<18} {gib(memory['host_bytes']):>10}   per GPU, outside the device figures")
-    traced = memory.get("traced")
+    if memory.host_bytes:
+        lines.append(f"  {'host RAM (offload)':<18} {gib(memory.host_bytes):>10}   per GPU, outside the device figures")
+    traced = memory.traced
     if traced:
         lines.append(f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "
                      f"the estimate is {traced['analytic_minus_traced_fraction']:+.1%} off it")
         for n in traced.get("notes", []):
             lines.append(style(f"  {n if n.startswith('trace') else 'trace: ' + n}", "dim"))
-    for s in memory.get("savers", []):
-        lines.append(f"  saver: {s['name']} saves {gib(s['saved_bytes'])} ({s['cost']})")
-    for n in memory.get("notes", []):
+    for s in memory.savers:
+        lines.append(f"  saver: {s.name} saves {gib(s.saved_bytes)} ({s.cost})")
+    for n in memory.notes:
         lines.append(style(f"  note: {n}", "dim"))
     return lines
 
 
-def render_throughput(t: Mapping[str, Any]) -> list[str]:
-    if not t:
+def render_throughput(t: ThroughputSection) -> list[str]:
+    if t.empty:
         return []
-    step = t.get("step_time_s")
-    run = t.get("run_time_s")
-    out = [f"Throughput: {t['tokens_per_step']:,} tokens/step, ~{step:.2f} s/step, ~{t['tokens_per_second']:,.0f} tokens/s"
-           + (f", ~{_duration(run)} for {t['max_steps']:,} steps" if run is not None else "")]
-    out.append(f"  assumption: {t['assumption']}")
+    run = t.run_time_s
+    out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
+           + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
+    out.append(f"  assumption: {t.assumption}")
     return out
 
 
@@ -110,7 +110,8 @@ def summary_line(data: Mapping[str, Any]) -> str:
     changes = data.get("changes", [])
     adds = sum(1 for c in changes if c["action"] == "add")
     mods = len(changes) - adds
-    mem = data.get("memory", {})
+    mem = MemorySection.from_dict(data.get("memory") or {})
+    hw = HardwareSection.from_dict(data["hardware"])
     s = data.get("settings", {})
 
     def val(k):
@@ -119,19 +120,20 @@ def summary_line(data: Mapping[str, Any]) -> str:
     return (
         f"Plan: {adds} to add, {mods} to change. "
         f"batch {val('training.effective_batch_size')} = {val('training.per_device_train_batch_size')} x "
-        f"{val('training.gradient_accumulation_steps')} x {data['hardware'].get('count', 1) * data['hardware'].get('nodes', 1)} GPU(s); "
-        f"{gib(mem.get('reserved_peak_bytes'))} of {gib(mem.get('capacity_bytes'))}"
-        + ("" if mem.get("fits") else " (does not fit)")
+        f"{val('training.gradient_accumulation_steps')} x {hw.world_size} GPU(s); "
+        f"{gib(mem.reserved_peak_bytes)} of {gib(mem.capacity_bytes)}"
+        + ("" if mem.fits else " (does not fit)")
     )
 
 
 def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
-    hw, model = data["hardware"], data.get("model", {})
-    n = model.get("n_params")
+    hw = HardwareSection.from_dict(data["hardware"])
+    model = ModelSection.from_dict(data.get("model") or {})
+    n = model.n_params
     size = f"{n / 1e6:,.1f}M parameters" if n else "size unknown"
     head = (f"gpuplan plan: {data.get('spec_path')}\n"
-            f"  {model.get('model_type', '?')} ({size}, {model.get('task')}) on "
-            f"{hw.get('count', 1)} x {hw.get('name')}" + (f" x {hw['nodes']} nodes" if hw.get("nodes", 1) > 1 else ""))
+            f"  {model.model_type or '?'} ({size}, {model.task}) on "
+            f"{hw.count} x {hw.name}" + (f" x {hw.nodes} nodes" if hw.nodes > 1 else ""))
     parts = [head, ""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))
@@ -139,9 +141,9 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     else:
         parts.append("No changes: the spec is already resolved.")
     parts.append("")
-    parts.extend(render_memory(data.get("memory", {}), hw, style))
+    parts.extend(render_memory(MemorySection.from_dict(data.get("memory") or {}), hw, style))
     parts.append("")
-    parts.extend(render_throughput(data.get("throughput", {})))
+    parts.extend(render_throughput(ThroughputSection.from_dict(data.get("throughput") or {})))
     diags = [d for d in data.get("diagnostics", []) if d["severity"] != "error"]
     if diags:
         parts.append("")

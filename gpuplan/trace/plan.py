@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.modelinfo import read_config
-from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.types import Plan
 
 
@@ -18,7 +17,7 @@ def trace_plan(plan: Plan) -> Plan:
 
     source = plan.get("model.config") or plan.get("model.name_or_path")
     config = read_config(source)
-    wl = Workload(**plan.memory["workload"])
+    wl = plan.memory.workload
     if wl.engine != "none":
         # A data-parallel rank runs the same micro-batch; sharding is priced analytically.
         wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1,
@@ -27,9 +26,8 @@ def trace_plan(plan: Plan) -> Plan:
         # From the second micro-batch on, every micro-batch of a step holds the same
         # tensors (gradients live across them), so two show the peak of any number.
         wl = dataclasses.replace(wl, gradient_accumulation_steps=2)
-    cc = plan.hardware.get("compute_capability")
-    traced = trace_memory(config, wl, compute_capability=tuple(cc) if cc else None)
-    analytic = plan.memory["allocated_peak_bytes"]
+    traced = trace_memory(config, wl, compute_capability=plan.hardware.compute_capability)
+    analytic = plan.memory.allocated_peak_bytes
     diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
-    memory = {**plan.memory, "traced": {**traced.to_dict(), "analytic_minus_traced_fraction": diff}}
+    memory = dataclasses.replace(plan.memory, traced={**traced.to_dict(), "analytic_minus_traced_fraction": diff})
     return dataclasses.replace(plan, memory=memory)
