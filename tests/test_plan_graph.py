@@ -46,3 +46,35 @@ def test_every_rule_has_an_id_and_doc():
     ids = [r.id for r in ALL_RULES]
     assert len(ids) == len(set(ids))
     assert all(r.doc for r in ALL_RULES)
+
+
+def test_every_rule_lives_in_the_module_its_id_names():
+    for rule in ALL_RULES:
+        topic = rule.id.split(".")[0]
+        assert rule.apply.__module__ == f"gpuplan.plan.rules.{topic}", rule.id
+        assert all(x.split(".")[0] == topic for x in rule.explains), rule.id
+
+
+def test_every_change_of_every_shipped_spec_names_a_rule_a_reader_can_find():
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.rules import find_rule
+    from planning import ENV, SPECS
+
+    seen = set()
+    for path in sorted(SPECS.glob("*.toml")):
+        if path.name == "mistral-7b-24gb.toml":  # does not fit: no plan, no changes
+            continue
+        for change in plan_file(path, environment=ENV).changes:
+            rule = find_rule(change.rule)
+            assert change.key in rule.writes, (change.rule, change.key)
+            seen.add(change.rule)
+    assert {"batch.split", "schedule.warmup", "precision.mixed"} <= seen
+    with pytest.raises(KeyError, match="no rule 'fit.solution'"):
+        find_rule("fit.solution")
+
+
+def test_solver_nodes_cannot_be_mistaken_for_spec_keys():
+    g = build_graph(ALL_RULES)
+    internal = [n for n in g.nodes if g.nodes[n]["kind"] == "internal"]
+    assert sorted(internal) == ["internal:fit.problem", "internal:fit.solution"]
+    assert all(":" not in n for n in g.nodes if g.nodes[n]["kind"] == "setting")

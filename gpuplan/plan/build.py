@@ -19,6 +19,7 @@ from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
@@ -110,11 +111,11 @@ def plan_spec(
         raise PlanError([d for d in ctx.diagnostics if d.severity == "error"] +
                         [d for d in ctx.diagnostics if d.severity != "error"])
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
-    sol = ctx.internal["fit.solution"]
-    memory = memory_section(sol, ctx.internal["fit.problem"], gpu, spec.hardware.headroom)
+    sol = ctx.internal[FIT_SOLUTION]
+    memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
     world = spec.hardware.count * spec.hardware.nodes
-    wl = solve_workload(ctx.internal["fit.problem"], sol.per_device_batch, sol.knobs)  # what the plan runs
+    wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
     throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
                                      tf32=resolved["training.tf32"].value)
     throughput = with_communication(throughput, communication(

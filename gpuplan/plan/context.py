@@ -24,7 +24,7 @@ class Resolver:
     strict: bool = False
     environment: dict[str, Any] = field(default_factory=dict)  # cpu_count, installed packages ...
     resolved: dict[str, Setting] = field(default_factory=dict)
-    internal: dict[str, Any] = field(default_factory=dict)  # non-spec nodes such as "fit.solution"
+    internal: dict[str, Any] = field(default_factory=dict)  # non-setting nodes such as "internal:fit.solution"
     changes: list[Change] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     written_by: dict[str, str] = field(default_factory=dict)  # key -> rule id, for the whole rule set
@@ -79,8 +79,10 @@ class Resolver:
         `rule` names a finer rule id for the Change (e.g. batch.tensor_core_multiple
         inside batch.split); it defaults to the running rule's id.
         """
-        rule_id = rule or self._check_write(key)
-        self._check_write(key)
+        rule_id = self._check_write(key)
+        if rule is not None:
+            assert rule == rule_id or rule in self.rule.explains, f"rule {rule_id} records {rule} without declaring it"
+            rule_id = rule
         before = self.spec_settings[key]
         if value == before.value and type(value) is type(before.value):
             self.resolved[key] = before

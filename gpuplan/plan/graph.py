@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gpuplan.plan.context import Resolver
 
 SPEC = "spec:"
+INTERNAL = "internal:"  # a value rules pass on that is not a setting (the fit solver's solution)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Rule:
     writes: tuple[str, ...]
     apply: Callable[["Resolver"], None]
     doc: str = ""
+    # Finer ids a Change of this rule may carry (batch.tensor_core_multiple inside batch.split).
+    explains: tuple[str, ...] = ()
 
 
 class GraphError(Exception):
@@ -57,7 +60,7 @@ def build_graph(rules: Iterable[Rule]) -> nx.DiGraph:
             g.add_edge(key, node)
     for n in g.nodes:
         if "kind" not in g.nodes[n]:
-            g.nodes[n]["kind"] = "spec" if n.startswith(SPEC) else "setting"
+            g.nodes[n]["kind"] = "spec" if n.startswith(SPEC) else "internal" if n.startswith(INTERNAL) else "setting"
     if not nx.is_directed_acyclic_graph(g):
         cycle = nx.find_cycle(g)
         raise GraphError("rule cycle: " + " -> ".join(str(a) for a, _ in cycle))

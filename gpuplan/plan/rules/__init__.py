@@ -1,6 +1,24 @@
-"""Every planning rule, one module per topic. ALL_RULES is what the planner walks."""
+"""Every planning rule, one module per topic, named for its rule ids.
 
-from gpuplan.plan.rules import attention, batch, compile, data, dataloader, distributed, fit, optimizer, precision, savers
+ALL_RULES is what the planner walks; find_rule turns the `rule` of a Change back
+into the Rule that wrote it (rule `x.y` lives in rules/x.py).
+"""
+
+from gpuplan.plan.graph import Rule
+from gpuplan.plan.rules import (
+    attention,
+    batch,
+    checkpointing,
+    compile,
+    data,
+    dataloader,
+    distributed,
+    memory,
+    memory_savers,
+    optimizer,
+    precision,
+    schedule,
+)
 
 ALL_RULES = (
     *precision.RULES,
@@ -8,9 +26,21 @@ ALL_RULES = (
     *compile.RULES,
     *dataloader.RULES,
     *data.RULES,
-    *fit.RULES,
+    *schedule.RULES,
+    *memory.RULES,
     *batch.RULES,
     *optimizer.RULES,
-    *savers.RULES,
+    *checkpointing.RULES,
+    *memory_savers.RULES,
     *distributed.RULES,
 )
+
+__all__ = ["ALL_RULES", "find_rule"]
+
+
+def find_rule(rule_id: str) -> Rule:
+    """The Rule whose id is `rule_id`, or that records Changes under it (Rule.explains)."""
+    for rule in ALL_RULES:
+        if rule.id == rule_id or rule_id in rule.explains:
+            return rule
+    raise KeyError(f"no rule {rule_id!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
-from gpuplan.plan.rules.fit import TRAINER_DEFAULT_BATCH, world_size
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 
 KEYS = (
     "training.effective_batch_size",
@@ -21,7 +21,7 @@ GIB = 1024**3
 
 
 def split(ctx: Resolver) -> None:
-    sol, p = ctx.get("fit.solution"), ctx.get("fit.problem")
+    sol, p = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
     if sol is None:
         for k in KEYS:
             ctx.keep(k)
@@ -97,10 +97,10 @@ def _dtype(ctx: Resolver) -> str:
 
 
 RULES = (
-    Rule("batch.split", reads=("fit.solution", "fit.problem", "training.bf16", "training.fp16",
+    Rule("batch.split", reads=(FIT_SOLUTION, FIT_PROBLEM, "training.bf16", "training.fp16",
                                "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
                                "spec:training.gradient_accumulation_steps", "spec:training.per_device_eval_batch_size",
                                "spec:hardware.count", "spec:hardware.nodes"),
-         writes=KEYS, apply=split,
+         writes=KEYS, apply=split, explains=("batch.tensor_core_multiple", "batch.fit"),
          doc="effective = per-device x accumulation x GPUs; tensor-core multiples; accumulation kept small."),
 )

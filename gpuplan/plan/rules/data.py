@@ -1,16 +1,12 @@
-"""Data and schedule checks that only the spec and the model can answer.
+"""Data checks that only the spec and the model can answer.
 
 - seq_len beyond the model's positions: an error for learned absolute position
   embeddings (index out of range at run time), a warning for rotary models.
 - packing: on for language modelling, off for classification (one example, one label).
 - seq-cls needs a label field; num_labels defaults to 2.
-- warmup_steps with warmup_ratio: error (TrainingArguments accepted only one); a
-  ratio becomes steps when max_steps is known, else a fraction (<1) the Trainer reads as a ratio.
 """
 
 from __future__ import annotations
-
-import math
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
@@ -62,31 +58,9 @@ def data_checks(ctx: Resolver) -> None:
                  fix='set data.train_files = ["data/train.jsonl"]')
 
 
-def warmup(ctx: Resolver) -> None:
-    ratio = ctx.spec("training.warmup_ratio")
-    if ratio is None:
-        ctx.keep("training.warmup_steps")
-        return
-    if ctx.is_user("training.warmup_steps"):
-        ctx.error("training.warmup_ratio", "training.warmup_steps and training.warmup_ratio are both set",
-                  fix="keep one of them")
-        ctx.keep("training.warmup_steps")
-        return
-    max_steps = ctx.spec("training.max_steps")
-    if max_steps:
-        steps = math.ceil(ratio * max_steps)
-        ctx.resolve("training.warmup_steps", steps, f"warmup_ratio {ratio} x max_steps {max_steps}, rounded up")
-    else:
-        ctx.resolve("training.warmup_steps", ratio,
-                    f"warmup_ratio {ratio} without max_steps: the Trainer reads a value below 1 as a ratio")
-
-
 RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
                                "spec:data.label_field", "spec:data.train_files"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
-    Rule("schedule.warmup", reads=("spec:training.warmup_ratio", "spec:training.warmup_steps", "spec:training.max_steps"),
-         writes=("training.warmup_steps",), apply=warmup,
-         doc="warmup_steps xor warmup_ratio; a ratio becomes steps."),
 )

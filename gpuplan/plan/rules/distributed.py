@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.solve import Sharding
 from gpuplan.spec.names import BNB_OPTIMIZERS
 
@@ -62,7 +63,7 @@ def sharding_candidates(spec: Callable[[str], Any], packages: dict, cpu: bool = 
 
 
 def strategy(ctx: Resolver) -> None:
-    sol = ctx.get("fit.solution")
+    sol = ctx.get(FIT_SOLUTION)
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
@@ -149,7 +150,7 @@ def _host_memory(ctx: Resolver, sol) -> None:
 
 RULES = (
     Rule("distributed.strategy",
-         reads=("fit.solution", "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
+         reads=(FIT_SOLUTION, "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
                 "spec:hardware.host_memory_gib", "spec:training.optim", "spec:training.torch_compile",
                 "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload", "spec:distributed.zero_stage",
                 "spec:distributed.offload_optimizer", "spec:distributed.offload_params"),

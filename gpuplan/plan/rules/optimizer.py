@@ -14,6 +14,7 @@ from typing import Mapping
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 
 # Optimizers needing a package beyond torch/transformers (trainer_optimizer.py in 5.24).
@@ -56,7 +57,7 @@ def requested_optimizer(name: str, gpu: GPUProfile, packages: Mapping[str, str |
 
 
 def select(ctx: Resolver) -> None:
-    sol = ctx.get("fit.solution")
+    sol = ctx.get(FIT_SOLUTION)
     asked = ctx.spec("training.optim")
     if sol is None:  # the batch arithmetic failed and is reported; no memory decision to explain
         name, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
@@ -83,7 +84,7 @@ def _gib(n: int | None) -> str:
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution"), writes=("training.optim",),
+    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION), writes=("training.optim",),
          apply=select,
          doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
              "removed or unavailable optimizers replaced with a reason."),

@@ -11,16 +11,12 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
 
-TRAINER_DEFAULT_BATCH = 8
 GIB = 1024**3
-
-
-def world_size(ctx: Resolver) -> int:
-    return ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
 
 
 def _nearest_multiples(value: int, step: int) -> str:
@@ -65,8 +61,8 @@ def fit(ctx: Resolver) -> None:
     world = world_size(ctx)
     s = samples_per_device(ctx, world)
     if s is None:
-        ctx.set_internal("fit.solution", None)
-        ctx.set_internal("fit.problem", None)
+        ctx.set_internal(FIT_SOLUTION, None)
+        ctx.set_internal(FIT_PROBLEM, None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -108,8 +104,8 @@ def fit(ctx: Resolver) -> None:
         shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
     )
     sol = solve(problem)
-    ctx.set_internal("fit.solution", sol)
-    ctx.set_internal("fit.problem", problem)
+    ctx.set_internal(FIT_SOLUTION, sol)
+    ctx.set_internal(FIT_PROBLEM, problem)
     if not sol.fits:
         _report_no_fit(ctx, problem, sol)
 
@@ -147,7 +143,7 @@ RULES = (
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
         ),
-        writes=("fit.solution", "fit.problem"),
+        writes=(FIT_SOLUTION, FIT_PROBLEM),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),
