@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuplan.errors import ApplyError
 from gpuplan.plan.types import Plan
 
 # Weight dtype names accepted in `model.dtype`; torch attribute names.
@@ -39,11 +40,8 @@ def torch_dtype(plan: Plan) -> Any:
 
     name = plan.value("model.dtype")
     if name not in _TORCH_DTYPES:
-        from .errors import ApplyError
-
-        raise ApplyError(
-            f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}; re-run `gpuplan plan` to resolve it"
-        )
+        raise ApplyError(f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}", key="model.dtype",
+                         fix="re-run `gpuplan plan` to resolve it")
     return getattr(torch, _TORCH_DTYPES[name])
 
 
@@ -110,11 +108,8 @@ def _warmup(plan: Plan) -> int | float:
     if ratio is None:
         return steps
     if steps:
-        from .errors import ApplyError
-
-        raise ApplyError(
-            f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set; keep one"
-        )
+        raise ApplyError(f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set",
+                         key="training.warmup_ratio", fix="keep one of them in the spec and re-run `gpuplan plan`")
     return float(ratio)
 
 
@@ -158,15 +153,11 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
 
 
 def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
-    from .errors import ApplyError
-
     if strategy == "fsdp":
         sharding = plan.get("distributed.fsdp_sharding") or "full_shard"
         if sharding not in ("full_shard", "shard_grad_op"):
-            raise ApplyError(
-                f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet; "
-                "use \"full_shard\" or \"shard_grad_op\""
-            )
+            raise ApplyError(f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet",
+                             key="distributed.fsdp_sharding", fix='use "full_shard" or "shard_grad_op"')
         out: dict[str, Any] = {
             "fsdp": True,
             "fsdp_config": {
@@ -181,7 +172,8 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
     if strategy == "deepspeed":
         stage = plan.get("distributed.zero_stage")
         if stage not in (1, 2, 3):
-            raise ApplyError(f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3")
+            raise ApplyError(f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3",
+                             key="distributed.zero_stage", fix="re-run `gpuplan plan` to resolve it")
         zero: dict[str, Any] = {"stage": stage}
         if plan.get("distributed.offload_optimizer"):
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -203,16 +195,30 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
                 "fp16": {"enabled": "auto"},
             }
         }
-    raise ApplyError(f"distributed.strategy = {strategy!r} is not one of none, ddp, fsdp, deepspeed")
+    raise ApplyError(f"distributed.strategy = {strategy!r} is not one of none, ddp, fsdp, deepspeed",
+                     key="distributed.strategy", fix="re-run `gpuplan plan` to resolve it")
 
 
 def training_arguments(plan: Plan, *, progress: bool = True) -> Any:
-    """`TrainingArguments` built from the plan; its own validation errors become ApplyError."""
+    """`TrainingArguments` built from the plan; its own refusals become an ApplyError with a next step."""
+    import transformers
     from transformers import TrainingArguments
-
-    from .errors import ApplyError
 
     try:
         return TrainingArguments(**training_arguments_kwargs(plan, progress=progress))
     except (ValueError, ImportError) as e:
-        raise ApplyError(f"the plan's training settings were refused by transformers: {e}") from e
+        raise ApplyError(f"the plan's training settings were refused by transformers: {e}",
+                         fix=refusal_fix(plan, "transformers", transformers.__version__, e)) from e
+
+
+def refusal_fix(plan: Plan, package: str, installed: str, error: BaseException) -> str:
+    """The next step after a library refused what the plan asks: a missing package, a version the plan
+    was not made for, or a setting to change in the spec."""
+    if isinstance(error, ImportError):
+        name = getattr(error, "name", None)
+        return f"install {name}" if name else "install the package the message names"
+    planned = (plan.fingerprint.get("versions") or {}).get(package)
+    if planned and planned != installed:
+        return (f"the plan was made for {package} {planned} and {installed} is installed: "
+                "re-run `gpuplan plan` here, or install the version the plan was made for")
+    return "change the setting the message names in the spec, then re-run `gpuplan plan`"

@@ -1,15 +1,9 @@
-"""The one exception `apply` raises for a mistake the user can fix."""
+"""ApplyError, the error `apply` raises for a mistake the user can fix, is gpuplan.errors.ApplyError.
 
-from __future__ import annotations
+It carries the Diagnostic fields (key, summary, detail, fix) like every user-facing
+error; this module keeps the import path apply code and tests use.
+"""
 
+from gpuplan.errors import ApplyError
 
-class ApplyError(Exception):
-    """A user-fixable failure while applying a plan: bad file, field, weights or device.
-
-    The message names the file or key, the bad value and the smallest fix; the CLI
-    prints it without a traceback (exit code 1).
-    """
-
-    def __init__(self, message: str):
-        self.message = message
-        super().__init__(message)
+__all__ = ["ApplyError"]

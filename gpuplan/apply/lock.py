@@ -13,13 +13,11 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from gpuplan.errors import LockError
+
+__all__ = ["LOCK_FILE", "Holder", "LockError", "RunLock", "read_holder"]
+
 LOCK_FILE = ".gpuplan.lock"
-
-
-class LockError(Exception):
-    def __init__(self, message: str):
-        self.message = message
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -79,16 +77,18 @@ class RunLock:
                     continue
                 if alive is False:
                     raise LockError(f"{self.output_dir} is locked by {who}, which is no longer running "
-                                    "(a crashed apply): rerun with --break-lock to take it over")
-                raise LockError(f"{self.output_dir} is in use by another apply: {who}. "
-                                "Wait for it, or stop it; two runs must not write one output dir")
+                                    "(a crashed apply)", key="output.dir",
+                                    fix="rerun with --break-lock to take it over")
+                raise LockError(f"{self.output_dir} is in use by another apply: {who}", key="output.dir",
+                                detail="two runs must not write one output dir",
+                                fix="wait for it, or stop it")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(me, f)
                 f.flush()
                 os.fsync(f.fileno())
             self.held = True
             return
-        raise LockError(f"could not lock {self.output_dir}")
+        raise LockError(f"could not lock {self.output_dir}", key="output.dir")
 
     def release(self) -> None:
         if self.held:

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from gpuplan.plan.types import Plan
 
-from .convert import torch_dtype
+from .convert import refusal_fix, torch_dtype
 from .errors import ApplyError
 
 TASKS = ("causal-lm", "seq-cls", "masked-lm")
@@ -68,7 +68,8 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
     try:
         config = AutoConfig.for_model(model_type, **d)
     except (KeyError, ValueError) as e:
-        raise ApplyError(f"{key}: model_type {model_type!r} in {path} is not known to transformers: {e}") from e
+        raise ApplyError(f"{key}: model_type {model_type!r} in {path} is not known to transformers: {e}", key=key,
+                         fix=_transformers_fix(plan, e)) from e
     _set_labels(config, label_names)
     return config
 
@@ -110,7 +111,7 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
         else:
             model = _from_pretrained(plan, cls, label_names, common)
     except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
-        raise ApplyError(f"cannot build the {task} model: {e}") from e
+        raise ApplyError(f"cannot build the {task} model: {e}", fix=_transformers_fix(plan, e)) from e
     _check_loaded(plan, model, tokenizer)
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
         # Sequence classification pools the last non-pad token and needs the pad id to find it.
@@ -150,8 +151,10 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
         )
     try:
         return cls.from_pretrained(model_dir, **kwargs)
-    except OSError as e:
-        raise ApplyError(f"model.name_or_path: cannot load {model_dir}: {e}") from e
+    except OSError as e:  # missing or truncated weight files, a config the weights do not match
+        raise ApplyError(f"model.name_or_path: cannot load {model_dir}: {e}", key="model.name_or_path",
+                         fix="check that the directory holds a complete model (config.json and every weight file "
+                             "its index lists), or set model.from_scratch = true to train from its config") from e
 
 
 def _check_loaded(plan: Plan, model: Any, tokenizer: Any) -> None:
@@ -174,3 +177,9 @@ def _check_vocab(plan: Plan, vocab: int | None, tokenizer: Any) -> None:
             + (" (masked-lm with the byte-level tokenizer needs 261: 256 bytes, 4 specials, <mask>)"
                if plan.value("model.task") == "masked-lm" else "")
         )
+
+
+def _transformers_fix(plan: Plan, error: BaseException) -> str:
+    import transformers
+
+    return refusal_fix(plan, "transformers", transformers.__version__, error)

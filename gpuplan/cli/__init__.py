@@ -2,7 +2,7 @@
 
 parser.py      the grammar (every command and flag)
 main.py        dispatch and the one place errors become exit codes
-common.py      shared by commands: UserError, styling, detection, planning, writing files
+common.py      shared by commands: styling, detection, planning, writing files
 plan.py        plan, validate, schema, gpus
 apply.py       apply (confirm, lock, resume, launch)
 state.py       saved-plan staleness, drift, show

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuplan.cli.common import detect_hardware, make_plan, style_for
-from gpuplan.plan.types import Diagnostic, Plan, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError, UserError
+from gpuplan.plan.types import Plan
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_plan
 
 
-class ApplyRefused(Exception):
+class ApplyRefused(UserError):
     """The user (or the lack of a terminal) declined: exit 1, nothing trained."""
 
 
@@ -33,9 +34,9 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
             check_saved_plan(plan, detect)
             return plan
         except FileNotFoundError:
-            raise PlanError([Diagnostic("error", None, f"{path}: no such file")]) from None
+            raise GpuplanError([Diagnostic("error", None, f"{path}: no such file")]) from None
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise PlanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})",
+            raise GpuplanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})",
                                         fix="write one with `gpuplan plan SPEC --out run.plan.json`")]) from None
     return make_plan(target, args)
 
@@ -43,7 +44,7 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
 def check_remote_code(plan: Plan, flag: bool) -> None:
     """trust_remote_code runs code from the model directory: it needs the spec AND the flag."""
     if plan.get("model.trust_remote_code") and not flag:
-        raise PlanError([Diagnostic(
+        raise GpuplanError([Diagnostic(
             "error", "model.trust_remote_code",
             "model.trust_remote_code = true runs Python code shipped with the model; apply needs --trust-remote-code too",
             fix="read the model's code, then run gpuplan apply ... --trust-remote-code")])
@@ -53,7 +54,7 @@ def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], b
     if yes:
         return
     if not isatty():
-        raise ApplyRefused("no terminal to confirm on: run `gpuplan apply ... --yes` to train without asking")
+        raise ApplyRefused("no terminal to confirm on", fix="run `gpuplan apply ... --yes` to train without asking")
     answer = ask("Train with this plan? Only 'yes' will be accepted: ")
     if answer.strip() != "yes":
         raise ApplyRefused("apply cancelled")
@@ -68,7 +69,7 @@ def latest_checkpoint(output_dir: str) -> str | None:
     ckpt, _, corrupt = find_resumable(output_dir)
     if corrupt:
         d, problem = corrupt[0]
-        raise PlanError([Diagnostic(
+        raise GpuplanError([Diagnostic(
             "error", "output.dir", f"checkpoint {d} is {problem}",
             fix=f"rerun with --restart to train from the start, or delete {d} "
                 "to resume from the checkpoint before it")])
@@ -108,7 +109,7 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     conflicts = resume_conflicts(state["plan"], plan.to_dict())
     ckpt = latest_checkpoint(out)
     if conflicts and ckpt:
-        raise PlanError([Diagnostic(
+        raise GpuplanError([Diagnostic(
             "error", "output.dir",
             f"{out} holds a run this plan cannot continue: " + "; ".join(conflicts),
             fix="use another output.dir, undo the change, or pass --restart to train from the start")])
@@ -118,46 +119,34 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
 
 
 def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, detect) -> int:
-    from gpuplan.apply.errors import ApplyError
-    from gpuplan.apply.interrupt import ApplyInterrupted
-    from gpuplan.apply.lock import LockError, RunLock
+    """Plan or load, confirm, train. Errors propagate: cli/main.py turns them into exit codes."""
+    from gpuplan.apply.lock import RunLock
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
     sys.stdout.write(render_plan(plan.to_dict(), style))
-    try:
-        from gpuplan.apply import (
-            launch as scale,  # several processes: torchrun per node (apply/launch.py)
-        )
+    from gpuplan.apply import (
+        launch as scale,  # several processes: torchrun per node (apply/launch.py)
+    )
 
-        multi = scale.decide(plan, getattr(args, "node_rank", None), os.environ)
-        if multi is not None and (multi.print_only or multi.node_rank > 0):
-            return _launch_other_node(plan, args, multi, scale)
-        with RunLock(plan.value("output.dir"), break_stale=args.break_lock):
-            resume_from, what = resume_point(plan, args.restart)
-            print(what)
-            confirm(args.yes)
-            if args.restart and (moved := supersede_checkpoints(plan.value("output.dir"))):
-                print(f"Moved the old checkpoints to {moved}")
-            elif not args.restart and (partial := set_aside_incomplete(plan.value("output.dir"))):
-                print(f"Set aside checkpoints the last apply did not finish saving: {', '.join(partial)}")
-            from gpuplan.apply.run import execute
+    multi = scale.decide(plan, getattr(args, "node_rank", None), os.environ)
+    if multi is not None and (multi.print_only or multi.node_rank > 0):
+        return _launch_other_node(plan, args, multi, scale)
+    with RunLock(plan.value("output.dir"), break_stale=args.break_lock):
+        resume_from, what = resume_point(plan, args.restart)
+        print(what)
+        confirm(args.yes)
+        if args.restart and (moved := supersede_checkpoints(plan.value("output.dir"))):
+            print(f"Moved the old checkpoints to {moved}")
+        elif not args.restart and (partial := set_aside_incomplete(plan.value("output.dir"))):
+            print(f"Set aside checkpoints the last apply did not finish saving: {', '.join(partial)}")
+        from gpuplan.apply.run import execute
 
-            if multi is not None:
-                argv = scale.launch_command(plan, scale.save_launch_plan(plan), node_rank=0, env=os.environ,
-                                            resume_from=resume_from, progress=sys.stderr.isatty())
-                return scale.run_torchrun(argv)
-            execute(plan, echo=print, progress=sys.stderr.isatty(), resume_from=resume_from)
-    except (ApplyRefused, LockError) as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
-    except ApplyError as e:
-        print(f"Error: {e.message}", file=sys.stderr)
-        return 1
-    except (ApplyInterrupted, KeyboardInterrupt) as e:
-        what = str(e) if isinstance(e, ApplyInterrupted) else "interrupted"
-        print(f"{what[0].upper()}{what[1:]}. Resume with: gpuplan apply {args.target} --yes", file=sys.stderr)
-        return 130
+        if multi is not None:
+            argv = scale.launch_command(plan, scale.save_launch_plan(plan), node_rank=0, env=os.environ,
+                                        resume_from=resume_from, progress=sys.stderr.isatty())
+            return scale.run_torchrun(argv)
+        execute(plan, echo=print, progress=sys.stderr.isatty(), resume_from=resume_from)
     return 0
 
 

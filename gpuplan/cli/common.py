@@ -7,13 +7,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gpuplan.plan.types import Diagnostic
+from gpuplan.errors import Diagnostic, UserError
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_diagnostics
 
 
-class UserError(Exception):
-    """A CLI-level mistake (bad flag combination, missing terminal): exit 1."""
+__all__ = ["UserError", "detect_hardware", "make_plan", "report", "style_for", "write_atomic"]
 
 
 def style_for(args, stream) -> Style:
@@ -49,4 +48,4 @@ def write_atomic(path: str | Path, text: str) -> None:
     try:
         write_text_atomic(path, text)
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+        raise UserError(f"cannot write {path}: {e.strerror or e}", fix="choose a writable path") from None

@@ -13,12 +13,12 @@ import sys
 from typing import Sequence
 
 from gpuplan.cli.apply import cmd_apply
-from gpuplan.cli.common import UserError, report
+from gpuplan.cli.common import report
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
 from gpuplan.cli.spec_files import cmd_fmt, cmd_init
 from gpuplan.cli.state import cmd_show
-from gpuplan.plan.types import PlanError
+from gpuplan.errors import GpuplanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
             "init": cmd_init, "fmt": cmd_fmt}
@@ -30,16 +30,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 1
+    from gpuplan.apply.interrupt import ApplyInterrupted  # stdlib only: no torch
+
     try:
         return COMMANDS[args.command](args)
-    except PlanError as e:
+    except GpuplanError as e:  # every user-fixable failure: spec, plan, state, apply, lock, flags
         report(e.diagnostics, args)
         return 1
-    except UserError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except (ApplyInterrupted, KeyboardInterrupt) as e:
+        what = str(e) if isinstance(e, ApplyInterrupted) else "interrupted"
+        if args.command == "apply":
+            what = f"{what[0].upper()}{what[1:]}. Resume with: gpuplan apply {args.target} --yes"
+        print(what, file=sys.stderr)
         return 130
     except Exception as e:  # a bug in gpuplan, not a user mistake
         if os.environ.get("GPUPLAN_DEBUG"):

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from gpuplan.cli.common import UserError, write_atomic
-from gpuplan.plan.types import PlanError
+from gpuplan.errors import GpuplanError
 
 
 def cmd_init(args) -> int:
@@ -14,7 +14,7 @@ def cmd_init(args) -> int:
 
     out = Path(args.out)
     if (out.exists() or out.is_symlink()) and not args.force:
-        raise UserError(f"{out} already exists; use --force to overwrite it, or --out to write another file")
+        raise UserError(f"{out} already exists", fix="use --force to overwrite it, or --out to write another file")
     text = starter_spec(Path(args.model_config), args.gpu, task=args.task, spec_dir=out.resolve().parent)
     write_atomic(out, text)
     print(f"Wrote {out}; set data.train_files, then: gpuplan plan {out}")
@@ -40,7 +40,7 @@ def cmd_fmt(args) -> int:
         try:
             text = read_spec_text(path)
             out = format_spec_text(text, source=path)
-        except PlanError as e:  # report every file's problem, format the others
+        except GpuplanError as e:  # report every file's problem, format the others
             errors.extend(e.diagnostics)
             continue
         if out != text:
@@ -49,5 +49,5 @@ def cmd_fmt(args) -> int:
                 write_atomic(path, out)
             print(path)
     if errors:
-        raise PlanError(errors)
+        raise GpuplanError(errors)
     return int(args.check and bool(changed))

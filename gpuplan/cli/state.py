@@ -15,11 +15,12 @@ from typing import Any
 from gpuplan.apply.state import STATE_FILE  # apply/state.py imports nothing heavy
 from gpuplan.plan.drift import diff_plans
 from gpuplan.plan.fingerprint import stale_reasons
-from gpuplan.plan.types import Diagnostic, Plan, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.plan.types import Plan
 
 
 def load_state(output_dir: str | Path) -> dict[str, Any] | None:
-    """The last apply's state in output_dir; None if never applied; PlanError if corrupt."""
+    """The last apply's state in output_dir; None if never applied; GpuplanError if corrupt."""
     path = Path(output_dir) / STATE_FILE
     if not path.is_file():
         return None
@@ -29,7 +30,7 @@ def load_state(output_dir: str | Path) -> dict[str, Any] | None:
             raise ValueError("no plan in it")
         return state
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise PlanError([Diagnostic(
+        raise GpuplanError([Diagnostic(
             "error", "output.dir", f"{path} is corrupt ({e})",
             fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched")]) from None
 
@@ -50,7 +51,7 @@ def check_saved_plan(plan: Plan, detect) -> None:
     reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
                             environment_now=local_environment())
     if reasons:
-        raise PlanError([Diagnostic("error", None, "stale plan: " + "; ".join(reasons),
+        raise GpuplanError([Diagnostic("error", None, "stale plan: " + "; ".join(reasons),
                                     fix=f"plan again: gpuplan plan {plan.spec_path or 'SPEC'} --out PLAN.json")])
 
 
@@ -73,16 +74,16 @@ def show(target: str) -> tuple[dict[str, Any], str]:
     if path.is_dir():
         state = load_state(path)
         if state is None:
-            raise PlanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
+            raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
         return state, render_run_state(str(path), state)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)
     except FileNotFoundError:
-        raise PlanError([Diagnostic("error", None, f"{path}: no such file or directory")]) from None
+        raise GpuplanError([Diagnostic("error", None, f"{path}: no such file or directory")]) from None
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise PlanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})")]) from None
+        raise GpuplanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})")]) from None
     return data, render_plan(data)
 
 

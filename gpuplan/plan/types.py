@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
+from gpuplan.errors import Diagnostic, GpuplanError, Severity
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 
 FORMAT_VERSION = 1
 
+__all__ = ["FORMAT_VERSION", "Change", "Diagnostic", "Plan", "PlanError", "Setting", "Severity", "Source"]
+
 Source = Literal["user", "default", "derived", "adjusted"]
-Severity = Literal["error", "warning", "note"]
 
 
 @dataclass(frozen=True)
@@ -53,36 +55,8 @@ class Change:
         }
 
 
-@dataclass(frozen=True)
-class Diagnostic:
-    """A problem or remark, reported once with the smallest fix."""
-
-    severity: Severity
-    key: str | None  # key path such as "training.fp16", or None for the whole spec
-    summary: str
-    detail: str | None = None
-    fix: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "severity": self.severity,
-            "key": self.key,
-            "summary": self.summary,
-            "detail": self.detail,
-            "fix": self.fix,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnostic":
-        return cls(d["severity"], d.get("key"), d["summary"], d.get("detail"), d.get("fix"))
-
-
-class PlanError(Exception):
-    """User-facing failure carrying every diagnostic collected (exit code 1)."""
-
-    def __init__(self, diagnostics: list[Diagnostic]):
-        self.diagnostics = list(diagnostics)
-        super().__init__("; ".join(d.summary for d in self.diagnostics))
+# The error model is gpuplan.errors; PlanError is its name where a plan is refused.
+PlanError = GpuplanError
 
 
 @dataclass(frozen=True)

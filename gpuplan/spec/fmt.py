@@ -26,7 +26,7 @@ import tomlkit
 from tomlkit import items as tk_items
 from tomlkit.exceptions import ParseError as TomlkitParseError
 
-from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.load import load_toml, parse_toml_text
 from gpuplan.spec.schema import SECTIONS
 
@@ -55,22 +55,22 @@ class _Entry:
 def format_spec_text(text: str, *, source: str | Path = "<text>") -> str:
     """The spec `text` laid out in schema order; see the module docstring.
 
-    Raises PlanError (file:line:col) for invalid TOML. `source` names the file in errors.
+    Raises GpuplanError (file:line:col) for invalid TOML. `source` names the file in errors.
     """
-    before = parse_toml_text(text, Path(source))  # invalid TOML: PlanError with line:col
+    before = parse_toml_text(text, Path(source))  # invalid TOML: GpuplanError with line:col
     try:
         doc = tomlkit.parse(text)
     except TomlkitParseError as e:  # tomllib accepted it; tomlkit did not
-        raise PlanError([Diagnostic("error", None, f"{source}:{e.line}:{e.col}: invalid TOML: {e}")]) from None
+        raise GpuplanError([Diagnostic("error", None, f"{source}:{e.line}:{e.col}: invalid TOML: {e}")]) from None
     out = _render(doc)
     if parse_toml_text(out, Path(source)) != before:  # a bug here must never change a spec's meaning
-        raise PlanError([Diagnostic("error", None, f"{source}: gpuplan fmt cannot reformat this file without "
+        raise GpuplanError([Diagnostic("error", None, f"{source}: gpuplan fmt cannot reformat this file without "
                                     "changing its data; left unchanged", fix="please report this as a bug")])
     return out
 
 
 def read_spec_text(path: str | Path) -> str:
-    """A spec file's text, exactly as stored; PlanError (file:line:col) when it is not a readable TOML file."""
+    """A spec file's text, exactly as stored; GpuplanError (file:line:col) when it is not a readable TOML file."""
     loaded = load_toml(path)  # the same refusals as `plan`: missing, directory, huge, not UTF-8, bad TOML
     return loaded.path.read_bytes().decode("utf-8")
 

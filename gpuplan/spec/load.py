@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a spec is a few KB; refuse anything absurd before parsing
 
@@ -33,14 +33,14 @@ class LoadedSpec:
     sha256: str
 
 
-def _fail(path: Path, summary: str, fix: str | None = None, pos: str = "") -> PlanError:
+def _fail(path: Path, summary: str, fix: str | None = None, pos: str = "") -> GpuplanError:
     """One error located at `path` (and `pos` = "line:col" when known)."""
     where = f"{path}:{pos}" if pos else str(path)
-    return PlanError([Diagnostic("error", None, f"{where}: {summary}", fix=fix)])
+    return GpuplanError([Diagnostic("error", None, f"{where}: {summary}", fix=fix)])
 
 
 def load_toml(path: str | Path) -> LoadedSpec:
-    """Read and parse a spec file. Raises PlanError with one diagnostic."""
+    """Read and parse a spec file. Raises GpuplanError with one diagnostic."""
     p = Path(path).expanduser()
     try:
         p = p.resolve()

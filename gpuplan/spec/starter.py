@@ -21,7 +21,7 @@ from pydantic.fields import FieldInfo
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
 from gpuplan.hardware.profile import GIB, GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
-from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.schema import SECTIONS
 
 SEQ_LEN_CAP = 2048  # longer contexts are a deliberate choice, not a starting point
@@ -81,19 +81,19 @@ def starter_spec(model_config: Path, gpu: str, *, task: str = "causal-lm", spec_
     """A commented spec (format 1) for `model_config` (config.json or model directory) on `gpu`.
 
     `gpu` is a catalog name (forgiving: "a100 80gb"), "auto" or "cpu". The model path is
-    written relative to `spec_dir`, where the spec will live. Raises PlanError for an
+    written relative to `spec_dir`, where the spec will live. Raises GpuplanError for an
     unknown GPU, an unreadable model config or a task the model cannot do.
     """
     model_config = Path(model_config)
     tasks = typing.get_args(SECTIONS["model"].model_fields["task"].annotation)
     if task not in tasks:
-        raise PlanError([Diagnostic("error", "model.task", f"task {task!r}: not a task gpuplan knows; "
+        raise GpuplanError([Diagnostic("error", "model.task", f"task {task!r}: not a task gpuplan knows; "
                                     f"allowed: {', '.join(tasks)}", fix=f"use --task {tasks[0]}")])
     profile = _gpu(gpu)
     try:
         config = read_config(model_config)
     except ModelConfigError as e:
-        raise PlanError([Diagnostic("error", "model.config", f"model config: {e}",
+        raise GpuplanError([Diagnostic("error", "model.config", f"model config: {e}",
                                     fix="give the path of a config.json or of a model directory")]) from None
     facts = _facts(config, task)
     values, notes = _values(model_config, profile, gpu, task, config, facts, Path(spec_dir))
@@ -127,7 +127,7 @@ def _gpu(gpu: str) -> GPUProfile | None:
     try:
         return lookup(gpu)
     except (UnknownGPUError, AmbiguousGPUError) as e:
-        raise PlanError([Diagnostic("error", "hardware.gpu", f"--gpu {gpu!r}: {e}",
+        raise GpuplanError([Diagnostic("error", "hardware.gpu", f"--gpu {gpu!r}: {e}",
                                     fix='run `gpuplan gpus` for the catalog, or use --gpu auto')]) from None
 
 
@@ -138,7 +138,7 @@ def _facts(config: dict[str, Any], task: str):
     except ModelConfigError as e:
         if "no analytic parameter count" in str(e):
             return None
-        raise PlanError([Diagnostic("error", "model.task", f"model.task = {task!r}: {e}")]) from None
+        raise GpuplanError([Diagnostic("error", "model.task", f"model.task = {task!r}: {e}")]) from None
 
 
 def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any],

@@ -13,13 +13,13 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from gpuplan.plan.types import Diagnostic, PlanError
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.names import OPTIMIZER_NAMES, REMOVED_OPTIMIZERS
 from gpuplan.spec.schema import SECTIONS, Spec
 
 
 def validate_spec(raw: Mapping[str, Any]) -> Spec:
-    """Validate a parsed spec; raise PlanError listing every problem."""
+    """Validate a parsed spec; raise GpuplanError listing every problem."""
     diags: list[Diagnostic] = []
     spec = None
     try:
@@ -30,7 +30,7 @@ def validate_spec(raw: Mapping[str, Any]) -> Spec:
     if isinstance(training, Mapping):
         diags.extend(_check_optim(training.get("optim")))
     if diags:
-        raise PlanError(diags)
+        raise GpuplanError(diags)
     assert spec is not None
     return spec
 
