@@ -69,7 +69,7 @@ def cases() -> list[tuple[str, Workload]]:
     for fam in MODELS:
         task = "masked-lm" if fam == "bert" else "causal-lm"
 
-        def add(**kw):
+        def add(fam=fam, task=task, **kw):  # bound now: add() runs inside this loop turn only
             nonlocal n
             b, s = sizes[n % len(sizes)]
             fields = dict(per_device_batch=b, seq_len=s, optim=optims[n % len(optims)],

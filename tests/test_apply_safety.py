@@ -128,6 +128,31 @@ def test_out_of_memory_replans_to_a_smaller_batch_and_resumes(tmp_path, monkeypa
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+def test_an_attempt_that_ran_out_of_memory_is_unreferenced_when_its_memory_is_released(tmp_path, monkeypatch):
+    import weakref
+
+    from gpuplan.apply import run
+
+    real_build, real_release, models, released = run.build_trainer, run._release, [], []
+
+    def build_and_watch(plan, **kw):
+        prepared = real_build(plan, **kw)
+        models.append(weakref.ref(prepared.model))
+        return prepared
+
+    def release_and_check(*args):
+        real_release(*args)  # gc.collect(), and torch.cuda.empty_cache() on a GPU
+        released.append([m() is None for m in models])
+
+    # the real builder and releaser, watched
+    monkeypatch.setattr(run, "build_trainer", build_and_watch)
+    monkeypatch.setattr(run, "_release", release_and_check)
+    monkeypatch.setenv("GPUPLAN_TEST_INJECT_OOM", "3:1")
+    execute(_oom_plan(tmp_path), echo=lambda s: None, progress=False)
+    assert len(models) == 3  # batch 4, 2, then 1
+    assert released == [[True], [True, True]], "a model outlived the release of its memory"
+
+
 def test_out_of_memory_at_batch_one_stops_instead_of_looping(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUPLAN_TEST_INJECT_OOM", "0:0")  # every batch fails
     with pytest.raises(ApplyError, match=r"out of memory at step 0 at per-device batch 1 .*at least 50% low"):

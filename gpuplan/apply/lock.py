@@ -78,10 +78,10 @@ class RunLock:
                 if alive is False:
                     raise LockError(f"{self.output_dir} is locked by {who}, which is no longer running "
                                     "(a crashed apply)", key="output.dir",
-                                    fix="rerun with --break-lock to take it over")
+                                    fix="rerun with --break-lock to take it over") from None
                 raise LockError(f"{self.output_dir} is in use by another apply: {who}", key="output.dir",
                                 detail="two runs must not write one output dir",
-                                fix="wait for it, or stop it")
+                                fix="wait for it, or stop it") from None
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(me, f)
                 f.flush()

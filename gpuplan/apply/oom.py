@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from gpuplan.plan.types import Plan
+from gpuplan.units import gib
 
 from .errors import ApplyError
 
@@ -50,11 +51,10 @@ def estimate_error(plan: Plan) -> dict[str, Any]:
 
 
 def describe(record: dict[str, Any]) -> str:
-    gib = lambda n: "unknown" if n is None else f"{n / 2**30:.2f} GiB"  # noqa: E731
     low = record.get("estimate_low_by_at_least")
     off = f"; the estimate was at least {low:.0%} low" if low is not None else ""
     return (f"out of memory at step {record['step']} with per-device batch {record['from']['batch']}: "
-            f"the plan estimated {gib(record['estimated_allocated_bytes'])} of {gib(record['capacity_bytes'])}"
+            f"the plan estimated {gib(record['estimated_allocated_bytes'], 2, 'unknown')} of {gib(record['capacity_bytes'], 2, 'unknown')}"
             f"{off}. Re-planned to per-device batch {record['to']['batch']} x {record['to']['accumulation']} "
             "accumulation steps (same effective batch)")
 
@@ -75,10 +75,9 @@ def replan_after_oom(plan: Plan, step: int, error: BaseException) -> Exception:
     err = estimate_error(plan)
     if smaller is None:
         low = err["estimate_low_by_at_least"]
-        gib = lambda n: "unknown" if n is None else f"{n / 2**30:.2f} GiB"  # noqa: E731
         return ApplyError(
             f"out of memory at step {step} at per-device batch {b} (plan estimate "
-            f"{gib(err['estimated_allocated_bytes'])} allocated peak of {gib(err['capacity_bytes'])}"
+            f"{gib(err['estimated_allocated_bytes'], 2, 'unknown')} allocated peak of {gib(err['capacity_bytes'], 2, 'unknown')}"
             + (f"; the estimate was at least {low:.0%} low" if low is not None else "")
             + "). Set training.gradient_checkpointing = true, a smaller data.seq_len, or more GPUs")
     record = {"step": step, "from": {"batch": b, "accumulation": acc},

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuplan.plan.types import Plan
+from gpuplan.render.state import summary_lines
 
 from .errors import ApplyError
 from .state import RunState
@@ -116,60 +117,40 @@ def execute(
     """
     started = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
-    from .checkpoints import checkpoint_problem, checkpoint_step, find_resumable, trim_metrics
+    from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
     from .interrupt import ApplyInterrupted, GracefulStop
-    from .oom import OOMRetry
 
     output_dir = plan.value("output.dir")
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
-        raise ApplyError(f"output.dir: cannot create {output_dir}: {e}") from e
+        raise ApplyError(f"output.dir: cannot create {output_dir}: {e}", key="output.dir") from e
     device = check_device(plan)
     reset_peak_memory(device)
     if resume_from is not None:
-        if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
-            raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it "
-                             "(not a Trainer checkpoint)")
-        if problem := checkpoint_problem(resume_from):
-            raise ApplyError(f"cannot resume from {resume_from}: {problem}. "
-                             f"Rerun with --restart, or delete {resume_from} to resume from the one before")
-        if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
-            trim_metrics(output_dir, checkpoint_step(resume_from))
+        check_resume_point(resume_from, output_dir)
     state = RunState(plan, output_dir, resumed_from=resume_from)
-    prepared: Prepared | None = None
+    attempt = Attempt()
     stop = GracefulStop()
 
     def partial_results() -> dict[str, Any]:
         res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device)}
-        if prepared is not None:
-            m = prepared.metrics
+        if attempt.prepared is not None:
+            m = attempt.prepared.metrics
             res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss,
-                       global_step=prepared.trainer.state.global_step)
+                       global_step=attempt.prepared.trainer.state.global_step)
         return res
 
+    def build(plan: Plan, resume_from: str | None) -> Prepared:
+        return build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress, started=started,
+                             resuming=resume_from is not None, extra_callbacks=[stop.callback()])
+
     try:
-        while True:  # one pass, plus one per out-of-memory re-plan (each to a smaller batch: it ends)
-            prepared = build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress,
-                                     started=started, resuming=resume_from is not None,
-                                     extra_callbacks=[stop.callback()])
-            retry = None
-            try:
-                with stop:
-                    output = _train(prepared.trainer, plan, resume_from)
-            except OOMRetry as e:  # leave the except block first: its traceback holds the model
-                retry = (e.plan, e.record, e.message)
-            if retry is None:
-                break
-            prepared.metrics.close()
-            prepared = _release(prepared, device)
-            plan = retry[0]
-            resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
-            trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
-            state.replanned(plan, {**retry[1], "resumed_from": resume_from})
-            echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))
-        trainer, metrics = prepared.trainer, prepared.metrics
+        plan, output = train_within_memory(plan, attempt, build=build, stop=stop, state=state, device=device,
+                                           resume_from=resume_from, echo=echo)
+        prepared = attempt.prepared
+        trainer = prepared.trainer
         step = trainer.state.global_step
         if stop.requested and step < trainer.state.max_steps:
             ckpt = os.path.join(output_dir, f"checkpoint-{step}")
@@ -182,26 +163,8 @@ def execute(
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
             **peak_memory(device),
-            "global_step": step,
-            # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
-            "input_tokens_seen": trainer.state.num_input_tokens_seen or None,
-            "start_step": metrics.start_step,  # > 0 when resumed from a checkpoint
-            "samples_seen": step * prepared.samples_per_step,
-            "tokens_per_step": metrics.tokens_per_step,
-            "tokens_per_second": metrics.tokens_per_second(step),
-            "steady_tokens_per_second": metrics.steady_tokens_per_second(),
-            "time_to_first_step_s": metrics.time_to_first_step_s,
-            "train_loss_first": metrics.first_loss,
-            "train_loss_last": metrics.last_loss,
-            "train_loss_mean": output.training_loss,
-            "eval_loss_last": metrics.last_eval_loss,
-            "runtime_s": time.perf_counter() - started,
-            "train_runtime_s": output.metrics.get("train_runtime"),
+            **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,
-            "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
-            "plan_tokens_per_second": plan.throughput.tokens_per_second,
-            "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
-            "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
         }
         state.progress(step, trainer.state.max_steps, step * prepared.samples_per_step)
         state.finish("completed", results)
@@ -217,12 +180,98 @@ def execute(
         state.finish("failed", partial_results(), error=f"{type(e).__name__}: {e}")
         raise
     finally:
-        if prepared is not None:
-            prepared.metrics.close()
+        if attempt.prepared is not None:
+            attempt.prepared.metrics.close()
     if state.enabled:
         for line in summary_lines(results):
             echo(line)
     return results
+
+
+def check_resume_point(resume_from: str, output_dir: str) -> None:
+    """Refuse a directory that is not a complete Trainer checkpoint; trim metrics.jsonl back to its step."""
+    from .checkpoints import checkpoint_problem, checkpoint_step, trim_metrics
+
+    if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
+        raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it "
+                         "(not a Trainer checkpoint)")
+    if problem := checkpoint_problem(resume_from):
+        raise ApplyError(f"cannot resume from {resume_from}: {problem}",
+                         fix=f"rerun with --restart, or delete {resume_from} to resume from the one before")
+    if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
+        trim_metrics(output_dir, checkpoint_step(resume_from))
+
+
+@dataclass
+class Attempt:
+    """The one reference to the live Trainer and model of the training attempt running now."""
+
+    prepared: Prepared | None = None
+
+
+def train_within_memory(
+    plan: Plan,
+    attempt: Attempt,
+    *,
+    build: Callable[[Plan, str | None], Prepared],
+    stop: Any,
+    state: RunState,
+    device: str,
+    resume_from: str | None,
+    echo: Callable[[str], None],
+) -> tuple[Plan, Any]:
+    """Train; after running out of memory, re-plan to a smaller per-device batch (oom.py) and resume.
+
+    One pass, plus one per re-plan; each goes to a smaller batch, so the loop ends.
+    Returns the plan that trained and the Trainer's output; `attempt` holds its Trainer.
+    """
+    from .checkpoints import checkpoint_step, find_resumable, trim_metrics
+    from .oom import OOMRetry
+
+    output_dir = plan.value("output.dir")
+    while True:
+        attempt.prepared = build(plan, resume_from)
+        retry = None
+        try:
+            with stop:
+                return plan, _train(attempt.prepared.trainer, plan, resume_from)
+        except OOMRetry as e:  # leave the except block first: its traceback holds the model
+            retry = (e.plan, e.record, e.message)
+        attempt.prepared.metrics.close()
+        attempt.prepared = None  # the last reference to the model: now it can be freed
+        _release(device)
+        plan = retry[0]
+        resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
+        trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
+        state.replanned(plan, {**retry[1], "resumed_from": resume_from})
+        echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))
+
+
+def run_results(plan: Plan, prepared: Prepared, output: Any, started: float) -> dict[str, Any]:
+    """What the run measured, beside what the plan predicted."""
+    trainer, metrics = prepared.trainer, prepared.metrics
+    step = trainer.state.global_step
+    return {
+        "global_step": step,
+        # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
+        "input_tokens_seen": trainer.state.num_input_tokens_seen or None,
+        "start_step": metrics.start_step,  # > 0 when resumed from a checkpoint
+        "samples_seen": step * prepared.samples_per_step,
+        "tokens_per_step": metrics.tokens_per_step,
+        "tokens_per_second": metrics.tokens_per_second(step),
+        "steady_tokens_per_second": metrics.steady_tokens_per_second(),
+        "time_to_first_step_s": metrics.time_to_first_step_s,
+        "train_loss_first": metrics.first_loss,
+        "train_loss_last": metrics.last_loss,
+        "train_loss_mean": output.training_loss,
+        "eval_loss_last": metrics.last_eval_loss,
+        "runtime_s": time.perf_counter() - started,
+        "train_runtime_s": output.metrics.get("train_runtime"),
+        "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
+        "plan_tokens_per_second": plan.throughput.tokens_per_second,
+        "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
+        "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
+    }
 
 
 def _train(trainer: Any, plan: Plan, resume_from: str | None) -> Any:
@@ -236,47 +285,14 @@ def _train(trainer: Any, plan: Plan, resume_from: str | None) -> Any:
         raise replan_after_oom(plan, trainer.state.global_step, e) from e
 
 
-def _release(prepared: Prepared, device: str) -> None:
-    """Drop the Trainer and model of an attempt that ran out of memory, and their memory."""
+def _release(device: str) -> None:
+    """Free the memory of an attempt that ran out of it. The caller drops its last reference
+    to the Trainer and model first: while any name binds them, nothing here can free them."""
     import gc
 
-    del prepared
-    gc.collect()
+    gc.collect()  # the model, optimizer and Trainer reference each other: only the collector frees them
     if device == "cuda":
         import torch
 
         torch.cuda.empty_cache()
-    return None
 
-
-def _gib(n: float | None) -> str:
-    return "unknown" if n is None else f"{n / 2**30:.2f} GiB"
-
-
-def _ratio(measured: float | None, planned: float | None) -> str:
-    if measured is None or not planned:
-        return ""
-    return f" ({measured / planned:.2f}x the plan)"
-
-
-def summary_lines(results: dict[str, Any]) -> list[str]:
-    """The end-of-run summary: measured peak memory and throughput against the plan."""
-    planned_mem = results.get("plan_allocated_peak_bytes")
-    if "peak_allocated_bytes" in results:
-        measured = results["peak_allocated_bytes"]
-        mem = (f"peak memory: {_gib(measured)} allocated, {_gib(results['peak_reserved_bytes'])} reserved"
-               f" (CUDA); plan {_gib(planned_mem)} allocated{_ratio(measured, planned_mem)}")
-    else:
-        measured = results.get("peak_rss_bytes")
-        mem = (f"peak memory: {_gib(measured)} process RSS (CPU: includes the interpreter and data);"
-               f" plan {_gib(planned_mem)} allocated")
-    tps, planned_tps = results.get("tokens_per_second"), results.get("plan_tokens_per_second")
-    thr = "throughput: " + (f"{tps:,.0f} tokens/s" if tps else "unknown")
-    thr += f"; plan {planned_tps:,.0f} tokens/s{_ratio(tps, planned_tps)}" if planned_tps else "; plan: no estimate"
-    first, last = results.get("train_loss_first"), results.get("train_loss_last")
-    start, step = results.get("start_step") or 0, results["global_step"]
-    span = f"over {step} steps" if not start else f"over steps {start + 1}-{step} (resumed at step {start})"
-    loss = f"loss: {first:.4f} -> {last:.4f} {span}" if first is not None and last is not None else "loss: not logged"
-    if results.get("eval_loss_last") is not None:
-        loss += f"; eval loss {results['eval_loss_last']:.4f}"
-    return [mem, thr, loss, f"final model: {results['final_model_dir']}"]

@@ -6,6 +6,7 @@ import json
 import sys
 
 from gpuplan.cli.common import make_plan, style_for, write_atomic
+from gpuplan.units import GIB
 
 
 def cmd_plan(args) -> int:
@@ -61,6 +62,6 @@ def cmd_gpus(args) -> int:
     for name, g in load_catalog().items():
         cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
         tf = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp32")
-        print(f"{name:<12} {g.memory_bytes / 1024**3:>6.0f}Gi {cc:>5} {str(g.bf16).lower():>5} "
+        print(f"{name:<12} {g.memory_bytes / GIB:>6.0f}Gi {cc:>5} {str(g.bf16).lower():>5} "
               f"{str(g.tf32).lower():>5} {str(g.fp8).lower():>4} {tf:>13}")
     return 0

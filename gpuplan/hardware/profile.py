@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, asdict, field
 from typing import Any, Mapping
 
-GIB = 1024**3
+from gpuplan.units import GIB
+
+__all__ = ["GIB", "GPUProfile"]
 
 
 @dataclass(frozen=True)

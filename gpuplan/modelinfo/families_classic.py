@@ -37,7 +37,7 @@ def count_gpt2(model_type: str, config: Mapping[str, Any], task: str,
     """GPT2LMHeadModel / GPT2ForSequenceClassification: Conv1D layers with bias,
     learned positions (wpe), lm_head tied to wte by default."""
     cfg = FamilyConfig(model_type, config, aliases=GPT2_ALIASES)
-    h, heads = cfg.int("n_embd"), cfg.int("n_head")
+    h, _ = cfg.int("n_embd"), cfg.int("n_head")  # n_head is checked here, read by classic_dims
     inner = cfg.int("n_inner") or 4 * h  # GPT2Block: n_inner None -> 4 * hidden
     d = classic_dims(cfg, inner, hidden="n_embd", heads="n_head", layers="n_layer", positions="n_positions",
                      hidden_dropout="resid_pdrop", attention_dropout="attn_pdrop")  # GPT2Attention checks heads too
@@ -71,7 +71,7 @@ def count_gpt_neox(model_type: str, config: Mapping[str, Any], task: str,
     """GPTNeoXForCausalLM / ...ForSequenceClassification (Pythia): fused
     query_key_value, two LayerNorms per (parallel) block, untied lm_head."""
     cfg = FamilyConfig(model_type, config)
-    h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
+    h, _, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
     d = classic_dims(cfg, i, hidden_dropout="hidden_dropout", attention_dropout="attention_dropout")
     attn_bias = cfg.bool("attention_bias")
     p = ParamList()
@@ -96,7 +96,7 @@ def count_opt(model_type: str, config: Mapping[str, Any], task: str,
               num_labels: int) -> tuple[ParamList, Dims]:
     """OPTForCausalLM / OPTForSequenceClassification (modeling_opt.py)."""
     cfg = FamilyConfig(model_type, config)
-    h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("ffn_dim")
+    h, _, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("ffn_dim")
     proj = cfg.int("word_embed_proj_dim") or h  # OPTConfig.__post_init__
     d = classic_dims(cfg, i, hidden_dropout="dropout", attention_dropout="attention_dropout")
     bias, affine = cfg.bool("enable_bias"), cfg.bool("layer_norm_elementwise_affine")
@@ -144,7 +144,7 @@ def count_bert_like(model_type: str, config: Mapping[str, Any], task: str,
     decoder weight ties to word_embeddings and decoder.bias to the head's own
     bias when tie_word_embeddings (else both are separate tensors)."""
     cfg = FamilyConfig(model_type, config)
-    h, heads, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
+    h, _, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("intermediate_size")
     d = classic_dims(cfg, i, hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob")
     cross = cfg.bool("add_cross_attention")
     if cross and not cfg.bool("is_decoder"):

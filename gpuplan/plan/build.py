@@ -17,7 +17,6 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
-from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
@@ -29,6 +28,7 @@ from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.load import LoadedSpec, load_toml
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
+from gpuplan.units import GIB
 
 PATH_KEYS = ("model.config", "model.name_or_path", "output.dir")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
@@ -67,7 +67,7 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
                                             fix='set hardware.gpu to a catalog name such as "A100-80GB"')])
             gpu = detected
             if hw.memory_gib is not None:
-                gpu = dataclasses.replace(gpu, memory_bytes=int(hw.memory_gib * 1024**3))
+                gpu = dataclasses.replace(gpu, memory_bytes=int(hw.memory_gib * GIB))
             return gpu
         gpu = lookup(hw.gpu, hw.memory_gib)
         if gpu.vendor == "cpu" and hw.memory_gib is None:

@@ -52,7 +52,8 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     if wl.zero_stage <= 1:
         volume, formula = 2 * ring * p_bytes, "all-reduce of gradients per step: 2(N-1)/N x P x b"
     elif wl.zero_stage == 2:
-        volume, formula = ring * p_bytes * (accum + 1), "reduce-scatter per micro-batch + all-gather per step: (N-1)/N x P x b x (accum + 1)"
+        volume = ring * p_bytes * (accum + 1)
+        formula = "reduce-scatter per micro-batch + all-gather per step: (N-1)/N x P x b x (accum + 1)"
     else:
         volume, formula = 3 * ring * p_bytes * accum, "2 all-gathers + reduce-scatter per micro-batch: 3(N-1)/N x P x b x accum"
     bw, link = bandwidth_gbps(gpu, 1 if n <= count else nodes, interconnect, network, networks or {})

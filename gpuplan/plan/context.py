@@ -14,6 +14,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.graph import SPEC, Rule
 from gpuplan.plan.types import Change, Diagnostic, Setting
+from gpuplan.toml_value import toml_value
 
 
 @dataclass
@@ -94,7 +95,8 @@ class Resolver:
                 self.error(
                     key,
                     f"{key} = {before.value!r} would be changed to {value!r} (--strict): {reason}",
-                    fix=f"set {key} = {_toml(value)} or drop --strict",
+                    fix=(f"set {key} = {toml_value(value)} or drop --strict" if value is not None
+                         else f"remove {key} from the spec or drop --strict"),
                 )
                 self.resolved[key] = before
                 return
@@ -123,10 +125,3 @@ class Resolver:
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.diagnostics)
 
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    return repr(value)

@@ -1,11 +1,12 @@
-"""Text for the lifecycle: drift since the last apply and a run's state (gpuplan show)."""
+"""Text for the lifecycle: drift since the last apply, a run's state (gpuplan show), the end-of-run summary."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from gpuplan.plan.sections import MemorySection, ThroughputSection
-from gpuplan.render.text import gib, render_plan, toml_value
+from gpuplan.render.text import render_plan, shown
+from gpuplan.units import gib
 
 
 def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
@@ -15,7 +16,7 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     head = f"Since the last apply in {output_dir} ({drift.get('status')}, {when}):"
     if not drift["changes"]:
         return [head, "  no changes."]
-    return [head] + [f"  ~ {c['key']} = {toml_value(c['before'])} -> {toml_value(c['after'])}" for c in drift["changes"]]
+    return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
 def render_run_state(path: str, state: Mapping[str, Any]) -> str:
@@ -32,10 +33,40 @@ def render_run_state(path: str, state: Mapping[str, Any]) -> str:
                      f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)")
     measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
     if measured:
-        lines.append(f"  peak memory {gib(measured)} measured, {gib(MemorySection.from_dict(plan.get('memory') or {}).allocated_peak_bytes)} planned")
+        planned_bytes = MemorySection.from_dict(plan.get("memory") or {}).allocated_peak_bytes
+        lines.append(f"  peak memory {gib(measured)} measured, {gib(planned_bytes)} planned")
     if r.get("tokens_per_second"):
         planned = ThroughputSection.from_dict(plan.get("throughput") or {}).tokens_per_second
         lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
     if r.get("train_loss_first") is not None:
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
     return "\n".join(lines) + "\n\n" + render_plan(plan)
+
+
+def _ratio(measured: float | None, planned: float | None) -> str:
+    if measured is None or not planned:
+        return ""
+    return f" ({measured / planned:.2f}x the plan)"
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """The end-of-run summary: measured peak memory and throughput against the plan."""
+    planned_mem = results.get("plan_allocated_peak_bytes")
+    if "peak_allocated_bytes" in results:
+        measured = results["peak_allocated_bytes"]
+        mem = (f"peak memory: {gib(measured, 2, 'unknown')} allocated, {gib(results['peak_reserved_bytes'], 2, 'unknown')} reserved"
+               f" (CUDA); plan {gib(planned_mem, 2, 'unknown')} allocated{_ratio(measured, planned_mem)}")
+    else:
+        measured = results.get("peak_rss_bytes")
+        mem = (f"peak memory: {gib(measured, 2, 'unknown')} process RSS (CPU: includes the interpreter and data);"
+               f" plan {gib(planned_mem, 2, 'unknown')} allocated")
+    tps, planned_tps = results.get("tokens_per_second"), results.get("plan_tokens_per_second")
+    thr = "throughput: " + (f"{tps:,.0f} tokens/s" if tps else "unknown")
+    thr += f"; plan {planned_tps:,.0f} tokens/s{_ratio(tps, planned_tps)}" if planned_tps else "; plan: no estimate"
+    first, last = results.get("train_loss_first"), results.get("train_loss_last")
+    start, step = results.get("start_step") or 0, results["global_step"]
+    span = f"over {step} steps" if not start else f"over steps {start + 1}-{step} (resumed at step {start})"
+    loss = f"loss: {first:.4f} -> {last:.4f} {span}" if first is not None and last is not None else "loss: not logged"
+    if results.get("eval_loss_last") is not None:
+        loss += f"; eval loss {results['eval_loss_last']:.4f}"
+    return [mem, thr, loss, f"final model: {results['final_model_dir']}"]

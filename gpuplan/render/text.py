@@ -12,25 +12,17 @@ from typing import Any, Mapping, Sequence
 
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 from gpuplan.render.style import PLAIN, Style
+from gpuplan.toml_value import toml_value
+from gpuplan.units import gib
 
-GIB = 1024**3
 SYMBOL = {"add": "+", "change": "~"}
 COLOUR = {"add": "green", "change": "yellow"}
 SEVERITY_COLOUR = {"error": "red", "warning": "yellow", "note": "cyan"}
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if v is None:
-        return "(unset)"
-    return str(v)
-
-
-def gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / GIB:.1f} GiB"
+def shown(v: Any) -> str:
+    """A value in a change line: as TOML writes it, "(unset)" for None."""
+    return toml_value(v, none="(unset)")
 
 
 def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> list[str]:
@@ -38,9 +30,9 @@ def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -
     for c in changes:
         sym = style(SYMBOL[c["action"]], COLOUR[c["action"]], "bold")
         if c["action"] == "change":
-            value = f"{toml_value(c['before'])} -> {toml_value(c['after'])}"
+            value = f"{shown(c['before'])} -> {shown(c['after'])}"
         else:
-            value = toml_value(c["after"])
+            value = shown(c["after"])
         lines.append(f"  {sym} {c['key']} = {value}")
         lines.append(style(f"      {c['reason']} [{c['rule']}]", "dim"))
     return lines

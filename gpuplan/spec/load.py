@@ -46,7 +46,7 @@ def load_toml(path: str | Path) -> LoadedSpec:
         p = p.resolve()
         exists, is_dir = p.exists(), p.is_dir()  # these re-raise ENAMETOOLONG, EACCES ...
     except OSError as e:
-        raise _fail(p, f"cannot resolve path: {e.strerror or e}")
+        raise _fail(p, f"cannot resolve path: {e.strerror or e}") from None
     if not exists:
         raise _fail(p, "no such file", fix="check the path; specs are TOML files such as specs/tiny.toml")
     if is_dir:
@@ -57,13 +57,13 @@ def load_toml(path: str | Path) -> LoadedSpec:
             raise _fail(p, f"is {size} bytes; a spec is at most {MAX_SPEC_BYTES} bytes")
         data = p.read_bytes()
     except OSError as e:
-        raise _fail(p, f"cannot read: {e.strerror or e}")
+        raise _fail(p, f"cannot read: {e.strerror or e}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise _fail(p, f"not UTF-8 text (byte 0x{data[e.start]:02x}); a spec is a TOML file", pos=f"{line}:{col}")
+        raise _fail(p, f"not UTF-8 text (byte 0x{data[e.start]:02x}); a spec is a TOML file", pos=f"{line}:{col}") from None
     return LoadedSpec(path=p, raw=parse_toml_text(text, p), sha256=hashlib.sha256(data).hexdigest())
 
 
@@ -78,6 +78,6 @@ def parse_toml_text(text: str, path: Path) -> dict[str, Any]:
         else:  # tomllib says "(at end of document)": give the end's line:col, as for any other error
             pos = f"{text.count(chr(10)) + 1}:{len(text) - text.rfind(chr(10))}"
         reason = _POS.sub("", msg).replace(_EOD, "at the end of the file").strip()
-        raise _fail(path, f"invalid TOML: {reason}", pos=pos)
+        raise _fail(path, f"invalid TOML: {reason}", pos=pos) from None
     except RecursionError:
-        raise _fail(path, "invalid TOML: nesting too deep")
+        raise _fail(path, "invalid TOML: nesting too deep") from None

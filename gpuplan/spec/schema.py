@@ -97,7 +97,8 @@ class TrainingSpec(_Section):
     )
     per_device_train_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU per forward; auto: largest that fits.")
     per_device_eval_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU in evaluation; auto: the train batch.")
-    gradient_accumulation_steps: BatchOrAuto = Field("auto", description="Micro-batches per optimizer step; auto: holds the effective batch.")
+    gradient_accumulation_steps: BatchOrAuto = Field(
+        "auto", description="Micro-batches per optimizer step; auto: holds the effective batch.")
     gradient_checkpointing: Union[bool, Auto] = Field("auto", description="Recompute activations (~20% slower).")
     bf16: Union[bool, Auto] = Field("auto", description="bf16 mixed precision; auto: on Ampere and newer.")
     fp16: Union[bool, Auto] = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
@@ -137,7 +138,8 @@ class DistributedSpec(_Section):
 
 
 class OutputSpec(_Section):
-    dir: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)] | None = Field(None, description="Run directory; default runs/<spec name>.")
+    dir: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)] | None = Field(
+        None, description="Run directory; default runs/<spec name>.")
 
 
 class Spec(_Section):

@@ -15,14 +15,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import tomlkit
 from pydantic.fields import FieldInfo
 
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
-from gpuplan.hardware.profile import GIB, GPUProfile
+from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.schema import SECTIONS
+from gpuplan.toml_value import toml_value
+from gpuplan.units import GIB
 
 SEQ_LEN_CAP = 2048  # longer contexts are a deliberate choice, not a starting point
 TOKENS_PER_STEP = 2**17  # ~131k tokens per optimizer step: a common fine-tuning scale
@@ -111,7 +112,7 @@ def starter_spec(model_config: Path, gpu: str, *, task: str = "causal-lm", spec_
             full = f"{section}.{key}"
             active = full in values
             value = values[full] if active else _example(full, info)
-            text = f"{key} = {_toml(value)}" if active else f"# {key} = {_toml(value)}"
+            text = f"{key} = {toml_value(value)}" if active else f"# {key} = {toml_value(value)}"
             rows.append((notes.get(full), text, _comment(full, info)))
         width = min(max(len(t) for _, t, _ in rows) + 2, 44)
         for note, text, comment in rows:
@@ -219,12 +220,6 @@ def _example(full: str, info: FieldInfo) -> Any:
     if full in EXAMPLES:
         return EXAMPLES[full]
     return _default(info)
-
-
-def _toml(value: Any) -> str:
-    if value is None:  # TOML has no null: every key without a default needs an EXAMPLES entry
-        raise ValueError("no value to show; add the key to EXAMPLES")
-    return tomlkit.item(value).as_string()
 
 
 def _comment(full: str, info: FieldInfo) -> str:

@@ -7,7 +7,6 @@ value, what is allowed and, for unknown keys, the closest known key.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from typing import Any, Mapping
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.names import OPTIMIZER_NAMES, REMOVED_OPTIMIZERS
 from gpuplan.spec.schema import SECTIONS, Spec
+from gpuplan.toml_value import toml_value
 
 
 def validate_spec(raw: Mapping[str, Any]) -> Spec:
@@ -53,10 +53,8 @@ def _check_optim(optim: Any) -> list[Diagnostic]:
 
 def _show(value: Any) -> str:
     """A value as it would be written in TOML, shortened."""
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, (str, int, float)):
-        text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    if isinstance(value, (bool, str, int, float)):
+        text = toml_value(value)
     elif isinstance(value, Mapping):
         text = "a table"
     elif isinstance(value, list):
@@ -99,7 +97,7 @@ def _dotted(path: tuple) -> str:
         if isinstance(p, int):
             out += f"[{p}]"
             continue
-        part = p if _BARE_KEY.fullmatch(p) else json.dumps(p, ensure_ascii=False).replace("\x7f", "\\u007f")
+        part = p if _BARE_KEY.fullmatch(p) else toml_value(p)
         out += f".{part}" if out else part
     return out
 
@@ -152,7 +150,8 @@ def _unknown_key(path: tuple, holder: type[BaseModel] | None) -> Diagnostic:
         known = list(SECTIONS)
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f"did you mean [{close[0]}]?" if close else "sections are " + ", ".join(f"[{s}]" for s in known)
-        return Diagnostic("error", key, f"[{key}]: unknown section; {hint}", fix=f"rename [{key}] to [{close[0]}]" if close else f"remove [{key}]")
+        return Diagnostic("error", key, f"[{key}]: unknown section; {hint}",
+                          fix=f"rename [{key}] to [{close[0]}]" if close else f"remove [{key}]")
     fields = list(holder.model_fields) if holder else []
     close = suggest_key(name, fields)
     parent = _dotted(path[:-1])

@@ -153,7 +153,7 @@ class StorageTracker(TorchDispatchMode):
                 if isinstance(v, torch.Tensor):
                     self.relabel(v, "optimizer_states")
                     self.state_ids.add(id(v.untyped_storage()))
-        for key, rec in list(self.info.items()):
+        for _key, rec in list(self.info.items()):
             if rec[1] == _PENDING:
                 self.counters[_PENDING] -= rec[0]
                 self.counters["temporaries"] = self.counters.get("temporaries", 0) + rec[0]

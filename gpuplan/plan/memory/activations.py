@@ -113,7 +113,9 @@ _OUTSIDE = {
 }
 _PER_LAYER_CONST_H = {"gemma": 8}  # bytes per layer per hidden unit: gemma's fp32 (1 + w) per norm
 _DROPOUT_STYLES = {"gpt2": 2, "bert": 2, "opt": 2}
-_EAGER_WITH_ATTN_DROPOUT = {"gpt2", "bert"}  # their _EAGER rows were measured with attention dropout 0.1  # residual dropouts per layer whose bool masks are in c_h
+# Their _EAGER rows were measured with attention dropout 0.1; residual dropouts per layer
+# whose bool masks are in c_h.
+_EAGER_WITH_ATTN_DROPOUT = {"gpt2", "bert"}
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory.layout import ModelLayout
 from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_state_bytes, optimizer_step_temp_bytes
 from gpuplan.plan.memory.types import Workload
+from gpuplan.units import GIB
 
-GIB = 1024**3
 _DTYPE_NAME = {2: "16-bit", 4: "fp32"}
 FSDP_SYNC_EACH_BATCH = True  # the plan's contract with apply, see above
 DS_REDUCE_BUCKET = 500_000_000  # elements, deepspeed runtime/zero/config.py reduce_bucket_size
@@ -242,8 +242,6 @@ def _deepspeed(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) 
         gathered_first_layer=first, host_bytes=host, autocast_casts=False,
         notes=_ds_notes(wl, n, half, host),
     )
-
-
 
 
 def _fsdp_notes(wl: Workload, n: int, mb: int, cb: int, host: int) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
+from gpuplan.units import GIB
 
 KEYS = (
     "training.effective_batch_size",
@@ -17,7 +18,6 @@ KEYS = (
     "training.gradient_accumulation_steps",
     "training.per_device_eval_batch_size",
 )
-GIB = 1024**3
 
 
 def split(ctx: Resolver) -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
-
-GIB = 1024**3
+from gpuplan.units import GIB
 
 
 def checkpointing(ctx: Resolver) -> None:

@@ -38,8 +38,10 @@ def compile_settings(ctx: Resolver) -> None:
         ctx.resolve("training.torch_compile_backend", "inductor", "torch.compile's default backend (TorchInductor)")
     else:
         ctx.keep("training.torch_compile_backend")
-    if on and (backend in (None, "inductor")) and ctx.gpu.vendor == "nvidia" and ctx.gpu.compute_capability and ctx.gpu.compute_capability < (7, 0):
-        ctx.error("training.torch_compile_backend", f"inductor's triton kernels need compute capability >= 7.0; {ctx.gpu.name} has {ctx.gpu.compute_capability}",
+    cc = ctx.gpu.compute_capability
+    if on and (backend in (None, "inductor")) and ctx.gpu.vendor == "nvidia" and cc and cc < (7, 0):
+        ctx.error("training.torch_compile_backend",
+                  f"inductor's triton kernels need compute capability >= 7.0; {ctx.gpu.name} has {cc}",
                   fix='set training.torch_compile_backend = "aot_eager" or training.torch_compile = false')
     if on and backend == "cudagraphs" and ctx.gpu.vendor == "cpu":
         ctx.error("training.torch_compile_backend", 'the "cudagraphs" backend needs a CUDA GPU; hardware is cpu',

@@ -20,8 +20,8 @@ from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.solve import Sharding
 from gpuplan.spec.names import BNB_OPTIMIZERS
+from gpuplan.units import GIB
 
-GIB = 1024**3
 KEYS = ("distributed.strategy", "distributed.fsdp_sharding", "distributed.fsdp_cpu_offload",
         "distributed.zero_stage", "distributed.offload_optimizer", "distributed.offload_params")
 
@@ -84,11 +84,13 @@ def strategy(ctx: Resolver) -> None:
         ctx.resolve("distributed.strategy", chosen, why)
     elif asked == "deepspeed" and sh.engine == "fsdp":
         ctx.resolve("distributed.strategy", "fsdp",
-                    "deepspeed is not installed here; FSDP FULL_SHARD is torch's equivalent of ZeRO-3 (pip install deepspeed to keep DeepSpeed)")
+                    "deepspeed is not installed here; FSDP FULL_SHARD is torch's equivalent of ZeRO-3 "
+                    "(pip install deepspeed to keep DeepSpeed)")
     else:
         ctx.keep("distributed.strategy")
     if sh.engine == "fsdp":
-        ctx.resolve("distributed.fsdp_sharding", sh.fsdp_sharding, f"{sh.label} fits" if sh.fsdp_sharding != ctx.spec("distributed.fsdp_sharding") else None)
+        changed = sh.fsdp_sharding != ctx.spec("distributed.fsdp_sharding")
+        ctx.resolve("distributed.fsdp_sharding", sh.fsdp_sharding, f"{sh.label} fits" if changed else None)
         ctx.resolve("distributed.fsdp_cpu_offload", sh.offload_params,
                     "nothing fits on the GPUs without offloading parameters and optimizer states to host RAM" if sh.offload_params
                     else f"{sh.label} fits without offload to host RAM (offload runs the optimizer step on the CPU)")
@@ -134,7 +136,8 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
         ctx.error(f"distributed.{zero_set[0]}", f"distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = \"fsdp\"",
                   fix=f"remove distributed.{zero_set[0]} or set distributed.strategy = \"deepspeed\"")
     if ctx.spec("training.torch_compile") and asked in ("fsdp", "auto") and ctx.spec("hardware.count") * ctx.spec("hardware.nodes") > 1:
-        ctx.note("training.torch_compile", "torch.compile with FSDP: apply uses FSDP2, which keeps the original parameters (no use_orig_params needed)")
+        ctx.note("training.torch_compile", "torch.compile with FSDP: apply uses FSDP2, which keeps the original parameters "
+                 "(no use_orig_params needed)")
 
 
 def _host_memory(ctx: Resolver, sol) -> None:

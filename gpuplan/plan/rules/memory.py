@@ -15,8 +15,7 @@ from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
-
-GIB = 1024**3
+from gpuplan.units import GIB
 
 
 def _nearest_multiples(value: int, step: int) -> str:
@@ -51,7 +50,8 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
         ctx.error("training.gradient_accumulation_steps",
                   f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per GPU per step "
                   f"(effective_batch_size {e} / {world} GPU(s))",
-                  fix=f'set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = {_nearest_multiples(e, a * world)}')
+                  fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
+                      f"{_nearest_multiples(e, a * world)}")
         return None
     return s
 

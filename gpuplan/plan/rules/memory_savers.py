@@ -10,8 +10,7 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
-
-GIB = 1024**3
+from gpuplan.units import GIB
 
 
 def empty_cache(ctx: Resolver) -> None:
@@ -29,7 +28,8 @@ def empty_cache(ctx: Resolver) -> None:
     steps = sol.knobs.torch_empty_cache_steps
     if steps:
         saved = sol.saved_bytes.get("cache emptying", 0) / GIB
-        why = f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks (about 10% slower)"
+        why = (f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks "
+               "(about 10% slower)")
     else:
         why = "off: the run fits without emptying the CUDA cache (it costs about 10% speed)"
     ctx.resolve("training.torch_empty_cache_steps", steps, why)

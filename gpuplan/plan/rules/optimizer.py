@@ -16,6 +16,7 @@ from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
+from gpuplan.units import gib
 
 # Optimizers needing a package beyond torch/transformers (trainer_optimizer.py in 5.24).
 NEEDS_PACKAGE = {
@@ -68,19 +69,15 @@ def select(ctx: Resolver) -> None:
     chosen = sol.knobs.optim
     if asked == "auto":
         if "Adafactor" in sol.savers:
-            why = f"memory: Adafactor's factored states save {_gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
+            why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
         elif "8-bit optimizer" in sol.savers:
-            why = f"memory: bitsandbytes 8-bit AdamW saves {_gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
+            why = f"memory: bitsandbytes 8-bit AdamW saves {gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
         else:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
         ctx.resolve("training.optim", chosen, why)
         return
     _, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
     ctx.resolve("training.optim", chosen, reason)
-
-
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
 
 
 RULES = (

@@ -61,7 +61,8 @@ def mixed_precision(ctx: Resolver) -> None:
 
     ctx.resolve("training.bf16", new_bf16, _bf16_reason(ctx, new_bf16))
     if new_fp16 and cpu:
-        ctx.resolve("training.fp16", False, "CPU training has no fp16 mixed precision (the Trainer's GradScaler needs CUDA); planned in fp32")
+        ctx.resolve("training.fp16", False,
+                    "CPU training has no fp16 mixed precision (the Trainer's GradScaler needs CUDA); planned in fp32")
     else:
         ctx.resolve("training.fp16", new_fp16, _fp16_reason(ctx, new_fp16))
     if bf16_missing and fp16 is False:
@@ -111,7 +112,8 @@ def tf32(ctx: Resolver) -> None:
         else:
             ctx.resolve("training.tf32", False, f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)")
     elif want is True and not supported:
-        ctx.resolve("training.tf32", False, f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
+        ctx.resolve("training.tf32", False,
+                    f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
     else:
         ctx.keep("training.tf32")
 
