@@ -1,0 +1,29 @@
+"""Text and JSON drawn from a plan's dict (DESIGN principle 7: the two never drift).
+
+    render_plan(plan.to_dict(), style) -> str   (text.py)
+    dumps(plan.to_dict()) -> str                 (json.py: what --json prints)
+    render_run_state, render_drift                (state.py: gpuplan show, drift since the last apply)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "render_diagnostics": "gpuplan.render.text",
+    "render_plan": "gpuplan.render.text",
+    "dumps": "gpuplan.render.json",
+    "render_drift": "gpuplan.render.state",
+    "render_run_state": "gpuplan.render.state",
+    "Style": "gpuplan.render.style",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import on first use: naming the API costs no import time (tests/test_plan_imports.py)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
