@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apply_plans import H100_PROFILE, cpu_plan
+from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
 from gpuplan.apply.convert import torch_dtype, training_arguments, training_arguments_kwargs
 from gpuplan.apply.device import check_device
 from gpuplan.apply.errors import ApplyError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from apply_corpora import DATA_DIR, expected_files
+from tests.helpers.apply_corpora import DATA_DIR, expected_files
 
 
 def test_shipped_corpora_match_their_generator():

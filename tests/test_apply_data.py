@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apply_plans import CORPUS, SENTIMENT_CSV, SENTIMENT_JSONL, cpu_plan
+from tests.helpers.apply_plans import CORPUS, SENTIMENT_CSV, SENTIMENT_JSONL, cpu_plan
 from gpuplan.apply.data import prepare_data
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.tokenizer import EOS_ID, byte_level_tokenizer

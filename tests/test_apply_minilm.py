@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from apply_plans import SENTIMENT_CSV, cpu_plan, read_jsonl
+from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan, read_jsonl
 from gpuplan.apply.run import execute
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from apply_plans import MICRO_BERT, MICRO_LLAMA, REPO, cpu_plan, write_config
+from tests.helpers.apply_plans import MICRO_BERT, MICRO_LLAMA, REPO, cpu_plan, write_config
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.model import load_model
 from gpuplan.apply.tokenizer import (BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, byte_level_tokenizer,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from apply_plans import cpu_plan, read_jsonl
+from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
 from gpuplan.apply.state import RunState, write_json_atomic

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from apply_plans import cpu_plan, read_jsonl
-from cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spec, train_steps
+from tests.helpers.apply_plans import cpu_plan, read_jsonl
+from tests.helpers.cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spec, train_steps
 from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute

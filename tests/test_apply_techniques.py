@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from apply_plans import H100_PROFILE, MICRO_LLAMA, cpu_plan, write_config
+from tests.helpers.apply_plans import H100_PROFILE, MICRO_LLAMA, cpu_plan, write_config
 from gpuplan.apply.run import build_trainer
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

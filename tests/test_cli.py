@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from planning import MODELS, SPECS, write_spec
+from tests.helpers.planning import MODELS, SPECS, write_spec
 
 
 def gpuplan(*args, cwd=None):

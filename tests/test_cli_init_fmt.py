@@ -4,7 +4,7 @@ import subprocess
 import sys
 import tomllib
 
-from planning import MODELS
+from tests.helpers.planning import MODELS
 
 
 def gpuplan(*args, cwd=None, stdin=None):

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from apply_plans import cpu_plan
+from tests.helpers.apply_plans import cpu_plan
 from gpuplan.apply.convert import training_arguments
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.lock import LockError

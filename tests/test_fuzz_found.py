@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from fuzz_oracle import check, check_rejection, write
-from fuzz_strategies import MODEL_CONFIGS
+from tests.helpers.fuzz_oracle import check, check_rejection, write
+from tests.helpers.fuzz_strategies import MODEL_CONFIGS
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.types import PlanError
-from planning import ENV
+from tests.helpers.planning import ENV
 
 
 @pytest.fixture

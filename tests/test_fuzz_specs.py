@@ -32,13 +32,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuzz_strategies import (
+from tests.helpers.fuzz_strategies import (
     FIXED_PATHS, MODEL_CONFIGS, PATH_VALUES, SMALL_TEXTS, apply_mutations, damaged_model_config, deep_text, mutation,
     text_damage, unicode_spec, valid_specs,
 )
-from fuzz_oracle import RAN, check, write
-from fuzz_toml import toml_doc
-from planning import ENV, ENV_NO_BNB, REPO
+from tests.helpers.fuzz_oracle import RAN, check, write
+from tests.helpers.fuzz_toml import toml_doc
+from tests.helpers.planning import ENV, ENV_NO_BNB, REPO
 
 PROFILE = os.environ.get("GPUPLAN_FUZZ_PROFILE", "ci")
 # Examples per test: (ci, long).

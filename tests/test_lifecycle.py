@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from cli_runs import gpuplan, state, tiny_spec, train_steps
+from tests.helpers.cli_runs import gpuplan, state, tiny_spec, train_steps
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from planning import SPECS
+from tests.helpers.planning import SPECS
 
 PROBE = """
 import sys

@@ -3,7 +3,7 @@
 import pytest
 
 from gpuplan.plan.types import PlanError
-from planning import ENV_NO_BNB, plan_text, spec
+from tests.helpers.planning import ENV_NO_BNB, plan_text, spec
 
 
 def change(plan, key):

@@ -12,7 +12,7 @@ from gpuplan.plan.build import plan_file
 from gpuplan.plan.memory.estimate import estimate_memory
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.types import PlanError
-from planning import ENV, MODELS, SPECS, plan_text
+from tests.helpers.planning import ENV, MODELS, SPECS, plan_text
 
 GIB = 1024**3
 ENV_DS = {**ENV, "packages": {**ENV["packages"], "deepspeed": "0.19.8"}}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from planning import SPECS
+from tests.helpers.planning import SPECS
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
+from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 from gpuplan.apply.convert import training_arguments_kwargs
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.launch import Launch, decide, first_host, launch_command, slurm_context

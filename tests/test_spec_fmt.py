@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.fmt import format_spec_text, read_spec_text
-from planning import SPECS
+from tests.helpers.planning import SPECS
 
 MESSY = '''\
 # My run.

@@ -13,7 +13,7 @@ from gpuplan.spec.fmt import format_spec_text
 from gpuplan.spec.schema import SECTIONS
 from gpuplan.spec.starter import ACTIVE, starter_spec
 from gpuplan.spec.validate import validate_spec
-from planning import ENV, MODELS
+from tests.helpers.planning import ENV, MODELS
 
 CASES = [  # model, --gpu as a user might type it, task, expected canonical GPU
     ("llama-3.1-8b", "a100 80gb", "causal-lm", "A100-80GB"),

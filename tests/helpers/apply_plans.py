@@ -15,7 +15,7 @@ from typing import Any
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 from gpuplan.plan.types import Plan, Setting
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CORPUS = str(REPO / "specs" / "data" / "tiny-corpus.txt")
 SENTIMENT_CSV = str(REPO / "specs" / "data" / "sentiment.csv")
 SENTIMENT_JSONL = str(REPO / "specs" / "data" / "sentiment.jsonl")

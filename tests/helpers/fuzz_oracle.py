@@ -20,7 +20,7 @@ from gpuplan.plan.types import Plan, PlanError
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_plan
 from gpuplan.spec.schema import SECTIONS
-from planning import ENV
+from tests.helpers.planning import ENV
 
 RAN: collections.Counter = collections.Counter()  # examples run and their outcome, per test
 

@@ -15,7 +15,7 @@ import json
 import os
 import random
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "specs", "data")
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "specs", "data")
 
 PEOPLE = ["the miller", "the old shepherd", "the baker's daughter", "a young clerk", "the schoolmaster",
           "the ferryman", "my grandmother", "the blacksmith", "a travelling tinker", "the widow Hale",

@@ -14,12 +14,12 @@ from typing import Literal, Union, get_args, get_origin
 
 from hypothesis import strategies as st
 
-from fuzz_toml import toml_str
+from tests.helpers.fuzz_toml import toml_str
 from gpuplan.hardware.catalog import names
 from gpuplan.spec.names import OPTIMIZER_NAMES, REMOVED_OPTIMIZERS
 from gpuplan.spec.schema import SECTIONS
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "specs" / "models"
 MODEL_CONFIGS = sorted(str(p) for p in MODELS_DIR.glob("*.json"))
 GPUS = names()
 SCHEMA_KEYS = [(s, k) for s, cls in SECTIONS.items() for k in cls.model_fields]

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL_CONFIG = REPO / "specs" / "models" / "tiny-llama-cpu.json"
 CORPUS = REPO / "specs" / "data" / "tiny-corpus.txt"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gpuplan.plan.build import plan_file
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "specs"
 MODELS = SPECS / "models"
 
