@@ -25,3 +25,13 @@ def test_readme_has_setup_and_test_commands_that_ci_runs():
 def test_changelog_has_unreleased_section():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert "## [Unreleased]" in text and "Keep a Changelog" in text
+
+
+def test_readme_module_map_matches_the_tree():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("Module map", 1)[1].split("```", 2)[1]
+    listed = [line.split()[0] for line in block.splitlines() if line.startswith("gpuplan/")]
+    assert len(listed) == len(set(listed)), "a module is listed twice"
+    tree = {str(p.relative_to(ROOT)) for p in (ROOT / "gpuplan").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    tree |= {str(p.parent.relative_to(ROOT)) + "/" for p in (ROOT / "gpuplan").rglob("__init__.py")}
+    assert set(listed) == tree, (sorted(tree - set(listed)), sorted(set(listed) - tree))

@@ -1,5 +1,5 @@
-"""What the commands share: the user-error type, styling, hardware detection, planning a spec,
-and writing user-visible files."""
+"""What the commands share: styling, reporting diagnostics, hardware detection, planning a spec,
+and writing user-visible files. UserError (gpuplan.errors) is re-exported for the commands."""
 
 from __future__ import annotations
 
