@@ -33,19 +33,19 @@ class PreparedData:
 def builder_for(paths: list[str], key: str) -> str:
     """The one `datasets` builder for `paths`, after checking each file exists and has bytes."""
     if not paths:
-        raise ApplyError(f"{key} is empty; list at least one file (text, jsonl, json, csv or parquet)")
+        raise ApplyError(f"{key} is empty; list at least one file (text, jsonl, json, csv or parquet)", key=key)
     kinds = set()
     for p in paths:
         suffix = os.path.splitext(p)[1].lower()
         if suffix not in BUILDERS:
-            raise ApplyError(f"{key}: {p} has suffix {suffix!r}; use one of {', '.join(sorted(BUILDERS))}")
+            raise ApplyError(f"{key}: {p} has suffix {suffix!r}; use one of {', '.join(sorted(BUILDERS))}", key=key)
         if not os.path.isfile(p):
-            raise ApplyError(f"{key}: {p} does not exist")
+            raise ApplyError(f"{key}: {p} does not exist", key=key)
         if os.path.getsize(p) == 0:
-            raise ApplyError(f"{key}: {p} is empty")
+            raise ApplyError(f"{key}: {p} is empty", key=key)
         kinds.add(BUILDERS[suffix])
     if len(kinds) > 1:
-        raise ApplyError(f"{key} mixes file kinds ({', '.join(sorted(kinds))}); use one kind per list")
+        raise ApplyError(f"{key} mixes file kinds ({', '.join(sorted(kinds))}); use one kind per list", key=key)
     return kinds.pop()
 
 
@@ -63,16 +63,16 @@ def load_rows(paths: list[str], key: str, cache: str | None = None) -> tuple[Any
         ds = datasets.load_dataset(builder, data_files=list(paths), split="train", cache_dir=cache)
     except Exception as e:  # datasets raises many kinds (ArrowInvalid, DatasetGenerationError, ...)
         if "corresponds to no data" in str(e):  # a header without rows, "[]"
-            raise ApplyError(f"{key}: {', '.join(paths)} has no rows") from e
-        raise ApplyError(f"{key}: cannot read {', '.join(paths)} as {builder}: {e}") from e
+            raise ApplyError(f"{key}: {', '.join(paths)} has no rows", key=key) from e
+        raise ApplyError(f"{key}: cannot read {', '.join(paths)} as {builder}: {e}", key=key) from e
     if len(ds) == 0:
-        raise ApplyError(f"{key}: {', '.join(paths)} has no rows")
+        raise ApplyError(f"{key}: {', '.join(paths)} has no rows", key=key)
     return ds, builder
 
 
 def _check_field(ds: Any, field: str | None, key: str, paths: list[str], builder: str) -> None:
     if field is None:
-        raise ApplyError(f"{key} is not set; seq-cls needs the name of the label column")
+        raise ApplyError(f"{key} is not set; seq-cls needs the name of the label column", key=key)
     if field not in ds.column_names:
         hint = " (text files have the single field \"text\")" if builder == "text" else ""
         raise ApplyError(
@@ -89,7 +89,7 @@ def _text_field(plan: Plan, builder: str) -> str:
 def label_names_of(ds: Any, label_field: str) -> list[str]:
     values = [v for v in ds.unique(label_field) if v is not None]
     if not values:
-        raise ApplyError(f"data.label_field = {label_field!r} holds no labels")
+        raise ApplyError(f"data.label_field = {label_field!r} holds no labels", key="data.label_field")
     if all(isinstance(v, bool) or isinstance(v, int) for v in values):
         return [str(v) for v in sorted(values)]
     return sorted(str(v) for v in values)
@@ -126,7 +126,7 @@ def _tokenize_cls(ds: Any, tokenizer: Any, field: str, label_field: str, names: 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
         for t in batch[field]:
             if not isinstance(t, str):
-                raise ApplyError(f"data.text_field = {field!r}: a row holds {t!r}, not text")
+                raise ApplyError(f"data.text_field = {field!r}: a row holds {t!r}, not text", key="data.text_field")
         enc = tokenizer(batch[field], truncation=True, max_length=seq_len, padding="max_length")
         labels = []
         for v in batch[label_field]:
@@ -149,7 +149,7 @@ def _split_eval(plan: Plan, train: Any) -> tuple[Any, Any | None]:
     if fraction <= 0.0:
         return train, None
     if not 0.0 < fraction <= 0.5:
-        raise ApplyError(f"data.eval_fraction = {fraction} must be in (0, 0.5]")
+        raise ApplyError(f"data.eval_fraction = {fraction} must be in (0, 0.5]", key="data.eval_fraction")
     if len(train) < 2 or round(len(train) * fraction) < 1:
         raise ApplyError(
             f"data.eval_fraction = {fraction} of {len(train)} rows leaves no eval row; "

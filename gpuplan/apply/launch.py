@@ -74,7 +74,7 @@ def save_launch_plan(plan: Plan) -> str:
         path = os.path.abspath(os.path.join(out, LAUNCH_PLAN_FILE))
         write_json_atomic(path, plan.to_dict())
     except OSError as e:
-        raise ApplyError(f"output.dir: cannot write {LAUNCH_PLAN_FILE} into {out}: {e}") from e
+        raise ApplyError(f"output.dir: cannot write {LAUNCH_PLAN_FILE} into {out}: {e}", key="output.dir") from e
     return path
 
 

@@ -41,12 +41,12 @@ def weight_files(model_dir: str) -> tuple[list[str], list[str]]:
 
 def read_config_dict(path: str, key: str) -> dict[str, Any]:
     if not os.path.isfile(path):
-        raise ApplyError(f"{key}: {path} does not exist; point it at a config.json")
+        raise ApplyError(f"{key}: {path} does not exist; point it at a config.json", key=key)
     try:
         with open(path, encoding="utf-8") as f:
             d = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise ApplyError(f"{key}: {path} is not readable JSON: {e}") from e
+        raise ApplyError(f"{key}: {path} is not readable JSON: {e}", key=key) from e
     if not isinstance(d, dict) or "model_type" not in d:
         raise ApplyError(f"{key}: {path} has no \"model_type\"; a transformers config.json names its architecture")
     return d
@@ -60,7 +60,7 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
     if path is None:
         model_dir = plan.get("model.name_or_path")
         if model_dir is None:
-            raise ApplyError("model.from_scratch = true needs model.config or model.name_or_path (a config.json)")
+            raise ApplyError("model.from_scratch = true needs model.config or model.name_or_path (a config.json)", key="model.from_scratch")
         path, key = os.path.join(model_dir, "config.json"), "model.name_or_path"
     d = read_config_dict(path, key)
     model_type = d.pop("model_type")
@@ -86,7 +86,7 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
     """The model in `model.dtype` with `model.attn_implementation`, checked after loading."""
     task = plan.value("model.task")
     if task not in TASKS:
-        raise ApplyError(f"model.task = {task!r} is not one of {list(TASKS)}")
+        raise ApplyError(f"model.task = {task!r} is not one of {list(TASKS)}", key="model.task")
     if task == "seq-cls":
         num_labels = plan.get("model.num_labels")  # None: as many as the training data has
         if label_names is None or (num_labels is not None and len(label_names) != int(num_labels)):
@@ -122,11 +122,11 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
 def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common: Mapping[str, Any]) -> Any:
     model_dir = plan.value("model.name_or_path")
     if model_dir is None:
-        raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory")
+        raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
     if not os.path.isdir(model_dir):
-        raise ApplyError(f"model.name_or_path: {model_dir} is not a directory (config.json + *.safetensors)")
+        raise ApplyError(f"model.name_or_path: {model_dir} is not a directory (config.json + *.safetensors)", key="model.name_or_path")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        raise ApplyError(f"model.name_or_path: {model_dir} has no config.json")
+        raise ApplyError(f"model.name_or_path: {model_dir} has no config.json", key="model.name_or_path")
     safe, pickled = weight_files(model_dir)
     allow_pickle = bool(plan.value("model.allow_pickle_weights"))
     if not safe and not pickled:

@@ -98,7 +98,7 @@ def load_tokenizer(
         try:
             tok = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code, local_files_only=True)
         except (OSError, ValueError) as e:
-            raise ApplyError(f"model.name_or_path: cannot load the tokenizer in {model_dir}: {e}") from e
+            raise ApplyError(f"model.name_or_path: cannot load the tokenizer in {model_dir}: {e}", key="model.name_or_path") from e
         if tok.pad_token is None:
             # Causal LMs often ship without a pad token; padding reuses eos, labels mask it out.
             if tok.eos_token is None:
