@@ -43,21 +43,37 @@ def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -
     return lines
 
 
+def on_cpu(hardware: Mapping[str, Any]) -> bool:
+    return hardware.get("vendor") == "cpu"
+
+
+def ranks(hardware: Mapping[str, Any]) -> str:
+    """The processes a plan trains on, named for the device: "8 GPU(s)" or "1 CPU process"."""
+    n = hardware.get("count", 1) * hardware.get("nodes", 1)
+    if on_cpu(hardware):
+        return f"{n} CPU process" + ("es" if n != 1 else "")
+    return f"{n} GPU(s)"
+
+
 def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style: Style = PLAIN) -> list[str]:
     comps = memory.get("components", {})
     name = hardware.get("name", "?")
-    per = "per GPU" if hardware.get("vendor") != "cpu" else "host (CPU)"
+    cpu = on_cpu(hardware)
+    per = "per GPU" if not cpu else "per training process"
     if memory.get("layout") not in (None, "single device"):
         per += f" under {memory['layout']}"
-    lines = [style(f"Memory {per} ({memory.get('method', 'analytic')} estimate) on {name} with {gib(memory.get('capacity_bytes'))}:", "bold")]
+    where = f"on {name} with {gib(memory.get('capacity_bytes'))}" if not cpu else \
+        f"on the CPU with {gib(memory.get('capacity_bytes'))} of RAM"
+    lines = [style(f"Memory {per} ({memory.get('method', 'analytic')} estimate) {where}:", "bold")]
     for k, v in comps.items():
         lines.append(f"  {k:<18} {gib(v):>10}")
-    lines.append(f"  {'allocated peak':<18} {gib(memory.get('allocated_peak_bytes')):>10}   torch.cuda.max_memory_allocated")
+    peak_means = "torch.cuda.max_memory_allocated" if not cpu else "tensors alive at the peak"
+    lines.append(f"  {'allocated peak':<18} {gib(memory.get('allocated_peak_bytes')):>10}   {peak_means}")
     fits = memory.get("fits")
     verdict = style("fits", "green") if fits else style("does not fit", "red")
-    total = "nvidia-smi" if hardware.get("vendor") != "cpu" else "process"
+    total = "nvidia-smi" if not cpu else "tensors + allocator (the process RSS adds the interpreter)"
     lines.append(
-        f"  {'device total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
+        f"  {'device total' if not cpu else 'process total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
         f"{gib(memory.get('usable_bytes'))} usable ({memory.get('headroom', 0):.0%} headroom)"
     )
     if memory.get("host_bytes"):
@@ -119,7 +135,7 @@ def summary_line(data: Mapping[str, Any]) -> str:
     return (
         f"Plan: {adds} to add, {mods} to change. "
         f"batch {val('training.effective_batch_size')} = {val('training.per_device_train_batch_size')} x "
-        f"{val('training.gradient_accumulation_steps')} x {data['hardware'].get('count', 1) * data['hardware'].get('nodes', 1)} GPU(s); "
+        f"{val('training.gradient_accumulation_steps')} x {ranks(data['hardware'])}; "
         f"{gib(mem.get('reserved_peak_bytes'))} of {gib(mem.get('capacity_bytes'))}"
         + ("" if mem.get("fits") else " (does not fit)")
     )
@@ -131,7 +147,8 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     size = f"{n / 1e6:,.1f}M parameters" if n else "size unknown"
     head = (f"gpuplan plan: {data.get('spec_path')}\n"
             f"  {model.get('model_type', '?')} ({size}, {model.get('task')}) on "
-            f"{hw.get('count', 1)} x {hw.get('name')}" + (f" x {hw['nodes']} nodes" if hw.get("nodes", 1) > 1 else ""))
+            + (f"{hw.get('count', 1)} x {hw.get('name')}" if not on_cpu(hw) else f"the CPU ({ranks(hw)})")
+            + (f" x {hw['nodes']} nodes" if hw.get("nodes", 1) > 1 else ""))
     parts = [head, ""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))
