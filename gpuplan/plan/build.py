@@ -53,6 +53,8 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
             out[key] = Setting(value, source)
     if out["output.dir"].value is None:
         out["output.dir"] = Setting(str((Path.cwd() / "runs" / spec_stem).resolve()), "default")
+    if out["training.run_name"].value is None:  # trackers name the run after the spec
+        out["training.run_name"] = Setting(spec_stem, "default")
     return out
 
 

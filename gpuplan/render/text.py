@@ -23,6 +23,8 @@ def toml_value(v: Any) -> str:
         return f'"{v}"'
     if v is None:
         return "(unset)"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return str(v)
 
 
