@@ -113,3 +113,10 @@ def test_gpu_auto_detects_this_machine_and_falls_back_to_cpu(tmp_path):
     assert r.returncode == 0, r.stderr
     hw = json.loads(r.stdout)["hardware"]
     assert hw["name"] == "cpu" and hw["memory_bytes"] > 1024**3  # this host's RAM, not the nominal figure
+
+
+def test_python_dash_m_gpuplan_help():
+    """`python -m gpuplan --help` works (gpuplan/__main__.py) and lists the commands."""
+    r = subprocess.run([sys.executable, "-m", "gpuplan", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: gpuplan ") and "plan" in r.stdout and "apply" in r.stdout

@@ -72,6 +72,9 @@ def work(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fuzz")
     (d / "config-dir").mkdir()
     (d / "bad.json").write_bytes(b"\xff\xfe{not json")
+    for f in ("data/a.jsonl", "d/b.txt", "c.csv", "data/eval.jsonl"):  # the data files valid specs list (plan checks they exist)
+        (d / f).parent.mkdir(exist_ok=True)
+        (d / f).write_text('{"text": "a"}\n')
     return d
 
 

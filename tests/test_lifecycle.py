@@ -109,9 +109,11 @@ def test_exit_codes_resume_and_restart(tmp_path):
 def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    # missing data: an apply that gets past the lock fails at once, before training
+    # data without the text field (plan checks files exist, not their columns): an apply that
+    # gets past the lock fails at once, before training
     spec = tiny_spec(tmp_path / "tiny.toml", out)
-    spec.write_text(spec.read_text().replace(str(tiny_spec.__globals__["CORPUS"]), str(tmp_path / "none.txt")))
+    (tmp_path / "none.jsonl").write_text('{"body": "no text field"}\n')
+    spec.write_text(spec.read_text().replace(str(tiny_spec.__globals__["CORPUS"]), str(tmp_path / "none.jsonl")))
     host, since = socket.gethostname(), "2026-01-02T03:04:05+00:00"
     holder = subprocess.Popen(["sleep", "60"])
     try:
@@ -128,7 +130,7 @@ def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
     assert f"pid {holder.pid} on {host} since {since}, which is no longer running" in r.stderr
     assert "rerun with --break-lock" in r.stderr
     r = gpuplan("apply", spec, "--yes", "--break-lock")
-    assert r.returncode == 1 and "none.txt does not exist" in r.stderr  # past the lock, into the run
+    assert r.returncode == 1 and "data.text_field = 'text': no such field" in r.stderr  # past the lock, into the run
     assert not (out / ".gpuplan.lock").exists()  # released on the way out
     assert state(out)["status"] == "failed"
 

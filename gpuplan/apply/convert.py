@@ -16,7 +16,7 @@ Field names follow transformers 5.24 `training_args.py`:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from gpuplan.errors import ApplyError
 from gpuplan.plan.types import Plan
@@ -94,11 +94,41 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         "save_total_limit": v("training.save_total_limit"),
         "eval_strategy": "steps" if eval_on else "no",
         "eval_steps": (v("training.eval_steps") or int(v("training.logging_steps"))) if eval_on else None,
-        "report_to": "none",
+        # experiment trackers: the Trainer's own integrations (tracking_environment says where they write)
+        "report_to": plan.get("training.report_to") or "none",
+        "run_name": plan.get("training.run_name"),
         "disable_tqdm": not progress,
     }
     kwargs.update(distributed_kwargs(plan))
     return kwargs
+
+
+def tracking_environment(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
+    """Environment variables that point the file-based trackers inside output.dir.
+
+    The Trainer's callbacks read their locations from the environment only
+    (transformers integrations/integration_utils.py: TensorBoardCallback reads
+    TENSORBOARD_LOGGING_DIR, else output_dir/runs/<date_host>; MLflowCallback reads
+    MLFLOW_TRACKING_URI, else mlflow's default store under the working directory).
+    TensorBoard always logs in output.dir/tensorboard; MLflow uses a local file store in
+    output.dir/mlruns unless the user's environment names a tracking server. MLflow 3
+    refuses the file store unless MLFLOW_ALLOW_FILE_STORE=true ("maintenance mode"); it
+    still writes and reads it, and it needs no database or server.
+    """
+    import os
+
+    from gpuplan.spec.trackers import MLFLOW_DIR, TENSORBOARD_DIR
+
+    want = plan.get("training.report_to") or "none"
+    names = [want] if isinstance(want, str) else list(want)
+    out_dir = os.path.abspath(plan.value("output.dir"))
+    env: dict[str, str] = {}
+    if "tensorboard" in names or "all" in names:
+        env["TENSORBOARD_LOGGING_DIR"] = os.path.join(out_dir, TENSORBOARD_DIR)
+    if ("mlflow" in names or "all" in names) and not environ.get("MLFLOW_TRACKING_URI"):
+        env["MLFLOW_TRACKING_URI"] = "file:" + os.path.join(out_dir, MLFLOW_DIR)
+        env["MLFLOW_ALLOW_FILE_STORE"] = environ.get("MLFLOW_ALLOW_FILE_STORE", "true")
+    return env
 
 
 def _warmup(plan: Plan) -> int | float:

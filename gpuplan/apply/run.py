@@ -58,7 +58,7 @@ def build_trainer(
     from transformers import PrinterCallback, Trainer, set_seed
 
     from .checkpoints import marker_callback
-    from .convert import training_arguments
+    from .convert import tracking_environment, training_arguments
     from .data import prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
@@ -72,16 +72,23 @@ def build_trainer(
         from_scratch=bool(plan.value("model.from_scratch")),
         trust_remote_code=bool(plan.value("model.trust_remote_code")),
     )
+    say = echo or (lambda line: None)
     data = prepare_data(plan, tokenizer)
+    seq_len = int(plan.value("data.seq_len"))
+    say(f"data: {len(data.train):,} training sequences of {seq_len} tokens"
+        + (f", {len(data.eval):,} for evaluation" if data.eval is not None else ""))
     model = load_model(plan, tokenizer, data.label_names)
+    say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
+        f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}")
     args = training_arguments(plan, progress=progress)
+    os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
         plan.value("output.dir"),
         samples_per_step=per_step,
-        seq_len=int(plan.value("data.seq_len")),
+        seq_len=seq_len,
         on_progress=on_progress,
-        echo=None if progress else echo,
+        echo=None if progress else echo,  # on a terminal the Trainer's bar shows the steps
         started=started,
         append=resuming,
     )
@@ -119,6 +126,7 @@ def execute(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
+    from .final import save_final_model
     from .interrupt import ApplyInterrupted, GracefulStop
 
     output_dir = plan.value("output.dir")
@@ -128,6 +136,10 @@ def execute(
         raise ApplyError(f"output.dir: cannot create {output_dir}: {e}", key="output.dir") from e
     device = check_device(plan)
     reset_peak_memory(device)
+    if not progress:
+        from .quiet import disable_progress_bars
+
+        disable_progress_bars()
     if resume_from is not None:
         check_resume_point(resume_from, output_dir)
     state = RunState(plan, output_dir, resumed_from=resume_from)
@@ -158,7 +170,7 @@ def execute(
             state.finish("interrupted", partial_results(), error=f"interrupted by the user at step {step}")
             raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
-        trainer.save_model(final_dir)  # safetensors weights + config + tokenizer
+        save_final_model(trainer, final_dir)  # safetensors weights, config, tokenizer: no pickle
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)

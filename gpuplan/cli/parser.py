@@ -12,7 +12,7 @@ EXAMPLES = {
     "validate": "example: gpuplan validate specs/tiny.toml",
     "schema": "example: gpuplan schema > gpuplan.schema.json",
     "gpus": "example: gpuplan gpus",
-    "show": "example: gpuplan show runs/tiny   (or: gpuplan show run.plan.json --json)",
+    "show": "example: gpuplan show runs/tiny --plot tiny.png   (or: gpuplan show run.plan.json --json)",
     "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
 }
@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = cmd("show", "Print a saved plan or a run's state (an output dir).")
     show.add_argument("target", help="saved plan (.json) or output dir")
     show.add_argument("--json", action="store_true")
+    show.add_argument("--plot", metavar="FILE.png",
+                      help="also draw the run (loss, eval loss, tokens/s, plan vs measured) to FILE.png (needs matplotlib)")
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
 

@@ -37,10 +37,18 @@ def cmd_plan(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    from gpuplan.plan.inputs import data_file_problems
+    from gpuplan.plan.types import PlanError
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 
-    validate_spec(load_toml(args.spec).raw)
+    loaded = load_toml(args.spec)
+    spec = validate_spec(loaded.raw)
+    here = loaded.path.parent
+    files = {"data.train_files": [str((here / f).resolve()) for f in spec.data.train_files],
+             "data.eval_files": [str((here / f).resolve()) for f in spec.data.eval_files]}
+    if problems := data_file_problems(files, str(here)):  # paths relative to the spec, as plan reads them
+        raise PlanError(problems)
     print(f"{args.spec}: valid")
     return 0
 

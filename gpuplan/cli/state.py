@@ -67,6 +67,7 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
 
 def show(target: str) -> tuple[dict[str, Any], str]:
     """A saved plan or a run's state: (JSON-ready dict, text)."""
+    from gpuplan.render.run_metrics import read_metrics
     from gpuplan.render.state import render_run_state
     from gpuplan.render.text import render_plan
 
@@ -76,7 +77,7 @@ def show(target: str) -> tuple[dict[str, Any], str]:
         if state is None:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
-        return state, render_run_state(str(path), state)
+        return state, render_run_state(str(path), state, read_metrics(path).loss)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)
@@ -91,5 +92,9 @@ def cmd_show(args) -> int:
     from gpuplan.render.json import dumps
 
     data, text = show(args.target)
+    if getattr(args, "plot", None):
+        from gpuplan.cli.plot import write_plot
+
+        print(write_plot(args.target, data, args.plot), file=sys.stderr)
     sys.stdout.write(dumps(data) if args.json else text)
     return 0

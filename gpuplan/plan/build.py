@@ -14,9 +14,11 @@ from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, load_in
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.advice import auto_resolved_to_cpu, long_run
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
+from gpuplan.plan.inputs import data_file_problems
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
@@ -53,6 +55,8 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
             out[key] = Setting(value, source)
     if out["output.dir"].value is None:
         out["output.dir"] = Setting(str((Path.cwd() / "runs" / spec_stem).resolve()), "default")
+    if out["training.run_name"].value is None:  # trackers name the run after the spec
+        out["training.run_name"] = Setting(spec_stem, "default")
     return out
 
 
@@ -107,6 +111,7 @@ def plan_spec(
         rule.apply(ctx)
         ctx.done.add(rule.id)
     ctx.rule = None
+    ctx.diagnostics.extend(data_file_problems({k: settings[k].value for k in PATH_LIST_KEYS}, str(loaded.path.parent)))
     if ctx.has_errors:
         raise PlanError([d for d in ctx.diagnostics if d.severity == "error"] +
                         [d for d in ctx.diagnostics if d.severity != "error"])
@@ -122,6 +127,7 @@ def plan_spec(
         facts, wl, gpu, count=spec.hardware.count, nodes=spec.hardware.nodes,
         interconnect=spec.hardware.interconnect, network=spec.hardware.network, networks=load_interconnects()))
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes})
+    advice = [auto_resolved_to_cpu(spec.hardware.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
@@ -129,7 +135,7 @@ def plan_spec(
         model=ModelSection.from_dict(facts.summary()),
         settings=resolved,
         changes=tuple(sorted(ctx.changes, key=lambda c: list(settings).index(c.key))),
-        diagnostics=tuple(ctx.diagnostics),
+        diagnostics=tuple(ctx.diagnostics) + tuple(d for d in advice if d is not None),
         memory=dataclasses.replace(memory, workload=wl, method=final.method),
         throughput=ThroughputSection.from_dict(throughput),
     )

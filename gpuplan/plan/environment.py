@@ -41,8 +41,11 @@ def cuda_version(torch_version: str | None) -> str | None:
 def local_environment() -> dict[str, Any]:
     from gpuplan.hardware.detect import host_memory_bytes  # /proc/meminfo and cgroups: no torch
 
+    from gpuplan.spec.trackers import installed_trackers
+
     packages = package_versions()
     return {
+        "trackers": installed_trackers(),
         "host_memory_bytes": host_memory_bytes(),
         "packages": packages,
         "cuda": cuda_version(packages.get("torch")),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from gpuplan.render.sparkline import sparkline
 
 from gpuplan.plan.sections import MemorySection, ThroughputSection
 from gpuplan.render.text import render_plan, shown
@@ -19,8 +21,10 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
-def render_run_state(path: str, state: Mapping[str, Any]) -> str:
-    """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan."""
+def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = ()) -> str:
+    """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan.
+
+    `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss."""
     p, r = state.get("progress", {}), state.get("results", {}) or {}
     plan = state["plan"]
     lines = [f"Run in {path}: {state.get('status')}",
@@ -40,6 +44,8 @@ def render_run_state(path: str, state: Mapping[str, Any]) -> str:
         lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
     if r.get("train_loss_first") is not None:
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
+    if len(losses) > 1:
+        lines.append(f"  loss {sparkline(losses)} {min(losses):.4f}..{max(losses):.4f} over {len(losses)} logged steps")
     return "\n".join(lines) + "\n\n" + render_plan(plan)
 
 

@@ -25,6 +25,18 @@ def shown(v: Any) -> str:
     return toml_value(v, none="(unset)")
 
 
+def on_cpu(hardware: HardwareSection) -> bool:
+    return hardware.vendor == "cpu"
+
+
+def ranks(hardware: HardwareSection) -> str:
+    """The processes a plan trains on, named for the device: "8 GPU(s)" or "1 CPU process"."""
+    n = hardware.world_size
+    if on_cpu(hardware):
+        return f"{n} CPU process" + ("es" if n != 1 else "")
+    return f"{n} GPU(s)"
+
+
 def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -> list[str]:
     lines = []
     for c in changes:
@@ -40,17 +52,21 @@ def render_changes(changes: Sequence[Mapping[str, Any]], style: Style = PLAIN) -
 
 def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style = PLAIN) -> list[str]:
     name = hardware.name or "?"
-    per = "per GPU" if hardware.vendor != "cpu" else "host (CPU)"
+    cpu = on_cpu(hardware)
+    per = "per GPU" if not cpu else "per training process"
     if memory.layout not in (None, "single device"):
         per += f" under {memory.layout}"
-    lines = [style(f"Memory {per} ({memory.method or 'analytic'} estimate) on {name} with {gib(memory.capacity_bytes)}:", "bold")]
+    where = f"on {name} with {gib(memory.capacity_bytes)}" if not cpu else \
+        f"on the CPU with {gib(memory.capacity_bytes)} of RAM"
+    lines = [style(f"Memory {per} ({memory.method or 'analytic'} estimate) {where}:", "bold")]
     for k, v in (memory.components or {}).items():
         lines.append(f"  {k:<18} {gib(v):>10}")
-    lines.append(f"  {'allocated peak':<18} {gib(memory.allocated_peak_bytes):>10}   torch.cuda.max_memory_allocated")
+    peak_means = "torch.cuda.max_memory_allocated" if not cpu else "tensors alive at the peak"
+    lines.append(f"  {'allocated peak':<18} {gib(memory.allocated_peak_bytes):>10}   {peak_means}")
     verdict = style("fits", "green") if memory.fits else style("does not fit", "red")
-    total = "nvidia-smi" if hardware.vendor != "cpu" else "process"
+    total = "nvidia-smi" if not cpu else "tensors + allocator (the process RSS adds the interpreter)"
     lines.append(
-        f"  {'device total':<18} {gib(memory.reserved_peak_bytes):>10}   {total}; {verdict} in "
+        f"  {'device total' if not cpu else 'process total':<18} {gib(memory.reserved_peak_bytes):>10}   {total}; {verdict} in "
         f"{gib(memory.usable_bytes)} usable ({memory.headroom or 0:.0%} headroom)"
     )
     if memory.host_bytes:
@@ -112,7 +128,7 @@ def summary_line(data: Mapping[str, Any]) -> str:
     return (
         f"Plan: {adds} to add, {mods} to change. "
         f"batch {val('training.effective_batch_size')} = {val('training.per_device_train_batch_size')} x "
-        f"{val('training.gradient_accumulation_steps')} x {hw.world_size} GPU(s); "
+        f"{val('training.gradient_accumulation_steps')} x {ranks(hw)}; "
         f"{gib(mem.reserved_peak_bytes)} of {gib(mem.capacity_bytes)}"
         + ("" if mem.fits else " (does not fit)")
     )
@@ -125,7 +141,8 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     size = f"{n / 1e6:,.1f}M parameters" if n else "size unknown"
     head = (f"gpuplan plan: {data.get('spec_path')}\n"
             f"  {model.model_type or '?'} ({size}, {model.task}) on "
-            f"{hw.count} x {hw.name}" + (f" x {hw.nodes} nodes" if hw.nodes > 1 else ""))
+            + (f"{hw.count} x {hw.name}" if not on_cpu(hw) else f"the CPU ({ranks(hw)})")
+            + (f" x {hw.nodes} nodes" if hw.nodes > 1 else ""))
     parts = [head, ""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))

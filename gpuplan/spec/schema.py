@@ -11,6 +11,7 @@ from typing import Annotated, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpuplan.spec.names import COMPILE_BACKENDS, COMPILE_MODES, SCHEDULER_TYPES
+from gpuplan.spec.trackers import TRACKER_NAMES
 
 Auto = Literal["auto"]
 Task = Literal["causal-lm", "seq-cls", "masked-lm"]
@@ -123,6 +124,10 @@ class TrainingSpec(_Section):
     torch_compile_backend: Literal[COMPILE_BACKENDS] | None = Field(None, description="torch._dynamo backend; default inductor.")  # type: ignore[valid-type]
     torch_compile_mode: Literal[COMPILE_MODES] | None = Field(None, description="torch.compile mode.")  # type: ignore[valid-type]
     torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
+    report_to: Union[Literal[("none", "all") + TRACKER_NAMES], list[Literal[TRACKER_NAMES]]] = Field(  # type: ignore[valid-type]
+        "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.')
+    run_name: str | None = Field(None, min_length=1, max_length=200,
+                                 description="The run's name in the trackers; default: the spec's file name.")
 
 
 class DistributedSpec(_Section):

@@ -74,6 +74,7 @@ EXAMPLES: dict[str, Any] = {
     "training.eval_steps": 500,
     "training.torch_compile_backend": "inductor",
     "training.torch_compile_mode": "default",
+    "training.run_name": "my-run",
     "distributed.master_addr": "10.0.0.1",
 }
 

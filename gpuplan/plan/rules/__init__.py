@@ -18,6 +18,7 @@ from gpuplan.plan.rules import (
     optimizer,
     precision,
     schedule,
+    tracking,
 )
 
 ALL_RULES = (
@@ -33,6 +34,7 @@ ALL_RULES = (
     *checkpointing.RULES,
     *memory_savers.RULES,
     *distributed.RULES,
+    *tracking.RULES,
 )
 
 __all__ = ["ALL_RULES", "find_rule"]

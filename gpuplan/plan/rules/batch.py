@@ -33,7 +33,8 @@ def split(ctx: Resolver) -> None:
     where = f"{world} GPU(s)" if ctx.gpu.vendor != "cpu" else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
-            why = f"per_device_train_batch_size x gradient_accumulation_steps x GPUs = {b} x {a} x {world}"
+            why = (f"per_device_train_batch_size x gradient_accumulation_steps x "
+                   f"{'GPUs' if ctx.gpu.vendor != 'cpu' else 'CPU processes'} = {b} x {a} x {world}")
         else:
             why = (f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device "
                    f"x {world} device(s)")

@@ -24,6 +24,13 @@ def _nearest_multiples(value: int, step: int) -> str:
     return f"{lo} or {hi}" if lo > 0 else f"{hi}"
 
 
+def ranks(ctx: Resolver, world: int) -> str:
+    """The processes the batch splits over, named for the device the plan is for."""
+    if ctx.gpu.vendor == "cpu":
+        return f"{world} CPU process" + ("es" if world != 1 else "")
+    return f"{world} GPU(s)"
+
+
 def samples_per_device(ctx: Resolver, world: int) -> int | None:
     """Samples one device sees per optimizer step; None after reporting an error."""
     e = ctx.spec("training.effective_batch_size")
@@ -35,21 +42,22 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
         return (b or TRAINER_DEFAULT_BATCH) * (a or 1)
     if e % world:
         ctx.error("training.effective_batch_size",
-                  f"training.effective_batch_size = {e} does not split over {world} GPU(s)",
+                  f"training.effective_batch_size = {e} does not split over {ranks(ctx, world)}",
                   fix=f"set training.effective_batch_size = {_nearest_multiples(e, world)}")
         return None
     s = e // world
     if b is not None and a is not None and b * a != s:
         ctx.error("training.effective_batch_size",
                   f"training.effective_batch_size = {e} but per_device_train_batch_size x "
-                  f"gradient_accumulation_steps x GPUs = {b} x {a} x {world} = {b * a * world}",
+                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.vendor == 'cpu' else 'GPUs'} = "
+                  f"{b} x {a} x {world} = {b * a * world}",
                   fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
                        else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
         return None
     if a is not None and s % a:
         ctx.error("training.gradient_accumulation_steps",
-                  f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per GPU per step "
-                  f"(effective_batch_size {e} / {world} GPU(s))",
+                  f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
+                  f"{'process' if ctx.gpu.vendor == 'cpu' else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
                   fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
                       f"{_nearest_multiples(e, a * world)}")
         return None

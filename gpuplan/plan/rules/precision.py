@@ -103,6 +103,7 @@ def tf32(ctx: Resolver) -> None:
     gpu = ctx.gpu
     want = ctx.spec("training.tf32")
     supported = gpu.tf32 and gpu.vendor == "nvidia"
+    device = "the CPU" if gpu.vendor == "cpu" else gpu.name
     if want == "auto":
         if supported:
             why = f"{gpu.name} has TF32 tensor cores (Ampere and newer): fp32 matmuls run in TF32"
@@ -110,10 +111,10 @@ def tf32(ctx: Resolver) -> None:
                 why += "; torch.compile is on, which TrainingArguments pairs with TF32 where supported"
             ctx.resolve("training.tf32", True, why)
         else:
-            ctx.resolve("training.tf32", False, f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)")
+            ctx.resolve("training.tf32", False, f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)")
     elif want is True and not supported:
         ctx.resolve("training.tf32", False,
-                    f"{gpu.name} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
+                    f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
     else:
         ctx.keep("training.tf32")
 

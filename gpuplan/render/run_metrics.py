@@ -1,0 +1,45 @@
+"""A run's metrics.jsonl (apply/metrics.py) read back for `gpuplan show`: pure reading, no torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+METRICS_FILE = "metrics.jsonl"  # the name apply/metrics.py writes
+
+
+@dataclass
+class RunMetrics:
+    train_steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    tokens_per_second: list[tuple[int, float]] = field(default_factory=list)  # (step, tokens/s)
+    eval_steps: list[int] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+
+
+def read_metrics(output_dir: str | Path) -> RunMetrics:
+    """The train and eval lines of output_dir/metrics.jsonl; lines that do not parse are skipped
+    (a run killed mid-write leaves half a line)."""
+    m = RunMetrics()
+    path = Path(output_dir) / METRICS_FILE
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return m
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(r, dict):
+            continue
+        if r.get("event") == "train" and isinstance(r.get("loss"), (int, float)):
+            m.train_steps.append(int(r["step"]))
+            m.loss.append(float(r["loss"]))
+            if isinstance(r.get("tokens_per_second"), (int, float)):
+                m.tokens_per_second.append((int(r["step"]), float(r["tokens_per_second"])))
+        elif r.get("event") == "eval" and isinstance(r.get("eval_loss"), (int, float)):
+            m.eval_steps.append(int(r["step"]))
+            m.eval_loss.append(float(r["eval_loss"]))
+    return m
