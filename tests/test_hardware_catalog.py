@@ -67,7 +67,7 @@ def test_peaks_are_dense_and_ordered(profile: GPUProfile):
         # vendor tables round each dtype separately (L40S: TF32 183 vs BF16 362.05)
         assert peak["fp32"] <= peak["tf32"] <= peak["fp16"] / 2 * 1.02
     if "fp8" in peak:  # fp8 is twice fp16 dense; a sparse figure pasted by mistake breaks this
-        assert peak["fp8"] == pytest.approx(2 * peak["fp16"], rel=0.01)
+        assert peak["fp8"] == pytest.approx(2 * peak["fp16"], rel=0.015)  # L40S: 733 vs 2 x 362.05
 
 
 def test_datasheet_figures():
