@@ -9,6 +9,7 @@ its spec value. Two rules writing one key, or a cycle, is a programming error
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -67,11 +68,17 @@ def build_graph(rules: Iterable[Rule]) -> nx.DiGraph:
 def rule_order(rules: Iterable[Rule]) -> list[Rule]:
     """Rules in an order where every writer of a key runs before its readers.
 
-    Ties are broken by rule id so the order, and so the plan, is deterministic.
+    Ties are broken by rule id so the order, and so the plan, is deterministic. The
+    order of one rule set is computed once per process (`compare` plans many times).
     """
+    return list(_rule_order(tuple(rules)))
+
+
+@functools.lru_cache(maxsize=8)
+def _rule_order(rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
     g = build_graph(rules)
     order = nx.lexicographical_topological_sort(g)
-    return [g.nodes[n]["rule"] for n in order if g.nodes[n]["kind"] == "rule"]
+    return tuple(g.nodes[n]["rule"] for n in order if g.nodes[n]["kind"] == "rule")
 
 
 def writers(rules: Iterable[Rule]) -> dict[str, str]:
