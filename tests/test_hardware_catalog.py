@@ -187,3 +187,18 @@ def test_catalog_and_throughput_do_not_import_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gpus_table_is_aligned_and_shows_only_existing_dtypes():
+    from gpuplan.render.catalog import DTYPES, render_catalog
+
+    lines = render_catalog()
+    head = lines[0].split()
+    assert head[:4] == ["name", "vendor", "GiB", "cc"] and head[4:9] == list(DTYPES)
+    rows = {line.split()[0]: line for line in lines[2:] if line and not line[0].isspace() and line.split()[0] in CATALOG}
+    assert set(rows) == set(CATALOG)
+    assert len({len(line) for line in lines[:2]}) == 1  # header and rule line up
+    t4 = rows["T4"].split()
+    assert t4[2] == "16" and t4[4:9] == ["8.1", "-", "65", "-", "-"]  # no tf32, bf16, fp8 on Turing
+    h100 = rows["H100-80GB"].split()
+    assert h100[4:9] == ["67", "494", "990", "990", "1,979"] and h100[-1] == "3.99"
