@@ -4,8 +4,9 @@ For three sizes of a from-scratch Llama (the tiny-corpus byte vocabulary, seq_le
 16 sequences per step), on this machine's CPU:
   1. `gpuplan plan` with an empty calibration store: the default estimate;
   2. `gpuplan apply` twice (run A, run B), each into its own calibration store;
-  3. `gpuplan plan` calibrated by run A of the same size ("self"), and by run A of the
-     smallest size only ("from smallest": the FLOPs-per-token scaling across specs);
+  3. `gpuplan plan` calibrated by run A of the same size ("self"), by run A of the
+     smallest size only ("from smallest": the FLOPs-per-token scaling across specs), and
+     by runs A of the two OTHER sizes ("fit": overhead + FLOPs fitted over them);
   4. both compared with run B, a run the calibration never saw.
 Writes its section of benchmarks/RESULTS.md.
 
@@ -87,24 +88,28 @@ def main() -> None:
         before, t = plan_step(spec, tmp / "empty.jsonl")
         a = apply(spec, out, tmp / f"A-{name}.jsonl")
         b = apply(spec, out, tmp / f"B-{name}.jsonl")
-        rows[name] = {"params": t["model_flops_per_token"], "before": before, "A": a, "B": b,
+        rows[name] = {"model_flops_per_token": t["model_flops_per_token"], "before": before, "A": a, "B": b,
                       "self": plan_step(spec, tmp / f"A-{name}.jsonl")[0]}
         print(name, json.dumps({k: v for k, v in rows[name].items() if k not in ("A", "B")}), flush=True)
     smallest = tmp / f"A-{next(iter(SIZES))}.jsonl"
     for name, (spec, _) in specs.items():
         rows[name]["cross"] = plan_step(spec, smallest)[0]
+        others = tmp / f"others-{name}.jsonl"
+        others.write_text("".join((tmp / f"A-{o}.jsonl").read_text() for o in SIZES if o != name))
+        rows[name]["fit"] = plan_step(spec, others)[0]
 
     def err(est: float, measured: float) -> str:
         return f"{est:.3f} ({(est / measured - 1) * 100:+.0f}%)"
 
     lines = ["| model | params | FLOPs/token | default estimate (s/step) | run A measured | run B measured "
-             "| calibrated by A, same size | calibrated by A of size S | utilisation A / B | MFU A |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| calibrated by A, same size | calibrated by A of size S | fitted on A of the other sizes "
+             "| utilisation A / B | MFU A |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         a, b = r["A"], r["B"]
         mb = b["step_time_s"]
         lines.append(f"| {name} | {a['n_params'] / 1e6:.2f}M | {a['flops_per_token'] / 1e6:.1f}M | {err(r['before'], mb)} | "
-                     f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | "
+                     f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
                      f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |")
     body = (f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
             "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average 4-10 while "
@@ -112,7 +117,8 @@ def main() -> None:
             "saw, is the reference. Percentages: the estimate against run B. \"default\" uses the CPU default "
             "efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, set from the M rows of this table); "
             "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
-            "model only (FLOPs-per-token scaling to another spec).\n\n" + "\n".join(lines))
+            "model only (FLOPs-per-token scaling to another spec); \"fitted\" the plan after runs A of the two "
+            "other sizes (per-step overhead + FLOPs, least squares: plan/calibration.py).\n\n" + "\n".join(lines))
     print(body)
     write_section("time_accuracy", "Time estimates (CPU)", body)
 

@@ -45,6 +45,22 @@ def test_nearest_run_in_flops_and_same_hardware_only():
     assert calibrated_efficiency(records, lookup("B200"), 1, 1, n_params=10**9, flops_per_token=6e9) is None
 
 
+def test_runs_of_two_sizes_fit_a_per_step_overhead():
+    # measured: 1 s overhead + 1e-12 s per FLOP, at 4e12 and 8e12 FLOPs per step (1000 tokens per step)
+    runs = [_record(run="/s", flops_per_token=4e9, tokens_per_step=1000, step_time_s=5.0),
+            _record(run="/l", flops_per_token=8e9, tokens_per_step=1000, step_time_s=9.0)]
+    util, section = calibrated_efficiency(runs, A100, 1, 1, n_params=10**9, flops_per_token=6e9,
+                                          tokens_per_step=1000, peak_tflops=312.0)
+    assert section["fit"]["overhead_s"] == pytest.approx(1.0) and section["fit"]["runs"] == 2
+    step = 1.0 + 6e12 * 1e-12  # what the fitted line says for this spec
+    assert util == pytest.approx(6e12 / (step * 312e12))
+    assert section["fit"]["from"] == ["/s", "/l"]
+    # a run of this very spec wins over the fit
+    _, section = calibrated_efficiency([*runs, _record(run="/same", flops_per_token=6e9)], A100, 1, 1,
+                                       n_params=10**9, flops_per_token=6e9, tokens_per_step=1000, peak_tflops=312.0)
+    assert section["run"] == "/same" and "fit" not in section
+
+
 def test_store_skips_broken_lines(tmp_path):
     path = tmp_path / "c.jsonl"
     append_calibration(_record(), path)

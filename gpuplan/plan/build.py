@@ -24,7 +24,7 @@ from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
-from gpuplan.plan.throughput import estimate_throughput, flops_per_token
+from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.load import LoadedSpec, load_toml
 from gpuplan.spec.schema import SECTIONS, Spec
@@ -154,13 +154,16 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     world = hw.count * hw.nodes
     wl = solve_workload(ctx.internal["fit.problem"], sol.per_device_batch, sol.knobs)  # what the plan runs
     tf32 = resolved["training.tf32"].value
+    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32)
     calibrated = None
     if calibrations:
-        per_token = flops_per_token(facts, wl.seq_len, wl.gradient_checkpointing)[1]
         calibrated = calibrated_efficiency(calibrations, gpu, hw.count, hw.nodes, n_params=facts.n_params,
-                                           flops_per_token=per_token)
-    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
-                                     utilisation=calibrated[0] if calibrated else None)
+                                           flops_per_token=throughput["flops_per_token"],
+                                           tokens_per_step=throughput["tokens_per_step"],
+                                           peak_tflops=throughput["peak_tflops"])
+    if calibrated:
+        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
+                                         tf32=tf32, utilisation=calibrated[0])
     comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
                          network=hw.network, networks=load_interconnects())
     if calibrated:
