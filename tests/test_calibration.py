@@ -6,15 +6,21 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_runs import tiny_spec
+
 from gpuplan.cli.main import main
 from gpuplan.hardware.catalog import lookup
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.calibration import calibrated_efficiency
 from gpuplan.plan.efficiency import default_efficiency
 from gpuplan.plan.environment import local_environment
-from gpuplan.userfiles import UserFileError, append_calibration, calibration_path, read_calibrations, read_user_prices
+from gpuplan.userfiles import (
+    UserFileError,
+    append_calibration,
+    calibration_path,
+    read_calibrations,
+    read_user_prices,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = lookup("A100-80GB")

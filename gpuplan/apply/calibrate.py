@@ -12,8 +12,9 @@ what a run of that length really takes. Imports neither torch nor transformers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from gpuplan.plan.types import Plan
 

@@ -8,7 +8,12 @@ from gpuplan.cli.common import UserError
 
 
 def cmd_calibration(args) -> int:
-    from gpuplan.userfiles import UserFileError, calibration_path, clear_calibrations, read_calibrations
+    from gpuplan.userfiles import (
+        UserFileError,
+        calibration_path,
+        clear_calibrations,
+        read_calibrations,
+    )
 
     path = calibration_path()
     try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpuplan.cli.common import UserError, user_files
 

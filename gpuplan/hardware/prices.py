@@ -7,8 +7,8 @@ cites each row of gpu-reference.json it comes from). Pure: package data only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from gpuplan.hardware.catalog import catalog_table
 

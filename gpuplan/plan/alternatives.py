@@ -14,7 +14,8 @@ Method alternatives (LoRA/QLoRA) are added beside these by another function.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import catalog_price, split_count

@@ -27,7 +27,8 @@ fit. Pure.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.efficiency import default_efficiency

@@ -9,7 +9,8 @@ the spec file (read once here), the schema (built at import) and the rule order
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
