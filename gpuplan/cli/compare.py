@@ -66,6 +66,8 @@ def cmd_compare(args) -> int:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 1:
+        return f"{seconds:.2f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -84,8 +86,10 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
     savers = "+".join(SAVER_SHORT.get(s, s) for s in r["savers"]) or "-"
-    cost = f"${r['cost_usd']:,.2f}" if r.get("cost_usd") is not None else "no price"
-    step = f"{r['step_time_s']:.2f} s" + ("(c)" if r.get("calibrated") else "")
+    cost = "no price" if r.get("cost_usd") is None else (
+        "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
+    t = r["step_time_s"]
+    step = (f"{t * 1000:.1f} ms" if t < 0.1 else f"{t:.2f} s") + ("(c)" if r.get("calibrated") else "")
     return [mark, r["gpu"], gpus, "yes", batch, r["precision"], savers, r["sharding"],
             f"{r['reserved_peak_bytes'] / GIB:.1f}/{r['capacity_bytes'] / GIB:.0f}", step,
             _duration(r.get("run_time_s")), cost]
