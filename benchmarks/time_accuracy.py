@@ -112,10 +112,11 @@ def main() -> None:
                      f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
                      f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |")
     body = (f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
-            "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average 4-10 while "
-            "measuring): runs of the same spec differ by tens of percent here, so run B, which no calibration "
-            "saw, is the reference. Percentages: the estimate against run B. \"default\" uses the CPU default "
-            "efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, set from the M rows of this table); "
+            "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
+            f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
+            "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
+            "\"default\" uses the CPU default efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, 29%, measured "
+            "on this machine when it was quiet: README, The main job); "
             "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
             "model only (FLOPs-per-token scaling to another spec); \"fitted\" the plan after runs A of the two "
             "other sizes (per-step overhead + FLOPs, least squares: plan/calibration.py).\n\n" + "\n".join(lines))
