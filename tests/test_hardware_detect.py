@@ -83,7 +83,7 @@ def test_match_device_name(device_name, expected):
     assert match_device_name(device_name).name == expected
 
 
-@pytest.mark.parametrize("device_name", ["NVIDIA GH200 480GB", "NVIDIA H100 NVL", "NVIDIA RTX A6000", "cpu"])
+@pytest.mark.parametrize("device_name", ["NVIDIA H800", "NVIDIA RTX A4000", "NVIDIA L20", "cpu"])
 def test_unknown_device_names_match_nothing(device_name):
     assert match_device_name(device_name) is None
 
@@ -106,9 +106,9 @@ def test_matched_report_takes_reported_memory():
 
 
 def test_unknown_hopper_gets_conservative_profile():
-    report = DeviceReport("NVIDIA GH200 480GB", int(94.5 * GIB), (9, 0), "nvidia", 1, "NVML")
+    report = DeviceReport("NVIDIA H800", int(94.5 * GIB), (9, 0), "nvidia", 1, "NVML")
     profile, how = profile_for_report(report)
-    assert profile.name == "NVIDIA GH200 480GB"
+    assert profile.name == "NVIDIA H800"
     assert profile.memory_bytes == int(94.5 * GIB)
     assert profile.compute_capability == (9, 0)
     assert (profile.bf16, profile.tf32, profile.fp8) == (True, True, True)

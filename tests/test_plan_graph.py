@@ -74,3 +74,30 @@ def test_solver_nodes_cannot_be_mistaken_for_spec_keys():
     internal = [n for n in g.nodes if g.nodes[n]["kind"] == "internal"]
     assert sorted(internal) == ["internal:fit.problem", "internal:fit.solution"]
     assert all(":" not in n for n in g.nodes if g.nodes[n]["kind"] == "setting")
+def test_light_order_is_networkx_lexicographic_order():
+    import networkx as nx
+
+    g = build_graph(ALL_RULES)
+    expected = [g.nodes[n]["rule"].id for n in nx.lexicographical_topological_sort(g) if g.nodes[n]["kind"] == "rule"]
+    assert [r.id for r in rule_order(ALL_RULES)] == expected
+
+
+@pytest.mark.parametrize("rules, message", [
+    ([Rule("a", ("y",), ("x",), noop), Rule("b", ("x",), ("y",), noop)], "rule cycle"),
+    ([Rule("a", (), ("x",), noop), Rule("b", (), ("x",), noop)], "both write x"),
+])
+def test_rule_order_reports_what_build_graph_reports(rules, message):
+    with pytest.raises(GraphError, match=message):
+        rule_order(rules)
+
+
+def test_planning_does_not_import_networkx():
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpuplan.cli import main; main(['plan', 'specs/tiny.toml', '--json']);"
+            "assert 'networkx' not in sys.modules, 'networkx imported'")
+    from pathlib import Path
+
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                   cwd=Path(__file__).resolve().parent.parent)

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from gpuplan.plan.efficiency import CPU_UTILISATION, default_efficiency
+
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory.types import Workload
@@ -39,12 +41,12 @@ STEP_TIME = 12.66892104310154
 
 
 def test_llama_8b_on_a100_bf16():
-    out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1000)
+    out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1000, utilisation=0.4)
     assert out["tokens_per_step"] == TOKENS
     assert out["model_flops_per_token"] == out["flops_per_token"] == PER_TOKEN
     assert out["flops_per_step"] == out["model_flops_per_step"] == STEP_FLOPS
     assert (out["peak_dtype"], out["peak_tflops"], out["utilisation"]) == ("bf16", 312.0, 0.4)
-    assert out["assumption"] == "40% of peak dense bf16 TFLOP/s (typical MFU for single-GPU transformer training)"
+    assert out["assumption"] == "40% of peak dense bf16 TFLOP/s (given)"
     assert out["step_time_s"] == pytest.approx(STEP_TIME, rel=1e-12)
     assert out["tokens_per_second"] == pytest.approx(2586.49, abs=0.01)  # 312e12 * 0.4 / 48_250_773_504
     assert out["run_time_s"] == pytest.approx(12668.92, abs=0.01)
@@ -57,7 +59,7 @@ def test_gradient_checkpointing_adds_recomputed_forward():
     # 8*6_979_588_096 + 6*525_336_576 + 16*32*32*128*2048 = 63_283_691_520
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    gradient_checkpointing=True)
-    out = estimate_throughput(LLAMA_8B, run, A100, max_steps=None)
+    out = estimate_throughput(LLAMA_8B, run, A100, max_steps=None, utilisation=0.4)
     assert out["model_flops_per_token"] == PER_TOKEN
     assert out["flops_per_token"] == 63_283_691_520
     assert out["step_time_s"] == pytest.approx(63_283_691_520 * TOKENS / (312e12 * 0.4))
@@ -68,14 +70,14 @@ def test_gradient_checkpointing_adds_recomputed_forward():
 def test_empty_cache_costs_ten_percent():
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    torch_empty_cache_steps=4)
-    out = estimate_throughput(LLAMA_8B, run, A100, max_steps=10)
+    out = estimate_throughput(LLAMA_8B, run, A100, max_steps=10, utilisation=0.4)
     assert out["slowdowns"] == {"torch_empty_cache_steps": 0.10}
     assert out["step_time_s"] == pytest.approx(STEP_TIME * 1.1)
     assert out["flops_per_step"] == STEP_FLOPS
 
 
 def test_data_parallel_ranks_multiply_tokens_not_step_time():
-    out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, world_size=8)
+    out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, world_size=8, utilisation=0.4)
     assert out["tokens_per_step"] == 8 * TOKENS
     assert out["step_time_s"] == pytest.approx(STEP_TIME)
     assert out["tokens_per_second"] == pytest.approx(8 * TOKENS / STEP_TIME)
@@ -96,7 +98,7 @@ def test_data_parallel_ranks_multiply_tokens_not_step_time():
 )
 def test_peak_dtype(gpu, workload_kw, tf32, dtype, peak):
     run = Workload(per_device_batch=2, seq_len=512, **workload_kw)
-    out = estimate_throughput(LLAMA_8B, run, lookup(gpu), max_steps=1, tf32=tf32)
+    out = estimate_throughput(LLAMA_8B, run, lookup(gpu), max_steps=1, tf32=tf32, utilisation=0.4)
     assert (out["peak_dtype"], out["peak_tflops"]) == (dtype, peak)
     assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (peak * 1e12 * 0.4))
 
@@ -107,12 +109,40 @@ def test_missing_dtype_falls_back_to_fp32_with_note():
     assert out["notes"] == ["V100-32GB has no bf16 peak in the catalog; the fp32 peak is used"]
 
 
-def test_cpu_uses_lower_utilisation():
+def test_cpu_uses_its_measured_default():
     run = Workload(per_device_batch=1, seq_len=128, device="cpu")
     out = estimate_throughput(LLAMA_8B, run, lookup("cpu"), max_steps=3)
-    assert (out["peak_dtype"], out["utilisation"]) == ("fp32", 0.2)
-    assert out["assumption"].startswith("20% of a nominal CPU fp32 peak")
-    assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (1.0e12 * 0.2))
+    assert (out["peak_dtype"], out["utilisation"]) == ("fp32", CPU_UTILISATION)
+    assert out["assumption"].startswith(f"{CPU_UTILISATION:.0%} of a nominal CPU fp32 peak: measured on a 2-core CPU")
+    assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (1.0e12 * CPU_UTILISATION))
+
+
+@pytest.mark.parametrize("gpu, n_params, expected, source", [
+    ("A100-80GB", 7e9, 0.6423, "published A100 MFU at 7B (llm-foundry)"),  # MPT-7B row, exactly
+    ("A100-40GB", 50e6, 0.4479, "published A100 MFU at 50M"),  # below the smallest row: MPT-125M's
+    ("H100-80GB", 1e9, 0.4182, "published H100 MFU at 1B"),
+    ("H200", 500e9, 0.4257, "published H100 MFU"),  # above the largest row: MPT-70B's
+    ("B200", 7e9, 0.4644, "no published Blackwell bf16 MFU, Hopper's used"),
+    ("RTX-4090", 124e6, 0.29 * 312 / 165.2, "published RTX 4090 MFU, GPT-2 124M"),
+    ("MI300X", 7e9, 0.4644 * 0.514 / 0.803, "MI300X/H100 measured matmul ceiling"),
+    ("MI250X", 7e9, 166 / 362.1, "published MI250 MFU"),
+    ("V100-32GB", 7e9, 0.6423, "no published row for this generation"),
+])
+def test_default_efficiency_from_published_rows(gpu, n_params, expected, source):
+    util, where = default_efficiency(lookup(gpu), int(n_params))
+    assert util == pytest.approx(expected)
+    assert source in where
+
+
+def test_default_efficiency_interpolates_in_log_params():
+    # halfway between MPT-1B (59.86%) and MPT-7B (64.23%) in log(params): sqrt(7)B
+    util, _ = default_efficiency(lookup("A100-80GB"), int(7**0.5 * 1e9))
+    assert util == pytest.approx((0.5986 + 0.6423) / 2, abs=1e-4)
+
+
+def test_default_assumption_names_its_source():
+    out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1)
+    assert out["assumption"].startswith(f"{out['utilisation']:.0%} of peak dense bf16 TFLOP/s: published A100 MFU at 8B")
 
 
 def test_utilisation_override_and_validation():

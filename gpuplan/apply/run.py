@@ -178,6 +178,10 @@ def execute(
             **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,
         }
+        if state.enabled:  # rank 0 measures for the whole run
+            from .calibrate import record_measurement
+
+            record_measurement(plan, results, echo)
         state.progress(step, trainer.state.max_steps, step * prepared.samples_per_step)
         state.finish("completed", results)
     except ApplyInterrupted:

@@ -37,8 +37,19 @@ def make_plan(spec_path: str, args):
     from gpuplan.plan.environment import local_environment
 
     overrides = {"hardware": {"gpu": args.gpu}} if args.gpu else None
+    prices, calibrations = user_files()
     return plan_file(spec_path, detect=detect_hardware, environment=local_environment(), strict=args.strict,
-                     overrides=overrides)
+                     overrides=overrides, prices=prices, calibrations=calibrations)
+
+
+def user_files():
+    """(the user's prices, the measured runs): read at the edge, passed into the pure planner."""
+    from gpuplan.userfiles import UserFileError, read_calibrations, read_user_prices
+
+    try:
+        return read_user_prices(), read_calibrations()
+    except UserFileError as e:
+        raise UserError(str(e)) from None
 
 
 def write_atomic(path: str | Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
@@ -13,6 +13,8 @@ import sys
 from typing import Sequence
 
 from gpuplan.cli.apply import cmd_apply
+from gpuplan.cli.calibration import cmd_calibration
+from gpuplan.cli.compare import cmd_compare
 from gpuplan.cli.common import report
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
@@ -21,7 +23,7 @@ from gpuplan.cli.state import cmd_show
 from gpuplan.errors import GpuplanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
-            "init": cmd_init, "fmt": cmd_fmt}
+            "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,8 @@ EXAMPLES = {
     "show": "example: gpuplan show runs/tiny --plot tiny.png   (or: gpuplan show run.plan.json --json)",
     "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
+    "compare": "example: gpuplan compare specs/llama-8b-a100.toml --gpus A100-80GB,H100-80GB --counts 1,8",
+    "calibration": "example: gpuplan calibration   (or: gpuplan calibration --clear)",
 }
 
 
@@ -57,6 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also draw the run (loss, eval loss, tokens/s, plan vs measured) to FILE.png (needs matplotlib)")
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
+
+    compare = cmd("compare", "Plan a spec on every catalog GPU and GPU count: fits, settings, time and cost.")
+    compare.add_argument("spec", help="spec file (TOML)")
+    compare.add_argument("--gpus", metavar="A,B,..", help="catalog names (default: every GPU in the catalog)")
+    compare.add_argument("--counts", metavar="1,2,4,8", help="total GPU counts (default: 1,2,4,8); "
+                         "counts above a node's GPUs go on several nodes")
+    compare.add_argument("--sort", choices=("cost", "time"), default="cost", help="order of the rows (default: cost)")
+    compare.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
+    compare.add_argument("--no-color", action="store_true", help=argparse.SUPPRESS)
+
+    cal = cmd("calibration", "List the measured runs that calibrate plan times, or clear them.")
+    cal.add_argument("--clear", action="store_true", help="delete every measured run")
+    cal.add_argument("--json", action="store_true")
 
     init = cmd("init", "Write a commented starter spec for a model config and a GPU.")
     init.add_argument("model_config", metavar="MODEL_CONFIG", help="a config.json, or a model directory holding one")

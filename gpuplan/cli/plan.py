@@ -6,7 +6,6 @@ import json
 import sys
 
 from gpuplan.cli.common import make_plan, style_for, write_atomic
-from gpuplan.units import GIB
 
 
 def cmd_plan(args) -> int:
@@ -64,12 +63,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_gpus(args) -> int:
-    from gpuplan.hardware.catalog import load_catalog
+    from gpuplan.render.catalog import render_catalog
 
-    print(f"{'name':<12} {'memory':>8} {'cc':>5} {'bf16':>5} {'tf32':>5} {'fp8':>4} {'bf16 TFLOP/s':>13}")
-    for name, g in load_catalog().items():
-        cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
-        tf = g.peak_tflops.get("bf16") or g.peak_tflops.get("fp32")
-        print(f"{name:<12} {g.memory_bytes / GIB:>6.0f}Gi {cc:>5} {str(g.bf16).lower():>5} "
-              f"{str(g.tf32).lower():>5} {str(g.fp8).lower():>4} {tf:>13}")
+    print("\n".join(render_catalog()))
     return 0

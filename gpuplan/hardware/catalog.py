@@ -103,9 +103,15 @@ def _profile_from_table(name: str, table: Mapping[str, Any]) -> GPUProfile:
     return profile
 
 
+@functools.lru_cache(maxsize=1)
 def _read_toml() -> dict[str, Any]:
     text = resources.files("gpuplan.hardware").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
     return tomllib.loads(text)
+
+
+def catalog_table(name: str) -> dict[str, Any]:
+    """A top-level table of catalog.toml other than [gpu] ("price", "gpus_per_node"), as read."""
+    return dict(_read_toml().get(name, {}))
 
 
 @functools.lru_cache(maxsize=1)

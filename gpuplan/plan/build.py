@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, load_interconnects, lookup
+from gpuplan.hardware.prices import price_for
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
@@ -25,6 +26,7 @@ from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, 
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
 from gpuplan.plan.solve import workload as solve_workload
+from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.load import LoadedSpec, load_toml
@@ -93,13 +95,9 @@ def load_facts(settings: Mapping[str, Setting], spec: Spec) -> ModelFacts:
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
 
 
-def plan_spec(
-    loaded: LoadedSpec,
-    *,
-    detect: Callable[[], GPUProfile] | None,
-    environment: Mapping[str, Any],
-    strict: bool = False,
-) -> Plan:
+def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: Mapping[str, Any],
+            strict: bool = False) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
+    """Validate, look up, and walk every rule; the Resolver holds the outcome, errors included."""
     spec = validate_spec(loaded.raw)
     settings = flatten(spec, loaded.path.parent, loaded.path.stem)
     gpu = resolve_gpu(spec, detect)
@@ -112,22 +110,77 @@ def plan_spec(
         ctx.done.add(rule.id)
     ctx.rule = None
     ctx.diagnostics.extend(data_file_problems({k: settings[k].value for k in PATH_LIST_KEYS}, str(loaded.path.parent)))
+    return spec, settings, gpu, facts, ctx
+
+
+def plan_spec(
+    loaded: LoadedSpec,
+    *,
+    detect: Callable[[], GPUProfile] | None,
+    environment: Mapping[str, Any],
+    strict: bool = False,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+    alternatives: bool = True,
+) -> Plan:
+    """Spec -> Plan. `prices` (the user's prices file) and `calibrations` (measured runs)
+    come from the CLI edge (userfiles.py); `alternatives` adds, to a plan that does not
+    fit, the hardware that would (plan/alternatives.py)."""
+    spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
     if ctx.has_errors:
-        raise PlanError([d for d in ctx.diagnostics if d.severity == "error"] +
-                        [d for d in ctx.diagnostics if d.severity != "error"])
+        errors = [d for d in ctx.diagnostics if d.severity == "error"]
+        sol = ctx.internal.get(FIT_SOLUTION)
+        if alternatives and sol is not None and not sol.fits:
+            from gpuplan.plan.alternatives import with_hardware_alternatives
+
+            errors = with_hardware_alternatives(errors, loaded, spec, gpu, plan=lambda raw: _try_plan(
+                raw, loaded, detect=detect, environment=environment, strict=strict))
+        raise PlanError(errors + [d for d in ctx.diagnostics if d.severity != "error"])
+    return assemble(loaded, spec, settings, gpu, facts, ctx, environment=environment, prices=prices,
+                    calibrations=calibrations)
+
+
+def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | None:
+    """The plan of `loaded` with `raw` as its spec dict, or None when it fails for any reason."""
+    try:
+        return plan_spec(dataclasses.replace(loaded, raw=dict(raw)), alternatives=False, **kw)
+    except PlanError:
+        return None
+
+
+def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gpu: GPUProfile, facts: ModelFacts,
+             ctx: Resolver, *, environment: Mapping[str, Any],
+             prices: Mapping[str, tuple[float, str]] | None = None,
+             calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+    """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
     sol = ctx.internal[FIT_SOLUTION]
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
-    world = spec.hardware.count * spec.hardware.nodes
+    hw = spec.hardware
+    world = hw.count * hw.nodes
     wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
-    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
-                                     tf32=resolved["training.tf32"].value)
-    throughput = with_communication(throughput, communication(
-        facts, wl, gpu, count=spec.hardware.count, nodes=spec.hardware.nodes,
-        interconnect=spec.hardware.interconnect, network=spec.hardware.network, networks=load_interconnects()))
-    hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes})
-    advice = [auto_resolved_to_cpu(spec.hardware.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
+    tf32 = resolved["training.tf32"].value
+    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32)
+    calibrated = None
+    if calibrations:
+        calibrated = calibrated_efficiency(calibrations, gpu, hw.count, hw.nodes, n_params=facts.n_params,
+                                           flops_per_token=throughput["flops_per_token"],
+                                           tokens_per_step=throughput["tokens_per_step"],
+                                           peak_tflops=throughput["peak_tflops"])
+    if calibrated:
+        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
+                                         tf32=tf32, utilisation=calibrated[0])
+    comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
+                         network=hw.network, networks=load_interconnects())
+    if calibrated:
+        throughput["assumption"] = calibration_assumption(calibrated[1], throughput["peak_dtype"])
+        comm = {**comm, "time_s": 0.0, "note": "included in the measured step time (calibration)"}
+    throughput = with_communication(throughput, comm)
+    throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
+                  **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
+    hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
+    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
@@ -140,6 +193,18 @@ def plan_spec(
         throughput=ThroughputSection.from_dict(throughput),
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
+
+
+def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, spec_price: float | None,
+                 user_prices: Mapping[str, tuple[float, str]] | None) -> dict[str, Any]:
+    """price_per_gpu_hour, price_source, cost_usd (run time x GPUs x price); None where unknown."""
+    price = price_for(gpu_name, spec_price=spec_price, user_prices=user_prices)
+    run = throughput.get("run_time_s")
+    return {
+        "price_per_gpu_hour": price.usd_per_gpu_hour if price else None,
+        "price_source": price.source if price else None,
+        "cost_usd": run / 3600 * world * price.usd_per_gpu_hour if price and run is not None else None,
+    }
 
 
 def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:
@@ -173,13 +238,21 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
 
 def plan_file(path: str | Path, *, detect: Callable[[], GPUProfile] | None = None,
               environment: Mapping[str, Any], strict: bool = False,
-              overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+              overrides: Mapping[str, Mapping[str, Any]] | None = None,
+              prices: Mapping[str, tuple[float, str]] | None = None,
+              calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
     """Plan a spec file. `overrides` ({"hardware": {"gpu": "H100"}}) stand in for spec keys (CLI flags)."""
     loaded = load_toml(path)
     if overrides:
-        raw = dict(loaded.raw)
-        for section, values in overrides.items():
-            table = raw.get(section)
-            raw[section] = {**(table if isinstance(table, dict) else {}), **values}
-        loaded = dataclasses.replace(loaded, raw=raw)
-    return plan_spec(loaded, detect=detect, environment=environment, strict=strict)
+        loaded = dataclasses.replace(loaded, raw=with_overrides(loaded.raw, overrides))
+    return plan_spec(loaded, detect=detect, environment=environment, strict=strict, prices=prices,
+                     calibrations=calibrations)
+
+
+def with_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """`raw` (a spec dict) with `overrides` ({"hardware": {"gpu": "H100"}}) in place of its keys."""
+    out = dict(raw)
+    for section, values in overrides.items():
+        table = out.get(section)
+        out[section] = {**(table if isinstance(table, dict) else {}), **values}
+    return out

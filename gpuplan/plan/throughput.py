@@ -32,16 +32,9 @@ from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
 from gpuplan.plan.memory.types import Workload
 
-# Typical model-FLOPs utilisation of single-node transformer training with
-# AMP: PaLM (appendix B) reports 46% MFU, Megatron-LM (Narayanan et al. 2021) up to
-# 52% of peak at scale; Trainer runs with small per-device batches land lower.
-# 40% is an assumption, not a measurement.
-DEFAULT_GPU_UTILISATION = 0.4
-# CPU training of transformers runs far from the matmul peak (framework overhead,
-# memory bandwidth); 20% is a rough assumption.
-DEFAULT_CPU_UTILISATION = 0.2
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
 EMPTY_CACHE_SLOWDOWN = 0.10
@@ -85,12 +78,16 @@ def estimate_throughput(
     max_steps: int | None,
     world_size: int = 1,
     utilisation: float | None = None,
+    assumption: str | None = None,
     tf32: bool = False,
 ) -> dict[str, Any]:
     """Tokens per optimizer step, step time and run time, JSON-ready.
 
     world_size: data-parallel ranks (GPUs x nodes); gradient communication is not
     modelled. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
+    utilisation: the fraction of the dense peak reached (default: the published MFU
+    for this GPU generation and model size, plan/efficiency.py); `assumption` says
+    where a given one comes from (a calibration).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -108,14 +105,13 @@ def estimate_throughput(
         notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
         dtype = "fp32"
     peak = gpu.peak_tflops.get(dtype)
-    default_util = DEFAULT_CPU_UTILISATION if on_cpu else DEFAULT_GPU_UTILISATION
-    util = default_util if utilisation is None else utilisation
-    if utilisation is not None:
-        assumption = f"{util:.0%} of peak dense {dtype} TFLOP/s (given)"
-    elif on_cpu:
-        assumption = f"{util:.0%} of a nominal CPU fp32 peak (rough: CPU training is far from the matmul peak)"
+    if utilisation is None:
+        util, source = (CPU_UTILISATION, CPU_SOURCE) if on_cpu else default_efficiency(gpu, facts.n_params)
+        where = "a nominal CPU fp32 peak" if on_cpu else f"peak dense {dtype} TFLOP/s"
+        assumption = f"{util:.0%} of {where}: {source}"
     else:
-        assumption = f"{util:.0%} of peak dense {dtype} TFLOP/s (typical MFU for single-GPU transformer training)"
+        util = utilisation
+        assumption = assumption or f"{util:.0%} of peak dense {dtype} TFLOP/s (given)"
 
     formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
     if workload.gradient_checkpointing:

@@ -75,4 +75,10 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     loss = f"loss: {first:.4f} -> {last:.4f} {span}" if first is not None and last is not None else "loss: not logged"
     if results.get("eval_loss_last") is not None:
         loss += f"; eval loss {results['eval_loss_last']:.4f}"
-    return [mem, thr, loss, f"final model: {results['final_model_dir']}"]
+    out = [mem, thr, loss, f"final model: {results['final_model_dir']}"]
+    cal = results.get("calibration")
+    if cal:
+        out.append(f"calibration: {cal['utilisation']:.1%} of peak (MFU {cal['mfu']:.1%}) measured; later plans on "
+                   f"{cal['count'] * cal['nodes']} x {cal['gpu']} use it"
+                   + (f" (recorded in {results['calibration_store']})" if results.get("calibration_store") else ""))
+    return out

@@ -79,6 +79,9 @@ class HardwareSpec(_Section):
     network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g"] = Field(
         "auto", description="Node-to-node fabric, one NIC per GPU; auto: InfiniBand NDR."
     )
+    price_per_hour: float | None = Field(
+        None, gt=0, le=10_000, description="USD per GPU-hour for the cost; default: your prices.toml, else the catalog's."
+    )
 
 
 class DataSpec(_Section):

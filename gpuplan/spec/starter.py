@@ -65,6 +65,7 @@ EXAMPLES: dict[str, Any] = {
     "model.num_labels": 2,
     "hardware.memory_gib": 80,
     "hardware.host_memory_gib": 256,
+    "hardware.price_per_hour": 2.79,
     "hardware.cpu_count": 32,
     "data.eval_files": ["data/eval.jsonl"],
     "data.eval_fraction": 0.05,

@@ -1,0 +1,128 @@
+"""How close the plan's step time is to a measured CPU run, before and after calibration.
+
+For three sizes of a from-scratch Llama (the tiny-corpus byte vocabulary, seq_len 128,
+16 sequences per step), on this machine's CPU:
+  1. `gpuplan plan` with an empty calibration store: the default estimate;
+  2. `gpuplan apply` twice (run A, run B), each into its own calibration store;
+  3. `gpuplan plan` calibrated by run A of the same size ("self"), by run A of the
+     smallest size only ("from smallest": the FLOPs-per-token scaling across specs), and
+     by runs A of the two OTHER sizes ("fit": overhead + FLOPs fitted over them);
+  4. both compared with run B, a run the calibration never saw.
+Writes its section of benchmarks/RESULTS.md.
+
+    python benchmarks/time_accuracy.py [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import write_section  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = json.loads((ROOT / "specs" / "models" / "tiny-llama-cpu.json").read_text())
+SIZES = {  # name: (hidden, layers, heads, kv heads, intermediate)
+    "S": (64, 2, 2, 1, 172),
+    "M": (128, 4, 4, 2, 344),  # specs/tiny.toml's model
+    "L": (256, 6, 8, 4, 688),
+}
+SPEC = """[model]
+config = "{config}"
+from_scratch = true
+task = "causal-lm"
+[hardware]
+gpu = "cpu"
+[data]
+train_files = ["{corpus}"]
+seq_len = 128
+[training]
+effective_batch_size = 16
+learning_rate = 3e-3
+max_steps = {steps}
+logging_steps = 5
+save_steps = 100000
+seed = 0
+[output]
+dir = "{out}"
+"""
+
+
+def gpuplan(args: list[str], store: Path) -> str:
+    env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def plan_step(spec: Path, store: Path) -> tuple[float, dict]:
+    t = json.loads(gpuplan(["plan", str(spec), "--json"], store))["throughput"]
+    return t["step_time_s"], t
+
+
+def apply(spec: Path, out: Path, store: Path) -> dict:
+    gpuplan(["apply", str(spec), "--yes", "--restart"], store)
+    return json.loads((out / "gpuplan-state.json").read_text())["results"]["calibration"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gpuplan-time-"))
+    rows, specs = {}, {}
+    for name, (h, layers, heads, kv, inter) in SIZES.items():
+        cfg = {**BASE, "hidden_size": h, "num_hidden_layers": layers, "num_attention_heads": heads,
+               "num_key_value_heads": kv, "intermediate_size": inter}
+        (tmp / f"{name}.json").write_text(json.dumps(cfg))
+        out = tmp / f"run-{name}"
+        spec = tmp / f"{name}.toml"
+        spec.write_text(SPEC.format(config=tmp / f"{name}.json", corpus=ROOT / "specs" / "data" / "tiny-corpus.txt",
+                                    steps=args.steps, out=out))
+        specs[name] = (spec, out)
+        before, t = plan_step(spec, tmp / "empty.jsonl")
+        a = apply(spec, out, tmp / f"A-{name}.jsonl")
+        b = apply(spec, out, tmp / f"B-{name}.jsonl")
+        rows[name] = {"model_flops_per_token": t["model_flops_per_token"], "before": before, "A": a, "B": b,
+                      "self": plan_step(spec, tmp / f"A-{name}.jsonl")[0]}
+        print(name, json.dumps({k: v for k, v in rows[name].items() if k not in ("A", "B")}), flush=True)
+    smallest = tmp / f"A-{next(iter(SIZES))}.jsonl"
+    for name, (spec, _) in specs.items():
+        rows[name]["cross"] = plan_step(spec, smallest)[0]
+        others = tmp / f"others-{name}.jsonl"
+        others.write_text("".join((tmp / f"A-{o}.jsonl").read_text() for o in SIZES if o != name))
+        rows[name]["fit"] = plan_step(spec, others)[0]
+
+    def err(est: float, measured: float) -> str:
+        return f"{est:.3f} ({(est / measured - 1) * 100:+.0f}%)"
+
+    lines = ["| model | params | FLOPs/token | default estimate (s/step) | run A measured | run B measured "
+             "| calibrated by A, same size | calibrated by A of size S | fitted on A of the other sizes "
+             "| utilisation A / B | MFU A |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        a, b = r["A"], r["B"]
+        mb = b["step_time_s"]
+        lines.append(f"| {name} | {a['n_params'] / 1e6:.2f}M | {a['flops_per_token'] / 1e6:.1f}M | {err(r['before'], mb)} | "
+                     f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
+                     f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |")
+    body = (f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
+            "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
+            f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
+            "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
+            "\"default\" uses the CPU default efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, 29%, measured "
+            "on this machine when it was quiet: README, The main job); "
+            "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
+            "model only (FLOPs-per-token scaling to another spec); \"fitted\" the plan after runs A of the two "
+            "other sizes (per-step overhead + FLOPs, least squares: plan/calibration.py).\n\n" + "\n".join(lines))
+    print(body)
+    write_section("time_accuracy", "Time estimates (CPU)", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""`gpuplan compare SPEC`: the spec planned on every catalog GPU and GPU count, as a table."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuplan.cli.common import UserError, user_files
+
+SAVER_SHORT = {"8-bit optimizer": "8bit-adam", "gradient checkpointing": "ckpt", "cache emptying": "empty-cache",
+               "Adafactor": "adafactor"}
+GIB = 1024**3
+
+
+def _parse_counts(text: str | None) -> list[int]:
+    if not text:
+        from gpuplan.plan.compare import DEFAULT_COUNTS
+
+        return list(DEFAULT_COUNTS)
+    try:
+        counts = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 or c > 4096 for c in counts):
+        raise UserError(f"--counts {text!r}: give GPU counts separated by commas, e.g. --counts 1,2,4,8")
+    return counts
+
+
+def _parse_gpus(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
+
+    out = []
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        try:
+            out.append(lookup(name).name)
+        except (UnknownGPUError, AmbiguousGPUError) as e:
+            raise UserError(f"--gpus: {e}") from None
+    if not out:
+        raise UserError("--gpus: give catalog names separated by commas, e.g. --gpus A100-80GB,H100-80GB")
+    return out
+
+
+def cmd_compare(args) -> int:
+    from gpuplan.plan.compare import compare
+    from gpuplan.plan.environment import local_environment
+    from gpuplan.render.json import dumps
+    from gpuplan.spec.load import load_toml
+
+    gpus, counts = _parse_gpus(args.gpus), _parse_counts(args.counts)
+    loaded = load_toml(args.spec)
+    prices, calibrations = user_files()
+    rows = compare(loaded, gpus=gpus, counts=counts, sort=args.sort, environment=local_environment(),
+                   prices=prices, calibrations=calibrations)
+    if args.json:
+        sys.stdout.write(dumps({"spec_path": args.spec, "sort": args.sort, "rows": rows}))
+    else:
+        print("\n".join(render_compare(rows, args.spec, args.sort)))
+    return 0
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _cells(r: Mapping[str, Any]) -> list[str]:
+    gpus = f"{r['count']}" + (f" ({r['nodes']} nodes)" if (r.get("nodes") or 1) > 1 else "")
+    mark = "*" if r.get("best") else " "
+    if not r["fits"]:
+        why = (f"needs {r['needs_bytes'] / GIB:.1f} GiB of {r['capacity_bytes'] / GIB:.0f}"
+               if r.get("needs_bytes") else (r.get("error") or "does not plan"))
+        return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
+    batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
+    savers = "+".join(SAVER_SHORT.get(s, s) for s in r["savers"]) or "-"
+    cost = "no price" if r.get("cost_usd") is None else (
+        "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
+    t = r["step_time_s"]
+    step = (f"{t * 1000:.1f} ms" if t < 0.1 else f"{t:.2f} s") + ("(c)" if r.get("calibrated") else "")
+    return [mark, r["gpu"], gpus, "yes", batch, r["precision"], savers, r["sharding"],
+            f"{r['reserved_peak_bytes'] / GIB:.1f}/{r['capacity_bytes'] / GIB:.0f}", step,
+            _duration(r.get("run_time_s")), cost]
+
+
+def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> list[str]:
+    head = ["", "gpu", "GPUs", "fits", "batch", "precision", "savers", "sharding", "GiB/GPU", "step",
+            "run time", "cost"]
+    table = [head] + [_cells(r) for r in rows]
+    sized = [t for t in table if t[3] != "no"]  # a non-fit row's reason spans the columns after "fits"
+    widths = [max(len(t[i]) for t in (sized if i >= 4 else table)) for i in range(len(head))]
+    right = {2, 8, 9, 10, 11}
+
+    def line(cells: list[str]) -> str:
+        if cells[3] == "no":  # the reason spans the settings columns
+            return "  ".join([cells[0], cells[1].ljust(widths[1]), cells[2].rjust(widths[2]),
+                              cells[3].ljust(widths[3]), cells[4]]).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    fits = [r for r in rows if r["fits"]]
+    out = [f"gpuplan compare: {spec} ({len(rows)} rows, {len(fits)} fit; sorted by {sort})", "",
+           line(head), *(line(c) for c in table[1:]), ""]
+    best = next((r for r in rows if r.get("best")), None)
+    if best:
+        what = "cheapest" if sort == "cost" else "fastest"
+        out.append(f"* {what} fit: {best['count']} x {best['gpu']}, ~{_duration(best['run_time_s'])}"
+                   + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""))
+    else:
+        out.append("Nothing fits: try more GPUs (--counts 16,32) or a smaller setup.")
+    out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; "
+               "step (c): calibrated from a measured run")
+    out.append("cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "
+               "your prices: ~/.config/gpuplan/prices.toml)")
+    return out

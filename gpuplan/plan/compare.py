@@ -1,0 +1,113 @@
+"""One spec planned on many GPUs and GPU counts: fits, settings, memory, time and cost.
+
+The same planner as `gpuplan plan` (plan/build.py), called once per row. Its fixed
+costs are paid once per process: imports, the catalog (cached in hardware/catalog.py),
+the spec file (read once here), the schema (built at import) and the rule order
+(cached in plan/graph.py). Pure: no torch, no files but the spec and its model config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuplan.hardware.catalog import load_catalog
+from gpuplan.hardware.prices import split_count
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.rules.common import FIT_SOLUTION
+from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import LoadedSpec
+
+DEFAULT_COUNTS = (1, 2, 4, 8)
+
+
+def default_gpus() -> list[str]:
+    return [n for n, g in load_catalog().items() if g.vendor != "cpu"]
+
+
+def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:
+    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    values: dict[str, Any] = {"gpu": gpu, "count": per_node, "nodes": nodes}
+    if hw.get("gpu") != gpu:  # a memory or price override describes the spec's own GPU
+        values.update(memory_gib=None, price_per_hour=None)
+    return with_overrides(raw, {"hardware": values})
+
+
+def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Mapping[str, Any],
+                detect: Callable[[], GPUProfile] | None = None,
+                prices: Mapping[str, tuple[float, str]] | None = None,
+                calibrations: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"gpu": gpu, "count": total, "nodes": None, "fits": False, "error": None}
+    split = split_count(gpu, total)
+    if split is None:
+        return {**row, "error": f"{total} GPUs do not fill whole nodes of this GPU"}
+    per_node, nodes = split
+    row.update(nodes=nodes, gpus_per_node=per_node)
+    one = dataclasses.replace(loaded, raw=_row_overrides(loaded.raw, gpu, per_node, nodes))
+    try:
+        spec, settings, profile, facts, ctx = resolve(one, detect=detect, environment=environment)
+    except PlanError as e:
+        return {**row, "error": e.diagnostics[0].summary}
+    sol = ctx.internal.get(FIT_SOLUTION)
+    if ctx.has_errors:
+        first = next(d for d in ctx.diagnostics if d.severity == "error")
+        needs = sol.smallest_bytes if sol is not None and not sol.fits else None
+        return {**row, "error": None if needs else first.summary, "needs_bytes": needs,
+                "capacity_bytes": profile.memory_bytes}
+    plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
+                    calibrations=calibrations)
+    s, mem, t = plan.settings, plan.memory, plan.throughput
+    precision = "bf16" if s["training.bf16"].value else "fp16" if s["training.fp16"].value else (
+        "tf32" if s["training.tf32"].value else "fp32")
+    return {
+        **row,
+        "fits": True,
+        "per_device_train_batch_size": s["training.per_device_train_batch_size"].value,
+        "gradient_accumulation_steps": s["training.gradient_accumulation_steps"].value,
+        "precision": precision,
+        "weight_dtype": s["model.dtype"].value,
+        "optim": s["training.optim"].value,
+        "gradient_checkpointing": s["training.gradient_checkpointing"].value,
+        "savers": [x.name for x in mem.savers],
+        "sharding": mem.layout,
+        "allocated_peak_bytes": mem.allocated_peak_bytes,
+        "reserved_peak_bytes": mem.reserved_peak_bytes,
+        "capacity_bytes": mem.capacity_bytes,
+        "step_time_s": t.step_time_s,
+        "run_time_s": t.run_time_s,
+        "tokens_per_second": t.tokens_per_second,
+        "utilisation": t.utilisation,
+        "calibrated": t.calibration is not None,
+        "price_per_gpu_hour": t.price_per_gpu_hour,
+        "price_source": t.price_source,
+        "cost_usd": t.cost_usd,
+    }
+
+
+def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, Any]]:
+    """Fitting rows first, by cost (unknown cost after known, then by time) or by time."""
+    inf = float("inf")
+
+    def key(r: Mapping[str, Any]) -> tuple:
+        cost = r.get("cost_usd") if r.get("cost_usd") is not None else inf
+        time = r.get("run_time_s") if r.get("run_time_s") is not None else (r.get("step_time_s") or inf)
+        first = (cost, time) if by == "cost" else (time, cost)
+        return (not r["fits"], *first, r["gpu"], r["count"])
+
+    return sorted(rows, key=key)
+
+
+def compare(loaded: LoadedSpec, *, gpus: Sequence[str] | None = None, counts: Sequence[int] = DEFAULT_COUNTS,
+            sort: str = "cost", environment: Mapping[str, Any], detect: Callable[[], GPUProfile] | None = None,
+            prices: Mapping[str, tuple[float, str]] | None = None,
+            calibrations: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every (gpu, count) row, sorted; the cheapest (or fastest) fit first and marked `best`."""
+    rows = [compare_row(loaded, g, c, environment=environment, detect=detect, prices=prices,
+                        calibrations=calibrations)
+            for g in (gpus or default_gpus()) for c in counts]
+    rows = sort_rows(rows, sort)
+    for i, r in enumerate(rows):
+        r["best"] = i == 0 and r["fits"]
+    return rows

@@ -1,0 +1,112 @@
+"""`gpuplan compare` and the cannot-fit alternatives: the same planner, many hardware choices."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuplan.cli.main import main
+from gpuplan.plan.build import plan_file, plan_spec, with_overrides
+from gpuplan.plan.compare import compare, default_gpus, sort_rows
+from gpuplan.plan.environment import local_environment
+from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import load_toml
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_8B = ROOT / "specs" / "llama-8b-a100.toml"
+ENV = local_environment()
+
+
+def test_catalog_has_twenty_accelerators():
+    assert len(default_gpus()) >= 20
+
+
+def test_compare_rows_fit_and_cost():
+    rows = compare(load_toml(LLAMA_8B), gpus=["A100-80GB", "RTX-4090", "RTX-5090"], counts=[1, 4],
+                   environment=ENV)
+    by = {(r["gpu"], r["count"]): r for r in rows}
+    assert set(by) == {(g, c) for g in ("A100-80GB", "RTX-4090", "RTX-5090") for c in (1, 4)}
+    one = by[("A100-80GB", 1)]
+    assert one["fits"] and one["nodes"] == 1 and one["precision"] == "bf16"
+    assert one["per_device_train_batch_size"] * one["gradient_accumulation_steps"] == 64
+    assert one["reserved_peak_bytes"] <= one["capacity_bytes"]
+    # cost = run time x GPUs x the catalog's price
+    assert one["cost_usd"] == pytest.approx(one["run_time_s"] / 3600 * 2.79)
+    assert not by[("RTX-4090", 1)]["fits"] and by[("RTX-4090", 1)]["needs_bytes"] > by[("RTX-4090", 1)]["capacity_bytes"]
+    four = by[("RTX-4090", 4)]
+    assert four["fits"] and four["sharding"].startswith("FSDP")
+    assert by[("RTX-5090", 4)]["fits"] and by[("RTX-5090", 4)]["cost_usd"] is None  # no price in the catalog
+    # sorted: fits first, known cost ascending, then unknown cost; the first is marked best
+    fits = [r for r in rows if r["fits"]]
+    assert rows[: len(fits)] == fits and rows[0]["best"] and not any(r["best"] for r in rows[1:])
+    costs = [r["cost_usd"] for r in fits if r["cost_usd"] is not None]
+    assert costs == sorted(costs)
+    assert fits[-1]["cost_usd"] is None
+
+
+def test_sort_by_time():
+    rows = [{"gpu": "a", "count": 1, "fits": True, "cost_usd": 1.0, "run_time_s": 9.0},
+            {"gpu": "b", "count": 1, "fits": True, "cost_usd": 5.0, "run_time_s": 2.0},
+            {"gpu": "c", "count": 1, "fits": False}]
+    assert [r["gpu"] for r in sort_rows(rows, "time")] == ["b", "a", "c"]
+    assert [r["gpu"] for r in sort_rows(rows, "cost")] == ["a", "b", "c"]
+
+
+def test_counts_past_a_node_go_on_nodes():
+    rows = compare(load_toml(LLAMA_8B), gpus=["GH200", "H100-80GB"], counts=[2, 16], environment=ENV)
+    by = {(r["gpu"], r["count"]): r for r in rows}
+    assert (by[("GH200", 2)]["nodes"], by[("GH200", 2)]["gpus_per_node"]) == (2, 1)  # one superchip per node
+    assert (by[("H100-80GB", 16)]["nodes"], by[("H100-80GB", 16)]["gpus_per_node"]) == (2, 8)
+    assert (by[("H100-80GB", 2)]["nodes"], by[("H100-80GB", 2)]["gpus_per_node"]) == (1, 2)
+
+
+def test_compare_cli_text_and_json(capsys):
+    assert main(["compare", str(LLAMA_8B), "--gpus", "A100-80GB,4090", "--counts", "1,4"]) == 0
+    out = capsys.readouterr().out
+    assert "gpuplan compare:" in out and "* cheapest fit:" in out
+    assert any(line.startswith("*") and "yes" in line for line in out.splitlines())
+    assert "needs 36.1 GiB of 24" in out
+    assert main(["compare", str(LLAMA_8B), "--gpus", "A100-80GB", "--counts", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = data["rows"][0]
+    for key in ("gpu", "count", "nodes", "fits", "per_device_train_batch_size", "reserved_peak_bytes",
+                "step_time_s", "run_time_s", "cost_usd"):
+        assert key in row
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--counts", "1,x"], "--counts '1,x': give GPU counts"),
+    (["--counts", "0"], "--counts '0'"),
+    (["--gpus", "tpu-v9"], "--gpus: unknown GPU 'tpu-v9'"),
+])
+def test_compare_bad_flags(capsys, flags, message):
+    assert main(["compare", str(LLAMA_8B), *flags]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_8b_on_a_4090_names_a_larger_gpu_and_a_count_that_fit():
+    with pytest.raises(PlanError) as e:
+        plan_file(LLAMA_8B, environment=ENV, overrides={"hardware": {"gpu": "RTX-4090"}})
+    fit = next(d for d in e.value.diagnostics if d.summary.startswith("does not fit"))
+    assert 'a larger GPU: hardware.gpu = "A100-40GB"' in fit.fix  # the 32 GB RTX-5090 is too small
+    assert "4 x RTX-4090: hardware.count = 4" in fit.fix and "FSDP full_shard" in fit.fix
+    # every piece of advice, followed, fits (the same planner says so)
+    raw = with_overrides(load_toml(LLAMA_8B).raw, {"hardware": {"gpu": "RTX-4090"}})
+    for hw in ({"gpu": "A100-40GB"}, {"count": 4}):
+        spec = dict(raw, hardware={**raw["hardware"], **hw})
+        plan = plan_spec(dataclasses.replace(load_toml(LLAMA_8B), raw=spec), detect=None, environment=ENV)
+        assert plan.memory.fits
+
+
+def test_no_alternative_is_advised_when_nothing_fits(tmp_path):
+    spec = tmp_path / "huge.toml"
+    spec.write_text(LLAMA_8B.read_text().replace('config = "models/', f'config = "{ROOT}/specs/models/')
+                    .replace("seq_len = 2048", "seq_len = 1048576"))
+    with pytest.raises(PlanError) as e:
+        plan_file(spec, environment=ENV, overrides={"hardware": {"gpu": "T4"}})
+    fixes = [d.fix or "" for d in e.value.diagnostics]
+    assert any("no catalog GPU fits at 1 GPU(s), nor up to 64 x T4" in f for f in fixes)
