@@ -199,15 +199,6 @@ def test_deepspeed_optimizer_offload_gets_an_optimizer_section(tmp_path):
     assert "optimizer" not in plain["deepspeed"]
 
 
-def test_planner_refuses_fsdp_on_cpu_processes(tmp_path):
-    r = gpuplan("plan", spec(tmp_path).as_posix())
-    assert r.returncode == 0
-    bad = spec(tmp_path, extra="").read_text().replace('strategy = "ddp"', 'strategy = "fsdp"')
-    (tmp_path / "fsdp.toml").write_text(bad)
-    r = gpuplan("plan", tmp_path / "fsdp.toml")
-    assert r.returncode == 1 and 'distributed.strategy = "fsdp" on hardware "cpu"' in r.stdout + r.stderr
-
-
 def test_a_rank_launched_with_the_wrong_world_size_is_refused(tmp_path, monkeypatch):
     from gpuplan.apply.device import check_device
 

@@ -57,7 +57,7 @@ def build_trainer(
     from transformers import PrinterCallback, Trainer, set_seed
 
     from .checkpoints import marker_callback
-    from .convert import training_arguments
+    from .convert import training_arguments, uses_cpu
     from .data import prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
@@ -84,7 +84,12 @@ def build_trainer(
         started=started,
         append=resuming,
     )
-    trainer = Trainer(
+    trainer_cls = Trainer
+    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
+        from .fsdp_cpu import trainer_class
+
+        trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
+    trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=data.train,
@@ -118,6 +123,7 @@ def execute(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
     from .checkpoints import checkpoint_problem, checkpoint_step, find_resumable, trim_metrics
     from .device import check_device, peak_memory, reset_peak_memory, world_size
+    from .engine import engine_of
     from .interrupt import ApplyInterrupted, GracefulStop
     from .oom import OOMRetry
 
@@ -181,6 +187,7 @@ def execute(
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
+            "engine": engine_of(trainer.model_wrapped),  # what wrapped the model (engine.py)
             **peak_memory(device),
             "global_step": step,
             # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
