@@ -118,13 +118,18 @@ def write_corpus(path: Path, tokens: int) -> None:
 
 
 class DeviceMemorySampler:
-    """Peak NVML used memory of this process, polled in a thread while the case trains."""
+    """Peak NVML used memory of this process (`peak`) and of the whole device (`peak_device`,
+    cudaMemGetInfo: total - free), polled in a thread while the case trains. In a container the
+    process list can hide our pid; the device figure is then the one to read (one case per GPU)."""
 
     def __init__(self, interval: float = 0.1):
         import threading
 
-        self.peak, self.source, self.interval = 0, None, interval
+        import torch
+
+        self.peak, self.peak_device, self.source, self.interval = 0, 0, None, interval
         self._read = self._pick()
+        self._device = lambda: (lambda free, total: total - free)(*torch.cuda.mem_get_info())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -157,12 +162,16 @@ class DeviceMemorySampler:
         self.source = "cudaMemGetInfo (whole device)"
         return lambda: (lambda free, total: total - free)(*torch.cuda.mem_get_info())
 
+    def _poll(self):
+        try:
+            self.peak = max(self.peak, int(self._read()))
+            self.peak_device = max(self.peak_device, int(self._device()))
+        except Exception:  # a poll that fails is skipped, not fatal
+            pass
+
     def _run(self):
         while not self._stop.wait(self.interval):
-            try:
-                self.peak = max(self.peak, int(self._read()))
-            except Exception:  # a poll that fails is skipped, not fatal
-                pass
+            self._poll()
 
     def __enter__(self):
         self._thread.start()
@@ -171,7 +180,7 @@ class DeviceMemorySampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, int(self._read()))
+        self._poll()
 
 
 def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) -> dict:
@@ -200,6 +209,7 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
         case, batch=batch, seq_len=seq, steps=steps, device=device, gpu=plan.hardware.get("name"), planned=planned,
         measured=dict(allocated=res.get("peak_allocated_bytes"), reserved=res.get("peak_reserved_bytes"),
                       nvml_used=getattr(sampler, "peak", None), nvml_source=getattr(sampler, "source", None),
+                      device_used=getattr(sampler, "peak_device", None),
                       rss=res.get("peak_rss_bytes"), tokens_per_second=res.get("steady_tokens_per_second")
                       or res.get("tokens_per_second"), train_runtime_s=res.get("train_runtime_s"),
                       loss_first=res.get("train_loss_first"), loss_last=res.get("train_loss_last")),
@@ -221,9 +231,13 @@ def render(rows: list[dict], summary: dict) -> str:
     cuda = summary["device"] == "cuda"
     head = (f"{summary['gpu']}, {len(rows)} cases, {summary['wall_s']:.0f} s wall ({summary['skipped']} skipped "
             f"over the {summary['budget_s']:.0f} s budget). Error = (plan - measured) / measured.")
+    if summary.get("load_average"):
+        head += (f" 1-minute load average {summary['load_average'][0]} at the start, {summary['load_average'][1]} "
+                 f"at the end, on {summary.get('cpus')} CPUs.")
     if cuda:
         lines = [head, "", "| family | method | precision (planned) | ckpt | batch x seq | max_memory_allocated GiB | plan "
-                 "GiB (err) | max_memory_reserved GiB | plan reserved GiB (err) | NVML used GiB | tokens/s | plan tokens/s |",
+                 "GiB (err) | max_memory_reserved GiB | plan reserved GiB (err) | NVML used GiB (process / device) | tokens/s | "
+                 "plan tokens/s |",
                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     else:
         lines = [head, "CPU: no CUDA counters; peak RSS is the whole process (interpreter, libraries, data), "
@@ -239,7 +253,7 @@ def render(rows: list[dict], summary: dict) -> str:
         if cuda:
             lines.append(f"{lead} {_gib(m['allocated'])} | {_gib(p['allocated'])} ({_err(m['allocated'], p['allocated'])}) | "
                          f"{_gib(m['reserved'])} | {_gib(p['reserved'])} ({_err(m['reserved'], p['reserved'])}) | "
-                         f"{_gib(m['nvml_used'])} | {tps} | {ptps} |")
+                         f"{_gib(m['nvml_used'])} / {_gib(m.get('device_used'))} | {tps} | {ptps} |")
         else:
             lines.append(f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | "
                          f"{tps} | {ptps} | {m['loss_first']:.3f} -> {m['loss_last']:.3f} |")
@@ -280,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     seq = a.seq_len or (2048 if device == "cuda" else 64)
     ckpt = tuple({"off": False, "on": True}[c] for c in a.checkpointing.split(","))
     cases = matrix(a.families.split(","), a.methods.split(","), a.precisions.split(","), ckpt)
-    rows, skipped, t0 = [], 0, time.perf_counter()
+    rows, skipped, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         for i, case in enumerate(cases):
             name = f"{case['family']} {case['method']} {case['precision']} ckpt={'on' if case['ckpt'] else 'off'}"
@@ -303,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i + 1}/{len(cases)}] {name}: batch {row['batch']} x {seq}, measured {_gib(peak)} GiB, "
                   f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s", flush=True)
     summary = dict(device=device, gpu=rows[0]["gpu"] if rows else device, wall_s=time.perf_counter() - t0,
-                   skipped=skipped, budget_s=a.budget_s)
+                   skipped=skipped, budget_s=a.budget_s, cpus=os.cpu_count(),
+                   load_average=[round(load0, 1), round(os.getloadavg()[0], 1)])
     out = Path(a.json or ROOT / "benchmarks" / f"gpu_check-{device}.json")
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")

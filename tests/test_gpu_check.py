@@ -44,7 +44,8 @@ def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
 def test_gpu_table_puts_measured_beside_planned():
     row = dict(family="llama", method="full", precision="bf16", planned="bf16", ckpt=False, batch=8, seq_len=2048,
                measured=dict(allocated=40 * 2**30, reserved=44 * 2**30, nvml_used=45 * 2**30, nvml_source="pynvml",
+                             device_used=46 * 2**30,
                              tokens_per_second=100000.0),
                plan=dict(allocated=42 * 2**30, reserved=46 * 2**30, tokens_per_second=90000.0))
     table = gpu_check.render([row], dict(device="cuda", gpu="H100-80GB", wall_s=300, skipped=0, budget_s=450))
-    assert "| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) | 45.00 | 100,000 | 90,000 |" in table
+    assert "| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) | 45.00 / 46.00 | 100,000 | 90,000 |" in table
