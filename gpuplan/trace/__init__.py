@@ -123,6 +123,12 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
                      "flash / memory-efficient kernels' shape functions, dropout keeps a bool mask and AdamW "
                      "runs foreach, as on CUDA (trace/cuda_ops.py); batches are unpacked (no padding, no "
                      "packed sequences)")
+    if wl.device == "cuda" and amp_dtype is not None:
+        from gpuplan.trace.cuda_autocast import unlisted_ops
+
+        if unlisted := unlisted_ops():
+            notes.append(f"torch {torch.__version__} autocasts {', '.join(unlisted)} on CUDA by a policy gpuplan "
+                         "does not know: traced with CPU autocast's")
     if wl.amp == "fp16":
         notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
     notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB "
