@@ -119,6 +119,7 @@ _OUTSIDE = {
 }
 _PER_LAYER_CONST_H = {"gemma": 8}  # bytes per layer per hidden unit: gemma's fp32 (1 + w) per norm
 _DROPOUT_STYLES = {"gpt2": 2, "bert": 2, "opt": 2}
+_GELU_NEW_STYLES = {"gpt2", "phi"}  # pow inside gelu_new: fp32 under CUDA autocast
 _EAGER_WITH_ATTN_DROPOUT = {"gpt2", "bert"}  # their _EAGER rows were measured with attention dropout 0.1  # residual dropouts per layer whose bool masks are in c_h
 
 
@@ -212,4 +213,12 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     # MLP holds two. Counted from the autograd graph; confirmed where this moment is the
     # peak (sequence classification, no vocabulary-sized loss).
     layer_backward = tokens * i * half * (3 if facts.mlp == "gated" else 2)
+    if style in _GELU_NEW_STYLES and mode == "amp":
+        # gelu_new under CUDA autocast: the gradients of its fp32 terms (pow, tanh, 1 + tanh,
+        # the product) coexist at the MLP's backward peak: 12 bytes per token per intermediate
+        # unit, less the 16-bit copy of its output that c_fc2/c_proj's backward has consumed
+        # by then (2). Measured: traced peak slope over intermediate_size 1024 -> 2048 (GPT-2
+        # h=256, checkpointed, seq-cls, where this moment is the peak): 33.8 bytes per token
+        # per unit, 27.5 before this term.
+        layer_backward = tokens * i * 10
     return ActivationParts(per_layer, per_layer_ckpt, outside, logits_fwd, logits_bwd, layer_backward, note)
