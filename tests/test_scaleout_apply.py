@@ -76,6 +76,7 @@ def test_two_process_ddp_run_sees_the_effective_batch_per_step(tmp_path):
     state = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())
     res = state["results"]
     assert state["status"] == "completed" and res["world_size"] == 2 and res["device"] == "cpu"
+    assert res["engine"] == "ddp"  # read from the wrapped model (apply/engine.py)
     assert res["global_step"] == 4 and res["samples_seen"] == 4 * 8 == state["progress"]["samples_seen"]
     # Measured, not computed: the Trainer all-gathers the tokens every rank consumed per micro-batch.
     # 4 steps x (2 per device x 2 micro-batches x 2 ranks = 8 sequences) x 32 tokens.
