@@ -155,7 +155,7 @@ def run(quick: bool = False, write: bool = True) -> dict:
 def render(rows: list[dict], summary: dict) -> str:
     lines = [
         "Each case: tensor peak (`allocated_peak_bytes`) of two training steps traced under FakeTensorMode "
-        "(gpuplan.trace) against the analytic estimate (gpuplan.plan.memory) and against accelerate's "
+        "(gpuplan.trace, CUDA's autocast cast policy) against the analytic estimate (gpuplan.plan.memory) and against accelerate's "
         "`estimate-memory` \"Training using Adam\" formula (weights/grads/Adam states only). "
         "Error = (estimate - traced) / traced. Target: analytic median |error| <= 3%, max <= 10%.",
         "",
