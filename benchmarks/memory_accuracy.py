@@ -155,7 +155,7 @@ def run(quick: bool = False, write: bool = True) -> dict:
 def render(rows: list[dict], summary: dict) -> str:
     lines = [
         "Each case: tensor peak (`allocated_peak_bytes`) of two training steps traced under FakeTensorMode "
-        "(gpuplan.trace) against the analytic estimate (gpuplan.plan.memory) and against accelerate's "
+        "(gpuplan.trace, CUDA's autocast cast policy) against the analytic estimate (gpuplan.plan.memory) and against accelerate's "
         "`estimate-memory` \"Training using Adam\" formula (weights/grads/Adam states only). "
         "Error = (estimate - traced) / traced. Target: analytic median |error| <= 3%, max <= 10%.",
         "",
@@ -171,7 +171,25 @@ def render(rows: list[dict], summary: dict) -> str:
             f"| {r['family']} | {r['task']} | {r['precision']} | {r['optim']} | {'on' if r['ckpt'] else 'off'} | "
             f"{r['attn']} | {r['batch']} | {r['seq']} | {r['accum']} | {r['traced'] / 2**20:.1f} | "
             f"{r['err']:+.2%} | {r['acc_err']:+.1%} |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", TRACE_LIMITS])
+
+
+# What the fake-tensor trace (CPU build of torch, CUDA's autocast policy and SDPA/dropout kernels
+# reproduced: gpuplan/trace/cuda_autocast.py, cuda_ops.py) still does not see of a CUDA run.
+TRACE_LIMITS = """**CUDA behaviours the trace still cannot see.** The trace applies CUDA's autocast cast policy \
+(every op torch 2.13 registers for AutocastCUDA, with its policy; tests/test_trace_cuda_autocast.py checks \
+the documented lists op by op), CUDA's SDPA kernel choice (flash / memory-efficient shape functions), the \
+fused dropout's bool mask and foreach AdamW. It does not see:
+- the caching allocator: 512-byte rounding, 2 MiB / 20 MiB segments, fragmentation, frees that wait for \
+the stream (reserved and nvidia-smi memory are modelled in plan/memory/overhead.py, not traced);
+- the CUDA context, cuBLAS/cuBLASLt and cuDNN workspaces, NCCL buffers, DDP gradient buckets and FSDP \
+all-gather buffers (the trace runs one rank; sharding is priced analytically);
+- kernels' internal scratch memory (flash-attention, fused AdamW's multi-tensor chunks, \
+bitsandbytes' 8-bit update kernels, which the trace does not run), and torch.compile fusions;
+- autocast's weight-cast cache for the ops whose CUDA policy is re-registered in Python (einsum, addmv, mv, \
+addr, chain_matmul, linalg_multi_dot, convolution, RNN cells): they cast per call; linear, matmul, mm, bmm \
+keep torch's own kernel and its cache;
+- data-dependent shapes: batches are traced unpacked and unpadded."""
 
 
 if __name__ == "__main__":

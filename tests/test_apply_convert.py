@@ -151,6 +151,7 @@ def test_single_process_strategies_add_nothing(tmp_path):
         assert "fsdp" not in kw and "deepspeed" not in kw
 
 
-def test_cpu_plan_with_a_multi_gpu_engine_is_refused(tmp_path):
-    with pytest.raises(ApplyError, match="distributed.strategy = 'fsdp'"):
-        check_device(cpu_plan(tmp_path, **{"distributed.strategy": "fsdp"}))
+def test_cpu_plan_with_deepspeed_is_refused_and_fsdp_is_not(tmp_path):
+    with pytest.raises(ApplyError, match="distributed.strategy = 'deepspeed'"):
+        check_device(cpu_plan(tmp_path, **{"distributed.strategy": "deepspeed"}))
+    assert check_device(cpu_plan(tmp_path, **{"distributed.strategy": "fsdp"})) == "cpu"  # FSDP2 over gloo

@@ -37,8 +37,8 @@ def check_device(plan: Plan) -> str:
             problems.append("training.fp16 = true (accelerate runs fp16 on CPU without autocast)")
         if plan.value("model.attn_implementation") == "flash_attention_2":
             problems.append("model.attn_implementation = \"flash_attention_2\" (a CUDA kernel)")
-        if (plan.get("distributed.strategy") or "none") in ("fsdp", "deepspeed"):
-            problems.append(f"distributed.strategy = {plan.get('distributed.strategy')!r} (a multi-GPU engine)")
+        if plan.get("distributed.strategy") == "deepspeed":  # FSDP2 runs on CPU ranks over gloo; DeepSpeed needs CUDA
+            problems.append("distributed.strategy = 'deepspeed' (DeepSpeed needs CUDA)")
         if problems:
             raise ApplyError(
                 "the plan is for hardware \"cpu\" but holds values the CPU cannot honour: "

@@ -58,7 +58,7 @@ def build_trainer(
     from transformers import PrinterCallback, Trainer, set_seed
 
     from .checkpoints import marker_callback
-    from .convert import tracking_environment, training_arguments
+    from .convert import tracking_environment, training_arguments, uses_cpu
     from .data import prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
@@ -92,7 +92,12 @@ def build_trainer(
         started=started,
         append=resuming,
     )
-    trainer = Trainer(
+    trainer_cls = Trainer
+    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
+        from .fsdp_cpu import trainer_class
+
+        trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
+    trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=data.train,
@@ -127,6 +132,7 @@ def execute(
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
     from .final import save_final_model
+    from .engine import engine_of
     from .interrupt import ApplyInterrupted, GracefulStop
 
     output_dir = plan.value("output.dir")
@@ -174,6 +180,7 @@ def execute(
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
+            "engine": engine_of(trainer.model_wrapped),  # what wrapped the model (engine.py)
             **peak_memory(device),
             **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,

@@ -86,7 +86,7 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
                         tracker.phase = "forward"
                         tracker.in_head = False
                         if amp_dtype is not None:
-                            # CPU autocast: linear/matmul/sdpa lists match CUDA's; see notes
+                            # CPU autocast; for a CUDA plan with CUDA's cast policy (cuda_autocast.py)
                             with torch.autocast("cpu", dtype=amp_dtype):
                                 out = model(**batch)
                         else:
@@ -118,10 +118,17 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     notes.append(f"peak at {tracker.peak_where}")
     if wl.device == "cuda":
-        notes.append("traced on fake CPU tensors with CPU autocast (a CPU build of torch cannot run autograd "
-                     "on fake cuda tensors); SDPA runs CUDA's flash / memory-efficient kernels' shape "
-                     "functions, dropout keeps a bool mask and AdamW runs foreach, as on CUDA "
-                     "(trace/cuda_ops.py); batches are unpacked (no padding, no packed sequences)")
+        notes.append("traced on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda "
+                     "tensors) under CUDA's autocast cast policy (trace/cuda_autocast.py); SDPA runs CUDA's "
+                     "flash / memory-efficient kernels' shape functions, dropout keeps a bool mask and AdamW "
+                     "runs foreach, as on CUDA (trace/cuda_ops.py); batches are unpacked (no padding, no "
+                     "packed sequences)")
+    if wl.device == "cuda" and amp_dtype is not None:
+        from gpuplan.trace.cuda_autocast import unlisted_ops
+
+        if unlisted := unlisted_ops():
+            notes.append(f"torch {torch.__version__} autocasts {', '.join(unlisted)} on CUDA by a policy gpuplan "
+                         "does not know: traced with CPU autocast's")
     if wl.amp == "fp16":
         notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
     notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB "

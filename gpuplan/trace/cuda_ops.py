@@ -1,4 +1,4 @@
-"""SDPA and dropout as CUDA runs them, for the fake-tensor trace on a CPU build of torch.
+"""SDPA, dropout and autocast as CUDA runs them, for the fake-tensor trace on a CPU build of torch.
 
 On CPU, F.scaled_dot_product_attention picks the CPU flash kernel, and the math
 kernel (which keeps the (b, a, s, s) probabilities) whenever dropout is on; CUDA
@@ -56,10 +56,14 @@ def _cuda_like_dropout(input, p=0.5, training=True, inplace=False):
 
 @contextmanager
 def cuda_like_ops():
+    """CUDA's SDPA kernels, fused dropout and autocast cast policy (trace/cuda_autocast.py)."""
+    from .cuda_autocast import cuda_autocast_policy
+
     saved = F.scaled_dot_product_attention, F.dropout
     F.scaled_dot_product_attention = _cuda_like_sdpa
     F.dropout = _cuda_like_dropout
     try:
-        yield
+        with cuda_autocast_policy():
+            yield
     finally:
         F.scaled_dot_product_attention, F.dropout = saved

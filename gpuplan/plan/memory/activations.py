@@ -60,6 +60,11 @@ STYLE_OF = {
 #   fp32 34h, 1 x 4i.
 # phi (modeling_phi.py PhiDecoderLayer, one LN, parallel attention + MLP, gelu_new, half
 #   rotary, no dropout): fp32 24h, gelu_new's terms 5 x 4i.
+# amp rows of gpt2 and phi (gelu_new) follow CUDA autocast: pow is on its float32 list
+#   (reference/cuda-autocast.md), so x**3 and every term after it (tanh's output, 1 + tanh,
+#   the product) are fp32 beside the 16-bit fc output and its 16-bit copy for the next
+#   linear: c_i 16, not the 10 of CPU autocast (re-fit by benchmarks/memory_coefficients.py
+#   under trace/cuda_autocast.py: c_i 15.98, as the other coefficients before).
 # (The amp rows of the LayerNorm families were confirmed per token by hand count; their
 # fit shows only a per-layer constant of a few hundred bytes from the bias casts.)
 _SDPA = {
@@ -71,7 +76,7 @@ _SDPA = {
     ("gemma", "amp"): (26, 4, 4, 8, 4, 8),
     ("gpt2", "fp32"): (34, 0, 0, 20, 4, 16),
     ("gpt2", "half"): (18, 0, 0, 10, 4, 8),
-    ("gpt2", "amp"): (22, 0, 0, 10, 4, 16),
+    ("gpt2", "amp"): (22, 0, 0, 16, 4, 16),
     ("gpt_neox", "fp32"): (36, 0, 0, 8, 4, 16),
     ("gpt_neox", "half"): (20, 0, 0, 4, 4, 8),
     ("gpt_neox", "amp"): (22, 0, 0, 4, 4, 16),
@@ -83,17 +88,18 @@ _SDPA = {
     ("opt", "amp"): (26, 0, 0, 2, 4, 16),
     ("phi", "fp32"): (24, 0, 0, 20, 4, 8),
     ("phi", "half"): (14, 0, 0, 10, 4, 4),
-    ("phi", "amp"): (22, 0, 0, 10, 4, 8),
+    ("phi", "amp"): (22, 0, 0, 16, 4, 8),
 }
 # Eager attention, change per token against SDPA: (d_q, d_kv, d_a, c_as). It keeps q,
 # repeat_kv(k), repeat_kv(v) (all heads) and the (a, s) softmax row per token: fp32 (4)
 # plus its 16-bit copy (2) when half; with attention dropout also the bool mask (1) and
-# the dropped probabilities; no log-sum-exp (-4a). Measured by the same fit.
+# the dropped probabilities; no log-sum-exp (-4a). Measured by the same fit. BERT's softmax
+# takes no dtype: under CUDA autocast (float32 list) its output is fp32 as GPT-2's, c_as 7.
 _EAGER = {
     ("llama", "fp32"): (0, 0, -4, 4), ("llama", "half"): (4, -4, -4, 6), ("llama", "amp"): (4, -4, -4, 6),
     ("gemma", "fp32"): (0, 0, -4, 4), ("gemma", "half"): (4, -4, -4, 6), ("gemma", "amp"): (4, -4, -4, 6),
     ("gpt2", "fp32"): (0, 0, -4, 9), ("gpt2", "half"): (0, 0, -4, 5), ("gpt2", "amp"): (0, 0, -4, 7),
-    ("bert", "fp32"): (0, 0, -4, 9), ("bert", "half"): (0, 0, -4, 5), ("bert", "amp"): (0, 0, -4, 5),
+    ("bert", "fp32"): (0, 0, -4, 9), ("bert", "half"): (0, 0, -4, 5), ("bert", "amp"): (0, 0, -4, 7),
     ("gpt_neox", "fp32"): (0, 0, -4, 4), ("gpt_neox", "half"): (0, 0, -4, 6), ("gpt_neox", "amp"): (0, 0, -4, 6),
     ("opt", "fp32"): (0, 0, -4, 4), ("opt", "half"): (0, 0, -4, 6), ("opt", "amp"): (0, 0, -4, 6),
     ("phi", "fp32"): (0, 0, -4, 4), ("phi", "half"): (0, 0, -4, 6), ("phi", "amp"): (0, 0, -4, 6),
@@ -113,6 +119,7 @@ _OUTSIDE = {
 }
 _PER_LAYER_CONST_H = {"gemma": 8}  # bytes per layer per hidden unit: gemma's fp32 (1 + w) per norm
 _DROPOUT_STYLES = {"gpt2": 2, "bert": 2, "opt": 2}
+_GELU_NEW_STYLES = {"gpt2", "phi"}  # pow inside gelu_new: fp32 under CUDA autocast
 # Their _EAGER rows were measured with attention dropout 0.1; residual dropouts per layer
 # whose bool masks are in c_h.
 _EAGER_WITH_ATTN_DROPOUT = {"gpt2", "bert"}
@@ -190,6 +197,13 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
             e = 4 if mode != "half" else 2
             logits_fwd = tokens * v * (half + (4 if mode == "amp" else 0) + e)
             logits_bwd = tokens * v * 3 * e
+            if mode == "amp":
+                # CUDA autocast has no cross_entropy_loss kernel: it decomposes to log_softmax
+                # (float32 by dtype=) and nll_loss; the trace under CUDA's policy keeps 10
+                # bytes per logit at the start of backward, not CPU autocast's 12 (measured:
+                # traced logits_loss over vocab_size 4000 -> 8000 at 512 and 2048 tokens,
+                # BERT h=256: 10 per logit + the head's 16-bit decoder weight copy, 2hv)
+                logits_bwd = tokens * v * 10
         else:
             logits_fwd = tokens * v * (half + (4 if half == 2 else 0) + 4)
             logits_bwd = tokens * v * 12
@@ -201,4 +215,12 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     # MLP holds two. Counted from the autograd graph; confirmed where this moment is the
     # peak (sequence classification, no vocabulary-sized loss).
     layer_backward = tokens * i * half * (3 if facts.mlp == "gated" else 2)
+    if style in _GELU_NEW_STYLES and mode == "amp":
+        # gelu_new under CUDA autocast: the gradients of its fp32 terms (pow, tanh, 1 + tanh,
+        # the product) coexist at the MLP's backward peak: 12 bytes per token per intermediate
+        # unit, less the 16-bit copy of its output that c_fc2/c_proj's backward has consumed
+        # by then (2). Measured: traced peak slope over intermediate_size 1024 -> 2048 (GPT-2
+        # h=256, checkpointed, seq-cls, where this moment is the peak): 33.8 bytes per token
+        # per unit, 27.5 before this term.
+        layer_backward = tokens * i * 10
     return ActivationParts(per_layer, per_layer_ckpt, outside, logits_fwd, logits_bwd, layer_backward, note)

@@ -2,7 +2,7 @@
 
 Shared by the analytic and the traced estimate, so the two differ only in the tensor peak.
 Sources and assumptions (no GPU was available to measure them here; benchmarks/
-gpu_memory_check.py measures them where one is):
+gpu_check.py measures them where one is):
 - PyTorch CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp): every block is
   rounded up to a multiple of 512 bytes; requests <= 1 MiB come from 2 MiB segments,
   larger ones from segments rounded to 2 MiB (20 MiB for 1-10 MiB requests); freed

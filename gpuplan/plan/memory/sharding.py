@@ -245,8 +245,9 @@ def _deepspeed(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) 
 
 
 def _fsdp_notes(wl: Workload, n: int, mb: int, cb: int, host: int) -> tuple[str, ...]:
-    where = f"host RAM ({host / GIB:.1f} GiB per GPU, CPU offload)" if host else "the GPU"
-    out = [f"FSDP ZeRO-{wl.zero_stage} over {n} GPUs: {_DTYPE_NAME[mb]} shards of parameters, gradients "
+    ranks, own = ("CPU processes", "each process") if wl.device == "cpu" else ("GPUs", "the GPU")
+    where = f"host RAM ({host / GIB:.1f} GiB per GPU, CPU offload)" if host else own
+    out = [f"FSDP ZeRO-{wl.zero_stage} over {n} {ranks}: {_DTYPE_NAME[mb]} shards of parameters, gradients "
            f"and optimizer states in {where}; 'weights' includes the {_DTYPE_NAME[cb]} units gathered in flight"]
     if wl.gradient_accumulation_steps > 1 and FSDP_SYNC_EACH_BATCH:
         out.append("FSDP with gradient accumulation: reduce-scatter every micro-batch (accelerate "

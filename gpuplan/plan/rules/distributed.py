@@ -5,8 +5,8 @@ then FSDP SHARD_GRAD_OP (ZeRO-2: no more traffic than DDP), FULL_SHARD (ZeRO-3:
 1.5x the traffic), then FULL_SHARD with CPU offload. This rule writes what the fit
 chose and refuses the combinations peers refuse (reference/peer-rules.md):
 bitsandbytes 8-bit optimizers with FSDP or DeepSpeed, FSDP options with DeepSpeed,
-ZeRO options with FSDP, offload beyond the host's RAM, FSDP or DeepSpeed on hardware
-"cpu" (several CPU processes are DDP over gloo: FSDP2 and DeepSpeed need CUDA here).
+ZeRO options with FSDP, offload beyond the host's RAM, DeepSpeed on hardware "cpu" (it
+needs CUDA; several CPU processes run DDP, or FSDP2 over gloo when asked: apply/fsdp_cpu.py).
 torch.compile with FSDP: apply runs FSDP2, which keeps the original parameters (FSDP1's
 use_orig_params is obsolete there).
 """
@@ -33,16 +33,16 @@ def _fsdp(kind: str, count: int, world: int, offload: bool) -> Sharding:
 
 
 def sharding_candidates(spec: Callable[[str], Any], packages: dict, cpu: bool = False) -> tuple[Sharding, ...]:
-    """Layouts memory.fit may choose from, cheapest communication first (on "cpu": DDP only)."""
+    """Layouts memory.fit may choose from, cheapest communication first (on "cpu": DDP unless FSDP is asked)."""
     count, nodes = spec("hardware.count"), spec("hardware.nodes")
     world = count * nodes
     strategy = spec("distributed.strategy")
     if world == 1 or strategy == "none":
         return (Sharding(),)
-    if strategy == "ddp" or cpu:
-        return (Sharding("ddp", 0, 1),)
     if strategy == "fsdp":
         return (_fsdp(spec("distributed.fsdp_sharding"), count, world, spec("distributed.fsdp_cpu_offload")),)
+    if strategy == "ddp" or cpu:  # "auto" on CPU processes: DDP (sharding saves no GPU memory there)
+        return (Sharding("ddp", 0, 1),)
     if strategy == "deepspeed" and packages.get("deepspeed"):
         stage = spec("distributed.zero_stage")
         oo, op = spec("distributed.offload_optimizer"), spec("distributed.offload_params")
@@ -67,9 +67,12 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
-    if ctx.gpu.vendor == "cpu" and world > 1 and asked in ("fsdp", "deepspeed"):
-        ctx.error("distributed.strategy", f'distributed.strategy = "{asked}" on hardware "cpu": several CPU processes '
-                  "train with DDP over gloo; FSDP and DeepSpeed need CUDA GPUs", fix='set distributed.strategy = "ddp" (or "auto")')
+    if ctx.gpu.vendor == "cpu" and world > 1 and asked == "deepspeed":
+        ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
+                  "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
+    if ctx.gpu.vendor == "cpu" and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
+        ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
+                  "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
     if sol is None:
         for k in KEYS:
             ctx.keep(k)

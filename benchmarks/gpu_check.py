@@ -1,0 +1,335 @@
+"""Train a matrix of small real models through `gpuplan apply` and record measured memory beside the plan.
+
+One command for the first CUDA GPU at hand (under 8 minutes on one GPU): three families
+(Llama: RMSNorm/SwiGLU/GQA; GPT-2: LayerNorm/gelu_new; GPT-NeoX: parallel residual) x
+fp16/bf16 autocast x gradient checkpointing off/on x the methods in METHODS, each case
+planned by gpuplan and trained for a few steps by `gpuplan.apply.execute` (the Trainer path
+a user's run takes) in a fresh process, so the CUDA counters and NVML see that case alone.
+On a GPU each case's per-device batch is the largest whose planned tensor peak stays under
+--target (default half the GPU's memory, at least a third: the issue's floor), at seq_len 2048.
+
+Recorded per case, beside the plan's figures (memory.allocated_peak_bytes, reserved_peak_bytes,
+throughput.tokens_per_second): torch.cuda.max_memory_allocated / max_memory_reserved, the peak
+NVML used memory of the process (pynvml, else nvidia-smi, else the device's used memory from
+cudaMemGetInfo; the source is recorded), and the tokens/s of the steps after the first. On CPU
+the same code path runs a tiny matrix and records what a CPU can measure: time and peak RSS.
+fp16 on CPU is planned as fp32 (no GradScaler without CUDA): the "planned" column shows it.
+
+    python benchmarks/gpu_check.py                    # the GPU matrix (a CPU-only host: the tiny one)
+    python benchmarks/gpu_check.py --device cpu --families llama --precisions bf16
+    python benchmarks/gpu_check.py --methods full,lora,qlora   # once model.method takes them
+
+Results: --json (default benchmarks/gpu_check-<device>.json) and a RESULTS.md section per device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+_IDS = dict(pad_token_id=256, bos_token_id=257, eos_token_id=258)  # the byte-level tokenizer's (apply/tokenizer.py)
+FAMILIES = {  # GPU: ~150-200M parameters, vocabulary 32000 (a real-sized LM head)
+    "llama": dict(model_type="llama", hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                  num_attention_heads=16, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, **_IDS),
+    "gpt2": dict(model_type="gpt2", n_embd=1024, n_layer=12, n_head=16, vocab_size=32000, n_positions=2048, **_IDS),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=1024, intermediate_size=4096, num_hidden_layers=12,
+                     num_attention_heads=16, vocab_size=32000, max_position_embeddings=2048, **_IDS),
+}
+TINY = {  # CPU: the same families, small enough for a few steps in seconds
+    "llama": dict(FAMILIES["llama"], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=260),
+    "gpt2": dict(FAMILIES["gpt2"], n_embd=64, n_layer=2, n_head=4, vocab_size=260),
+    "gpt_neox": dict(FAMILIES["gpt_neox"], hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                     num_attention_heads=4, vocab_size=260),
+}
+# method -> spec tables it adds. LoRA and QLoRA rows: add
+#   "lora": {"model": {"method": "lora"}}, "qlora": {"model": {"method": "qlora"}}
+# once the spec schema takes model.method (then `--methods full,lora,qlora`).
+METHODS: dict[str, dict] = {"full": {}}
+PRECISIONS = {"fp16": {"fp16": True, "bf16": False}, "bf16": {"bf16": True, "fp16": False}}
+CORPUS = ROOT / "specs" / "data" / "tiny-corpus.txt"
+
+
+def matrix(families, methods, precisions, checkpointing=(False, True)) -> list[dict]:
+    return [dict(family=f, method=m, precision=p, ckpt=c)
+            for m in methods for f in families for p in precisions for c in checkpointing]
+
+
+def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int, seq: int, steps: int) -> str:
+    tables: dict[str, dict] = {
+        "model": {"config": cfg, "from_scratch": True, "task": "causal-lm"},
+        "hardware": {"gpu": gpu, "count": 1},
+        "data": {"train_files": [data], "seq_len": seq},
+        "training": {"effective_batch_size": batch, "per_device_train_batch_size": batch, "max_steps": steps,
+                     "gradient_checkpointing": case["ckpt"], "logging_steps": 1, "save_steps": 100000, "seed": 0,
+                     **PRECISIONS[case["precision"]]},
+        "output": {"dir": out},
+    }
+    for section, values in METHODS[case["method"]].items():
+        tables[section] = {**tables.get(section, {}), **values}
+    return "\n".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items())
+                     for name, t in tables.items())
+
+
+def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, steps: int):
+    from gpuplan.cli.common import detect_hardware
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.environment import local_environment
+
+    cfg = work / "config.json"
+    cfg.write_text(json.dumps((FAMILIES if device == "cuda" else TINY)[case["family"]]))
+    spec = work / "spec.toml"
+    spec.write_text(spec_text(case, str(cfg), str(work / "train.txt"), str(work / "run"), gpu="auto" if device == "cuda"
+                              else "cpu", batch=batch, seq=seq, steps=steps))
+    return plan_file(spec, detect=detect_hardware, environment=local_environment())
+
+
+def size_batch(case: dict, work: Path, *, seq: int, steps: int, target: float) -> tuple[int, object]:
+    """The largest per-device batch whose planned tensor peak is under target x the GPU's memory."""
+    from gpuplan.plan.types import PlanError
+
+    best = None
+    for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256):
+        try:
+            plan = plan_case(case, work, device="cuda", batch=b, seq=seq, steps=steps)
+        except PlanError:
+            break
+        if best is not None and plan.memory["allocated_peak_bytes"] > target * plan.memory["capacity_bytes"]:
+            break
+        best = (b, plan)
+    return best
+
+
+def write_corpus(path: Path, tokens: int) -> None:
+    """The shipped corpus repeated to `tokens` bytes (byte-level tokenizer: one token per byte)."""
+    text = CORPUS.read_text()
+    path.write_text(text * (tokens // len(text.encode()) + 1))
+
+
+class DeviceMemorySampler:
+    """Peak NVML used memory of this process (`peak`) and of the whole device (`peak_device`,
+    cudaMemGetInfo: total - free), polled in a thread while the case trains. In a container the
+    process list can hide our pid; the device figure is then the one to read (one case per GPU)."""
+
+    def __init__(self, interval: float = 0.1):
+        import threading
+
+        import torch
+
+        self.peak, self.peak_device, self.source, self.interval = 0, 0, None, interval
+        self._read = self._pick()
+        self._device = lambda: (lambda free, total: total - free)(*torch.cuda.mem_get_info())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pick(self):
+        pid = os.getpid()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self.source = "pynvml (this process)"
+            return lambda: max([p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                                if p.pid == pid] or [0])
+        except Exception:  # no pynvml, or no driver
+            pass
+        try:
+            subprocess.run(["nvidia-smi", "-L"], capture_output=True, check=True, timeout=10)
+            self.source, self.interval = "nvidia-smi (this process)", 0.5
+
+            def smi() -> int:
+                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10).stdout
+                return max([int(m) * 2**20 for p, m in (ln.split(",") for ln in out.splitlines() if "," in ln)
+                            if int(p) == pid] or [0])
+            return smi
+        except Exception:  # no nvidia-smi
+            pass
+        import torch
+
+        self.source = "cudaMemGetInfo (whole device)"
+        return lambda: (lambda free, total: total - free)(*torch.cuda.mem_get_info())
+
+    def _poll(self):
+        try:
+            self.peak = max(self.peak, int(self._read()))
+            self.peak_device = max(self.peak_device, int(self._device()))
+        except Exception:  # a poll that fails is skipped, not fatal
+            pass
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            self._poll()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._poll()
+
+
+def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) -> dict:
+    """One case, in this (fresh) process: plan, train through apply's execute, measure."""
+    from contextlib import nullcontext
+
+    from gpuplan.apply.run import execute
+
+    work = Path(case["work"])
+    work.mkdir(parents=True, exist_ok=True)
+    if device == "cuda":
+        sized = size_batch(case, work, seq=seq, steps=steps, target=target)
+        if sized is None:
+            raise SystemExit(f"{case}: gpuplan cannot plan even a batch of 1 at seq_len {seq} on this GPU")
+        batch = sized[0]
+    else:
+        batch = 2
+    write_corpus(work / "train.txt", int(batch * seq * (steps + 2) * 1.2))
+    plan = plan_case(case, work, device=device, batch=batch, seq=seq, steps=steps)
+    sampler = DeviceMemorySampler() if device == "cuda" else nullcontext()
+    with sampler:
+        res = execute(plan, echo=lambda line: None, progress=False)
+    mem, thr = plan.memory, plan.throughput
+    planned = "bf16" if plan.value("training.bf16") else "fp16" if plan.value("training.fp16") else "fp32"
+    return dict(
+        case, batch=batch, seq_len=seq, steps=steps, device=device, gpu=plan.hardware.get("name"), planned=planned,
+        measured=dict(allocated=res.get("peak_allocated_bytes"), reserved=res.get("peak_reserved_bytes"),
+                      nvml_used=getattr(sampler, "peak", None), nvml_source=getattr(sampler, "source", None),
+                      device_used=getattr(sampler, "peak_device", None),
+                      rss=res.get("peak_rss_bytes"), tokens_per_second=res.get("steady_tokens_per_second")
+                      or res.get("tokens_per_second"), train_runtime_s=res.get("train_runtime_s"),
+                      loss_first=res.get("train_loss_first"), loss_last=res.get("train_loss_last")),
+        plan=dict(allocated=mem.get("allocated_peak_bytes"), reserved=mem.get("reserved_peak_bytes"),
+                  capacity=mem.get("capacity_bytes"), tokens_per_second=thr.get("tokens_per_second"),
+                  workload=mem.get("workload")),
+    )
+
+
+def _gib(n) -> str:
+    return f"{n / 2**30:.2f}" if n else "-"
+
+
+def _err(measured, planned) -> str:
+    return f"{(planned - measured) / measured:+.1%}" if measured and planned else "-"
+
+
+def render(rows: list[dict], summary: dict) -> str:
+    cuda = summary["device"] == "cuda"
+    head = (f"{summary['gpu']}, {len(rows)} cases, {summary['wall_s']:.0f} s wall ({summary['skipped']} skipped "
+            f"over the {summary['budget_s']:.0f} s budget). Error = (plan - measured) / measured.")
+    if summary.get("load_average"):
+        head += (f" 1-minute load average {summary['load_average'][0]} at the start, {summary['load_average'][1]} "
+                 f"at the end, on {summary.get('cpus')} CPUs.")
+    if cuda:
+        lines = [head, "", "| family | method | precision (planned) | ckpt | batch x seq | max_memory_allocated GiB | plan "
+                 "GiB (err) | max_memory_reserved GiB | plan reserved GiB (err) | NVML used GiB (process / device) | tokens/s | "
+                 "plan tokens/s |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = [head, "CPU: no CUDA counters; peak RSS is the whole process (interpreter, libraries, data), "
+                 "the plan's figure is the tensor peak.", "",
+                 "| family | method | precision (planned) | ckpt | batch x seq | peak RSS GiB | plan tensor peak GiB | "
+                 "train s | tokens/s | plan tokens/s | loss first -> last |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        m, p = r["measured"], r["plan"]
+        lead = (f"| {r['family']} | {r['method']} | {r['precision']} ({r['planned']}) | {'on' if r['ckpt'] else 'off'} | "
+                f"{r['batch']} x {r['seq_len']} |")
+        tps = f"{m['tokens_per_second']:,.0f}" if m["tokens_per_second"] else "-"
+        ptps = f"{p['tokens_per_second']:,.0f}" if p["tokens_per_second"] else "-"
+        if cuda:
+            lines.append(f"{lead} {_gib(m['allocated'])} | {_gib(p['allocated'])} ({_err(m['allocated'], p['allocated'])}) | "
+                         f"{_gib(m['reserved'])} | {_gib(p['reserved'])} ({_err(m['reserved'], p['reserved'])}) | "
+                         f"{_gib(m['nvml_used'])} / {_gib(m.get('device_used'))} | {tps} | {ptps} |")
+        else:
+            lines.append(f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | "
+                         f"{tps} | {ptps} | {m['loss_first']:.3f} -> {m['loss_last']:.3f} |")
+    if cuda and rows:
+        lines += ["", f"NVML source: {rows[0]['measured']['nvml_source']}."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--methods", default="full", help=f"comma list of {sorted(METHODS)}")
+    ap.add_argument("--precisions", default="fp16,bf16")
+    ap.add_argument("--checkpointing", default="off,on", help="gradient checkpointing rows: off,on")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps per case (GPU 6, CPU 3)")
+    ap.add_argument("--seq-len", type=int, default=None, help="GPU 2048, CPU 64")
+    ap.add_argument("--target", type=float, default=0.5, help="planned peak / GPU memory the batch is sized to")
+    ap.add_argument("--budget-s", type=float, default=450, help="cases not started by then are skipped")
+    ap.add_argument("--json", help="write the rows here (default benchmarks/gpu_check-<device>.json)")
+    ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
+    ap.add_argument("--run-case", help=argparse.SUPPRESS)  # internal: one case in a fresh process
+    a = ap.parse_args(argv)
+    if a.run_case:
+        job = json.loads(a.run_case)
+        row = run_case(job["case"], device=job["device"], seq=job["seq"], steps=job["steps"], target=job["target"])
+        Path(job["case"]["work"], "row.json").write_text(json.dumps(row))
+        return 0
+    device = a.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    for m in a.methods.split(","):
+        if m not in METHODS:
+            ap.error(f"--methods: {m!r} is not one of {sorted(METHODS)} (LoRA/QLoRA rows: see METHODS)")
+    steps = a.steps or (6 if device == "cuda" else 3)
+    seq = a.seq_len or (2048 if device == "cuda" else 64)
+    ckpt = tuple({"off": False, "on": True}[c] for c in a.checkpointing.split(","))
+    cases = matrix(a.families.split(","), a.methods.split(","), a.precisions.split(","), ckpt)
+    rows, skipped, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
+        for i, case in enumerate(cases):
+            name = f"{case['family']} {case['method']} {case['precision']} ckpt={'on' if case['ckpt'] else 'off'}"
+            if time.perf_counter() - t0 > a.budget_s:
+                skipped += 1
+                print(f"[{i + 1}/{len(cases)}] {name}: skipped (over --budget-s)", flush=True)
+                continue
+            case["work"] = str(Path(tmp) / f"case{i}")
+            job = json.dumps(dict(case=case, device=device, seq=seq, steps=steps, target=a.target))
+            r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True,
+                               cwd=ROOT, timeout=600)
+            if r.returncode != 0:
+                print(f"[{i + 1}/{len(cases)}] {name}: FAILED\n{r.stderr[-3000:]}", flush=True)
+                return 1
+            row = json.loads(Path(case["work"], "row.json").read_text())
+            row.pop("work")
+            rows.append(row)
+            m, p = row["measured"], row["plan"]
+            peak = m["allocated"] if device == "cuda" else m["rss"]
+            print(f"[{i + 1}/{len(cases)}] {name}: batch {row['batch']} x {seq}, measured {_gib(peak)} GiB, "
+                  f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s", flush=True)
+    summary = dict(device=device, gpu=rows[0]["gpu"] if rows else device, wall_s=time.perf_counter() - t0,
+                   skipped=skipped, budget_s=a.budget_s, cpus=os.cpu_count(),
+                   load_average=[round(load0, 1), round(os.getloadavg()[0], 1)])
+    out = Path(a.json or ROOT / "benchmarks" / f"gpu_check-{device}.json")
+    out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
+    print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")
+    if not a.no_write:
+        from results import write_section
+
+        title = "Real training memory on a GPU vs the plan" if device == "cuda" else "gpu_check on CPU (its code path, tiny models)"
+        command = "python benchmarks/gpu_check.py" + (" --device cpu" if device == "cpu" else "")
+        write_section(f"gpu_check_{device}", title, render(rows, summary), command=command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""FSDP2 on CPU ranks over gloo: the one step accelerate 1.15 leaves out.
+
+torch 2.13's `fully_shard` trains on CPU tensors over gloo, and the Trainer builds
+accelerate's FullyShardedDataParallelPlugin from `fsdp=True` + `fsdp_config` on CPU as on
+CUDA (trainer.py create_accelerator_and_postprocess). accelerate then drops the plugin
+without a word: AcceleratorState.__init__ (accelerate/state.py:986-1016) sets
+`distributed_type = FSDP` only when the process group is one of MULTI_GPU, MULTI_MLU,
+MULTI_SDAA, MULTI_MUSA, MULTI_NPU, MULTI_XPU, MULTI_HPU, MULTI_NEURON; CPU ranks are
+MULTI_CPU (state.py:801-808), so the run silently becomes DDP. There is no flag or
+environment variable through it (ACCELERATE_USE_FSDP is read inside the same branch).
+
+`FSDPOnCPUTrainer` creates the Accelerator as the Trainer does and then finishes what
+state.py:1013-1016 would have done on a GPU: distributed_type FSDP, the plugin's mixed
+precision, the plugin on the state, and the type on PartialState too (state.py:1037). From there accelerate's own FSDP2 path runs
+unchanged (fsdp2_prepare_model: `fully_shard` per decoder layer; FSDP checkpoints via
+save_fsdp_model / save_fsdp_optimizer), so CPU tests exercise the same mapping
+(apply/convert.py `_sharded_kwargs`) that GPU runs use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
+    """Turn a MULTI_CPU accelerator into an FSDP one with the Trainer's plugin; True when it did."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = accelerator.state
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    plugin = FullyShardedDataParallelPlugin(**plugin_args)
+    if state.mixed_precision != "no":  # as state.py:1014-1015 does for GPUs
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    # as state.py:1037 does: every later AcceleratorState() copies PartialState's dict over its own
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return True
+
+
+def trainer_class() -> type:
+    """transformers.Trainer whose Accelerator keeps the FSDP plugin on CPU ranks."""
+    from transformers import Trainer
+
+    class FSDPOnCPUTrainer(Trainer):
+        def create_accelerator_and_postprocess(self) -> None:
+            super().create_accelerator_and_postprocess()
+            if self.args.fsdp_plugin_args is not None and promote_to_fsdp(self.accelerator, self.args.fsdp_plugin_args):
+                self.is_fsdp_enabled = True
+
+    return FSDPOnCPUTrainer
+

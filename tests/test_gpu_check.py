@@ -1,0 +1,52 @@
+"""benchmarks/gpu_check.py: its CPU mode trains a real tiny case through apply, and its GPU table renders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import gpu_check  # noqa: E402
+
+
+def test_matrix_crosses_methods_families_precisions_and_checkpointing():
+    rows = gpu_check.matrix(["llama", "gpt2", "gpt_neox"], ["full"], ["fp16", "bf16"])
+    assert len(rows) == 12 and {(r["precision"], r["ckpt"]) for r in rows} == {
+        ("fp16", False), ("fp16", True), ("bf16", False), ("bf16", True)}
+    spec = gpu_check.spec_text(rows[1], "/c.json", "/d.txt", "/out", gpu="auto", batch=8, seq=2048, steps=6)
+    assert 'gradient_checkpointing = true' in spec and "fp16 = true" in spec and 'gpu = "auto"' in spec
+
+
+@pytest.mark.slow
+def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
+    out = tmp_path / "rows.json"
+    r = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--families", "gpt2",
+                        "--precisions", "fp16", "--checkpointing", "on", "--steps", "2", "--json", str(out),
+                        "--no-write"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["family"] == "gpt2" and row["ckpt"] is True and row["device"] == "cpu"
+    assert row["planned"] == "fp32"  # fp16 on CPU: planned in fp32, the row says so
+    m, p = row["measured"], row["plan"]
+    assert m["rss"] > 100 * 2**20 and m["tokens_per_second"] > 0 and m["allocated"] is None
+    assert m["loss_first"] > 0 and p["allocated"] > 0 and p["workload"]["gradient_checkpointing"] is True
+    table = gpu_check.render(data["rows"], data["summary"])
+    assert "| gpt2 | full | fp16 (fp32) | on | 2 x 64 |" in table
+
+
+def test_gpu_table_puts_measured_beside_planned():
+    row = dict(family="llama", method="full", precision="bf16", planned="bf16", ckpt=False, batch=8, seq_len=2048,
+               measured=dict(allocated=40 * 2**30, reserved=44 * 2**30, nvml_used=45 * 2**30, nvml_source="pynvml",
+                             device_used=46 * 2**30,
+                             tokens_per_second=100000.0),
+               plan=dict(allocated=42 * 2**30, reserved=46 * 2**30, tokens_per_second=90000.0))
+    table = gpu_check.render([row], dict(device="cuda", gpu="H100-80GB", wall_s=300, skipped=0, budget_s=450))
+    assert ("| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) "
+            "| 45.00 / 46.00 | 100,000 | 90,000 |") in table
