@@ -73,6 +73,8 @@ def build_trainer(
     )
     data = prepare_data(plan, tokenizer)
     model = load_model(plan, tokenizer, data.label_names)
+    if "position_ids" in data.train.column_names:
+        no_cache_while_training(model)
     args = training_arguments(plan, progress=progress)
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
@@ -97,6 +99,24 @@ def build_trainer(
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
+
+
+def no_cache_while_training(model: Any) -> None:
+    """Packed examples (examples.py) need config.use_cache off while training.
+
+    With use_cache on, a decoder builds a DynamicCache even in training, and
+    transformers.masking_utils looks for packed sequences in the position ids only when
+    there is no cache: the examples of a block would attend to each other.
+    """
+    if getattr(model.config, "use_cache", None):
+        model.config.use_cache = False
+        model.gpuplan_use_cache = True  # on the module, not the config: checkpoints save the config
+
+
+def restore_cache_setting(model: Any) -> None:
+    """The saved model generates with the cache setting it came with."""
+    if getattr(model, "gpuplan_use_cache", False):
+        model.config.use_cache = True
 
 
 def execute(
@@ -177,6 +197,7 @@ def execute(
             state.finish("interrupted", partial_results(), error=f"interrupted by the user at step {step}")
             raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
+        restore_cache_setting(trainer.model)
         trainer.save_model(final_dir)  # safetensors weights + config + tokenizer
         results = {
             "device": device,

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
+from gpuplan.hub.ids import is_hub_id
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.context import Resolver
@@ -24,6 +25,7 @@ from gpuplan.plan.solve import SAVER_COST
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
+from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from gpuplan.spec.load import LoadedSpec, load_toml
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
@@ -43,7 +45,11 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
         for name in type(obj).model_fields:
             key = f"{section}.{name}"
             value = getattr(obj, name)
-            if key in PATH_KEYS and value is not None:
+            if key == "model.name_or_path" and value is not None and is_hub_id(value, spec_dir):
+                pass  # a Hub id stays as written; gpuplan/hub resolves it
+            elif key == "data.chat_template" and value is not None and value not in CHAT_TEMPLATES:
+                value = str((spec_dir / value).resolve())
+            elif key in PATH_KEYS and value is not None:
                 value = str((spec_dir / value).resolve())
             elif key in PATH_LIST_KEYS:
                 value = [str((spec_dir / v).resolve()) for v in value]

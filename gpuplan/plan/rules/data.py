@@ -2,7 +2,8 @@
 
 - seq_len beyond the model's positions: an error for learned absolute position
   embeddings (index out of range at run time), a warning for rotary models.
-- packing: on for language modelling, off for classification (one example, one label).
+- packing: on for language modelling, off for classification (one example, one label);
+  chat / instruction data: chat_data.py.
 - seq-cls needs a label field; num_labels defaults to 2.
 - warmup_steps with warmup_ratio: error (TrainingArguments accepted only one); a
   ratio becomes steps when max_steps is known, else a fraction (<1) the Trainer reads as a ratio.
@@ -14,6 +15,7 @@ import math
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.rules.chat_data import chat_checks, supervised_packing
 
 # Families whose positions are a learned table of max_position_embeddings rows.
 LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "distilbert", "xlm-roberta", "electra", "gpt_bigcode", "biogpt"}
@@ -38,7 +40,11 @@ def data_checks(ctx: Resolver) -> None:
                      detail="rotary models run, but quality past the trained length needs rope scaling",
                      fix=f"set data.seq_len = {maxpos} or configure rope_scaling")
     packing = ctx.spec("data.packing")
-    if packing == "auto":
+    fmt = ctx.spec("data.format")
+    if fmt != "text":
+        chat_checks(ctx, fmt, task)
+        supervised_packing(ctx, fmt, seq)
+    elif packing == "auto":
         on = task != "seq-cls"
         ctx.resolve("data.packing", on,
                     f"{task}: documents packed into {seq}-token blocks, no padding" if on
@@ -57,7 +63,7 @@ def data_checks(ctx: Resolver) -> None:
             ctx.keep("model.num_labels")
     else:
         ctx.keep("model.num_labels")
-    if not ctx.spec("data.train_files"):
+    if not ctx.spec("data.train_files") and not ctx.spec("data.dataset"):
         ctx.note("data.train_files", "no data.train_files: the plan is complete, apply needs data",
                  fix='set data.train_files = ["data/train.jsonl"]')
 
@@ -83,7 +89,9 @@ def warmup(ctx: Resolver) -> None:
 
 RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
-                               "spec:data.label_field", "spec:data.train_files"),
+                               "spec:data.label_field", "spec:data.train_files", "spec:data.format",
+                               "spec:data.chat_template", "spec:model.name_or_path", "spec:model.from_scratch",
+                               "spec:data.dataset"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
     Rule("schedule.warmup", reads=("spec:training.warmup_ratio", "spec:training.warmup_steps", "spec:training.max_steps"),
