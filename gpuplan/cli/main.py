@@ -1,4 +1,4 @@
-"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, data.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
@@ -14,6 +14,7 @@ from typing import Sequence
 
 from gpuplan.cli.apply import cmd_apply
 from gpuplan.cli.common import UserError, report
+from gpuplan.cli.data import cmd_data
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
 from gpuplan.cli.spec_files import cmd_fmt, cmd_init
@@ -21,7 +22,7 @@ from gpuplan.cli.state import cmd_show
 from gpuplan.plan.types import PlanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
-            "init": cmd_init, "fmt": cmd_fmt}
+            "init": cmd_init, "fmt": cmd_fmt, "data": cmd_data}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

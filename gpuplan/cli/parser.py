@@ -15,6 +15,7 @@ EXAMPLES = {
     "show": "example: gpuplan show runs/tiny   (or: gpuplan show run.plan.json --json)",
     "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
+    "data": "example: gpuplan data specs/tiny-chat.toml --examples 2",
 }
 
 
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = cmd("fmt", "Lay out specs in schema order, keeping comments and values.")
     fmt.add_argument("specs", nargs="+", metavar="SPEC", help='spec files; "-" reads stdin and writes stdout')
     fmt.add_argument("--check", action="store_true", help="write nothing; list the files fmt would change, exit 1 if any")
+    data = cmd("data", "Show training examples as the model sees them (trained parts marked) and data statistics.")
+    data.add_argument("spec", help="spec file (TOML)")
+    data.add_argument("--examples", "-n", type=int, default=3, metavar="N", help="examples to show (default 3)")
+    data.add_argument("--json", action="store_true",
+                      help='print {"examples": [{"segments": [{"text", "trained"}]}], "stats": {...}}')
+    _plan_flags(data)
     return p
 
 
