@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from gpuplan.cli import main
 from planning import SPECS
+
+from gpuplan.cli import main
 
 
 def _spec(tmp_path, old: str = "", new: str = ""):
