@@ -165,8 +165,12 @@ def train_paths(plan: Plan) -> list[str]:
     """data.train_files, or the data files of the data.dataset snapshot (fetched through gpuplan.hub)."""
     if plan.get("data.dataset"):
         from gpuplan.hub.fetch import dataset_files
+        from gpuplan.hub.resolve import HubError
 
-        return dataset_files(plan)
+        try:
+            return dataset_files(plan)
+        except HubError as e:
+            raise ApplyError(e.message) from None
     return list(plan.value("data.train_files"))
 
 

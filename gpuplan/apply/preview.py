@@ -37,7 +37,11 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     if task != "causal-lm":
         raise ApplyError(f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks "
                          "drawn at random, nothing to mark")
-    tokenizer = load_tokenizer(plan.get("model.name_or_path"), task=task,
+    from .model import local_model_dir
+    from .run import fetch_hub_files
+
+    fetch_hub_files(plan)
+    tokenizer = load_tokenizer(local_model_dir(plan), task=task,
                                from_scratch=bool(plan.value("model.from_scratch")),
                                trust_remote_code=bool(plan.value("model.trust_remote_code")))
     paths = train_paths(plan)

@@ -64,9 +64,11 @@ def build_trainer(
     from .oom import injected_oom_callback
     from .tokenizer import load_tokenizer
 
+    from gpuplan.hub.fetch import model_dir
+
     set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too
     tokenizer = load_tokenizer(
-        plan.get("model.name_or_path"),
+        model_dir(plan),
         task=plan.value("model.task"),
         from_scratch=bool(plan.value("model.from_scratch")),
         trust_remote_code=bool(plan.value("model.trust_remote_code")),
@@ -99,6 +101,16 @@ def build_trainer(
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
+
+
+def fetch_hub_files(plan: Plan) -> None:
+    from gpuplan.hub.fetch import fetch_all
+    from gpuplan.hub.resolve import HubError
+
+    try:
+        fetch_all(plan)
+    except HubError as e:
+        raise ApplyError(e.message) from None
 
 
 def no_cache_while_training(model: Any) -> None:
@@ -135,7 +147,8 @@ def execute(
     KeyboardInterrupt. Out of memory re-plans with a smaller per-device batch (oom.py).
     """
     started = time.perf_counter()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
+    fetch_hub_files(plan)  # Hub ids: download what the run needs at the planned commit, once
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # from here on, local files only: never reach for the Hub
     from .checkpoints import checkpoint_problem, checkpoint_step, find_resumable, trim_metrics
     from .device import check_device, peak_memory, reset_peak_memory, world_size
     from .interrupt import ApplyInterrupted, GracefulStop

@@ -1,4 +1,4 @@
-"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, data.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, data, lock.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
@@ -15,6 +15,7 @@ from typing import Sequence
 from gpuplan.cli.apply import cmd_apply
 from gpuplan.cli.common import UserError, report
 from gpuplan.cli.data import cmd_data
+from gpuplan.cli.lock import cmd_lock
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
 from gpuplan.cli.spec_files import cmd_fmt, cmd_init
@@ -22,7 +23,7 @@ from gpuplan.cli.state import cmd_show
 from gpuplan.plan.types import PlanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
-            "init": cmd_init, "fmt": cmd_fmt, "data": cmd_data}
+            "init": cmd_init, "fmt": cmd_fmt, "data": cmd_data, "lock": cmd_lock}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,6 +16,7 @@ EXAMPLES = {
     "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
     "data": "example: gpuplan data specs/tiny-chat.toml --examples 2",
+    "lock": "example: gpuplan lock specs/chat-hub.toml --upgrade",
 }
 
 
@@ -73,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--json", action="store_true",
                       help='print {"examples": [{"segments": [{"text", "trained"}]}], "stats": {...}}')
     _plan_flags(data)
+
+    lock = cmd("lock", "Pin every Hub id of a spec to a commit and file hashes, in <spec>.lock.json beside it.")
+    lock.add_argument("spec", help="spec file (TOML)")
+    lock.add_argument("--upgrade", action="store_true", help="move every pin to where its revision points now")
     return p
 
 

@@ -22,6 +22,7 @@ from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
+from gpuplan.plan.sources import resolve_sources, source_settings
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
@@ -84,10 +85,11 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
                                     fix="run `gpuplan gpus` for the catalog")]) from None
 
 
-def load_facts(settings: Mapping[str, Setting], spec: Spec) -> ModelFacts:
+def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, Any] | None = None) -> ModelFacts:
     src_key = "model.config" if settings["model.config"].value else "model.name_or_path"
+    hub = (refs or {}).get(src_key)
     try:
-        config = read_config(settings[src_key].value)
+        config = read_config(hub.path if hub is not None else settings[src_key].value)
         return model_facts(config, spec.model.task, spec.model.num_labels or 2)
     except ModelConfigError as e:
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
@@ -103,7 +105,8 @@ def plan_spec(
     spec = validate_spec(loaded.raw)
     settings = flatten(spec, loaded.path.parent, loaded.path.stem)
     gpu = resolve_gpu(spec, detect)
-    facts = load_facts(settings, spec)
+    refs = resolve_sources(settings, loaded.path)  # Hub ids -> commits; {} without any
+    facts = load_facts(settings, spec, refs)
     ctx = Resolver(settings, gpu, facts, strict=strict, environment=dict(environment),
                    written_by=writers(ALL_RULES))
     for rule in rule_order(ALL_RULES):
@@ -115,6 +118,9 @@ def plan_spec(
         raise PlanError([d for d in ctx.diagnostics if d.severity == "error"] +
                         [d for d in ctx.diagnostics if d.severity != "error"])
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
+    commits, commit_changes, commit_diags = source_settings(refs, loaded.path)
+    resolved.update(commits)  # model.commit / data.commit, only for Hub ids
+    order = [*settings, *commits]
     sol = ctx.internal["fit.solution"]
     memory = memory_section(sol, ctx.internal["fit.problem"], gpu, spec.hardware.headroom)
     final = sol.estimate
@@ -132,8 +138,8 @@ def plan_spec(
         hardware=hardware,
         model=facts.summary(),
         settings=resolved,
-        changes=tuple(sorted(ctx.changes, key=lambda c: list(settings).index(c.key))),
-        diagnostics=tuple(ctx.diagnostics),
+        changes=tuple(sorted([*ctx.changes, *commit_changes], key=lambda c: order.index(c.key))),
+        diagnostics=tuple([*ctx.diagnostics, *commit_diags]),
         memory={**memory, "workload": wl.to_dict(), "method": final.method},
         throughput=throughput,
     )

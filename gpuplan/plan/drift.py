@@ -15,6 +15,8 @@ RESUME_BREAKING = {
     "model.config": "the model",
     "model.name_or_path": "the model",
     "model.from_scratch": "the model's initialisation",
+    "model.commit": "the model (its Hub commit)",
+    "data.commit": "the training data (its Hub commit)",
     "model.task": "the task (and the model head)",
     "model.num_labels": "the classification head",
     "model.dtype": "the weight dtype",

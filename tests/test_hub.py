@@ -1,0 +1,129 @@
+"""Hub ids from a cache laid out as huggingface_hub lays it out: plan, lock, a moved refs/main, apply offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
+
+from gpuplan.plan.drift import resume_conflicts
+
+SPEC = """\
+[model]
+name_or_path = "acme/micro-llama"
+task = "causal-lm"
+
+[hardware]
+gpu = "cpu"
+
+[data]
+dataset = "acme/chat"
+format = "chat"
+chat_template = "chatml"
+seq_len = 128
+
+[training]
+effective_batch_size = 4
+learning_rate = 1e-2
+max_steps = 2
+logging_steps = 1
+save_steps = 100
+seed = 0
+
+[output]
+dir = "{out}"
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    cache = root / "cache"
+    files = tiny_model_files(root)
+    commit = add_repo(cache, "acme/micro-llama", files)
+    data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"},
+                           repo_type="dataset")
+    return {"root": root, "cache": cache, "files": files, "commit": commit, "data_commit": data_commit}
+
+
+def _spec(tmp_path, text=SPEC):
+    path = tmp_path / "hubspec.toml"
+    path.write_text(text.format(out=tmp_path / "run"))
+    return path
+
+
+def test_plan_resolves_hub_ids_from_the_cache_without_torch(hub, tmp_path):
+    probe = ("import sys; from gpuplan.cli import main; rc = main(['plan', sys.argv[1], '--json']);"
+             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets'));"
+             "print('HEAVY:', heavy, file=sys.stderr); sys.exit(rc)")
+    env = {**os.environ, "HF_HUB_CACHE": str(hub["cache"]), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", probe, str(_spec(tmp_path))], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY: []" in r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["settings"]["model.commit"]["value"] == hub["commit"]
+    assert plan["settings"]["data.commit"]["value"] == hub["data_commit"]
+    assert plan["settings"]["model.name_or_path"]["value"] == "acme/micro-llama"
+    assert any("not pinned" in d["summary"] for d in plan["diagnostics"])
+
+
+def test_missing_repo_names_id_revision_cache_and_fetch_command(hub, tmp_path):
+    r = run_cli(["plan", str(_spec(tmp_path, SPEC.replace("acme/micro-llama", "acme/absent")))], hub["cache"])
+    assert r.returncode == 1
+    assert "acme/absent" in r.stderr and "'main'" in r.stderr and str(hub["cache"]) in r.stderr
+    assert "hf download acme/absent config.json --revision main" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_lock_pins_commit_and_file_hashes_and_a_moved_ref_is_reported(hub, tmp_path):
+    spec = _spec(tmp_path)
+    r = run_cli(["lock", str(spec)], hub["cache"])
+    assert r.returncode == 0, r.stderr
+    lock = json.loads((tmp_path / "hubspec.lock.json").read_text())["repos"]
+    model = lock["model.name_or_path"]
+    assert model["commit"] == hub["commit"] and model["revision"] == "main"
+    assert model["files"]["model.safetensors"] == hashlib.sha256(hub["files"]["model.safetensors"]).hexdigest()
+    assert set(model["files"]) >= {"config.json", "tokenizer.json"}
+    assert lock["data.dataset"]["files"]["data/train.jsonl"] == hashlib.sha256(chat_rows()).hexdigest()
+
+    # refs/main moves to a new commit (a new upload of the model)
+    moved = add_repo(hub["cache"], "acme/micro-llama", {**hub["files"], "README.md": b"v2\n"})
+    try:
+        r = run_cli(["plan", str(spec), "--json"], hub["cache"])
+        assert r.returncode == 0, r.stderr
+        plan = json.loads(r.stdout)
+        assert plan["settings"]["model.commit"]["value"] == hub["commit"]  # the lock wins
+        warn = [d for d in plan["diagnostics"] if d["key"] == "model.commit" and d["severity"] == "warning"]
+        assert warn and moved[:12] in warn[0]["summary"] and "--upgrade" in warn[0]["fix"]
+
+        r = run_cli(["lock", str(spec), "--upgrade"], hub["cache"])
+        assert r.returncode == 0, r.stderr
+        lock = json.loads((tmp_path / "hubspec.lock.json").read_text())["repos"]
+        assert lock["model.name_or_path"]["commit"] == moved
+        r = run_cli(["plan", str(spec), "--json"], hub["cache"])
+        assert json.loads(r.stdout)["settings"]["model.commit"]["value"] == moved
+    finally:
+        add_repo(hub["cache"], "acme/micro-llama", hub["files"])  # refs/main back to the first commit
+
+
+def test_changed_commit_breaks_resume():
+    old = {"settings": {"model.commit": {"value": "a" * 40}}}
+    new = {"settings": {"model.commit": {"value": "b" * 40}}}
+    assert resume_conflicts(old, new) == [f"model.commit: {'a' * 40!r} -> {'b' * 40!r} changes the model (its Hub commit)"]
+
+
+@pytest.mark.slow
+def test_apply_offline_fine_tunes_the_hub_model_on_the_hub_dataset(hub, tmp_path):
+    spec = _spec(tmp_path)
+    r = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())
+    assert state["plan"]["settings"]["model.commit"]["value"] == hub["commit"]
+    assert state["plan"]["settings"]["data.commit"]["value"] == hub["data_commit"]
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
