@@ -127,3 +127,22 @@ def test_apply_offline_fine_tunes_the_hub_model_on_the_hub_dataset(hub, tmp_path
     assert state["plan"]["settings"]["model.commit"]["value"] == hub["commit"]
     assert state["plan"]["settings"]["data.commit"]["value"] == hub["data_commit"]
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(("name", "status", "expected"), [
+    ("GatedRepoError", 403, "is gated: accept its terms on https://huggingface.co/acme/x and log in with `hf auth login`"),
+    ("RepositoryNotFoundError", 401, "no such repository, or it is private and your token cannot see it"),
+    ("RevisionNotFoundError", 404, "no such branch, tag or commit"),
+    ("HfHubHTTPError", 401, "the Hub refused access (HTTP 401); log in with `hf auth login` or set HF_TOKEN"),
+])
+def test_hub_failures_become_messages_that_say_what_to_do(name, status, expected):
+    import httpx2  # huggingface_hub 2.x's HTTP client: its errors carry a real response
+    from huggingface_hub import errors
+
+    from gpuplan.hub.resolve import _translate
+
+    response = httpx2.Response(status, request=httpx2.Request("HEAD", "https://huggingface.co/acme/x/resolve/main/config.json"))
+    err = _translate(getattr(errors, name)("refused", response=response), "model.name_or_path", "acme/x", "model",
+                     "main", ("config.json",))
+    assert err.message.startswith("model.name_or_path: model 'acme/x' at revision 'main'")
+    assert expected in err.message

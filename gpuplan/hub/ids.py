@@ -19,6 +19,9 @@ def is_hub_id(value: str, spec_dir: Path) -> bool:
 
     Local paths win: "models/tiny" next to the spec stays a directory.
     """
-    if value.startswith(("/", ".", "~")) or (spec_dir / value).exists():
+    if value.startswith(("/", ".", "~")) or not looks_like_repo_id(value):
         return False
-    return looks_like_repo_id(value)
+    try:
+        return not (spec_dir / value).exists()
+    except OSError:  # a name the file system refuses is no local path
+        return True
