@@ -158,7 +158,7 @@ def test_plan_pads_chat_for_families_without_position_packing(tmp_path):
     plan = plan_file(_chat_spec(tmp_path, f'"{SPECS}/models/tiny-llama-cpu.json"', f'"{tmp_path}/opt.json"'),
                      environment=ENV)
     assert plan.value("data.packing") is False
-    assert "padded to 256 tokens instead" in plan.settings["data.packing"].reason
+    assert "padded to 512 tokens instead" in plan.settings["data.packing"].reason
 
 
 @pytest.mark.slow

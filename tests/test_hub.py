@@ -146,3 +146,49 @@ def test_hub_failures_become_messages_that_say_what_to_do(name, status, expected
                      "main", ("config.json",))
     assert err.message.startswith("model.name_or_path: model 'acme/x' at revision 'main'")
     assert expected in err.message
+
+
+DATASET_SPEC = """\
+[model]
+config = "{config}"
+from_scratch = true
+
+[hardware]
+gpu = "cpu"
+
+[data]
+dataset = "acme/chat-only"
+format = "chat"
+chat_template = "chatml"
+seq_len = 128
+"""
+
+
+def _dataset_cache(tmp_path):
+    cache = tmp_path / "cache"
+    rows = chat_rows(6)
+    commit = add_repo(cache, "acme/chat-only", {"data/train-00000.jsonl": rows, "data/test.jsonl": b"{}\n"},
+                      repo_type="dataset")
+    spec = tmp_path / "ds.toml"
+    spec.write_text(DATASET_SPEC.format(config=REPO / "specs" / "models" / "tiny-llama-cpu.json"))
+    return cache, spec, commit
+
+
+def test_gpuplan_data_reads_a_hub_dataset_from_the_cache(tmp_path):
+    cache, spec, _ = _dataset_cache(tmp_path)
+    r = run_cli(["data", str(spec), "--json", "-n", "1"], cache)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["stats"]["rows"] == 6  # the train file only, not data/test.jsonl
+    assert [s["text"] for s in out["examples"][0]["segments"] if s["trained"]] == ["0 + 1 = 1.<|im_end|>\n"]
+
+
+def test_lock_refuses_cached_files_that_differ_from_their_pinned_sha256(tmp_path):
+    cache, spec, commit = _dataset_cache(tmp_path)
+    assert run_cli(["lock", str(spec)], cache).returncode == 0
+    blob = cache / "datasets--acme--chat-only" / "snapshots" / commit / "data" / "train-00000.jsonl"
+    blob.resolve().write_bytes(b'{"messages": []}\n')  # the cached file changes under the pin
+    r = run_cli(["lock", str(spec)], cache)
+    assert r.returncode == 1
+    assert "data/train-00000.jsonl of acme/chat-only" in r.stderr and "differ from the sha256" in r.stderr
+    assert "Traceback" not in r.stderr

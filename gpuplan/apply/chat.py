@@ -122,8 +122,12 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
             return [(template.replace("{prompt}", p), on_prompt), (r + eos, True)]
 
         return Formatter(fmt, instruction, (("data.prompt_field", pf), ("data.response_field", rf)))
-    field = plan.value("data.text_field")
-    return Formatter(fmt, lambda row, i: [(row[field], True)] if isinstance(row.get(field), str) else [],
+    return text_formatter(plan.value("data.text_field"))
+
+
+def text_formatter(field: str) -> Formatter:
+    """Plain text: every token of the field is trained."""
+    return Formatter("text", lambda row, i: [(row[field], True)] if isinstance(row.get(field), str) else [],
                      (("data.text_field", field),))
 
 

@@ -28,7 +28,7 @@ def segments_of(ids: list[int], trained: list[bool], tokenizer: Any) -> list[dic
 
 
 def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
-    from .chat import formatter
+    from .chat import formatter, text_formatter
     from .data import _check_field, _text_field, cache_dir, load_rows, train_paths
     from .examples import build
     from .tokenizer import load_tokenizer
@@ -48,8 +48,7 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
     fmt = formatter(plan, tokenizer)
     if fmt.fmt == "text":  # a text file's single column is "text" whatever data.text_field says
-        field = _text_field(plan, builder)
-        fmt = formatter_for_text(field)
+        fmt = text_formatter(_text_field(plan, builder))
     for key, column in fmt.fields:
         _check_field(raw, column, key, paths, builder)
     seq_len = int(plan.value("data.seq_len"))
@@ -61,13 +60,6 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
                  "segments": segments_of(r["input_ids"], r["trained"], tokenizer)}
                 for r in kept.select(range(min(n_examples, len(kept))))]
     return {"examples": examples, "stats": stats.to_dict()}
-
-
-def formatter_for_text(field: str) -> Any:
-    from .chat import Formatter
-
-    return Formatter("text", lambda row, i: [(row[field], True)] if isinstance(row.get(field), str) else [],
-                     (("data.text_field", field),))
 
 
 def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: int) -> dict[str, Any]:

@@ -20,10 +20,11 @@ README = "README.md"
 class HubError(Exception):
     """A Hub id that cannot be resolved; the message names the id, the revision and the fix."""
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str, fix: str | None = None):
         super().__init__(f"{key}: {message}")
         self.key = key
         self.message = f"{key}: {message}"
+        self.fix = fix  # a command that fixes it, when there is one
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
     login = f"log in with `{CLI} auth login` or set HF_TOKEN"
     if isinstance(e, errors.GatedRepoError):
         return HubError(key, f"{what} is gated: accept its terms on https://huggingface.co/"
-                             f"{'datasets/' if repo_type == 'dataset' else ''}{repo_id} and {login}")
+                             f"{'datasets/' if repo_type == 'dataset' else ''}{repo_id} and {login}",
+                        fix=f"{CLI} auth login")
     if isinstance(e, errors.RepositoryNotFoundError):
         return HubError(key, f"{what}: no such repository, or it is private and your token cannot see it; "
                              f"check the id, or {login}")
@@ -77,8 +79,9 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
         offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "on", "yes") \
             else " (the Hub could not be reached)"
         need = ", ".join(files) if files else "the snapshot"
+        command = fetch_command(repo_id, repo_type, revision, files)
         return HubError(key, f"{what}: {need} is not in the cache {repo_folder(repo_id, repo_type)}{offline}; "
-                             f"fetch it with `{fetch_command(repo_id, repo_type, revision, files)}`")
+                             f"fetch it with `{command}`", fix=command)
     if isinstance(e, errors.EntryNotFoundError):
         return HubError(key, f"{what} has no {', '.join(files)}; is it a transformers {repo_type}?")
     if isinstance(e, errors.HfHubHTTPError):

@@ -50,7 +50,9 @@ def resolve_sources(settings: dict[str, Setting], spec_path: Path) -> dict[str, 
         try:
             refs[key] = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
         except HubError as e:
-            diags.append(Diagnostic("error", key, e.message))
+            local = spec_path.parent / repo_id
+            diags.append(Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path "
+                                    f"{local} exists", fix=e.fix))
     if diags:
         raise PlanError(diags)
     return refs

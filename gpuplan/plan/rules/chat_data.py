@@ -35,7 +35,7 @@ def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
                     f"so {family} attends within each example only")
     else:
         ctx.resolve("data.packing", False,
-                    f"{fmt}: {family} cannot keep packed examples apart (no position-id packing in its mask); "
+                    f"{fmt}: {family} is not a family known to keep packed examples apart by their position ids; "
                     f"each example is padded to {seq} tokens instead")
 
 
