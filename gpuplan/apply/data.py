@@ -1,8 +1,9 @@
 """Training and eval data through the `datasets` library: load, tokenize, pack, label.
 
-Reads plan values data.train_files, data.eval_files, data.eval_fraction,
-data.text_field, data.label_field, data.seq_len, data.packing, model.task and
-training.seed. Every example has exactly `seq_len` tokens (packed blocks, or
+Reads plan values data.train_files (or data.dataset, a Hub snapshot: gpuplan/hub/fetch.py),
+data.eval_files, data.eval_fraction, data.text_field, data.label_field, data.seq_len,
+data.packing, data.format (chat / instruction rows: chat.py and examples.py), model.task
+and training.seed. Every example has exactly `seq_len` tokens (packed blocks, or
 truncation + padding), so tokens per step = sequences per step x seq_len, the same
 count the plan's throughput estimate uses.
 """
