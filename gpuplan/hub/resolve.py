@@ -98,7 +98,7 @@ def download_file(key: str, repo_id: str, repo_type: str, revision: str, filenam
 
     try:
         return hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision)
-    except (OSError, ValueError, Exception) as e:  # huggingface_hub's errors derive from OSError and others
+    except Exception as e:  # huggingface_hub raises OSError, ValueError and HTTP subclasses: all translated
         raise _translate(e, key, repo_id, repo_type, revision, (filename,)) from None
 
 
