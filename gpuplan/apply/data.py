@@ -1,8 +1,9 @@
 """Training and eval data through the `datasets` library: load, tokenize, pack, label.
 
-Reads plan values data.train_files, data.eval_files, data.eval_fraction,
-data.text_field, data.label_field, data.seq_len, data.packing, model.task and
-training.seed. Every example has exactly `seq_len` tokens (packed blocks, or
+Reads plan values data.train_files (or data.dataset, a Hub snapshot: gpuplan/hub/fetch.py),
+data.eval_files, data.eval_fraction, data.text_field, data.label_field, data.seq_len,
+data.packing, data.format (chat / instruction rows: chat.py and examples.py), model.task
+and training.seed. Every example has exactly `seq_len` tokens (packed blocks, or
 truncation + padding), so tokens per step = sequences per step x seq_len, the same
 count the plan's throughput estimate uses.
 """
@@ -28,6 +29,7 @@ class PreparedData:
     eval: Any | None
     collator: Any
     label_names: list[str] | None  # seq-cls: id -> name, sorted
+    stats: Any = None  # examples.DataStats of the train split (chat / instruction)
 
 
 def builder_for(paths: list[str], key: str) -> str:
@@ -160,14 +162,57 @@ def _split_eval(plan: Plan, train: Any) -> tuple[Any, Any | None]:
     return parts["train"], parts["test"]
 
 
+def train_paths(plan: Plan) -> list[str]:
+    """data.train_files, or the data files of the data.dataset snapshot (fetched through gpuplan.hub)."""
+    if plan.get("data.dataset"):
+        from gpuplan.hub.fetch import dataset_files
+        from gpuplan.hub.resolve import HubError
+
+        try:
+            return dataset_files(plan)
+        except HubError as e:
+            raise ApplyError(e.message) from None
+    return list(plan.value("data.train_files"))
+
+
+def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, paths: list[str]) -> PreparedData:
+    """chat / instruction rows: labels only on the trained segments (examples.py)."""
+    from transformers import default_data_collator
+
+    from .chat import formatter
+    from .examples import build
+
+    if plan.value("model.task") != "causal-lm":
+        raise ApplyError(f"data.format = {plan.value('data.format')!r} needs model.task = \"causal-lm\"")
+    fmt = formatter(plan, tokenizer)
+    for key, column in fmt.fields:
+        _check_field(raw, column, key, paths, builder)
+    raw_train, raw_eval = _split_eval(plan, raw)
+    seq_len, packing = int(plan.value("data.seq_len")), bool(plan.value("data.packing"))
+    _, train, stats = build(raw_train, fmt, tokenizer, seq_len, packing)
+    if len(train) == 0:
+        raise ApplyError(f"data.train_files: no row has a trained token within data.seq_len = {seq_len}; "
+                         "raise data.seq_len or check the data")
+    ev = None
+    if raw_eval is not None:
+        for key, column in fmt.fields:
+            _check_field(raw_eval, column, key, list(plan.get("data.eval_files") or paths), builder)
+        _, ev, _ = build(raw_eval, fmt, tokenizer, seq_len, packing)
+        if len(ev) == 0:
+            raise ApplyError("the eval split has no row with a trained token; raise data.eval_fraction")
+    return PreparedData(train, ev, default_data_collator, None, stats)
+
+
 def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
     """Load, split, tokenize and collate the plan's data for its task."""
     from transformers import DataCollatorForLanguageModeling, default_data_collator
 
     task = plan.value("model.task")
     seq_len = int(plan.value("data.seq_len"))
-    paths = list(plan.value("data.train_files"))
+    paths = train_paths(plan)
     raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
+    if (plan.get("data.format") or "text") != "text":
+        return _prepare_supervised(plan, tokenizer, raw, builder, paths)
     field = _text_field(plan, builder)
     _check_field(raw, field, "data.text_field", paths, builder)
     raw_train, raw_eval = _split_eval(plan, raw)

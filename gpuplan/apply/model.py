@@ -3,7 +3,8 @@
 Reads only plan values: model.config, model.name_or_path, model.from_scratch,
 model.task, model.num_labels, model.dtype (through convert.torch_dtype),
 model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights.
-Nothing is fetched from the Hub: paths are local, `local_files_only=True`.
+Nothing is fetched from the Hub here: a Hub id's files were downloaded at the start of
+apply (gpuplan/hub/fetch.py) and load from the cache with `local_files_only=True`.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
 
     path, key = plan.get("model.config"), "model.config"
     if path is None:
-        model_dir = plan.get("model.name_or_path")
+        model_dir = local_model_dir(plan)
         if model_dir is None:
             raise ApplyError("model.from_scratch = true needs model.config or model.name_or_path (a config.json)", key="model.from_scratch")
         path, key = os.path.join(model_dir, "config.json"), "model.name_or_path"
@@ -119,8 +120,19 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
     return model
 
 
+def local_model_dir(plan: Plan) -> str | None:
+    """model.name_or_path, or for a Hub id its snapshot in the cache at model.commit (gpuplan.hub.fetch)."""
+    from gpuplan.hub.fetch import model_dir
+    from gpuplan.hub.resolve import HubError
+
+    try:
+        return model_dir(plan)
+    except HubError as e:
+        raise ApplyError(e.message) from None
+
+
 def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common: Mapping[str, Any]) -> Any:
-    model_dir = plan.value("model.name_or_path")
+    model_dir = local_model_dir(plan)
     if model_dir is None:
         raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
     if not os.path.isdir(model_dir):

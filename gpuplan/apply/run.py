@@ -65,9 +65,11 @@ def build_trainer(
     from .oom import injected_oom_callback
     from .tokenizer import load_tokenizer
 
+    from gpuplan.hub.fetch import model_dir
+
     set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too
     tokenizer = load_tokenizer(
-        plan.get("model.name_or_path"),
+        model_dir(plan),
         task=plan.value("model.task"),
         from_scratch=bool(plan.value("model.from_scratch")),
         trust_remote_code=bool(plan.value("model.trust_remote_code")),
@@ -80,6 +82,8 @@ def build_trainer(
     model = load_model(plan, tokenizer, data.label_names)
     say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
         f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}")
+    if "position_ids" in data.train.column_names:
+        no_cache_while_training(model)
     args = training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
@@ -112,6 +116,34 @@ def build_trainer(
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
 
 
+def fetch_hub_files(plan: Plan) -> None:
+    from gpuplan.hub.fetch import fetch_all
+    from gpuplan.hub.resolve import HubError
+
+    try:
+        fetch_all(plan)
+    except HubError as e:
+        raise ApplyError(e.message) from None
+
+
+def no_cache_while_training(model: Any) -> None:
+    """Packed examples (examples.py) need config.use_cache off while training.
+
+    With use_cache on, a decoder builds a DynamicCache even in training, and
+    transformers.masking_utils looks for packed sequences in the position ids only when
+    there is no cache: the examples of a block would attend to each other.
+    """
+    if getattr(model.config, "use_cache", None):
+        model.config.use_cache = False
+        model.gpuplan_use_cache = True  # on the module, not the config: checkpoints save the config
+
+
+def restore_cache_setting(model: Any) -> None:
+    """The saved model generates with the cache setting it came with."""
+    if getattr(model, "gpuplan_use_cache", False):
+        model.config.use_cache = True
+
+
 def execute(
     plan: Plan,
     *,
@@ -128,7 +160,8 @@ def execute(
     KeyboardInterrupt. Out of memory re-plans with a smaller per-device batch (oom.py).
     """
     started = time.perf_counter()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never reach for the Hub
+    fetch_hub_files(plan)  # Hub ids: download what the run needs at the planned commit, once
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # from here on, local files only: never reach for the Hub
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
     from .final import save_final_model
@@ -176,6 +209,7 @@ def execute(
             state.finish("interrupted", partial_results(), error=f"interrupted by the user at step {step}")
             raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
+        restore_cache_setting(trainer.model)
         save_final_model(trainer, final_dir)  # safetensors weights, config, tokenizer: no pickle
         results = {
             "device": device,

@@ -1,4 +1,4 @@
-"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration, data, lock.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
@@ -16,6 +16,8 @@ from gpuplan.cli.apply import cmd_apply
 from gpuplan.cli.calibration import cmd_calibration
 from gpuplan.cli.compare import cmd_compare
 from gpuplan.cli.common import report
+from gpuplan.cli.data import cmd_data
+from gpuplan.cli.lock import cmd_lock
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
 from gpuplan.cli.spec_files import cmd_fmt, cmd_init
@@ -23,7 +25,8 @@ from gpuplan.cli.state import cmd_show
 from gpuplan.errors import GpuplanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
-            "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration}
+            "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration,
+            "data": cmd_data, "lock": cmd_lock}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,8 @@ EXAMPLES = {
     "fmt": "example: gpuplan fmt --check specs/*.toml",
     "compare": "example: gpuplan compare specs/llama-8b-a100.toml --gpus A100-80GB,H100-80GB --counts 1,8",
     "calibration": "example: gpuplan calibration   (or: gpuplan calibration --clear)",
+    "data": "example: gpuplan data specs/tiny-chat.toml --examples 2",
+    "lock": "example: gpuplan lock specs/chat-hub.toml --upgrade",
 }
 
 
@@ -83,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = cmd("fmt", "Lay out specs in schema order, keeping comments and values.")
     fmt.add_argument("specs", nargs="+", metavar="SPEC", help='spec files; "-" reads stdin and writes stdout')
     fmt.add_argument("--check", action="store_true", help="write nothing; list the files fmt would change, exit 1 if any")
+    data = cmd("data", "Show training examples as the model sees them (trained parts marked) and data statistics.")
+    data.add_argument("spec", help="spec file (TOML)")
+    data.add_argument("--examples", "-n", type=int, default=3, metavar="N", help="examples to show (default 3)")
+    data.add_argument("--json", action="store_true",
+                      help='print {"examples": [{"segments": [{"text", "trained"}]}], "stats": {...}}')
+    _plan_flags(data)
+
+    lock = cmd("lock", "Pin every Hub id of a spec to a commit and file hashes, in <spec>.lock.json beside it.")
+    lock.add_argument("spec", help="spec file (TOML)")
+    lock.add_argument("--upgrade", action="store_true", help="move every pin to where its revision points now")
     return p
 
 

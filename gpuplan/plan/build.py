@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, load_interconnects, lookup
 from gpuplan.hardware.prices import price_for
 from gpuplan.hardware.profile import GPUProfile
+from gpuplan.hub.ids import is_hub_id
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.advice import auto_resolved_to_cpu, long_run
@@ -21,14 +22,16 @@ from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.inputs import data_file_problems
 from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import SAVER_COST
+from gpuplan.plan.sources import resolve_sources, source_settings
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
+from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from gpuplan.spec.load import LoadedSpec, load_toml
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
@@ -49,7 +52,11 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
         for name in type(obj).model_fields:
             key = f"{section}.{name}"
             value = getattr(obj, name)
-            if key in PATH_KEYS and value is not None:
+            if key == "model.name_or_path" and value is not None and is_hub_id(value, spec_dir):
+                pass  # a Hub id stays as written; gpuplan/hub resolves it
+            elif key == "data.chat_template" and value is not None and value not in CHAT_TEMPLATES:
+                value = str((spec_dir / value).resolve())
+            elif key in PATH_KEYS and value is not None:
                 value = str((spec_dir / value).resolve())
             elif key in PATH_LIST_KEYS:
                 value = [str((spec_dir / v).resolve()) for v in value]
@@ -60,6 +67,9 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
     if out["training.run_name"].value is None:  # trackers name the run after the spec
         out["training.run_name"] = Setting(spec_stem, "default")
     return out
+
+
+SOURCE_REFS = INTERNAL + "sources"  # Hub ids resolved to commits (plan/sources.py), for assemble
 
 
 def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfile:
@@ -86,10 +96,11 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
                                     fix="run `gpuplan gpus` for the catalog")]) from None
 
 
-def load_facts(settings: Mapping[str, Setting], spec: Spec) -> ModelFacts:
+def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, Any] | None = None) -> ModelFacts:
     src_key = "model.config" if settings["model.config"].value else "model.name_or_path"
+    hub = (refs or {}).get(src_key)
     try:
-        config = read_config(settings[src_key].value)
+        config = read_config(hub.path if hub is not None else settings[src_key].value)
         return model_facts(config, spec.model.task, spec.model.num_labels or 2)
     except ModelConfigError as e:
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
@@ -101,7 +112,8 @@ def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, envi
     spec = validate_spec(loaded.raw)
     settings = flatten(spec, loaded.path.parent, loaded.path.stem)
     gpu = resolve_gpu(spec, detect)
-    facts = load_facts(settings, spec)
+    refs = resolve_sources(settings, loaded.path)  # Hub ids -> commits; {} without any
+    facts = load_facts(settings, spec, refs)
     ctx = Resolver(settings, gpu, facts, strict=strict, environment=dict(environment),
                    written_by=writers(ALL_RULES))
     for rule in rule_order(ALL_RULES):
@@ -109,6 +121,7 @@ def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, envi
         rule.apply(ctx)
         ctx.done.add(rule.id)
     ctx.rule = None
+    ctx.internal[SOURCE_REFS] = refs
     ctx.diagnostics.extend(data_file_problems({k: settings[k].value for k in PATH_LIST_KEYS}, str(loaded.path.parent)))
     return spec, settings, gpu, facts, ctx
 
@@ -154,6 +167,9 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
              calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
     """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
+    commits, commit_changes, commit_diags = source_settings(ctx.internal[SOURCE_REFS], loaded.path)
+    resolved.update(commits)  # model.commit / data.commit, only for Hub ids
+    order = [*settings, *commits]
     sol = ctx.internal[FIT_SOLUTION]
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
@@ -187,8 +203,8 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
         hardware=hardware,
         model=ModelSection.from_dict(facts.summary()),
         settings=resolved,
-        changes=tuple(sorted(ctx.changes, key=lambda c: list(settings).index(c.key))),
-        diagnostics=tuple(ctx.diagnostics) + tuple(d for d in advice if d is not None),
+        changes=tuple(sorted([*ctx.changes, *commit_changes], key=lambda c: order.index(c.key))),
+        diagnostics=tuple([*ctx.diagnostics, *commit_diags]) + tuple(d for d in advice if d is not None),
         memory=dataclasses.replace(memory, workload=wl, method=final.method),
         throughput=ThroughputSection.from_dict(throughput),
     )

@@ -55,6 +55,8 @@ class ModelSpec(_Section):
     allow_pickle_weights: bool = Field(
         False, description="Allow .bin/.pt weights (pickle can run code); safetensors otherwise."
     )
+    revision: str = Field("main", min_length=1, max_length=200,
+                          description="Hub ids: branch, tag or commit of name_or_path (the lock file pins it).")
 
     @model_validator(mode="after")
     def _has_a_source(self):
@@ -93,6 +95,26 @@ class DataSpec(_Section):
     label_field: str | None = Field(None, min_length=1, max_length=200, description="Label column (seq-cls).")
     seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence.")
     packing: Union[bool, Auto] = Field("auto", description="Pack documents into seq_len blocks (LM tasks).")
+    dataset: str | None = Field(None, min_length=1, max_length=200,
+                                description="A Hub dataset id (org/name) instead of train_files.")
+    revision: str = Field("main", min_length=1, max_length=200, description="Branch, tag or commit of data.dataset.")
+    format: Literal["text", "chat", "instruction"] = Field(
+        "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows.")
+    messages_field: str = Field("messages", min_length=1, max_length=200,
+                                description="chat: column holding the list of {role, content} messages.")
+    chat_template: PathStr | None = Field(
+        None, description='chat: "chatml" or a Jinja file relative to the spec; default: the tokenizer\'s.')
+    prompt_field: str = Field("prompt", min_length=1, max_length=200, description="instruction: the prompt column.")
+    response_field: str = Field("response", min_length=1, max_length=200, description="instruction: the response column.")
+    prompt_template: str = Field("### Instruction:\n{prompt}\n\n### Response:\n", min_length=1, max_length=10_000,
+                                 description="instruction: text before the response; {prompt} is the prompt.")
+    train_on_prompt: bool = Field(False, description="chat/instruction: also train on prompt and user tokens.")
+
+    @model_validator(mode="after")
+    def _template_has_prompt(self):
+        if "{prompt}" not in self.prompt_template:
+            raise ValueError("data.prompt_template must contain {prompt} where the prompt goes")
+        return self
 
 
 class TrainingSpec(_Section):

@@ -70,6 +70,8 @@ EXAMPLES: dict[str, Any] = {
     "data.eval_files": ["data/eval.jsonl"],
     "data.eval_fraction": 0.05,
     "data.label_field": "label",
+    "data.dataset": "HuggingFaceH4/ultrachat_200k",
+    "data.chat_template": "chatml",
     "training.warmup_ratio": 0.03,
     "training.save_total_limit": 2,
     "training.eval_steps": 500,

@@ -15,7 +15,9 @@ from gpuplan.plan.types import Plan
 def trace_plan(plan: Plan) -> Plan:
     from gpuplan.trace import trace_memory  # imports torch
 
-    source = plan.get("model.config") or plan.get("model.name_or_path")
+    from gpuplan.hub.fetch import model_dir  # a Hub id: its cached snapshot, where planning put config.json
+
+    source = plan.get("model.config") or model_dir(plan)
     config = read_config(source)
     wl = plan.memory.workload
     if wl.engine != "none":

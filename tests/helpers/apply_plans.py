@@ -102,6 +102,16 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "distributed.zero_stage": "auto",
         "distributed.offload_optimizer": False,
         "distributed.offload_params": False,
+        "data.format": "text",
+        "data.messages_field": "messages",
+        "data.chat_template": None,
+        "data.prompt_field": "prompt",
+        "data.response_field": "response",
+        "data.prompt_template": "### Instruction:\n{prompt}\n\n### Response:\n",
+        "data.train_on_prompt": False,
+        "data.dataset": None,
+        "data.revision": "main",
+        "model.revision": "main",
     }
 
 

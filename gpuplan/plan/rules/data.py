@@ -2,7 +2,8 @@
 
 - seq_len beyond the model's positions: an error for learned absolute position
   embeddings (index out of range at run time), a warning for rotary models.
-- packing: on for language modelling, off for classification (one example, one label).
+- packing: on for language modelling, off for classification (one example, one label);
+  chat / instruction data: chat_data.py.
 - seq-cls needs a label field; num_labels defaults to 2.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.rules.chat_data import chat_checks, supervised_packing
 
 # Families whose positions are a learned table of max_position_embeddings rows.
 LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "distilbert", "xlm-roberta", "electra", "gpt_bigcode", "biogpt"}
@@ -34,7 +36,11 @@ def data_checks(ctx: Resolver) -> None:
                      detail="rotary models run, but quality past the trained length needs rope scaling",
                      fix=f"set data.seq_len = {maxpos} or configure rope_scaling")
     packing = ctx.spec("data.packing")
-    if packing == "auto":
+    fmt = ctx.spec("data.format")
+    if fmt != "text":
+        chat_checks(ctx, fmt, task)
+        supervised_packing(ctx, fmt, seq)
+    elif packing == "auto":
         on = task != "seq-cls"
         ctx.resolve("data.packing", on,
                     f"{task}: documents packed into {seq}-token blocks, no padding" if on
@@ -53,14 +59,16 @@ def data_checks(ctx: Resolver) -> None:
             ctx.keep("model.num_labels")
     else:
         ctx.keep("model.num_labels")
-    if not ctx.spec("data.train_files"):
+    if not ctx.spec("data.train_files") and not ctx.spec("data.dataset"):
         ctx.note("data.train_files", "no data.train_files: the plan is complete, apply needs data",
                  fix='set data.train_files = ["data/train.jsonl"]')
 
 
 RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
-                               "spec:data.label_field", "spec:data.train_files"),
+                               "spec:data.label_field", "spec:data.train_files", "spec:data.format",
+                               "spec:data.chat_template", "spec:model.name_or_path", "spec:model.from_scratch",
+                               "spec:data.dataset"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
 )
