@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apply_plans import H100_PROFILE, cpu_plan
+from plan_arguments import build_here
 from gpuplan.apply.convert import torch_dtype, training_arguments, training_arguments_kwargs
 from gpuplan.apply.device import check_device
 from gpuplan.apply.errors import ApplyError
@@ -154,3 +155,18 @@ def test_single_process_strategies_add_nothing(tmp_path):
 def test_cpu_plan_with_a_multi_gpu_engine_is_refused(tmp_path):
     with pytest.raises(ApplyError, match="distributed.strategy = 'fsdp'"):
         check_device(cpu_plan(tmp_path, **{"distributed.strategy": "fsdp"}))
+
+
+def test_warmup_ratio_with_max_steps_applies_as_the_planned_steps(tmp_path):
+    """Issue 11 item 1: the plan derives warmup_steps from warmup_ratio x max_steps; apply
+    used to report its own derived value as a user conflict (specs/llama-8b-2nodes.toml)."""
+    from planning import SPECS, plan_text, spec
+
+    plan = plan_text(tmp_path, spec(training="max_steps = 1000\nwarmup_ratio = 0.03"))
+    assert plan.settings["training.warmup_steps"].source == "derived"
+    assert build_here(plan)["args"].warmup_steps == 30
+    from gpuplan.plan.build import plan_file
+    from planning import ENV
+
+    shipped = plan_file(SPECS / "llama-8b-2nodes.toml", environment=ENV)
+    assert build_here(shipped)["args"].warmup_steps == 30

@@ -106,7 +106,10 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
 def _warmup(plan: Plan) -> int | float:
     """warmup_steps, or warmup_ratio as the float in [0, 1) that 5.24's warmup_steps reads as a ratio."""
     ratio = plan.get("training.warmup_ratio")
-    steps = int(plan.value("training.warmup_steps"))
+    setting = plan.settings["training.warmup_steps"]
+    if setting.source == "derived":  # the plan turned the ratio into steps (or a fraction below 1)
+        return float(setting.value) if isinstance(setting.value, float) else int(setting.value)
+    steps = int(setting.value)
     if ratio is None:
         return steps
     if steps:
