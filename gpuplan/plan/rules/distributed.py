@@ -129,6 +129,10 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
     if asked == "deepspeed" and fsdp_set:
         ctx.error(f"distributed.{fsdp_set[0]}", f"distributed.{fsdp_set[0]} is an FSDP option but distributed.strategy = \"deepspeed\": "
                   "DeepSpeed and FSDP cannot be used together", fix=f"remove distributed.{fsdp_set[0]}")
+    if ctx.is_user("distributed.fsdp_sharding") and ctx.spec("distributed.fsdp_sharding") == "hybrid_shard":
+        ctx.error("distributed.fsdp_sharding", 'distributed.fsdp_sharding = "hybrid_shard" is not applied: gpuplan runs FSDP2, '
+                  "and transformers 5.24 offers hybrid sharding only through the deprecated FSDP1",
+                  fix='set distributed.fsdp_sharding = "full_shard" (or "shard_grad_op")')
     if asked == "fsdp" and zero_set:
         ctx.error(f"distributed.{zero_set[0]}", f"distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = \"fsdp\"",
                   fix=f"remove distributed.{zero_set[0]} or set distributed.strategy = \"deepspeed\"")
