@@ -58,3 +58,61 @@ def test_compile_mode_needs_inductor(tmp_path):  # item 10
     plan = plan_text(tmp_path, spec(training='torch_compile_mode = "max-autotune"'))
     assert plan.value("training.torch_compile_backend") == "inductor"
     assert build_here(plan)["dynamo"].mode == "max-autotune"
+
+
+# ---- reasons that say what happens --------------------------------------------------
+@pytest.mark.parametrize("gpu", ["T4", "V100-32GB"])
+def test_bf16_without_bf16_and_fp16_off_says_fp32(tmp_path, gpu):  # item 6
+    plan = plan_text(tmp_path, spec(model="gpt2", gpu=gpu, training="bf16 = true\nfp16 = false"))
+    assert plan.value("training.bf16") is False and plan.value("training.fp16") is False
+    reason = change(plan, "training.bf16").reason
+    assert "fp32" in reason and "fp16 mixed precision instead" not in reason
+    fallback = plan_text(tmp_path, spec(model="gpt2", gpu=gpu, training="bf16 = true"))
+    assert fallback.value("training.fp16") is True and "fp16 mixed precision instead" in change(fallback, "training.bf16").reason
+
+
+def test_throughput_notes_say_the_communication_is_counted(tmp_path):  # item 9
+    plan = plan_text(tmp_path, spec(gpu="H100-80GB").replace('gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8'))
+    t = plan.throughput
+    assert t["communication"]["time_s"] > 0
+    assert t["step_time_s"] == pytest.approx(t["compute_step_time_s"] + t["communication"]["time_s"])
+    assert not any("not included" in n for n in t["notes"])
+    assert any("includes" in n and "communication" in n for n in t["notes"])
+
+
+DS_OFFLOAD = """
+[model]
+config = "@MODELS@/llama-3.1-8b.json"
+dtype = "bfloat16"
+[hardware]
+gpu = "H100-80GB"
+count = 8
+[data]
+seq_len = 2048
+[training]
+effective_batch_size = 64
+{training}
+[distributed]
+strategy = "deepspeed"
+zero_stage = 3
+offload_optimizer = true
+"""
+
+
+def test_deepspeed_optimizer_offload_says_deepspeed_runs_the_optimizer(tmp_path):  # item 10
+    ds_env = {**ENV, "packages": {**ENV["packages"], "deepspeed": "0.19.8"}}
+    plan = plan_text(tmp_path, DS_OFFLOAD.format(training=""), env=ds_env)
+    reason = change(plan, "training.optim").reason
+    assert "DeepSpeedCPUAdam" in reason and "fastest" not in reason
+    assert "optimizer" in build_here(plan)["deepspeed"]  # DeepSpeed builds the optimizer
+    asked = plan_text(tmp_path, DS_OFFLOAD.format(training='optim = "adafactor"'), env=ds_env)
+    assert any(d.key == "training.optim" and "not used" in d.summary for d in asked.diagnostics)
+
+
+@pytest.mark.parametrize("model,dtype,adam", [("phi-2", "bfloat16", 4), ("pythia-1.4b", "float32", 8)])
+def test_eight_bit_saver_states_the_bytes_for_the_weight_dtype(tmp_path, model, dtype, adam):  # item 10
+    plan = plan_text(tmp_path, spec(model=model, gpu="RTX-4090", extra=f'dtype = "{dtype}"',
+                                    data="seq_len = 512", training="effective_batch_size = 8"), env=ENV)
+    savers = {s["name"]: s for s in plan.memory["savers"]}
+    assert "8-bit optimizer" in savers, savers
+    assert f"Adam states {adam} -> ~2 bytes" in savers["8-bit optimizer"]["cost"]

@@ -20,7 +20,7 @@ from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.communication import communication
-from gpuplan.plan.solve import SAVER_COST
+from gpuplan.plan.solve import saver_cost
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
@@ -140,6 +140,9 @@ def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict
     step = compute + comm["time_s"]
     out = {**throughput, "compute_step_time_s": compute, "step_time_s": step, "communication": comm,
            "tokens_per_second": throughput["tokens_per_step"] / step}
+    if comm["time_s"]:
+        out["notes"] = [*throughput["notes"], f"the step time includes {comm['time_s']:.3g} s of data-parallel "
+                        "communication, not overlapped with compute (an upper bound)"]
     if throughput.get("max_steps"):
         out["run_time_s"] = step * throughput["max_steps"]
     return out
@@ -157,7 +160,8 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> dict[str, 
         "components": est["components"],
         "host_bytes": est["host_bytes"],  # offloaded to host RAM, per GPU
         "layout": sol.knobs.sharding.label,
-        "savers": [{"name": n, "saved_bytes": sol.saved_bytes.get(n), "cost": SAVER_COST[n]} for n in sol.savers],
+        "savers": [{"name": n, "saved_bytes": sol.saved_bytes.get(n), "cost": saver_cost(n, problem.base.weight_dtype)}
+                   for n in sol.savers],
         "notes": est["notes"],
     }
 

@@ -28,6 +28,15 @@ from gpuplan.plan.memory.types import MemoryEstimate, Workload
 EIGHT_BIT = "adamw_bnb_8bit"
 ADAFACTOR = "adafactor"
 EMPTY_CACHE_STEPS = 4  # the guide's example value
+def saver_cost(name: str, weight_dtype: str) -> str:
+    """SAVER_COST, with the 8-bit optimizer's saving for this weight dtype: AdamW keeps two
+    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes."""
+    if name == "8-bit optimizer":
+        adam = 2 * {"float32": 4}.get(weight_dtype, 2)
+        return f"no measurable step-time cost; Adam states {adam} -> ~2 bytes per parameter (bitsandbytes)"
+    return SAVER_COST[name]
+
+
 SAVER_COST = {
     "8-bit optimizer": "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
     "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",

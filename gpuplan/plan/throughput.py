@@ -89,8 +89,8 @@ def estimate_throughput(
 ) -> dict[str, Any]:
     """Tokens per optimizer step, step time and run time, JSON-ready.
 
-    world_size: data-parallel ranks (GPUs x nodes); gradient communication is not
-    modelled. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
+    world_size: data-parallel ranks (GPUs x nodes); the gradient communication is
+    added by plan/build.py with_communication. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -123,8 +123,6 @@ def estimate_throughput(
     slowdowns: dict[str, float] = {}
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
-    if world_size > 1:
-        notes.append("data-parallel gradient communication is not included in the step time")
 
     step_time = tokens_per_second = run_time = None
     if peak:

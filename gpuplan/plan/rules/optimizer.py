@@ -65,6 +65,17 @@ def select(ctx: Resolver) -> None:
         ctx.resolve("training.optim", name, reason)
         return
     chosen = sol.knobs.optim
+    sh = sol.knobs.sharding
+    if sh.engine == "deepspeed" and sh.offload_optimizer:
+        # apply's DeepSpeed config carries an "optimizer" section: DeepSpeed builds its CPU
+        # Adam (DeepSpeedCPUAdam, AdamW mode) and the Trainer builds no optimizer of its own
+        why = ("DeepSpeed optimizer offload: DeepSpeed's CPU AdamW (DeepSpeedCPUAdam) runs the optimizer step "
+               "on the host; this value is not used")
+        if asked not in ("auto", "adamw_torch", "adamw_torch_fused"):
+            ctx.warn("training.optim", f'training.optim = "{asked}" is not used: with optimizer offload DeepSpeed runs its CPU AdamW',
+                     fix='set distributed.offload_optimizer = false to keep this optimizer, or training.optim = "auto"')
+        ctx.resolve("training.optim", chosen, why)
+        return
     if asked == "auto":
         if "Adafactor" in sol.savers:
             why = f"memory: Adafactor's factored states save {_gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"

@@ -79,6 +79,8 @@ def _bf16_reason(ctx: Resolver, value: bool) -> str:
     if gpu.vendor == "cpu":
         return "CPU: no mixed precision by default (fp32)"
     if ctx.spec("training.bf16") is True:
+        if ctx.spec("training.fp16") is False:
+            return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0) and training.fp16 = false: the run is fp32"
         return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0): fp16 mixed precision instead"
     if ctx.spec("training.fp16") is True:
         return "training.fp16 = true was asked for; bf16 stays off"
