@@ -17,33 +17,46 @@ def errors_of(tmp_path, text, **kw):
 
 
 # ---- batch ---------------------------------------------------------------------------
-def test_a100_fp16_moves_batch_to_multiple_of_64_and_holds_effective_batch(tmp_path):
-    plan = plan_text(tmp_path, spec(training="fp16 = true\nbf16 = false\nper_device_train_batch_size = 48\n"
-                                             "effective_batch_size = 384"))
+A100_FP16 = "fp16 = true\nbf16 = false\nper_device_train_batch_size = 36\neffective_batch_size = 360"
+
+
+def test_a100_fp16_moves_batch_so_tokens_per_micro_batch_are_a_multiple_of_64(tmp_path):
+    plan = plan_text(tmp_path, spec(training=A100_FP16, data="seq_len = 1000"))
     c = change(plan, "training.per_device_train_batch_size")
-    assert (c.action, c.before, c.after, c.rule) == ("change", 48, 64, "batch.tensor_core_multiple")
-    assert "multiples of 64" in c.reason
+    assert (c.action, c.before, c.after, c.rule) == ("change", 36, 40, "batch.tensor_core_multiple")
+    assert "multiples of 64" in c.reason and "36 x 1000 = 36,000 is not a multiple of 64" in c.reason
     a = change(plan, "training.gradient_accumulation_steps")
-    assert (a.after, a.rule) == (6, "batch.split")
-    assert "384 = 64 per device x 6" in a.reason
-    assert plan.value("training.effective_batch_size") == 384
+    assert (a.after, a.rule) == (9, "batch.split")
+    assert "360 = 40 per device x 9" in a.reason
+    assert plan.value("training.effective_batch_size") == 360
     assert plan.settings["training.per_device_train_batch_size"].source == "adjusted"
 
 
+def test_a_batch_whose_tokens_are_already_a_multiple_is_kept(tmp_path):
+    # issue 11 item 12: 48 x 512 is a multiple of 64; the plan used to move 48 to 64
+    plan = plan_text(tmp_path, spec(training=A100_FP16.replace("36", "48").replace("360", "384")))
+    assert plan.value("training.per_device_train_batch_size") == 48
+    assert change(plan, "training.per_device_train_batch_size") is None
+    plan_text(tmp_path, spec(training=A100_FP16.replace("36", "48").replace("360", "384")), strict=True)
+    # the guide's fp16-8 versus A100-64: 36 x 1000 = 36,000 is a multiple of 8, so an H100 keeps 36
+    h100 = plan_text(tmp_path, spec(gpu="H100-80GB", training=A100_FP16, data="seq_len = 1000"))
+    assert h100.value("training.per_device_train_batch_size") == 36
+
+
 def test_strict_refuses_the_same_adjustment(tmp_path):
-    errs = errors_of(tmp_path, spec(training="fp16 = true\nbf16 = false\nper_device_train_batch_size = 48\n"
-                                             "effective_batch_size = 384"), strict=True)
+    errs = errors_of(tmp_path, spec(training=A100_FP16, data="seq_len = 1000"), strict=True)
     assert len(errs) == 1
     assert errs[0].key == "training.per_device_train_batch_size"
-    assert "(--strict)" in errs[0].summary and "48" in errs[0].summary and "64" in errs[0].summary
+    assert "(--strict)" in errs[0].summary and "36" in errs[0].summary and "40" in errs[0].summary
 
 
 def test_tensor_core_multiple_is_8_off_a100_and_4_for_tf32(tmp_path):
-    plan = plan_text(tmp_path, spec(gpu="H100-80GB", training="bf16 = true\nper_device_train_batch_size = 6\n"
-                                                         "effective_batch_size = 64"))
+    # an odd seq_len: batch x seq_len is a multiple of m only when the batch is
+    plan = plan_text(tmp_path, spec(gpu="H100-80GB", data="seq_len = 1001",
+                                    training="bf16 = true\nper_device_train_batch_size = 6\neffective_batch_size = 48"))
     assert plan.value("training.per_device_train_batch_size") == 8
-    plan = plan_text(tmp_path, spec(gpu="A10G", training="bf16 = false\nfp16 = false\nper_device_train_batch_size = 5\n"
-                                                    "effective_batch_size = 48"))
+    plan = plan_text(tmp_path, spec(gpu="A10G", data="seq_len = 1001", training="bf16 = false\nfp16 = false\n"
+                                    "per_device_train_batch_size = 5\neffective_batch_size = 40"))
     assert plan.value("training.tf32") is True
     assert plan.value("training.per_device_train_batch_size") == 4
 

@@ -116,3 +116,31 @@ def test_eight_bit_saver_states_the_bytes_for_the_weight_dtype(tmp_path, model, 
     savers = {s["name"]: s for s in plan.memory["savers"]}
     assert "8-bit optimizer" in savers, savers
     assert f"Adam states {adam} -> ~2 bytes" in savers["8-bit optimizer"]["cost"]
+
+
+def test_a_batch_that_does_not_divide_is_explained_as_such(tmp_path):  # item 7
+    plan = plan_text(tmp_path, spec(training="effective_batch_size = 100\nper_device_train_batch_size = 30"))
+    c = change(plan, "training.per_device_train_batch_size")
+    assert "30 per device does not divide the 100 samples" in c.reason and "GiB" not in c.reason
+    assert plan.value("training.per_device_train_batch_size") in (25, 50, 20)
+    big = plan_text(tmp_path, spec(gpu="T4", model="gpt2", data="seq_len = 1024",
+                                   training="effective_batch_size = 128\nper_device_train_batch_size = 128"))
+    c = change(big, "training.per_device_train_batch_size")
+    assert "more than the" in c.reason and "GiB usable" in c.reason
+
+
+# ---- the tensor-core rule on the dimensions that matter ---------------------------------
+def test_vocabulary_padding_is_suggested_with_its_cost(tmp_path):  # item 12
+    plan = plan_text(tmp_path, spec(model="gpt2", training="fp16 = true\nbf16 = false"))
+    (note,) = [d for d in plan.diagnostics if "vocab_size" in d.summary]
+    assert "50,257" in note.summary and "50,304" in note.detail and "47 rows" in note.detail
+    assert "pad_to_multiple_of=64" in note.fix
+    llama = plan_text(tmp_path, spec())  # 32000 = 500 x 64
+    assert not any("vocab_size" in d.summary for d in llama.diagnostics)
+
+
+def test_padded_length_is_suggested_as_a_multiple(tmp_path):  # item 12
+    plan = plan_text(tmp_path, spec(model="bert-base-uncased", gpu="V100-16GB", data="seq_len = 100",
+                                    extra='task = "seq-cls"'))
+    (note,) = [d for d in plan.diagnostics if d.key == "data.seq_len"]
+    assert "data.seq_len = 104" in note.fix

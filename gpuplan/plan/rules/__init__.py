@@ -1,6 +1,7 @@
 """Every planning rule, one module per topic. ALL_RULES is what the planner walks."""
 
-from gpuplan.plan.rules import attention, batch, compile, data, dataloader, distributed, fit, optimizer, precision, savers
+from gpuplan.plan.rules import (attention, batch, compile, data, dataloader, distributed, fit, gemm_shapes, optimizer,
+                                precision, savers)
 
 ALL_RULES = (
     *precision.RULES,
@@ -10,6 +11,7 @@ ALL_RULES = (
     *data.RULES,
     *fit.RULES,
     *batch.RULES,
+    *gemm_shapes.RULES,
     *optimizer.RULES,
     *savers.RULES,
     *distributed.RULES,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.fit import TRAINER_DEFAULT_BATCH, world_size
+from gpuplan.plan.solve import price
+from gpuplan.plan.wording import matrix_units
 
 KEYS = (
     "training.effective_batch_size",
@@ -45,32 +47,43 @@ def split(ctx: Resolver) -> None:
 
     usable = p.usable_bytes / GIB
     user_b = ctx.spec("training.per_device_train_batch_size")
+    g, seq, s = p.gemm_multiple, p.base.seq_len, b * a
+    cores = matrix_units(ctx.gpu)
     if user_b != "auto" and user_b != b:
-        if user_b % m and b % m == 0:
+        user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
+        if s % user_b:
             ctx.resolve("training.per_device_train_batch_size", b,
-                        f"tensor-core multiple: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best at multiples of {m} "
-                        f"(NVIDIA matmul guide); {b} is the nearest that fits and divides the {b * a} samples per device",
-                        rule="batch.tensor_core_multiple")
-        else:
-            ctx.resolve("training.per_device_train_batch_size", b,
-                        f"{user_b} per device needs more than the {usable:.1f} GiB usable; {b} is the nearest that fits",
+                        f"{user_b} per device does not divide the {s} samples per device per step "
+                        f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
                         rule="batch.fit")
+        elif user_need > p.usable_bytes:
+            ctx.resolve("training.per_device_train_batch_size", b,
+                        f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
+                        f"{b} is the nearest batch that fits", rule="batch.fit")
+        else:  # it divides and fits: moved for the GEMM shape (solve._choose)
+            ctx.resolve("training.per_device_train_batch_size", b,
+                        f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
+                        f"({_multiple_source(g)}); the batch enters them as batch x seq_len tokens: "
+                        f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
+                        f"{b} is the nearest such batch that fits and divides the {s} samples per device",
+                        rule="batch.tensor_core_multiple")
     elif user_b == "auto":
-        tail = f", a multiple of {m} for tensor cores" if m > 1 and b % m == 0 else ""
+        tail = (f"; {b} x {seq} = {b * seq:,} tokens per micro-batch, a multiple of {g} for {cores}"
+                if g > 1 and (b * seq) % g == 0 else "")
         ctx.resolve("training.per_device_train_batch_size", b,
-                    f"largest per-device batch that fits in {usable:.1f} GiB and divides {b * a} samples per device{tail}",
+                    f"largest per-device batch that fits in {usable:.1f} GiB and divides {s} samples per device{tail}",
                     rule="batch.fit")
     else:
         ctx.keep("training.per_device_train_batch_size")
     if not sol.on_tensor_multiple and m > 1 and sol.fits:
-        if (b * a) % m == 0:  # a multiple divides the per-device samples: memory is the limit
-            ctx.note("training.per_device_train_batch_size",
-                     f"per-device batch {b} is not a multiple of {m} (tensor cores): {m} per device does not fit",
+        tokens = f"{b} x {seq} = {b * seq:,} tokens per micro-batch is not a multiple of {g} ({cores})"
+        if s % m == 0:  # a batch multiple divides the per-device samples: memory is the limit
+            ctx.note("training.per_device_train_batch_size", f"{tokens}: {m} per device does not fit",
                      fix="more GPUs or memory savers (set them to \"auto\") make room for a multiple")
         else:
             ctx.note("training.per_device_train_batch_size",
-                     f"per-device batch {b} is not a multiple of {m} (tensor cores): none divides the {b * a} samples per device",
-                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m}")
+                     f"{tokens}: no batch that makes it one divides the {s} samples per device",
+                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m} per device")
 
     if ctx.spec("training.gradient_accumulation_steps") == "auto":
         why = (f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}" if a > 1
@@ -86,6 +99,14 @@ def split(ctx: Resolver) -> None:
                     "same as the train batch: evaluation keeps no gradients or optimizer states")
     else:
         ctx.keep("training.per_device_eval_batch_size")
+
+
+def _multiple_source(g: int) -> str:
+    if g == 64:
+        return "64 on A100 for fp16/bf16, the HF guide; 8 on other GPUs, the NVIDIA matmul guide"
+    if g == 8:
+        return "NVIDIA matmul guide: 8 for fp16/bf16; 64 on A100"
+    return "NVIDIA matmul guide: 4 for TF32"
 
 
 def _dtype(ctx: Resolver) -> str:

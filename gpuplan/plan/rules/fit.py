@@ -13,7 +13,7 @@ from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
+from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 
 TRAINER_DEFAULT_BATCH = 8
 GIB = 1024**3
@@ -100,10 +100,11 @@ def fit(ctx: Resolver) -> None:
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
+    gemm = tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32"))
     problem = FitProblem(
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
-        tensor_multiple=tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32")),
+        tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
         shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
     )
