@@ -6,7 +6,7 @@ import pytest
 
 from gpuplan.plan.types import PlanError
 from plan_arguments import build_here
-from planning import ENV, plan_text, spec
+from planning import ENV, MODELS, plan_text, spec
 
 
 def change(plan, key):
@@ -144,3 +144,62 @@ def test_padded_length_is_suggested_as_a_multiple(tmp_path):  # item 12
                                     extra='task = "seq-cls"'))
     (note,) = [d for d in plan.diagnostics if d.key == "data.seq_len"]
     assert "data.seq_len = 104" in note.fix
+
+
+# ---- fixes that work -------------------------------------------------------------------
+def _apply_fix(text: str, fix: str) -> str:
+    """The spec text with one printed fix applied: every `section.key = value` in it."""
+    import re
+    import tomllib
+
+    from fuzz_toml import toml_doc
+
+    doc = tomllib.loads(text)
+    for key, value in re.findall(r'(\w+\.\w+) = ("[^"]*"|\d+)', fix):
+        section, name = key.split(".")
+        doc.setdefault(section, {})[name] = tomllib.loads(f"v = {value}")["v"]
+    return toml_doc(doc)
+
+
+def _no_fit(tmp_path, text):
+    with pytest.raises(PlanError) as e:
+        plan_text(tmp_path, text)
+    (err,) = [d for d in e.value.diagnostics if d.summary.startswith("does not fit")]
+    return err
+
+
+def test_savers_the_spec_set_are_named_not_no_memory_saver(tmp_path):  # item 8
+    text = spec(model="mistral-7b-v0.3", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048",
+                training='effective_batch_size = 32\ngradient_checkpointing = true\noptim = "adamw_bnb_8bit"')
+    err = _no_fit(tmp_path, text)
+    assert "no memory saver" not in err.summary
+    assert "gradient checkpointing (set by the spec)" in err.summary and "adamw_bnb_8bit (set by the spec)" in err.summary
+
+
+@pytest.mark.parametrize("model,gpu,extra,data,training", [
+    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048", "effective_batch_size = 32"),
+    ("mistral-7b-v0.3", "RTX-4090", "", "seq_len = 2048", "effective_batch_size = 32"),
+    ("phi-2", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
+     'effective_batch_size = 32\ngradient_checkpointing = false\noptim = "adamw_torch_fused"'),
+    ("qwen2.5-7b", "A100-40GB", "", "seq_len = 8192", "effective_batch_size = 16"),
+])
+def test_every_printed_fix_makes_the_plan_fit_and_none_is_already_set(tmp_path, model, gpu, extra, data, training):  # item 11
+    text = spec(model=model, gpu=gpu, extra=extra, data=data, training=training).replace("@MODELS@", str(MODELS))
+    err = _no_fit(tmp_path, text)
+    assert err.fix and err.fix.startswith("any one of these fits")
+    fixes = err.fix.split(": ", 1)[1].split("; ")
+    for fix in fixes:
+        fixed = _apply_fix(text, fix)
+        assert fixed != _apply_fix(text, ""), f"{fix} is already set"
+        plan = plan_text(tmp_path, fixed)  # raises PlanError if the fix does not work
+        assert plan.memory["fits"], fix
+    if 'dtype = "bfloat16"' in extra:
+        assert 'model.dtype = "bfloat16"' not in err.fix
+
+
+def test_no_more_gpus_where_sharding_cannot_help(tmp_path):  # item 11
+    # 8 sequences of 262,144 tokens per device: the logits alone are thousands of GiB per GPU
+    err = _no_fit(tmp_path, spec(model="gemma-2b", gpu="H100-80GB", extra='dtype = "bfloat16"',
+                                 data="seq_len = 262144"))
+    assert "hardware.count" not in (err.fix or "") and "hardware.gpu" not in (err.fix or "")
+    assert "data.seq_len = " in err.fix

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.nofit import savers_on, verified_fixes
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
@@ -119,19 +120,21 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    savers = ", ".join(sol.savers) if sol.savers else "no memory saver"
-    fixed = [k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")]
+    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
+                           count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
+                           headroom=ctx.spec("hardware.headroom"))
     hint = ""
-    if fixed:
-        hint = "; " + ", ".join(f"training.{k}" for k in fixed) + ' set by the spec (set "auto" to let gpuplan use it)'
+    if user_set:
+        hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
     ctx.error(
         "hardware.gpu",
-        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with "
-        f"{'every saver on' if len(sol.savers) > 1 else savers} ({savers}); "
+        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
-        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint,
-        fix="use a larger GPU or more GPUs (hardware.gpu, hardware.count), a shorter data.seq_len, "
-            'or model.dtype = "bfloat16"',
+        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
+               + ("" if fixes else "; no single change gpuplan can check (savers, bf16 weights, a shorter seq_len, "
+                  "more GPUs, a larger GPU) makes it fit"),
+        fix=("any one of these fits (checked with the same memory model): " + "; ".join(fixes)) if fixes else None,
     )
 
 
