@@ -203,3 +203,18 @@ def test_no_more_gpus_where_sharding_cannot_help(tmp_path):  # item 11
                                  data="seq_len = 262144"))
     assert "hardware.count" not in (err.fix or "") and "hardware.gpu" not in (err.fix or "")
     assert "data.seq_len = " in err.fix
+
+
+# ---- estimates ------------------------------------------------------------------------------
+def test_fsdp_checkpointing_goes_through_fsdp_config(tmp_path):  # item 15
+    text = spec(model="llama-3.1-8b", gpu="H100-80GB", extra='dtype = "bfloat16"', data="seq_len = 4096",
+                training="effective_batch_size = 64\ngradient_checkpointing = true").replace(
+        'gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8') + '[distributed]\nstrategy = "fsdp"\n'
+    plan = plan_text(tmp_path, text)
+    built = build_here(plan)
+    assert built["args"].activation_checkpointing is False
+    assert built["args"].fsdp_config["activation_checkpointing"] is True
+    assert built["fsdp"].activation_checkpointing is True
+    comm = plan.throughput["communication"]
+    assert "no extra traffic" in comm["activation_checkpointing"]
+    assert comm["formula"].startswith("2 all-gathers + reduce-scatter")

@@ -100,6 +100,12 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         "disable_tqdm": not progress,
     }
     kwargs.update(distributed_kwargs(plan))
+    if "fsdp" in kwargs and kwargs["activation_checkpointing"]:
+        # FSDP's own activation checkpointing: the Trainer's argument wraps the recomputation
+        # outside the FSDP units and adds an all-gather per unit in backward (transformers 5.24
+        # training_args.py warning; issue 30404); the Trainer refuses both on at once.
+        kwargs["activation_checkpointing"] = False
+        kwargs["fsdp_config"]["activation_checkpointing"] = True
     return kwargs
 
 
