@@ -169,9 +169,17 @@ def test_removed_optimizer_is_resolved_with_a_reason(tmp_path):
 
 
 def test_bnb_optimizer_without_bitsandbytes_is_resolved(tmp_path):
-    plan = plan_text(tmp_path, spec(training='optim = "adamw_bnb_8bit"'), env=ENV_NO_BNB)
+    # planned for this machine (gpu = "auto", detected here): what is installed here decides
+    from gpuplan.hardware.catalog import lookup
+
+    here = spec(gpu="auto", training='optim = "adamw_bnb_8bit"')
+    plan = plan_text(tmp_path, here, env=ENV_NO_BNB, detect=lambda: lookup("A100-80GB"))
     c = change(plan, "training.optim")
     assert c.after == "adamw_torch_fused" and "bitsandbytes" in c.reason
+    # planned for an A100 elsewhere: kept, and the plan says what to install there (issue 11 item 16)
+    remote = plan_text(tmp_path, spec(training='optim = "adamw_bnb_8bit"'), env=ENV_NO_BNB)
+    assert remote.value("training.optim") == "adamw_bnb_8bit"
+    assert any("pip install bitsandbytes" in (d.fix or "") for d in remote.diagnostics)
 
 
 def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
@@ -224,7 +232,7 @@ def test_nothing_fits_gives_the_smallest_requirement(tmp_path):
 
 # ---- dataloader, compile, attention ------------------------------------------------------
 def test_pin_memory_only_with_cuda_and_workers_from_cpu_count(tmp_path):
-    plan = plan_text(tmp_path, spec().replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 4'))
+    plan = plan_text(tmp_path, spec().replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 4\ncpu_count = 16'))
     assert plan.value("training.dataloader_pin_memory") is True
     assert plan.value("training.dataloader_num_workers") == 3  # min(2x4, 8, 16/4 - 1)
     cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64",

@@ -218,3 +218,53 @@ def test_fsdp_checkpointing_goes_through_fsdp_config(tmp_path):  # item 15
     comm = plan.throughput["communication"]
     assert "no extra traffic" in comm["activation_checkpointing"]
     assert comm["formula"].startswith("2 all-gathers + reduce-scatter")
+
+
+# ---- plans for other hardware ----------------------------------------------------------
+TWO_NODES_ZERO3 = """
+[model]
+config = "@MODELS@/llama-3.1-8b.json"
+dtype = "bfloat16"
+[hardware]
+gpu = "H100-80GB"
+count = 8
+nodes = 2
+[data]
+seq_len = 2048
+[training]
+effective_batch_size = 128
+[distributed]
+strategy = "deepspeed"
+zero_stage = 3
+offload_optimizer = true
+"""
+LOCAL_ENV = {**ENV, "cpu_count": 2, "host_memory_bytes": 8 * 2**30}  # this machine: 2 cores, 8 GiB, no deepspeed
+
+
+def test_a_plan_for_other_machines_does_not_inherit_this_one(tmp_path):  # item 16
+    plan = plan_text(tmp_path, TWO_NODES_ZERO3, env=LOCAL_ENV)
+    # deepspeed is not installed here: kept, with what to install there
+    assert plan.value("distributed.strategy") == "deepspeed"
+    assert (plan.value("distributed.zero_stage"), plan.value("distributed.offload_optimizer")) == (3, True)
+    assert any(d.key == "distributed.strategy" and "pip install deepspeed" in d.fix for d in plan.diagnostics)
+    # 2 cores here: not the 8-GPU nodes' cores
+    assert plan.value("training.dataloader_num_workers") == 8
+    # 8 GiB of RAM here does not refuse the nodes' optimizer offload; the plan asks for their RAM
+    assert any(d.key == "hardware.host_memory_gib" and d.severity == "note" for d in plan.diagnostics)
+    ds = build_here(plan)["deepspeed"]
+    assert ds["zero_optimization"]["stage"] == 3 and "offload_optimizer" in ds["zero_optimization"]
+    # the target's facts, when the spec gives them, are checked
+    small = TWO_NODES_ZERO3.replace("nodes = 2", "nodes = 2\ncpu_count = 16\nhost_memory_gib = 16")
+    errs = errors_of(tmp_path, small, env=LOCAL_ENV)
+    assert errs[0].key == "hardware.host_memory_gib"
+
+
+def test_a_plan_for_this_machine_uses_its_facts(tmp_path):  # item 16
+    from gpuplan.hardware.catalog import lookup
+
+    here = TWO_NODES_ZERO3.replace('gpu = "H100-80GB"', 'gpu = "auto"').replace("nodes = 2", "nodes = 1")
+    plan = plan_text(tmp_path, here, env={**LOCAL_ENV, "host_memory_bytes": 4096 * 2**30},
+                     detect=lambda: lookup("H100-80GB"))
+    assert plan.value("distributed.strategy") == "fsdp"  # deepspeed is not installed on this machine
+    assert "pip install deepspeed" in change(plan, "distributed.strategy").reason
+    assert plan.value("training.dataloader_num_workers") == 0  # 2 cores / 8 GPUs - 1

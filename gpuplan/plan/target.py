@@ -17,6 +17,23 @@ def is_local(spec: Callable[[str], Any]) -> bool:
     return spec("hardware.gpu") in ("auto", "cpu") and spec("hardware.nodes") == 1
 
 
+class _OnTheTarget(dict):
+    """Packages of a machine this plan cannot see: any package asked for counts as installed there."""
+
+    def get(self, key, default=None):
+        return super().get(key) or "on the target"
+
+
+def target_packages(spec: Callable[[str], Any], environment: dict) -> dict:
+    """The packages explicit requests are checked against: this machine's when the plan is
+    for it; otherwise any (apply there fails with the import error if one is missing, and
+    the plan says what to install). Choices gpuplan makes itself ("auto") use only what
+    is installed here, so a plan never depends on a package its maker does not have
+    unless the spec asked for it."""
+    packages = environment.get("packages", {})
+    return dict(packages) if is_local(spec) else _OnTheTarget(packages)
+
+
 def has_package(spec: Callable[[str], Any], environment: dict, package: str) -> bool:
     """A package counts as present if it is installed here, or the plan is for another machine."""
     return bool(environment.get("packages", {}).get(package)) or not is_local(spec)

@@ -14,6 +14,7 @@ from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.nofit import savers_on, verified_fixes
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.target import target_packages
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 
 TRAINER_DEFAULT_BATCH = 8
@@ -77,8 +78,9 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.get("packages", {})
-    optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, packages)
+    packages = ctx.environment.get("packages", {})  # this machine's: for what gpuplan chooses itself
+    asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
+    optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
     empty = ctx.spec("training.torch_empty_cache_steps")
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
@@ -107,7 +109,7 @@ def fit(ctx: Resolver) -> None:
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
         tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
+        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
     )
     sol = solve(problem)
     ctx.set_internal("fit.solution", sol)
@@ -144,7 +146,7 @@ RULES = (
         reads=(
             "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
             "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
-            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom",
+            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps",

@@ -14,6 +14,7 @@ from typing import Mapping
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 
 # Optimizers needing a package beyond torch/transformers (trainer_optimizer.py in 5.24).
@@ -59,7 +60,7 @@ def select(ctx: Resolver) -> None:
     sol = ctx.get("fit.solution")
     asked = ctx.spec("training.optim")
     if sol is None:  # the batch arithmetic failed and is reported; no memory decision to explain
-        name, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+        name, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
         if name == "auto":
             name, reason = default_optimizer(ctx.gpu), "the default optimizer for this device"
         ctx.resolve("training.optim", name, reason)
@@ -85,8 +86,11 @@ def select(ctx: Resolver) -> None:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
         ctx.resolve("training.optim", chosen, why)
         return
-    _, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+    _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
     ctx.resolve("training.optim", chosen, reason)
+    package = "bitsandbytes" if chosen in BNB_OPTIMIZERS else NEEDS_PACKAGE.get(chosen)
+    if package and not is_local(ctx.spec):
+        install_note(ctx, "training.optim", package, f'training.optim = "{chosen}"')
 
 
 def _gib(n: int | None) -> str:
@@ -94,7 +98,7 @@ def _gib(n: int | None) -> str:
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution"), writes=("training.optim",),
+    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution", "spec:hardware.gpu", "spec:hardware.nodes"), writes=("training.optim",),
          apply=select,
          doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
              "removed or unavailable optimizers replaced with a reason."),
