@@ -251,9 +251,15 @@ def test_compile_backend_turns_compile_on_and_defaults_to_inductor(tmp_path):
 
 
 def test_flash_attention_needs_package_ampere_and_half_precision(tmp_path):
-    plan = plan_text(tmp_path, spec(gpu="V100-32GB", extra='attn_implementation = "flash_attention_2"'))
+    from gpuplan.hardware.catalog import lookup
+
+    plan = plan_text(tmp_path, spec(gpu="auto", extra='attn_implementation = "flash_attention_2"'),
+                     detect=lambda: lookup("V100-32GB"))  # this machine: its packages count
     c = change(plan, "model.attn_implementation")
     assert c.after == "sdpa" and "Ampere" in c.reason and "flash_attn" in c.reason
+    remote = plan_text(tmp_path, spec(gpu="V100-32GB", extra='attn_implementation = "flash_attention_2"'))
+    c = change(remote, "model.attn_implementation")  # another machine: only what the GPU decides
+    assert c.after == "sdpa" and "Ampere" in c.reason and "flash_attn package" not in c.reason
     plan = plan_text(tmp_path, spec(extra='attn_implementation = "auto"'))
     assert plan.value("model.attn_implementation") == "sdpa"
 

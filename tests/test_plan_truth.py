@@ -268,3 +268,26 @@ def test_a_plan_for_this_machine_uses_its_facts(tmp_path):  # item 16
     assert plan.value("distributed.strategy") == "fsdp"  # deepspeed is not installed on this machine
     assert "pip install deepspeed" in change(plan, "distributed.strategy").reason
     assert plan.value("training.dataloader_num_workers") == 0  # 2 cores / 8 GPUs - 1
+
+
+def test_gemma2_is_not_planned_with_sdpa(tmp_path):  # item 2
+    plan = plan_text(tmp_path, spec(model="gemma-2-2b", extra='dtype = "bfloat16"'))
+    c = change(plan, "model.attn_implementation")
+    assert c.after == "eager" and "_supports_sdpa = False" in c.reason
+    asked = plan_text(tmp_path, spec(model="gemma-2-2b", extra='dtype = "bfloat16"\nattn_implementation = "sdpa"'))
+    assert asked.value("model.attn_implementation") == "eager"
+    assert plan_text(tmp_path, spec()).value("model.attn_implementation") == "sdpa"  # llama: sdpa
+
+
+def test_gemma2_really_refuses_sdpa_and_takes_eager(tmp_path):  # item 2: what the table says is what transformers does
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = json.loads((MODELS / "gemma-2-2b.json").read_text())
+    cfg.update(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+               head_dim=8, vocab_size=64)
+    config = AutoConfig.for_model(**cfg)
+    with pytest.raises(ValueError, match="(?i)sdpa|scaled_dot_product"):
+        AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    AutoModelForCausalLM.from_config(config, attn_implementation="eager")
