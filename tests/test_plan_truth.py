@@ -291,3 +291,19 @@ def test_gemma2_really_refuses_sdpa_and_takes_eager(tmp_path):  # item 2: what t
     with pytest.raises(ValueError, match="(?i)sdpa|scaled_dot_product"):
         AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+
+
+# ---- not every GPU is an NVIDIA GPU ----------------------------------------------------
+def test_mi300x_plan_speaks_amd(tmp_path):  # item 13
+    from gpuplan.render.style import Style
+    from gpuplan.render.text import render_plan
+
+    text = spec(model="llama-3.1-8b", gpu="MI300X", extra='dtype = "bfloat16"\nattn_implementation = "flash_attention_2"',
+                data="seq_len = 1001", training="effective_batch_size = 48\nper_device_train_batch_size = 6")
+    plan = plan_text(tmp_path, text)
+    assert plan.value("model.attn_implementation") == "flash_attention_2"  # flash-attn's ROCm backend
+    assert "matrix cores" in change(plan, "training.per_device_train_batch_size").reason
+    out = render_plan(plan.to_dict(), Style(False))
+    for words in ("nvidia-smi", "compute capability", "tensor core", "Ampere"):
+        assert words.lower() not in out.lower(), words
+    assert "rocm-smi" in out and "AMD CDNA2" in out

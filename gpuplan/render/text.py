@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gpuplan.render.style import PLAIN, Style
+from gpuplan.plan.wording import smi
 
 GIB = 1024**3
 SYMBOL = {"add": "+", "change": "~"}
@@ -55,7 +56,7 @@ def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style:
     lines.append(f"  {'allocated peak':<18} {gib(memory.get('allocated_peak_bytes')):>10}   torch.cuda.max_memory_allocated")
     fits = memory.get("fits")
     verdict = style("fits", "green") if fits else style("does not fit", "red")
-    total = "nvidia-smi" if hardware.get("vendor") != "cpu" else "process"
+    total = smi(hardware.get("vendor"))
     lines.append(
         f"  {'device total':<18} {gib(memory.get('reserved_peak_bytes')):>10}   {total}; {verdict} in "
         f"{gib(memory.get('usable_bytes'))} usable ({memory.get('headroom', 0):.0%} headroom)"

@@ -63,7 +63,7 @@ def split(ctx: Resolver) -> None:
         else:  # it divides and fits: moved for the GEMM shape (solve._choose)
             ctx.resolve("training.per_device_train_batch_size", b,
                         f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
-                        f"({_multiple_source(g)}); the batch enters them as batch x seq_len tokens: "
+                        f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
                         f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
                         f"{b} is the nearest such batch that fits and divides the {s} samples per device",
                         rule="batch.tensor_core_multiple")
@@ -101,7 +101,9 @@ def split(ctx: Resolver) -> None:
         ctx.keep("training.per_device_eval_batch_size")
 
 
-def _multiple_source(g: int) -> str:
+def _multiple_source(g: int, vendor: str) -> str:
+    if vendor == "amd":
+        return f"NVIDIA's matmul-guide multiple of {g}, applied to AMD matrix cores as a default"
     if g == 64:
         return "64 on A100 for fp16/bf16, the HF guide; 8 on other GPUs, the NVIDIA matmul guide"
     if g == 8:
