@@ -307,3 +307,23 @@ def test_mi300x_plan_speaks_amd(tmp_path):  # item 13
     for words in ("nvidia-smi", "compute capability", "tensor core", "Ampere"):
         assert words.lower() not in out.lower(), words
     assert "rocm-smi" in out and "AMD CDNA2" in out
+
+
+def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item 14
+    import json
+
+    from gpuplan.modelinfo import model_facts
+    from gpuplan.plan.throughput import flops_per_token
+
+    facts = model_facts(json.loads((MODELS / "mixtral-8x7b-v0.1.json").read_text()), "causal-lm")
+    assert facts.n_params == pytest.approx(46.7e9, rel=0.01)
+    assert facts.active_params == pytest.approx(12.9e9, rel=0.01)  # top-2 of 8 experts
+    model, _ = flops_per_token(facts, 4096, False)
+    attention = 12 * facts.num_layers * facts.num_attention_heads * facts.head_dim * 4096
+    assert model - attention < 6 * 13e9  # 6 x active (minus the input embedding lookup), not 6 x 46.7B
+    plan = plan_text(tmp_path, spec(model="mixtral-8x7b-v0.1", gpu="H100-80GB", extra='dtype = "bfloat16"',
+                                    data="seq_len = 2048", training="effective_batch_size = 64").replace(
+        'gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8'))
+    assert plan.memory["components"]["weights"] >= 2 * facts.n_params / 8 * 0.99  # memory: all of them
+    assert any("mixture of experts" in n for n in plan.throughput["notes"])
+    assert not any("no activation model" in n for n in plan.memory["notes"])  # the MoE block is modelled
