@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.plan.types import PlanError
-from plan_arguments import build_here
-from planning import ENV, MODELS, plan_text, spec
+from plan_arguments import build_here, build_with_scheduler, saved
+from planning import ENV, MODELS, spec
+from planning import plan_text as _plan_text
+from reason_oracle import check_reasons
+
+
+def plan_text(tmp_path, text, **kw):
+    """Every plan of the review is also held to both guards: its reasons, and apply's arguments."""
+    plan = _plan_text(tmp_path, text, **kw)
+    check_reasons(plan)
+    build_with_scheduler(saved(plan))
+    return plan
 
 
 def change(plan, key):
