@@ -11,17 +11,17 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from fuzz_oracle import write
 from fuzz_strategies import valid_specs
 from fuzz_toml import toml_doc
-from gpuplan.plan.build import plan_file
-from gpuplan.plan.types import PlanError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from plan_arguments import build_with_scheduler, saved
 from planning import ENV, ENV_NO_BNB, SPECS
 from reason_oracle import check_reasons
+
+from gpuplan.plan.build import plan_file
+from gpuplan.plan.types import PlanError
 
 EXAMPLES = 40 if os.environ.get("GPUPLAN_FUZZ_PROFILE", "ci") == "ci" else 1000
 GUARD = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

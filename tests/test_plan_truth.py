@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from gpuplan.plan.types import PlanError
 from plan_arguments import build_here, build_with_scheduler, saved
 from planning import ENV, MODELS, spec
 from planning import plan_text as _plan_text
 from reason_oracle import check_reasons
+
+from gpuplan.plan.types import PlanError
 
 
 def plan_text(tmp_path, text, **kw):
@@ -160,8 +160,8 @@ def test_padded_length_is_suggested_as_a_multiple(tmp_path):  # item 12
 def _apply_fix(text: str, fix: str) -> str:
     """The spec text with one printed fix applied: every `section.key = value` in it."""
     import re
-    import tomllib
 
+    import tomllib
     from fuzz_toml import toml_doc
 
     doc = tomllib.loads(text)
@@ -192,6 +192,11 @@ def test_savers_the_spec_set_are_named_not_no_memory_saver(tmp_path):  # item 8
     ("phi-2", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
      'effective_batch_size = 32\ngradient_checkpointing = false\noptim = "adamw_torch_fused"'),
     ("qwen2.5-7b", "A100-40GB", "", "seq_len = 8192", "effective_batch_size = 16"),
+    # no effective batch: more GPUs keep each GPU's samples; the spec's split is kept
+    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
+     "per_device_train_batch_size = 2\ngradient_accumulation_steps = 4"),
+    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
+     "effective_batch_size = 24\ngradient_accumulation_steps = 3"),
 ])
 def test_every_printed_fix_makes_the_plan_fit_and_none_is_already_set(tmp_path, model, gpu, extra, data, training):  # item 11
     text = spec(model=model, gpu=gpu, extra=extra, data=data, training=training).replace("@MODELS@", str(MODELS))
@@ -337,3 +342,21 @@ def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item
     assert plan.memory["components"]["weights"] >= 2 * facts.n_params / 8 * 0.99  # memory: all of them
     assert any("mixture of experts" in n for n in plan.throughput["notes"])
     assert not any("no activation model" in n for n in plan.memory["notes"])  # the MoE block is modelled
+
+
+# ---- the reviewed specs apply where the CPU allows ---------------------------------------
+@pytest.mark.slow
+def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1 and 5, applied
+    import json
+    import subprocess
+
+    from cli_runs import command, env, tiny_spec
+
+    path = tiny_spec(tmp_path / "spec.toml", tmp_path / "out", max_steps=4)
+    text = path.read_text().replace("seed = 0", 'seed = 0\nwarmup_ratio = 0.25\nlr_scheduler_type = "reduce_lr_on_plateau"\n'
+                                    "eval_steps = 2").replace("eval_fraction = 0.0", "eval_fraction = 0.2")
+    path.write_text(text)
+    r = subprocess.run(command("apply", path, "--yes"), capture_output=True, text=True, env=env(), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state = json.loads((tmp_path / "out" / "gpuplan-state.json").read_text())
+    assert state["plan"]["settings"]["training.warmup_steps"]["value"] == 1  # 0.25 x 4 steps

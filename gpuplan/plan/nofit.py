@@ -15,7 +15,14 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.hardware.catalog import load_catalog
-from gpuplan.plan.solve import EIGHT_BIT, ADAFACTOR, FitProblem, FitSolution, Sharding, solve
+from gpuplan.plan.solve import (
+    ADAFACTOR,
+    EIGHT_BIT,
+    FitProblem,
+    FitSolution,
+    Sharding,
+    solve,
+)
 
 GIB = 1024**3
 MAX_GPUS_PER_NODE = 8  # HGX/DGX nodes
@@ -44,7 +51,7 @@ def _fits(p: FitProblem) -> FitSolution | None:
 
 
 def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: int, nodes: int,
-                   headroom: float) -> list[str]:
+                   headroom: float, effective_set: bool) -> list[str]:
     fixes: list[str] = []
     # savers the spec fixed
     for knob, key in (("gradient_checkpointing", "training.gradient_checkpointing"), ("optim", "training.optim"),
@@ -68,16 +75,20 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
     if p.base.device == "cuda" and strategy in ("auto", "fsdp"):
         for factor in (2, 4, 8, 16):
             new_world = world * factor
-            samples = p.samples_per_device * world
-            if samples % new_world:
-                continue
+            # an effective batch is split over more GPUs; without one each GPU keeps its samples
+            samples = p.samples_per_device
+            if effective_set:
+                if (p.samples_per_device * world) % new_world:
+                    continue
+                samples = p.samples_per_device * world // new_world
+            ub, ua = p.user_batch, p.user_accumulation
+            if (ua is not None and samples % ua) or (ub is not None and ua is not None and ub * ua != samples):
+                continue  # the spec's own split would not hold: not a one-key fix
             per_node = min(new_world, max(count, MAX_GPUS_PER_NODE))
             if new_world % per_node:
                 continue
             sh = Sharding("fsdp", 3, new_world, False, False, "full_shard")
-            q = dataclasses.replace(p, world_size=new_world, samples_per_device=samples // new_world,
-                                    user_batch=None if p.user_batch and (samples // new_world) % p.user_batch else p.user_batch,
-                                    shardings=(sh,))
+            q = dataclasses.replace(p, world_size=new_world, samples_per_device=samples, shardings=(sh,))
             if _fits(q):
                 where = f"hardware.count = {per_node}" + (f", hardware.nodes = {new_world // per_node}" if new_world > per_node else "")
                 fixes.append(f"{where} (FSDP full_shard over {new_world} GPUs)")

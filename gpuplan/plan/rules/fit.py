@@ -14,8 +14,14 @@ from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.nofit import savers_on, verified_fixes
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.solve import (
+    FitProblem,
+    Knobs,
+    batch_multiple,
+    solve,
+    tensor_core_multiple,
+)
 from gpuplan.plan.target import target_packages
-from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 
 TRAINER_DEFAULT_BATCH = 8
 GIB = 1024**3
@@ -125,7 +131,8 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
     user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
     fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
                            count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
-                           headroom=ctx.spec("hardware.headroom"))
+                           headroom=ctx.spec("hardware.headroom"),
+                           effective_set=ctx.spec("training.effective_batch_size") is not None)
     hint = ""
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
