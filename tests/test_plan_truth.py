@@ -360,3 +360,17 @@ def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1
     assert r.returncode == 0, r.stderr[-3000:]
     state = json.loads((tmp_path / "out" / "gpuplan-state.json").read_text())
     assert state["plan"]["settings"]["training.warmup_steps"]["value"] == 1  # 0.25 x 4 steps
+
+
+def test_apply_names_the_packages_a_plan_made_elsewhere_needs(tmp_path):  # item 16, at apply
+    from importlib.util import find_spec
+
+    from gpuplan.apply.errors import ApplyError
+    from gpuplan.apply.packages import check_packages
+
+    if find_spec("deepspeed"):
+        pytest.skip("deepspeed is installed here")
+    plan = plan_text(tmp_path, TWO_NODES_ZERO3, env=LOCAL_ENV)  # deepspeed is not installed here
+    with pytest.raises(ApplyError, match="distributed.strategy = 'deepspeed' needs deepspeed.*pip install deepspeed"):
+        check_packages(plan)
+    check_packages(plan_text(tmp_path, spec(training='optim = "adamw_bnb_8bit"')))  # bitsandbytes is here

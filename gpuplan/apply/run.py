@@ -121,6 +121,9 @@ def execute(
     from .interrupt import ApplyInterrupted, GracefulStop
     from .oom import OOMRetry
 
+    from .packages import check_packages
+
+    check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
     output_dir = plan.value("output.dir")
     try:
         os.makedirs(output_dir, exist_ok=True)
