@@ -354,7 +354,7 @@ def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1
 
     path = tiny_spec(tmp_path / "spec.toml", tmp_path / "out", max_steps=4)
     text = path.read_text().replace("seed = 0", 'seed = 0\nwarmup_ratio = 0.25\nlr_scheduler_type = "reduce_lr_on_plateau"\n'
-                                    "eval_steps = 2").replace("eval_fraction = 0.0", "eval_fraction = 0.2")
+                                    "eval_steps = 2").replace("eval_fraction = 0.0", "eval_fraction = 0.01")
     path.write_text(text)
     r = subprocess.run(command("apply", path, "--yes"), capture_output=True, text=True, env=env(), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
