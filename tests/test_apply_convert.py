@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
+from tests.helpers.plan_arguments import build_here
 from gpuplan.apply.convert import torch_dtype, training_arguments, training_arguments_kwargs
 from gpuplan.apply.device import check_device
 from gpuplan.apply.errors import ApplyError
@@ -155,3 +156,18 @@ def test_cpu_plan_with_deepspeed_is_refused_and_fsdp_is_not(tmp_path):
     with pytest.raises(ApplyError, match="distributed.strategy = 'deepspeed'"):
         check_device(cpu_plan(tmp_path, **{"distributed.strategy": "deepspeed"}))
     assert check_device(cpu_plan(tmp_path, **{"distributed.strategy": "fsdp"})) == "cpu"  # FSDP2 over gloo
+
+
+def test_warmup_ratio_with_max_steps_applies_as_the_planned_steps(tmp_path):
+    """Issue 11 item 1: the plan derives warmup_steps from warmup_ratio x max_steps; apply
+    used to report its own derived value as a user conflict (specs/llama-8b-2nodes.toml)."""
+    from tests.helpers.planning import SPECS, plan_text, spec
+
+    plan = plan_text(tmp_path, spec(training="max_steps = 1000\nwarmup_ratio = 0.03"))
+    assert plan.settings["training.warmup_steps"].source == "derived"
+    assert build_here(plan)["args"].warmup_steps == 30
+    from gpuplan.plan.build import plan_file
+    from tests.helpers.planning import ENV
+
+    shipped = plan_file(SPECS / "llama-8b-2nodes.toml", environment=ENV)
+    assert build_here(shipped)["args"].warmup_steps == 30

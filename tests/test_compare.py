@@ -93,10 +93,13 @@ def test_8b_on_a_4090_names_a_larger_gpu_and_a_count_that_fit():
         plan_file(LLAMA_8B, environment=ENV, overrides={"hardware": {"gpu": "RTX-4090"}})
     fit = next(d for d in e.value.diagnostics if d.summary.startswith("does not fit"))
     assert 'a larger GPU: hardware.gpu = "A100-40GB"' in fit.fix  # the 32 GB RTX-5090 is too small
-    assert "4 x RTX-4090: hardware.count = 4" in fit.fix and "FSDP full_shard" in fit.fix
+    import re
+
+    (count,) = re.findall(r"(\d+) x RTX-4090: hardware.count = \1 ", fit.fix)  # the fewest that fit
+    assert int(count) > 1 and "FSDP full_shard" in fit.fix
     # every piece of advice, followed, fits (the same planner says so)
     raw = with_overrides(load_toml(LLAMA_8B).raw, {"hardware": {"gpu": "RTX-4090"}})
-    for hw in ({"gpu": "A100-40GB"}, {"count": 4}):
+    for hw in ({"gpu": "A100-40GB"}, {"count": int(count)}):
         spec = dict(raw, hardware={**raw["hardware"], **hw})
         plan = plan_spec(dataclasses.replace(load_toml(LLAMA_8B), raw=spec), detect=None, environment=ENV)
         assert plan.memory.fits

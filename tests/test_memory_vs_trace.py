@@ -25,6 +25,9 @@ GEMMA = dict(model_type="gemma", hidden_size=128, intermediate_size=384, num_hid
 GPT2 = dict(model_type="gpt2", n_embd=128, n_layer=2, n_head=4, vocab_size=2000, n_positions=1024)
 NEOX = dict(model_type="gpt_neox", hidden_size=128, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, vocab_size=2000, max_position_embeddings=1024)
+MIXTRAL = dict(model_type="mixtral", hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, vocab_size=2000, num_local_experts=4,
+               num_experts_per_tok=2)
 BERT = dict(model_type="bert", hidden_size=128, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, vocab_size=2000, max_position_embeddings=1024)
 
@@ -39,6 +42,7 @@ CASES = [
     (NEOX, Workload(4, 256, weight_dtype="bfloat16", optim="adamw_torch")),
     (BERT, Workload(4, 256, amp="bf16", task="masked-lm")),
     (BERT, Workload(8, 128, amp="bf16", task="seq-cls", num_labels=3)),
+    (MIXTRAL, Workload(4, 256, weight_dtype="bfloat16")),  # MoE block: router, dispatch, top-k expert MLPs
 ]
 
 

@@ -17,33 +17,46 @@ def errors_of(tmp_path, text, **kw):
 
 
 # ---- batch ---------------------------------------------------------------------------
-def test_a100_fp16_moves_batch_to_multiple_of_64_and_holds_effective_batch(tmp_path):
-    plan = plan_text(tmp_path, spec(training="fp16 = true\nbf16 = false\nper_device_train_batch_size = 48\n"
-                                             "effective_batch_size = 384"))
+A100_FP16 = "fp16 = true\nbf16 = false\nper_device_train_batch_size = 36\neffective_batch_size = 360"
+
+
+def test_a100_fp16_moves_batch_so_tokens_per_micro_batch_are_a_multiple_of_64(tmp_path):
+    plan = plan_text(tmp_path, spec(training=A100_FP16, data="seq_len = 1000"))
     c = change(plan, "training.per_device_train_batch_size")
-    assert (c.action, c.before, c.after, c.rule) == ("change", 48, 64, "batch.tensor_core_multiple")
-    assert "multiples of 64" in c.reason
+    assert (c.action, c.before, c.after, c.rule) == ("change", 36, 40, "batch.tensor_core_multiple")
+    assert "multiples of 64" in c.reason and "36 x 1000 = 36,000 is not a multiple of 64" in c.reason
     a = change(plan, "training.gradient_accumulation_steps")
-    assert (a.after, a.rule) == (6, "batch.split")
-    assert "384 = 64 per device x 6" in a.reason
-    assert plan.value("training.effective_batch_size") == 384
+    assert (a.after, a.rule) == (9, "batch.split")
+    assert "360 = 40 per device x 9" in a.reason
+    assert plan.value("training.effective_batch_size") == 360
     assert plan.settings["training.per_device_train_batch_size"].source == "adjusted"
 
 
+def test_a_batch_whose_tokens_are_already_a_multiple_is_kept(tmp_path):
+    # issue 11 item 12: 48 x 512 is a multiple of 64; the plan used to move 48 to 64
+    plan = plan_text(tmp_path, spec(training=A100_FP16.replace("36", "48").replace("360", "384")))
+    assert plan.value("training.per_device_train_batch_size") == 48
+    assert change(plan, "training.per_device_train_batch_size") is None
+    plan_text(tmp_path, spec(training=A100_FP16.replace("36", "48").replace("360", "384")), strict=True)
+    # the guide's fp16-8 versus A100-64: 36 x 1000 = 36,000 is a multiple of 8, so an H100 keeps 36
+    h100 = plan_text(tmp_path, spec(gpu="H100-80GB", training=A100_FP16, data="seq_len = 1000"))
+    assert h100.value("training.per_device_train_batch_size") == 36
+
+
 def test_strict_refuses_the_same_adjustment(tmp_path):
-    errs = errors_of(tmp_path, spec(training="fp16 = true\nbf16 = false\nper_device_train_batch_size = 48\n"
-                                             "effective_batch_size = 384"), strict=True)
+    errs = errors_of(tmp_path, spec(training=A100_FP16, data="seq_len = 1000"), strict=True)
     assert len(errs) == 1
     assert errs[0].key == "training.per_device_train_batch_size"
-    assert "(--strict)" in errs[0].summary and "48" in errs[0].summary and "64" in errs[0].summary
+    assert "(--strict)" in errs[0].summary and "36" in errs[0].summary and "40" in errs[0].summary
 
 
 def test_tensor_core_multiple_is_8_off_a100_and_4_for_tf32(tmp_path):
-    plan = plan_text(tmp_path, spec(gpu="H100-80GB", training="bf16 = true\nper_device_train_batch_size = 6\n"
-                                                         "effective_batch_size = 64"))
+    # an odd seq_len: batch x seq_len is a multiple of m only when the batch is
+    plan = plan_text(tmp_path, spec(gpu="H100-80GB", data="seq_len = 1001",
+                                    training="bf16 = true\nper_device_train_batch_size = 6\neffective_batch_size = 48"))
     assert plan.value("training.per_device_train_batch_size") == 8
-    plan = plan_text(tmp_path, spec(gpu="A10G", training="bf16 = false\nfp16 = false\nper_device_train_batch_size = 5\n"
-                                                    "effective_batch_size = 48"))
+    plan = plan_text(tmp_path, spec(gpu="A10G", data="seq_len = 1001", training="bf16 = false\nfp16 = false\n"
+                                    "per_device_train_batch_size = 5\neffective_batch_size = 40"))
     assert plan.value("training.tf32") is True
     assert plan.value("training.per_device_train_batch_size") == 4
 
@@ -155,9 +168,17 @@ def test_removed_optimizer_is_resolved_with_a_reason(tmp_path):
 
 
 def test_bnb_optimizer_without_bitsandbytes_is_resolved(tmp_path):
-    plan = plan_text(tmp_path, spec(training='optim = "adamw_bnb_8bit"'), env=ENV_NO_BNB)
+    # planned for this machine (gpu = "auto", detected here): what is installed here decides
+    from gpuplan.hardware.catalog import lookup
+
+    here = spec(gpu="auto", training='optim = "adamw_bnb_8bit"')
+    plan = plan_text(tmp_path, here, env=ENV_NO_BNB, detect=lambda: lookup("A100-80GB"))
     c = change(plan, "training.optim")
     assert c.after == "adamw_torch_fused" and "bitsandbytes" in c.reason
+    # planned for an A100 elsewhere: kept, and the plan says what to install there (issue 11 item 16)
+    remote = plan_text(tmp_path, spec(training='optim = "adamw_bnb_8bit"'), env=ENV_NO_BNB)
+    assert remote.value("training.optim") == "adamw_bnb_8bit"
+    assert any("pip install bitsandbytes" in (d.fix or "") for d in remote.diagnostics)
 
 
 def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
@@ -210,7 +231,7 @@ def test_nothing_fits_gives_the_smallest_requirement(tmp_path):
 
 # ---- dataloader, compile, attention ------------------------------------------------------
 def test_pin_memory_only_with_cuda_and_workers_from_cpu_count(tmp_path):
-    plan = plan_text(tmp_path, spec().replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 4'))
+    plan = plan_text(tmp_path, spec().replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 4\ncpu_count = 16'))
     assert plan.value("training.dataloader_pin_memory") is True
     assert plan.value("training.dataloader_num_workers") == 3  # min(2x4, 8, 16/4 - 1)
     cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64",
@@ -229,9 +250,15 @@ def test_compile_backend_turns_compile_on_and_defaults_to_inductor(tmp_path):
 
 
 def test_flash_attention_needs_package_ampere_and_half_precision(tmp_path):
-    plan = plan_text(tmp_path, spec(gpu="V100-32GB", extra='attn_implementation = "flash_attention_2"'))
+    from gpuplan.hardware.catalog import lookup
+
+    plan = plan_text(tmp_path, spec(gpu="auto", extra='attn_implementation = "flash_attention_2"'),
+                     detect=lambda: lookup("V100-32GB"))  # this machine: its packages count
     c = change(plan, "model.attn_implementation")
     assert c.after == "sdpa" and "Ampere" in c.reason and "flash_attn" in c.reason
+    remote = plan_text(tmp_path, spec(gpu="V100-32GB", extra='attn_implementation = "flash_attention_2"'))
+    c = change(remote, "model.attn_implementation")  # another machine: only what the GPU decides
+    assert c.after == "sdpa" and "Ampere" in c.reason and "flash_attn package" not in c.reason
     plan = plan_text(tmp_path, spec(extra='attn_implementation = "auto"'))
     assert plan.value("model.attn_implementation") == "sdpa"
 

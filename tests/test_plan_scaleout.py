@@ -124,12 +124,11 @@ def test_two_nodes_shard_over_16_and_cross_the_network(tmp_path):
     assert two.throughput.communication["link"] == "InfiniBand-NDR"
 
 
-def test_hybrid_shard_shards_within_a_node(tmp_path):
-    plan = plan_text(tmp_path, _spec(hw="nodes = 2", dist='strategy = "fsdp"\nfsdp_sharding = "hybrid_shard"')
-                     .replace("effective_batch_size = 64", "effective_batch_size = 128"))
-    assert plan.memory.workload.shard_world_size == 8  # GPUs per node
-    assert plan.memory.workload.zero_stage == 3
-    assert plan.throughput.communication["cross_node_bytes_per_gpu_per_step"] > 0
+def test_hybrid_shard_is_refused_because_apply_runs_fsdp2(tmp_path):
+    # transformers 5.24 offers HYBRID_SHARD only through deprecated FSDP1 (issue 11 item 3)
+    with pytest.raises(PlanError, match="hybrid_shard"):
+        plan_text(tmp_path, _spec(hw="nodes = 2", dist='strategy = "fsdp"\nfsdp_sharding = "hybrid_shard"')
+                  .replace("effective_batch_size = 64", "effective_batch_size = 128"))
 
 
 def test_deepspeed_takes_the_lowest_stage_that_fits(tmp_path):

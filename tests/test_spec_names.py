@@ -19,3 +19,11 @@ def test_scheduler_types_match_transformers():
 def test_compile_backends_exist_in_torch():
     dynamo = pytest.importorskip("torch._dynamo")
     assert set(names.COMPILE_BACKENDS) <= set(dynamo.list_backends(exclude_tags=()))
+
+
+def test_compile_backends_are_accepted_by_accelerate():
+    """Issue 11 item 4: the Trainer hands the backend to accelerate's TorchDynamoPlugin."""
+    from accelerate.utils import DynamoBackend
+
+    for name in names.COMPILE_BACKENDS:
+        DynamoBackend(name.upper())  # raises ValueError for torch-only names (ts, openxla, aot_ts, ...)

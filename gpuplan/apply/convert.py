@@ -100,6 +100,12 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         "disable_tqdm": not progress,
     }
     kwargs.update(distributed_kwargs(plan))
+    if "fsdp" in kwargs and kwargs["activation_checkpointing"]:
+        # FSDP's own activation checkpointing: the Trainer's argument wraps the recomputation
+        # outside the FSDP units and adds an all-gather per unit in backward (transformers 5.24
+        # training_args.py warning; issue 30404); the Trainer refuses both on at once.
+        kwargs["activation_checkpointing"] = False
+        kwargs["fsdp_config"]["activation_checkpointing"] = True
     return kwargs
 
 
@@ -134,7 +140,10 @@ def tracking_environment(plan: Plan, environ: Mapping[str, str]) -> dict[str, st
 def _warmup(plan: Plan) -> int | float:
     """warmup_steps, or warmup_ratio as the float in [0, 1) that 5.24's warmup_steps reads as a ratio."""
     ratio = plan.get("training.warmup_ratio")
-    steps = int(plan.value("training.warmup_steps"))
+    setting = plan.settings["training.warmup_steps"]
+    if setting.source == "derived":  # the plan turned the ratio into steps (or a fraction below 1)
+        return float(setting.value) if isinstance(setting.value, float) else int(setting.value)
+    steps = int(setting.value)
     if ratio is None:
         return steps
     if steps:

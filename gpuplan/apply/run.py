@@ -168,6 +168,9 @@ def execute(
     from .engine import engine_of
     from .interrupt import ApplyInterrupted, GracefulStop
 
+    from .packages import check_packages
+
+    check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
     output_dir = plan.value("output.dir")
     try:
         os.makedirs(output_dir, exist_ok=True)

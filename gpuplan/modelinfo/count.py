@@ -72,4 +72,10 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
         intermediate_size=dims.intermediate_size, vocab_size=dims.vocab_size,
         max_position_embeddings=dims.max_position_embeddings, mlp=dims.mlp, norm=dims.norm,
         tie_word_embeddings=dims.tie_word_embeddings, hidden_dropout=dims.hidden_dropout,
-        attention_dropout=dims.attention_dropout, source="analytic", notes=tuple(notes))
+        attention_dropout=dims.attention_dropout, source="analytic", notes=tuple(notes),
+        **_experts(params))
+
+
+def _experts(params) -> dict[str, int]:
+    """num_experts / experts_per_token of a mixture-of-experts family (from its ParamList)."""
+    return dict(params.experts)

@@ -37,6 +37,19 @@ class ModelFacts:
     attention_dropout: float = 0.0
     source: Literal["analytic", "meta-device"] = "analytic"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # mixture of experts (Mixtral: num_local_experts, num_experts_per_tok); 0 for a dense MLP
+    num_experts: int = 0
+    experts_per_token: int = 0
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through: all but the experts the router does not pick.
+        Each expert is a gated MLP of 3 x hidden x intermediate weights (modeling_mixtral.py
+        MixtralExperts: gate_up_proj 2i x h, down_proj h x i)."""
+        if not self.num_experts:
+            return self.n_params
+        idle = self.num_experts - self.experts_per_token
+        return self.n_params - self.num_layers * idle * 3 * self.hidden_size * self.intermediate_size
 
     def summary(self) -> dict[str, Any]:
         """The JSON-ready summary a Plan carries (no per-tensor list)."""
@@ -52,4 +65,6 @@ class ModelFacts:
             "vocab_size": self.vocab_size,
             "source": self.source,
             "notes": list(self.notes),
+            **({"num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
+                "active_params": self.active_params} if self.num_experts else {}),
         }

@@ -90,6 +90,7 @@ def count_llama_like(model_type: str, config: Mapping[str, Any], task: str,
     h, hd, i = d.hidden_size, d.head_dim, d.intermediate_size
     p = ParamList()
     if style.get("moe"):
+        p.experts = {"num_experts": cfg.int("num_local_experts"), "experts_per_token": cfg.int("num_experts_per_tok")}
         p.notes.append(f"mixture of experts: {cfg.int('num_local_experts')} experts per layer, "
                        f"{cfg.int('num_experts_per_tok')} active per token; n_params counts all")
     p.embedding("model.embed_tokens", d.vocab_size, h)

@@ -19,6 +19,7 @@ class ParamList:
     def __init__(self) -> None:
         self.items: list[tuple[str, Shape]] = []
         self.notes: list[str] = []  # facts the counter wants the plan to show
+        self.experts: dict[str, int] = {}  # num_experts, experts_per_token of a mixture of experts
 
     def add(self, name: str, *shape: int) -> None:
         self.items.append((name, tuple(shape)))

@@ -105,6 +105,16 @@ def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, n
     return [a for a in (larger_gpu(raw, gpu, count, nodes, plan), more_gpus(raw, gpu, count, nodes, plan)) if a]
 
 
+def _one_key_fixes(fix: str | None, *, drop_hardware: bool) -> str | None:
+    """The memory fit's one-key fixes (plan/nofit.py); its GPU and GPU-count ones are left out
+    when the alternatives above name the hardware, each planned in full."""
+    head = "any one of these fits (checked with the same memory model): "
+    if not fix or not drop_hardware or not fix.startswith(head):
+        return fix
+    kept = [f for f in fix[len(head):].split("; ") if not f.startswith("hardware.")]
+    return head + "; ".join(kept) if kept else None
+
+
 def with_hardware_alternatives(errors: Sequence[Diagnostic], loaded, spec, gpu: GPUProfile,
                                plan: PlanFn) -> list[Diagnostic]:
     """`errors` with the does-not-fit error's fix naming the hardware that fits (or saying none does)."""
@@ -117,6 +127,7 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], loaded, spec, gpu: 
             else:
                 found = (f"no catalog GPU fits at {spec.hardware.count * spec.hardware.nodes} GPU(s), "
                          f"nor up to {MAX_GPUS} x {gpu.name}")
-            out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {d.fix}" if d.fix else found)
+            rest = _one_key_fixes(d.fix, drop_hardware=bool(alts))
+            out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)
             break
     return out

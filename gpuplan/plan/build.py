@@ -25,7 +25,7 @@ from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.communication import communication
-from gpuplan.plan.solve import SAVER_COST
+from gpuplan.plan.solve import saver_cost
 from gpuplan.plan.sources import resolve_sources, source_settings
 from gpuplan.plan.solve import workload as solve_workload
 from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
@@ -229,6 +229,9 @@ def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict
     step = compute + comm["time_s"]
     out = {**throughput, "compute_step_time_s": compute, "step_time_s": step, "communication": comm,
            "tokens_per_second": throughput["tokens_per_step"] / step}
+    if comm["time_s"]:
+        out["notes"] = [*throughput["notes"], f"the step time includes {comm['time_s']:.3g} s of data-parallel "
+                        "communication, not overlapped with compute (an upper bound)"]
     if throughput.get("max_steps"):
         out["run_time_s"] = step * throughput["max_steps"]
     return out
@@ -247,7 +250,7 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
         components=est["components"],
         host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
         layout=sol.knobs.sharding.label,
-        savers=tuple(Saver(n, sol.saved_bytes.get(n), SAVER_COST[n]) for n in sol.savers),
+        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype)) for n in sol.savers),
         notes=tuple(est["notes"]),
     )
 

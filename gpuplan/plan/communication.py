@@ -65,6 +65,9 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
         time_s += cross / (cbw * 1e9)
         out["cross_node_bytes_per_gpu_per_step"] = int(cross)
         out["cross_node_link"] = clink
+    if wl.engine == "fsdp" and wl.gradient_checkpointing:
+        out["activation_checkpointing"] = ("FSDP's own (fsdp_config): each unit recomputes inside its backward, whose "
+                                           "all-gather is counted above; no extra traffic")
     out["time_s"] = time_s
     out["assumption"] = "ring collectives at the link's datasheet bandwidth, not overlapped with compute (upper bound)"
     return out

@@ -103,12 +103,17 @@ class ModelSection:
     vocab_size: int | None = None
     source: str | None = None  # where the parameter count came from
     notes: tuple[str, ...] = ()
+    # mixture of experts only (modelinfo: FLOPs count the routed experts, memory all of them)
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    active_params: int | None = None
 
     _IN: ClassVar = {"notes": _tuple}
     _OUT: ClassVar = {"notes": _list}
+    _OPTIONAL: ClassVar = ("num_experts", "experts_per_token", "active_params")
 
     def to_dict(self) -> dict[str, Any]:
-        return _dump(self, self._OUT)
+        return _dump(self, self._OUT, omit_none=self._OPTIONAL)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelSection":

@@ -28,6 +28,15 @@ from gpuplan.plan.memory.types import MemoryEstimate, Workload
 EIGHT_BIT = "adamw_bnb_8bit"
 ADAFACTOR = "adafactor"
 EMPTY_CACHE_STEPS = 4  # the guide's example value
+def saver_cost(name: str, weight_dtype: str) -> str:
+    """SAVER_COST, with the 8-bit optimizer's saving for this weight dtype: AdamW keeps two
+    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes."""
+    if name == "8-bit optimizer":
+        adam = 2 * {"float32": 4}.get(weight_dtype, 2)
+        return f"no measurable step-time cost; Adam states {adam} -> ~2 bytes per parameter (bitsandbytes)"
+    return SAVER_COST[name]
+
+
 SAVER_COST = {
     "8-bit optimizer": "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
     "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
@@ -77,9 +86,10 @@ class FitProblem:
     user_accumulation: int | None
     fixed: Knobs  # values for knobs the user set; see `auto`
     auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps"
-    tensor_multiple: int
+    tensor_multiple: int  # per-device batch multiple that makes batch x seq_len a multiple of gemm_multiple
     eight_bit_available: bool
     shardings: tuple[Sharding, ...] = (Sharding(),)  # candidates, cheapest communication first
+    gemm_multiple: int = 1  # tensor_core_multiple: what GEMM dimensions should be a multiple of
 
 
 @dataclass(frozen=True)
@@ -253,3 +263,14 @@ def tensor_core_multiple(gpu: GPUProfile, half: bool, tf32: bool) -> int:
     if tf32:
         return 4
     return 1
+
+
+def batch_multiple(gemm_multiple: int, seq_len: int) -> int:
+    """The per-device batches whose tokens per micro-batch are a multiple of gemm_multiple.
+
+    In a transformer the batch enters every linear layer's GEMM as batch x seq_len rows
+    (the hidden and vocabulary sizes are the other dimensions), and apply packs or pads
+    every sequence to seq_len (apply/data.py), so batch x seq_len is the GEMM dimension:
+    it is a multiple of m exactly when batch is a multiple of m / gcd(m, seq_len).
+    """
+    return gemm_multiple // math.gcd(gemm_multiple, seq_len)

@@ -41,14 +41,19 @@ EMPTY_CACHE_SLOWDOWN = 0.10
 
 
 def matmul_params(facts: ModelFacts) -> tuple[int, int]:
-    """(parameters in matmuls, of which in the output head): N of the 6N term."""
+    """(parameters in matmuls, of which in the output head): N of the 6N term.
+
+    For a mixture of experts N counts the active parameters: each token runs through
+    its top-k experts only (Mixtral 8x7B: about 12.9B of 46.7B; Jiang et al. 2024,
+    "Mixtral of Experts", section 2.1). Memory counts all of them (n_params)."""
     embedding = facts.vocab_size * facts.hidden_size
+    n = facts.active_params
     has_lm_head = facts.task in ("causal-lm", "masked-lm")
     if not has_lm_head:
-        return facts.n_params - embedding, 0
+        return n - embedding, 0
     if facts.tie_word_embeddings:
-        return facts.n_params, embedding  # the one matrix is counted once, as the head
-    return facts.n_params - embedding, embedding  # n_params holds both matrices
+        return n, embedding  # the one matrix is counted once, as the head
+    return n - embedding, embedding  # n_params holds both matrices
 
 
 def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool) -> tuple[int, int]:
@@ -83,8 +88,8 @@ def estimate_throughput(
 ) -> dict[str, Any]:
     """Tokens per optimizer step, step time and run time, JSON-ready.
 
-    world_size: data-parallel ranks (GPUs x nodes); gradient communication is not
-    modelled. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
+    world_size: data-parallel ranks (GPUs x nodes); the gradient communication is added by
+    plan/build.py with_communication. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
     utilisation: the fraction of the dense peak reached (default: the published MFU
     for this GPU generation and model size, plan/efficiency.py); `assumption` says
     where a given one comes from (a calibration).
@@ -116,11 +121,13 @@ def estimate_throughput(
     formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
     if workload.gradient_checkpointing:
         formula = "8N_layers + 6N_head + 16LHQT per token: full recomputation (Korthikanti et al. 2022)"
+    if facts.num_experts:
+        notes.append(f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
+                     f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
+                     f"{facts.n_params / 1e9:.1f}B")
     slowdowns: dict[str, float] = {}
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
-    if world_size > 1:
-        notes.append("data-parallel gradient communication is not included in the step time")
 
     step_time = tokens_per_second = run_time = None
     if peak:

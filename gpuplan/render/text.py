@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 from gpuplan.render.style import PLAIN, Style
+from gpuplan.plan.wording import smi
 from gpuplan.toml_value import toml_value
 from gpuplan.units import gib
 
@@ -64,7 +65,7 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
     peak_means = "torch.cuda.max_memory_allocated" if not cpu else "tensors alive at the peak"
     lines.append(f"  {'allocated peak':<18} {gib(memory.allocated_peak_bytes):>10}   {peak_means}")
     verdict = style("fits", "green") if memory.fits else style("does not fit", "red")
-    total = "nvidia-smi" if not cpu else "tensors + allocator (the process RSS adds the interpreter)"
+    total = smi(hardware.vendor) if not cpu else "tensors + allocator (the process RSS adds the interpreter)"
     lines.append(
         f"  {'device total' if not cpu else 'process total':<18} {gib(memory.reserved_peak_bytes):>10}   {total}; {verdict} in "
         f"{gib(memory.usable_bytes)} usable ({memory.headroom or 0:.0%} headroom)"

@@ -39,9 +39,10 @@ SCHEDULER_TYPES = (
     "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy",
 )
 
-# torch._dynamo backends usable for training (the *_TESTING_ONLY and minifier ones left out).
-COMPILE_BACKENDS = (
-    "inductor", "cudagraphs", "aot_eager", "eager", "aot_eager_default_partitioner",
-    "aot_eager_decomp_partition", "aot_ts", "ts", "openxla", "tvm",
-)
+# torch._dynamo backends usable for training that the Trainer can pass on: it builds
+# accelerate's TorchDynamoPlugin, whose DynamoBackend enum (accelerate 1.15
+# utils/dataclasses.py) rejects torch's openxla, ts, aot_ts and the aot_eager_* variants.
+COMPILE_BACKENDS = ("inductor", "cudagraphs", "aot_eager", "eager", "tvm")
+# Backends that need a package beyond torch (torch/_dynamo/backends/tvm.py imports tvm).
+COMPILE_BACKEND_PACKAGES = {"tvm": "tvm"}
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

@@ -72,10 +72,13 @@ class HardwareSpec(_Section):
     memory_gib: float | None = Field(None, gt=0, le=100_000, description="Override the catalog's memory.")
     headroom: float = Field(0.08, ge=0.0, le=0.5, description="Fraction of GPU memory the plan keeps free.")
     host_memory_gib: float | None = Field(
-        None, gt=0, le=1_000_000, description="Host RAM per node (offload checks); default: this machine's."
+        None, gt=0, le=1_000_000,
+        description="Host RAM per node (offload checks); default: this machine's when planning for it "
+                    "(gpu auto/cpu, one node), else unchecked."
     )
     cpu_count: int | None = Field(
-        None, ge=1, le=100_000, description="CPU cores per node (dataloader workers); default: this machine's."
+        None, ge=1, le=100_000,
+        description="CPU cores per node (dataloader workers); default: this machine's when planning for it, else uncapped."
     )
     interconnect: Literal["auto", "nvlink", "pcie"] = Field("auto", description="GPU-to-GPU link inside a node.")
     network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g"] = Field(

@@ -132,6 +132,13 @@ def consistent(spec: dict) -> dict:
         t["torch_compile"] = True
     if t.get("bf16") is True and t.get("fp16") is True:
         t["fp16"] = False
+    if t.get("torch_compile_backend", "inductor") != "inductor":
+        t.pop("torch_compile_mode", None)  # mode is inductor's alone
+    data = spec.get("data", {})
+    if t.get("lr_scheduler_type") in ("reduce_lr_on_plateau", "greedy") and not (data.get("eval_files") or data.get("eval_fraction")):
+        t["lr_scheduler_type"] = "linear"  # these step on the eval loss
+    if d.get("fsdp_sharding") == "hybrid_shard":
+        d["fsdp_sharding"] = "full_shard"  # FSDP1 only in transformers 5.24
     if m.get("task") == "masked-lm" and not Path(m["config"]).stem.startswith(MASKED_LM):
         m["task"] = "causal-lm"
     if d.get("strategy") == "deepspeed":

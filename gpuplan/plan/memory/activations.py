@@ -27,6 +27,7 @@ from gpuplan.plan.memory.types import Workload
 # model_type -> block style
 STYLE_OF = {
     "llama": "llama", "mistral": "llama", "qwen2": "llama",
+    "mixtral": "llama",  # llama's attention and norms; its MoE block: moe_extra_per_token
     "gemma": "gemma",
     "gpt2": "gpt2",
     "gpt_neox": "gpt_neox",
@@ -125,6 +126,22 @@ _GELU_NEW_STYLES = {"gpt2", "phi"}  # pow inside gelu_new: fp32 under CUDA autoc
 _EAGER_WITH_ATTN_DROPOUT = {"gpt2", "bert"}
 
 
+def moe_extra_per_token(facts: ModelFacts, mode: str, c_i: int) -> int:
+    """Bytes one MoE layer keeps per token beyond the dense gated MLP of the same width.
+
+    transformers 5.24 MixtralSparseMoeBlock: a router (linear to E logits, fp32 softmax,
+    top-k) and, per routed (token, expert) pair, the gathered input, the expert's gated
+    MLP activations and the expert output scaled by its routing weight. Fitted exactly
+    (zero residual, 10 variants of E, k, h, i, bf16 weights) as the trace of Mixtral minus
+    the trace of the same-width Llama: 8i(k-1) + 4hk + 4E + 40k + 4. fp32/AMP rows are the
+    same count in their dtypes, not traced (the fake-tensor grouped_mm takes bf16 only).
+    """
+    e, k = facts.num_experts, facts.experts_per_token
+    h, i = facts.hidden_size, facts.intermediate_size
+    per_pair_h = 4 if mode == "half" else 8  # gathered input + scaled expert output
+    return c_i * i * (k - 1) + per_pair_h * h * k + 4 * e + 40 * k + 4
+
+
 @dataclass(frozen=True)
 class ActivationParts:
     per_layer: int  # bytes one layer keeps for backward (no checkpointing)
@@ -171,6 +188,8 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     if style in _DROPOUT_STYLES and facts.hidden_dropout == 0:
         c_h -= _DROPOUT_STYLES[style]  # no residual dropout masks (1 byte per element each)
     per_token = c_h * h + c_q * a * d + c_kv * kv * d + c_i * i + c_a * a + c_1 + c_as * a * s
+    if facts.num_experts:
+        per_token += moe_extra_per_token(facts, mode, c_i)
     per_layer = tokens * per_token + _PER_LAYER_CONST_H.get(style, 0) * h
     resid = 2 if mode == "half" else 4  # the residual stream's dtype
     # checkpoint(layer) keeps the layer input only (measured: 4h fp32 per token)

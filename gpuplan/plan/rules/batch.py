@@ -11,6 +11,8 @@ from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.units import GIB
+from gpuplan.plan.solve import price, tensor_core_multiple
+from gpuplan.plan.wording import matrix_units
 
 KEYS = (
     "training.effective_batch_size",
@@ -46,32 +48,43 @@ def split(ctx: Resolver) -> None:
 
     usable = p.usable_bytes / GIB
     user_b = ctx.spec("training.per_device_train_batch_size")
+    g, seq, s = p.gemm_multiple, p.base.seq_len, b * a
+    cores = matrix_units(ctx.gpu)
     if user_b != "auto" and user_b != b:
-        if user_b % m and b % m == 0:
+        user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
+        if s % user_b:
             ctx.resolve("training.per_device_train_batch_size", b,
-                        f"tensor-core multiple: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best at multiples of {m} "
-                        f"(NVIDIA matmul guide); {b} is the nearest that fits and divides the {b * a} samples per device",
-                        rule="batch.tensor_core_multiple")
-        else:
-            ctx.resolve("training.per_device_train_batch_size", b,
-                        f"{user_b} per device needs more than the {usable:.1f} GiB usable; {b} is the nearest that fits",
+                        f"{user_b} per device does not divide the {s} samples per device per step "
+                        f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
                         rule="batch.fit")
+        elif user_need > p.usable_bytes:
+            ctx.resolve("training.per_device_train_batch_size", b,
+                        f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
+                        f"{b} is the nearest batch that fits", rule="batch.fit")
+        else:  # it divides and fits: moved for the GEMM shape (solve._choose)
+            ctx.resolve("training.per_device_train_batch_size", b,
+                        f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
+                        f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
+                        f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
+                        f"{b} is the nearest such batch that fits and divides the {s} samples per device",
+                        rule="batch.tensor_core_multiple")
     elif user_b == "auto":
-        tail = f", a multiple of {m} for tensor cores" if m > 1 and b % m == 0 else ""
+        tail = (f"; {b} x {seq} = {b * seq:,} tokens per micro-batch, a multiple of {g} for {cores}"
+                if g > 1 and (b * seq) % g == 0 else "")
         ctx.resolve("training.per_device_train_batch_size", b,
-                    f"largest per-device batch that fits in {usable:.1f} GiB and divides {b * a} samples per device{tail}",
+                    f"largest per-device batch that fits in {usable:.1f} GiB and divides {s} samples per device{tail}",
                     rule="batch.fit")
     else:
         ctx.keep("training.per_device_train_batch_size")
     if not sol.on_tensor_multiple and m > 1 and sol.fits:
-        if (b * a) % m == 0:  # a multiple divides the per-device samples: memory is the limit
-            ctx.note("training.per_device_train_batch_size",
-                     f"per-device batch {b} is not a multiple of {m} (tensor cores): {m} per device does not fit",
+        tokens = f"{b} x {seq} = {b * seq:,} tokens per micro-batch is not a multiple of {g} ({cores})"
+        if s % m == 0:  # a batch multiple divides the per-device samples: memory is the limit
+            ctx.note("training.per_device_train_batch_size", f"{tokens}: {m} per device does not fit",
                      fix="more GPUs or memory savers (set them to \"auto\") make room for a multiple")
         else:
             ctx.note("training.per_device_train_batch_size",
-                     f"per-device batch {b} is not a multiple of {m} (tensor cores): none divides the {b * a} samples per device",
-                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m}")
+                     f"{tokens}: no batch that makes it one divides the {s} samples per device",
+                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m} per device")
 
     if ctx.spec("training.gradient_accumulation_steps") == "auto":
         why = (f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}" if a > 1
@@ -89,12 +102,64 @@ def split(ctx: Resolver) -> None:
         ctx.keep("training.per_device_eval_batch_size")
 
 
+def _multiple_source(g: int, vendor: str) -> str:
+    if vendor == "amd":
+        return f"NVIDIA's matmul-guide multiple of {g}, applied to AMD matrix cores as a default"
+    if g == 64:
+        return "64 on A100 for fp16/bf16, the HF guide; 8 on other GPUs, the NVIDIA matmul guide"
+    if g == 8:
+        return "NVIDIA matmul guide: 8 for fp16/bf16; 64 on A100"
+    return "NVIDIA matmul guide: 4 for TF32"
+
+
 def _dtype(ctx: Resolver) -> str:
     if ctx.get("training.bf16"):
         return "bf16"
     if ctx.get("training.fp16"):
         return "fp16"
     return "TF32"
+
+
+
+# GEMM shapes the spec fixes (issue 11 item 12): the vocabulary and the padded length.
+# NVIDIA "Matrix Multiplication Background" / "Tensor Core Requirements": 16-bit GEMM
+# dimensions in multiples of 8 (64 on A100, the HF guide). The batch side is planned in
+# memory.fit (batch x seq_len tokens, plan/solve.py batch_multiple). Two other dimensions
+# belong to the model and the data, so the plan suggests rather than changes them:
+# - the vocabulary is the output head's GEMM dimension: GPT-2's 50257 is padded to 50304
+#   (a multiple of 64) by nanoGPT and Megatron-LM; transformers offers
+#   `model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`;
+# - padded data (no packing): apply pads every example to data.seq_len
+#   (tokenizer(..., padding="max_length"), apply/data.py), which is what a collator's
+#   pad_to_multiple_of would otherwise do; seq_len is an attention GEMM dimension.
+
+VOCAB_PAD = 64  # a multiple of 64 is one of 8 too: right on every GPU
+
+
+def gemm_shapes(ctx: Resolver) -> None:
+    gpu, facts = ctx.gpu, ctx.facts
+    half = bool(ctx.get("training.bf16") or ctx.get("training.fp16") or ctx.spec("model.dtype") != "float32")
+    g = tensor_core_multiple(gpu, half, ctx.get("training.tf32"))
+    if g <= 1:
+        return
+    cores = matrix_units(gpu)
+    vocab = facts.vocab_size
+    if ctx.spec("model.task") in ("causal-lm", "masked-lm") and vocab % g:
+        padded = -(-vocab // VOCAB_PAD) * VOCAB_PAD
+        rows = padded - vocab
+        extra = rows * facts.hidden_size * (1 if facts.tie_word_embeddings else 2)
+        ctx.note("model.config", f"vocab_size {vocab:,} is not a multiple of {g}: the output head's GEMM misses the "
+                 f"{cores}' preferred shape on every step",
+                 detail=f"padding to {padded:,} adds {rows} rows ({extra:,} parameters, "
+                        f"{extra / facts.n_params:.2%} of the model); the saved model's vocab_size becomes {padded:,} "
+                        "(the tokenizer never produces the new ids); gpuplan does not resize for you",
+                 fix=f"before training: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD})")
+    seq = ctx.spec("data.seq_len")
+    if ctx.get("data.packing") is False and seq % g:
+        up = -(-seq // g) * g
+        ctx.note("data.seq_len", f"examples are padded to data.seq_len = {seq}, not a multiple of {g} ({cores}): "
+                 "the padded length is an attention GEMM dimension",
+                 fix=f"set data.seq_len = {up} (apply pads to seq_len, as a collator's pad_to_multiple_of would)")
 
 
 RULES = (
@@ -104,4 +169,8 @@ RULES = (
                                "spec:hardware.count", "spec:hardware.nodes"),
          writes=KEYS, apply=split, explains=("batch.tensor_core_multiple", "batch.fit"),
          doc="effective = per-device x accumulation x GPUs; tensor-core multiples; accumulation kept small."),
+    Rule("batch.gemm_shapes", reads=("training.bf16", "training.fp16", "training.tf32", "data.packing",
+                                     "spec:model.dtype", "spec:model.task", "spec:data.seq_len"),
+         writes=(), apply=gemm_shapes,
+         doc="suggest a vocabulary and padded length in multiples of the tensor-core shape."),
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.target import install_note, is_local
+from gpuplan.spec.names import COMPILE_BACKEND_PACKAGES
 
 
 def compile_settings(ctx: Resolver) -> None:
@@ -43,6 +45,18 @@ def compile_settings(ctx: Resolver) -> None:
         ctx.error("training.torch_compile_backend",
                   f"inductor's triton kernels need compute capability >= 7.0; {ctx.gpu.name} has {cc}",
                   fix='set training.torch_compile_backend = "aot_eager" or training.torch_compile = false')
+    if on and mode is not None and backend not in (None, "inductor"):
+        ctx.error("training.torch_compile_mode",
+                  f'training.torch_compile_mode = "{mode}" only applies to the inductor backend; '
+                  f'torch.compile ignores it with backend "{backend}"',
+                  fix='remove training.torch_compile_mode or set training.torch_compile_backend = "inductor"')
+    package = COMPILE_BACKEND_PACKAGES.get(backend)
+    if on and package:
+        if is_local(ctx.spec) and not ctx.environment.get("packages", {}).get(package):
+            ctx.error("training.torch_compile_backend", f'the "{backend}" backend needs the {package} package, which is not installed',
+                      fix=f'pip install {package}, or set training.torch_compile_backend = "inductor"')
+        elif not is_local(ctx.spec):
+            install_note(ctx, "training.torch_compile_backend", package, f'the "{backend}" compile backend')
     if on and backend == "cudagraphs" and ctx.gpu.vendor == "cpu":
         ctx.error("training.torch_compile_backend", 'the "cudagraphs" backend needs a CUDA GPU; hardware is cpu',
                   fix='set training.torch_compile_backend = "inductor"')
@@ -51,7 +65,8 @@ def compile_settings(ctx: Resolver) -> None:
 RULES = (
     Rule(
         "compile.backend",
-        reads=("spec:training.torch_compile", "spec:training.torch_compile_backend", "spec:training.torch_compile_mode"),
+        reads=("spec:training.torch_compile", "spec:training.torch_compile_backend", "spec:training.torch_compile_mode",
+               "spec:hardware.gpu", "spec:hardware.nodes"),
         writes=("training.torch_compile", "training.torch_compile_backend"),
         apply=compile_settings,
         doc="backend/mode set turns compile on; default backend inductor; backend must exist and suit the device.",

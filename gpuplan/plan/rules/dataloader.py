@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.target import is_local
 
 
 def pin_memory(ctx: Resolver) -> None:
@@ -30,6 +31,12 @@ def num_workers(ctx: Resolver) -> None:
         ctx.keep("training.dataloader_num_workers")
         return
     gpus = ctx.spec("hardware.count")
+    if ctx.gpu.vendor != "cpu" and not ctx.spec("hardware.cpu_count") and not is_local(ctx.spec):
+        n = min(2 * gpus, 8)  # the training hosts' cores are not this machine's
+        ctx.resolve("training.dataloader_num_workers", n,
+                    f"min(2 x {gpus} GPU(s), 8); the training hosts' cores are unknown (set hardware.cpu_count "
+                    "to cap it at cores per GPU - 1)")
+        return
     cpus = ctx.spec("hardware.cpu_count") or ctx.environment.get("cpu_count") or 1
     if ctx.gpu.vendor == "cpu":
         ctx.resolve("training.dataloader_num_workers", 0,
@@ -45,7 +52,8 @@ RULES = (
     Rule("dataloader.pin_memory", reads=("spec:training.dataloader_pin_memory",),
          writes=("training.dataloader_pin_memory",), apply=pin_memory,
          doc="pin memory only with CUDA."),
-    Rule("dataloader.workers", reads=("spec:training.dataloader_num_workers", "spec:hardware.count", "spec:hardware.cpu_count"),
+    Rule("dataloader.workers", reads=("spec:training.dataloader_num_workers", "spec:hardware.count", "spec:hardware.cpu_count",
+                                      "spec:hardware.gpu", "spec:hardware.nodes"),
          writes=("training.dataloader_num_workers",), apply=num_workers,
          doc="workers from the CPU count: min(2 x GPUs, 8, cores per GPU - 1); 0 on CPU."),
 )

@@ -19,6 +19,7 @@ from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.solve import Sharding
+from gpuplan.plan.target import install_note, is_local
 from gpuplan.spec.names import BNB_OPTIMIZERS
 from gpuplan.units import GIB
 
@@ -100,6 +101,8 @@ def strategy(ctx: Resolver) -> None:
     else:
         ctx.keep("distributed.fsdp_sharding")
         ctx.keep("distributed.fsdp_cpu_offload")
+    if sh.engine == "deepspeed" and not is_local(ctx.spec):
+        install_note(ctx, "distributed.strategy", "deepspeed", "DeepSpeed ZeRO")
     if sh.engine == "deepspeed":
         ctx.resolve("distributed.zero_stage", sh.zero_stage, f"the lowest ZeRO stage that fits ({sh.label})")
         ctx.resolve("distributed.offload_optimizer", sh.offload_optimizer, "ZeRO-3 alone does not fit" if sh.offload_optimizer
@@ -135,6 +138,10 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
     if asked == "deepspeed" and fsdp_set:
         ctx.error(f"distributed.{fsdp_set[0]}", f"distributed.{fsdp_set[0]} is an FSDP option but distributed.strategy = \"deepspeed\": "
                   "DeepSpeed and FSDP cannot be used together", fix=f"remove distributed.{fsdp_set[0]}")
+    if ctx.is_user("distributed.fsdp_sharding") and ctx.spec("distributed.fsdp_sharding") == "hybrid_shard":
+        ctx.error("distributed.fsdp_sharding", 'distributed.fsdp_sharding = "hybrid_shard" is not applied: gpuplan runs FSDP2, '
+                  "and transformers 5.24 offers hybrid sharding only through the deprecated FSDP1",
+                  fix='set distributed.fsdp_sharding = "full_shard" (or "shard_grad_op")')
     if asked == "fsdp" and zero_set:
         ctx.error(f"distributed.{zero_set[0]}", f"distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = \"fsdp\"",
                   fix=f"remove distributed.{zero_set[0]} or set distributed.strategy = \"deepspeed\"")
@@ -147,8 +154,14 @@ def _host_memory(ctx: Resolver, sol) -> None:
     host = sol.estimate.host_bytes * ctx.spec("hardware.count")
     if not host:
         return
-    have = (ctx.spec("hardware.host_memory_gib") or 0) * GIB or ctx.environment.get("host_memory_bytes")
-    if have and host > 0.9 * have:
+    have = (ctx.spec("hardware.host_memory_gib") or 0) * GIB
+    if not have and is_local(ctx.spec):
+        have = ctx.environment.get("host_memory_bytes")
+    if not have:  # another machine's RAM is not this one's
+        ctx.note("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
+                 f"({ctx.spec('hardware.count')} GPUs); the training hosts' RAM is not known",
+                 fix="set hardware.host_memory_gib to the training hosts' RAM to have it checked")
+    elif host > 0.9 * have:
         ctx.error("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
                   f"({ctx.spec('hardware.count')} GPUs); the host has {have / GIB:.0f} GiB",
                   fix="more nodes (hardware.nodes), or set hardware.host_memory_gib if the training hosts have more RAM")
@@ -157,7 +170,7 @@ def _host_memory(ctx: Resolver, sol) -> None:
 RULES = (
     Rule("distributed.strategy",
          reads=(FIT_SOLUTION, "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
-                "spec:hardware.host_memory_gib", "spec:training.optim", "spec:training.torch_compile",
+                "spec:hardware.host_memory_gib", "spec:training.optim", "spec:training.torch_compile", "spec:hardware.gpu",
                 "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload", "spec:distributed.zero_stage",
                 "spec:distributed.offload_optimizer", "spec:distributed.offload_params"),
          writes=KEYS, apply=strategy,

@@ -11,10 +11,12 @@ from __future__ import annotations
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.nofit import savers_on, verified_fixes
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
+from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.target import target_packages
 from gpuplan.units import GIB
 
 
@@ -80,8 +82,9 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.get("packages", {})
-    optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, packages)
+    packages = ctx.environment.get("packages", {})  # this machine's: for what gpuplan chooses itself
+    asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
+    optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
     empty = ctx.spec("training.torch_empty_cache_steps")
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
@@ -104,12 +107,13 @@ def fit(ctx: Resolver) -> None:
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
+    gemm = tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32"))
     problem = FitProblem(
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
-        tensor_multiple=tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32")),
+        tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
+        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
     )
     sol = solve(problem)
     ctx.set_internal(FIT_SOLUTION, sol)
@@ -122,19 +126,22 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    savers = ", ".join(sol.savers) if sol.savers else "no memory saver"
-    fixed = [k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")]
+    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
+                           count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
+                           headroom=ctx.spec("hardware.headroom"),
+                           effective_set=ctx.spec("training.effective_batch_size") is not None)
     hint = ""
-    if fixed:
-        hint = "; " + ", ".join(f"training.{k}" for k in fixed) + ' set by the spec (set "auto" to let gpuplan use it)'
+    if user_set:
+        hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
     ctx.error(
         "hardware.gpu",
-        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with "
-        f"{'every saver on' if len(sol.savers) > 1 else savers} ({savers}); "
+        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
-        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint,
-        fix="use a larger GPU or more GPUs (hardware.gpu, hardware.count), a shorter data.seq_len, "
-            'or model.dtype = "bfloat16"',
+        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
+               + ("" if fixes else "; no single change gpuplan can check (savers, bf16 weights, a shorter seq_len, "
+                  "more GPUs, a larger GPU) makes it fit"),
+        fix=("any one of these fits (checked with the same memory model): " + "; ".join(fixes)) if fixes else None,
     )
 
 
@@ -144,7 +151,7 @@ RULES = (
         reads=(
             "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
             "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
-            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom",
+            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps",

@@ -15,6 +15,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
+from gpuplan.plan.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
 
@@ -61,12 +62,23 @@ def select(ctx: Resolver) -> None:
     sol = ctx.get(FIT_SOLUTION)
     asked = ctx.spec("training.optim")
     if sol is None:  # the batch arithmetic failed and is reported; no memory decision to explain
-        name, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+        name, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
         if name == "auto":
             name, reason = default_optimizer(ctx.gpu), "the default optimizer for this device"
         ctx.resolve("training.optim", name, reason)
         return
     chosen = sol.knobs.optim
+    sh = sol.knobs.sharding
+    if sh.engine == "deepspeed" and sh.offload_optimizer:
+        # apply's DeepSpeed config carries an "optimizer" section: DeepSpeed builds its CPU
+        # Adam (DeepSpeedCPUAdam, AdamW mode) and the Trainer builds no optimizer of its own
+        why = ("DeepSpeed optimizer offload: DeepSpeed's CPU AdamW (DeepSpeedCPUAdam) runs the optimizer step "
+               "on the host; this value is not used")
+        if asked not in ("auto", "adamw_torch", "adamw_torch_fused"):
+            ctx.warn("training.optim", f'training.optim = "{asked}" is not used: with optimizer offload DeepSpeed runs its CPU AdamW',
+                     fix='set distributed.offload_optimizer = false to keep this optimizer, or training.optim = "auto"')
+        ctx.resolve("training.optim", chosen, why)
+        return
     if asked == "auto":
         if "Adafactor" in sol.savers:
             why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
@@ -76,12 +88,16 @@ def select(ctx: Resolver) -> None:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
         ctx.resolve("training.optim", chosen, why)
         return
-    _, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
+    _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
     ctx.resolve("training.optim", chosen, reason)
+    package = "bitsandbytes" if chosen in BNB_OPTIMIZERS else NEEDS_PACKAGE.get(chosen)
+    if package and not is_local(ctx.spec):
+        install_note(ctx, "training.optim", package, f'training.optim = "{chosen}"')
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION), writes=("training.optim",),
+    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION, "spec:hardware.gpu", "spec:hardware.nodes"),
+         writes=("training.optim",),
          apply=select,
          doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
              "removed or unavailable optimizers replaced with a reason."),

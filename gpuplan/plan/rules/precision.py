@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.wording import bf16_capability
 
 
 def mixed_precision(ctx: Resolver) -> None:
@@ -76,14 +77,16 @@ def mixed_precision(ctx: Resolver) -> None:
 def _bf16_reason(ctx: Resolver, value: bool) -> str:
     gpu = ctx.gpu
     if value:
-        return f"{gpu.name} supports bf16 (compute capability >= 8.0): bf16 mixed precision, no loss scaling needed"
+        return f"{gpu.name} supports bf16 ({bf16_capability(gpu)}): bf16 mixed precision, no loss scaling needed"
     if gpu.vendor == "cpu":
         return "CPU: no mixed precision by default (fp32)"
     if ctx.spec("training.bf16") is True:
-        return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0): fp16 mixed precision instead"
+        if ctx.spec("training.fp16") is False:
+            return f"{gpu.name} has no bf16 support (needs {bf16_capability(gpu)}) and training.fp16 = false: the run is fp32"
+        return f"{gpu.name} has no bf16 support (needs {bf16_capability(gpu)}): fp16 mixed precision instead"
     if ctx.spec("training.fp16") is True:
         return "training.fp16 = true was asked for; bf16 stays off"
-    return f"{gpu.name} has no bf16 support (needs compute capability >= 8.0)"
+    return f"{gpu.name} has no bf16 support (needs {bf16_capability(gpu)})"
 
 
 def _fp16_reason(ctx: Resolver, value: bool) -> str:
@@ -103,7 +106,6 @@ def tf32(ctx: Resolver) -> None:
     gpu = ctx.gpu
     want = ctx.spec("training.tf32")
     supported = gpu.tf32 and gpu.vendor == "nvidia"
-    device = "the CPU" if gpu.vendor == "cpu" else gpu.name
     if want == "auto":
         if supported:
             why = f"{gpu.name} has TF32 tensor cores (Ampere and newer): fp32 matmuls run in TF32"
@@ -111,12 +113,19 @@ def tf32(ctx: Resolver) -> None:
                 why += "; torch.compile is on, which TrainingArguments pairs with TF32 where supported"
             ctx.resolve("training.tf32", True, why)
         else:
-            ctx.resolve("training.tf32", False, f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)")
+            ctx.resolve("training.tf32", False, _no_tf32(gpu))
     elif want is True and not supported:
-        ctx.resolve("training.tf32", False,
-                    f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0); TrainingArguments would raise")
+        ctx.resolve("training.tf32", False, _no_tf32(gpu) + "; TrainingArguments would raise")
     else:
         ctx.keep("training.tf32")
+
+
+def _no_tf32(gpu) -> str:
+    if gpu.vendor == "amd":
+        # transformers' is_torch_tf32_available needs torch.version.cuda: a ROCm build has none
+        return f"{gpu.name}: TrainingArguments' tf32 switch needs a CUDA build of torch, not ROCm"
+    device = "the CPU" if gpu.vendor == "cpu" else gpu.name
+    return f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)"
 
 
 RULES = (

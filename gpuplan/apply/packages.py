@@ -1,0 +1,47 @@
+"""Packages a plan needs, checked on the machine that applies it (issue 11 item 16).
+
+A plan made for another machine keeps what the spec asked for (DeepSpeed, a bitsandbytes
+or other optimizer, flash-attn, a compile backend) and notes what to install there. Here,
+before anything loads, apply checks those modules exist (importlib.util.find_spec: no
+import), so a missing one is one clear error with the pip command, not a traceback from
+deep inside the Trainer.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from gpuplan.plan.rules.optimizer import NEEDS_PACKAGE
+from gpuplan.plan.types import Plan
+from gpuplan.spec.names import BNB_OPTIMIZERS, COMPILE_BACKEND_PACKAGES
+
+from .errors import ApplyError
+
+PIP_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
+             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi"}
+
+
+def needed_packages(plan: Plan) -> list[tuple[str, str]]:
+    """(key path, module) for every package the plan's values need beyond torch/transformers."""
+    out = []
+    if plan.get("distributed.strategy") == "deepspeed":
+        out.append(("distributed.strategy", "deepspeed"))
+    optim = plan.get("training.optim")
+    if optim in BNB_OPTIMIZERS:
+        out.append(("training.optim", "bitsandbytes"))
+    elif optim in NEEDS_PACKAGE:
+        out.append(("training.optim", NEEDS_PACKAGE[optim]))
+    if plan.get("model.attn_implementation") == "flash_attention_2":
+        out.append(("model.attn_implementation", "flash_attn"))
+    backend = plan.get("training.torch_compile_backend") if plan.get("training.torch_compile") else None
+    if backend in COMPILE_BACKEND_PACKAGES:
+        out.append(("training.torch_compile_backend", COMPILE_BACKEND_PACKAGES[backend]))
+    return out
+
+
+def check_packages(plan: Plan) -> None:
+    missing = [(key, mod) for key, mod in needed_packages(plan) if find_spec(mod) is None]
+    if missing:
+        raise ApplyError("the plan needs packages this machine does not have: "
+                         + "; ".join(f"{key} = {plan.get(key)!r} needs {mod}" for key, mod in missing)
+                         + ". Install them: pip install " + " ".join(PIP_NAMES.get(m, m) for _, m in missing))
