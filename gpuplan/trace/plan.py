@@ -18,7 +18,7 @@ def trace_plan(plan: Plan) -> Plan:
 
     source = plan.get("model.config") or plan.get("model.name_or_path")
     config = read_config(source)
-    wl = Workload(**plan.memory["workload"])
+    wl = Workload.from_dict(plan.memory["workload"])
     if wl.engine != "none":
         # A data-parallel rank runs the same micro-batch; sharding is priced analytically.
         wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1,
