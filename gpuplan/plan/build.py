@@ -120,11 +120,13 @@ def plan_spec(
         facts, wl, gpu, count=spec.hardware.count, nodes=spec.hardware.nodes,
         interconnect=spec.hardware.interconnect, network=spec.hardware.network, networks=load_interconnects()))
     hardware = {**gpu.to_dict(), "count": spec.hardware.count, "nodes": spec.hardware.nodes}
+    model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get("lora.count"), facts,
+                                                   wl.gradient_checkpointing)}
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
         hardware=hardware,
-        model=facts.summary(),
+        model=model,
         settings=resolved,
         changes=tuple(sorted(ctx.changes, key=lambda c: list(settings).index(c.key))),
         diagnostics=tuple(ctx.diagnostics),
@@ -132,6 +134,16 @@ def plan_spec(
         throughput=throughput,
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
+
+
+def trainable_section(method: str, count, facts: ModelFacts, checkpointing: bool) -> dict[str, Any]:
+    """model.method, model.trainable_params and model.total_params (as peft's
+    get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
+    if method not in ("lora", "qlora") or count is None:
+        return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
+    return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,
+            # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad
+            "adapters": {**count.to_dict(), "enable_input_require_grads": bool(checkpointing)}}
 
 
 def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:

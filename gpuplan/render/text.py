@@ -75,6 +75,21 @@ def render_memory(memory: Mapping[str, Any], hardware: Mapping[str, Any], style:
     return lines
 
 
+def render_trainable(model: Mapping[str, Any]) -> list[str]:
+    """lora/qlora: trainable parameters, in total and per target (peft's count)."""
+    a = model.get("adapters")
+    if not a:
+        return []
+    total = model["total_params"]
+    lines = [f"  {model['method']}: {model['trainable_params']:,} of {total:,} parameters trainable "
+             f"({model['trainable_params'] / total:.2%}), as peft's get_nb_trainable_parameters counts them"]
+    for name, t in a["per_target"].items():
+        lines.append(f"    {name:<18} {t['layers']:>4} layers {t['params']:>14,} adapter parameters")
+    if a.get("saved_params"):
+        lines.append(f"    {'modules_to_save':<18} {'':>4}        {a['saved_params']:>14,} parameters (trained copies)")
+    return lines
+
+
 def render_throughput(t: Mapping[str, Any]) -> list[str]:
     if not t:
         return []
@@ -132,7 +147,7 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     head = (f"gpuplan plan: {data.get('spec_path')}\n"
             f"  {model.get('model_type', '?')} ({size}, {model.get('task')}) on "
             f"{hw.get('count', 1)} x {hw.get('name')}" + (f" x {hw['nodes']} nodes" if hw.get("nodes", 1) > 1 else ""))
-    parts = [head, ""]
+    parts = [head] + render_trainable(model) + [""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))
         parts.extend(render_changes(data["changes"], style))

@@ -1,6 +1,6 @@
 """Every planning rule, one module per topic. ALL_RULES is what the planner walks."""
 
-from gpuplan.plan.rules import attention, batch, compile, data, dataloader, distributed, fit, optimizer, precision, savers
+from gpuplan.plan.rules import attention, batch, compile, data, dataloader, distributed, fit, lora, optimizer, precision, savers
 
 ALL_RULES = (
     *precision.RULES,
@@ -13,4 +13,5 @@ ALL_RULES = (
     *optimizer.RULES,
     *savers.RULES,
     *distributed.RULES,
+    *lora.RULES,
 )

@@ -8,10 +8,14 @@ device is the target (TrainingArguments.per_device_train_batch_size = 8).
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.rules.distributed import sharding_candidates
+from gpuplan.plan.rules.lora import adapters_for
+from gpuplan.plan.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, solve, tensor_core_multiple
 
@@ -67,6 +71,7 @@ def fit(ctx: Resolver) -> None:
     if s is None:
         ctx.set_internal("fit.solution", None)
         ctx.set_internal("fit.problem", None)
+        ctx.set_internal("fit.method", None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -107,14 +112,23 @@ def fit(ctx: Resolver) -> None:
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
         shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
     )
-    sol = solve(problem)
+    asked = ctx.spec("model.method")
+    tried = []
+    # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
+    for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
+        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters_for(method, ctx)))
+        sol = solve(problem)
+        tried.append((method, sol))
+        if sol.fits:
+            break
     ctx.set_internal("fit.solution", sol)
     ctx.set_internal("fit.problem", problem)
+    ctx.set_internal("fit.method", (method, tuple(tried)))
     if not sol.fits:
-        _report_no_fit(ctx, problem, sol)
+        _report_no_fit(ctx, problem, sol, method)
 
 
-def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
+def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
@@ -123,14 +137,21 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
     hint = ""
     if fixed:
         hint = "; " + ", ".join(f"training.{k}" for k in fixed) + ' set by the spec (set "auto" to let gpuplan use it)'
+    what = "" if method == "full" else f"{method} "
+    fix = ("use a larger GPU or more GPUs (hardware.gpu, hardware.count), a shorter data.seq_len, "
+           'or model.dtype = "bfloat16"')
+    if method == "full":
+        alternatives = adapter_alternatives(ctx, p)
+        if alternatives:
+            hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
+            fix = "add the lines of one of the fitting methods above, or " + fix
     ctx.error(
         "hardware.gpu",
-        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with "
+        f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with "
         f"{'every saver on' if len(sol.savers) > 1 else savers} ({savers}); "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint,
-        fix="use a larger GPU or more GPUs (hardware.gpu, hardware.count), a shorter data.seq_len, "
-            'or model.dtype = "bfloat16"',
+        fix=fix,
     )
 
 
@@ -146,8 +167,11 @@ RULES = (
             "spec:training.optim", "spec:training.torch_empty_cache_steps",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
+            "spec:model.method", "lora.count", "lora.target_modules", "lora.modules_to_save",
+            "quantization.bnb_4bit_compute_dtype", "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
+            "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
         ),
-        writes=("fit.solution", "fit.problem"),
+        writes=("fit.solution", "fit.problem", "fit.method"),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),
