@@ -76,7 +76,7 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
         if a.use_dora:
             shapes.append((f"{name}.lora_magnitude_vector", (fan_out,)))
         per_layer += 1
-        mlp_hit = mlp_hit or name.rsplit(".", 1)[-1] in MLP_LAYERS and "attention" not in name
+        mlp_hit = mlp_hit or (name.rsplit(".", 1)[-1] in MLP_LAYERS and "attn" not in name and "attention" not in name)
         largest = max(largest, fan_in * fan_out)
     adapter = sum(prod(s) for _, s in shapes)
     saved_params = 0
