@@ -46,7 +46,11 @@ MLP_LAYERS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc
 # (style, mode, method, targets) -> (c_h, c_q, c_kv, c_i, c_a, c_1) per token per layer, the
 # r term excluded (it is n_targets x r x bytes). Fitted by benchmarks/lora_coefficients.py.
 _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
-    ("llama", "amp", "lora", "all-linear"): (18, 6, 4, 8, 4, 8),
+    ('llama', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 8),
+    ('llama', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 8),
+    ('llama', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 8),
+    ('llama', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 8),
+    ('llama', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 8),
 }
 
 

@@ -113,10 +113,15 @@ def fit(ctx: Resolver) -> None:
         shardings=sharding_candidates(ctx.spec, packages, cpu=gpu.vendor == "cpu"),
     )
     asked = ctx.spec("model.method")
+    shardings = problem.shardings
     tried = []
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
     for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
-        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters_for(method, ctx)))
+        adapters = adapters_for(method, ctx)
+        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
+        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
+            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
+            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
         sol = solve(problem)
         tried.append((method, sol))
         if sol.fits:
