@@ -51,6 +51,14 @@ _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('llama', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 8),
     ('llama', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 8),
     ('llama', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 8),
+    ('llama', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 8),
+    ('llama', 'fp32', 'qlora', 'all-linear'): (16, 16, 0, 16, 4, 8),
+    ('llama', 'fp32', 'qlora', 'attention'): (12, 16, 0, 12, 4, 8),
+    ('gpt2', 'amp', 'lora', 'all-linear'): (24, 0, 0, 10, 4, 16),
+    ('gpt2', 'amp', 'lora', 'attention'): (20, 0, 0, 8, 4, 16),
+    ('gpt2', 'half', 'lora', 'all-linear'): (26, 0, 0, 12, 4, 8),
+    ('gpt2', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 8),
+    ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),  # residual 168.95999999943888
 }
 
 
@@ -168,12 +176,18 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     grad_logits = tokens * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
     dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
     if wl.gradient_checkpointing:
-        saved_acts = layers * parts.per_layer_checkpointed + parts.outside_layers
+        # outside the checkpointed layers only the final norm's input (residual dtype) and the
+        # int64 positions stay saved (measured against the trace, benchmarks/lora_memory_accuracy.py)
+        resid = 2 if mode == "half" else 4
+        saved_acts = layers * parts.per_layer_checkpointed + tokens * (resid * h + 8)
         fwd_casts = adapter_casts + head_casts  # per-op casts of checkpointed layers are not kept
+        bwd_casts = head_casts  # autocast's cache is gone once forward leaves autocast
         recompute = per_layer + (base_casts - head_casts) // max(layers, 1) + adapter_casts // max(layers, 1)
     else:
-        saved_acts = layers * per_layer + parts.outside_layers
-        fwd_casts = adapter_casts + base_casts
+        # measured (benchmarks/lora_memory_accuracy.py): with frozen embeddings and no input
+        # gradients, nothing outside the layers stays saved at the backward peak
+        saved_acts = layers * per_layer
+        fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
         recompute = 0
     acc = grads if wl.gradient_accumulation_steps > 1 else 0
 
@@ -181,13 +195,13 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         return {"weights": weights, "gradients": g, "optimizer_states": states, "activations": act,
                 "logits_loss": logits, "temporaries": temp}
 
-    first = (parts.outside_layers + (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
-                                     else per_layer + fwd_casts // max(layers, 1)))
+    first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
+             else per_layer + bwd_casts // max(layers, 1))
     moments = [
         moment(acc, saved_acts + fwd_casts, parts.logits_fwd),
-        moment(acc, saved_acts + fwd_casts, parts.logits_bwd_start),
-        moment(acc, saved_acts + fwd_casts, grad_logits),
-        moment(acc, saved_acts + fwd_casts + recompute, 0, parts.layer_backward + dequant),
+        moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start),
+        moment(acc, saved_acts + bwd_casts, grad_logits),
+        moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant),
         moment(max(acc, grads), first, 0, parts.layer_backward + dequant),
         moment(grads, 0, 0, step_temp),
     ]
