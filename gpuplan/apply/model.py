@@ -2,7 +2,8 @@
 
 Reads only plan values: model.config, model.name_or_path, model.from_scratch,
 model.task, model.num_labels, model.dtype (through convert.torch_dtype),
-model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights.
+model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights, and for
+model.method = "qlora" the 4-bit settings (adapters.load_kwargs).
 Nothing is fetched from the Hub: paths are local, `local_files_only=True`.
 """
 
@@ -14,7 +15,8 @@ from typing import Any, Mapping
 
 from gpuplan.plan.types import Plan
 
-from .convert import torch_dtype
+from .adapters import load_kwargs
+from .convert import torch_dtype, uses_cpu
 from .errors import ApplyError
 
 TASKS = ("causal-lm", "seq-cls", "masked-lm")
@@ -108,7 +110,8 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
             _check_vocab(plan, getattr(config, "vocab_size", None), tokenizer)  # before padding_idx asserts
             model = cls.from_config(config, **common)
         else:
-            model = _from_pretrained(plan, cls, label_names, common)
+            model = _from_pretrained(plan, cls, label_names,
+                                     {**common, **load_kwargs(plan, "cpu" if uses_cpu(plan) else "cuda")})
     except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
         raise ApplyError(f"cannot build the {task} model: {e}") from e
     _check_loaded(plan, model, tokenizer)

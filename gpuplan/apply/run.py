@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from gpuplan.plan.types import Plan
 
+from . import adapters
 from .errors import ApplyError
 from .state import RunState
 
@@ -64,7 +65,7 @@ def build_trainer(
     from .oom import injected_oom_callback
     from .tokenizer import load_tokenizer
 
-    set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too
+    set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too (and the adapters)
     tokenizer = load_tokenizer(
         plan.get("model.name_or_path"),
         task=plan.value("model.task"),
@@ -73,6 +74,8 @@ def build_trainer(
     )
     data = prepare_data(plan, tokenizer)
     model = load_model(plan, tokenizer, data.label_names)
+    if adapters.uses_adapters(plan):
+        model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
     args = training_arguments(plan, progress=progress)
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
@@ -122,6 +125,7 @@ def execute(
     from .oom import OOMRetry
 
     output_dir = plan.value("output.dir")
+    adapters.check(plan)  # adapter settings refused before anything is written or loaded
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
@@ -177,7 +181,9 @@ def execute(
             state.finish("interrupted", partial_results(), error=f"interrupted by the user at step {step}")
             raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
-        trainer.save_model(final_dir)  # safetensors weights + config + tokenizer
+        # safetensors weights + config + tokenizer; for lora/qlora peft's adapter files (adapters.py)
+        trainable = adapters.trainable_params(prepared.model)  # before a merge folds the adapters away
+        merged_dir = adapters.save_final(plan, trainer, final_dir)
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
@@ -198,6 +204,10 @@ def execute(
             "runtime_s": time.perf_counter() - started,
             "train_runtime_s": output.metrics.get("train_runtime"),
             "final_model_dir": final_dir,
+            "method": adapters.method(plan),
+            "trainable_params": trainable,
+            "plan_trainable_params": plan.model.get("trainable_params"),
+            "merged_model_dir": merged_dir,
             "plan_allocated_peak_bytes": plan.memory.get("allocated_peak_bytes"),
             "plan_tokens_per_second": plan.throughput.get("tokens_per_second"),
             "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
@@ -279,4 +289,14 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     loss = f"loss: {first:.4f} -> {last:.4f} {span}" if first is not None and last is not None else "loss: not logged"
     if results.get("eval_loss_last") is not None:
         loss += f"; eval loss {results['eval_loss_last']:.4f}"
-    return [mem, thr, loss, f"final model: {results['final_model_dir']}"]
+    lines = [mem, thr, loss]
+    if results.get("method", "full") != "full":
+        planned = results.get("plan_trainable_params")
+        lines.append(f"trainable: {results['trainable_params']:,} parameters ({results['method']} adapters"
+                     + (f"; plan {planned:,})" if planned is not None else ")"))
+        lines.append(f"final adapter: {results['final_model_dir']} (adapter_model.safetensors, "
+                     "adapter_config.json; load with peft PeftModel.from_pretrained)")
+        if results.get("merged_model_dir"):
+            lines.append(f"merged model: {results['merged_model_dir']}")
+        return lines
+    return [*lines, f"final model: {results['final_model_dir']}"]
