@@ -59,6 +59,10 @@ _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('gpt2', 'half', 'lora', 'all-linear'): (26, 0, 0, 12, 4, 8),
     ('gpt2', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 8),
     ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),  # residual 168.95999999943888
+    ('gpt2', 'amp', 'qlora', 'attention'): (20, 0, 0, 16, 4, 6),  # residual 168.95999999972992
+    ('gpt_neox', 'amp', 'lora', 'all-linear'): (22, 0, 0, 4, 4, 16),
+    ('gpt_neox', 'amp', 'lora', 'attention'): (18, 0, 0, 2, 4, 16),
+    ('gpt_neox', 'half', 'lora', 'all-linear'): (26, 0, 0, 6, 4, 8),
 }
 
 
