@@ -89,6 +89,7 @@ def test_adapters_never_get_8bit_or_adafactor_for_memory(tmp_path):
     plan = plan_text(tmp_path, spec("llama-3.1-8b", "RTX-4090", data="seq_len = 4096",
                                     training="effective_batch_size = 64", extra='method = "qlora"'))
     assert plan.value("training.optim") == "adamw_torch_fused"
+    assert "buy almost nothing" in plan.settings["training.optim"].reason
     assert all(s["name"] not in ("8-bit optimizer", "Adafactor") for s in plan.memory["savers"])
     asked = plan_text(tmp_path, spec(extra='method = "lora"', training='optim = "adamw_bnb_8bit"'))
     assert any("little to gain" in n for n in asked.memory["notes"])

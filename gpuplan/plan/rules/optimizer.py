@@ -72,6 +72,11 @@ def select(ctx: Resolver) -> None:
             why = f"memory: bitsandbytes 8-bit AdamW saves {_gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
         else:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
+            problem = ctx.get("fit.problem")
+            if problem is not None and problem.base.adapters is not None:
+                states = sol.estimate.components.get("optimizer_states", 0)
+                why += (f"; the adapters' AdamW states are {states / 1024**2:.0f} MiB, so an 8-bit optimizer or "
+                        "Adafactor would buy almost nothing and is not used for memory")
         ctx.resolve("training.optim", chosen, why)
         return
     _, reason = requested_optimizer(asked, ctx.gpu, ctx.environment.get("packages", {}))
@@ -83,7 +88,7 @@ def _gib(n: int | None) -> str:
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution"), writes=("training.optim",),
+    Rule("optimizer.select", reads=("spec:training.optim", "fit.solution", "fit.problem"), writes=("training.optim",),
          apply=select,
          doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
              "removed or unavailable optimizers replaced with a reason."),
