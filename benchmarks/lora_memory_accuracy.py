@@ -1,4 +1,4 @@
-"""LoRA / QLoRA: analytic vs traced memory over small models of 4 families (memory_accuracy.py's method).
+"""LoRA / QLoRA: analytic vs traced memory over small models of 6 families (memory_accuracy.py's method).
 
 Each case traces two real training steps of the real peft model under FakeTensorMode
 (qlora: the real bitsandbytes 4-bit layers and quant states, gpuplan/trace/adapters.py)
@@ -30,7 +30,7 @@ from gpuplan.plan.lora_targets import resolve_targets  # noqa: E402
 from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
 
-FAMILIES = ("llama", "mistral", "qwen2", "gpt2")
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt")
 ATTENTION = {"gpt2": ["c_attn"], "gpt_neox": ["query_key_value"], "bert": ["query", "value"]}
 AMP = dict(weight_dtype="float32", amp="bf16")
 HALF = dict(weight_dtype="bfloat16", amp=None)

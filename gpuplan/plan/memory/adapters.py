@@ -63,6 +63,16 @@ _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('gpt_neox', 'amp', 'lora', 'all-linear'): (22, 0, 0, 4, 4, 16),
     ('gpt_neox', 'amp', 'lora', 'attention'): (18, 0, 0, 2, 4, 16),
     ('gpt_neox', 'half', 'lora', 'all-linear'): (26, 0, 0, 6, 4, 8),
+    ('gpt_neox', 'half', 'lora', 'attention'): (18, 0, 0, 2, 4, 8),
+    ('gpt_neox', 'amp', 'qlora', 'all-linear'): (18, 0, 0, 6, 4, 6),  # residual 168.95999999975902
+    ('gpt_neox', 'amp', 'qlora', 'attention'): (14, 0, 0, 4, 4, 6),  # residual 168.95999999984633
+    ('opt', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
+    ('opt', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
+    ('opt', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
+    ('opt', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
+    ('opt', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),  # residual 168.9599999996135
+    ('opt', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),  # residual 168.95999999975902
+    ('bert', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 0),
 }
 
 
@@ -126,6 +136,14 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         saved_b = wb
         largest4 = 0
     adapter_w = 4 * lay.adapter_params  # fp32: autocast_adapter_dtype
+    if largest4:
+        notes.append(f"qlora: each 4-bit matmul dequantizes its weight to {a.compute_dtype} in forward and again in "
+                     f"backward (bitsandbytes MatMul4Bit): up to {2 * largest4 / 1024**2:.0f} MiB transient per layer")
+    if not qlora:
+        notes.append(f"lora: frozen base in {wl.weight_dtype} ({base / 1024**3:.2f} GiB), no gradients for it")
+    notes.append(f"adapters: {lay.adapter_params / 1e6:.1f}M values in fp32 whatever the base dtype (peft's "
+                 f"autocast_adapter_dtype): {adapter_w / 1024**2:.0f} MiB weights + {adapter_w / 1024**2:.0f} MiB "
+                 f"gradients + optimizer states")
     saved_w = saved_b * lay.saved_params
     weights = base + adapter_w + saved_w
     grads = adapter_w + saved_w
