@@ -55,3 +55,42 @@ def finetune_overrides(base_dir: str, text: str, method: str, **extra) -> dict:
     return {"model.config": None, "model.name_or_path": base_dir, "model.from_scratch": False,
             "model.method": method, "data.train_files": [text], "data.seq_len": 32,
             "training.learning_rate": 1e-2, "training.max_steps": 12, "training.logging_steps": 1, **extra}
+
+
+SPEC = """\
+[model]
+name_or_path = "{base}"
+task = "causal-lm"
+method = "{method}"
+
+[lora]
+r = {r}
+target_modules = ["q_proj", "v_proj"]
+
+[hardware]
+gpu = "cpu"
+
+[data]
+train_files = ["{text}"]
+seq_len = 32
+
+[training]
+effective_batch_size = 8
+learning_rate = 1e-2
+max_steps = {max_steps}
+logging_steps = 1
+save_steps = 3
+seed = 0
+
+[output]
+dir = "{out}"
+merge_adapter = {merge}
+"""
+
+
+def adapter_spec(path: Path, *, base: str, text: str, out: Path, method: str = "lora", r: int = 8,
+                 max_steps: int = 6, merge: bool = False) -> Path:
+    """A spec fine-tuning `base` with adapters on CPU; returns its path."""
+    path.write_text(SPEC.format(base=base, text=text, out=out, method=method, r=r, max_steps=max_steps,
+                                merge=str(merge).lower()))
+    return path

@@ -166,3 +166,60 @@ def test_a_target_module_the_model_lacks_lists_the_names_it_has(base, tmp_path):
     with pytest.raises(ApplyError, match=r"lora.target_modules = \['q_prj'\] does not fit this model.*"
                                          r"named: down_proj, gate_proj, .*q_proj"):
         build_trainer(plan, progress=False)
+
+
+@pytest.mark.slow
+def test_gpuplan_apply_lora_end_to_end_resumes_the_adapter_and_refuses_a_new_rank(base, tmp_path):
+    from cli_runs import gpuplan, state, train_steps
+    from lora_base import adapter_spec
+
+    base_dir, text = base
+    out = tmp_path / "run"
+    spec = adapter_spec(tmp_path / "lora.toml", base=base_dir, text=text, out=out, max_steps=6, merge=True)
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    s = state(out)
+    planned = s["plan"]["model"]["trainable_params"]
+    # q_proj 8x(64+64) + v_proj 8x(64+32) = 1,792 per layer, 2 layers: the plan counts what peft trains
+    assert s["status"] == "completed" and planned == s["results"]["trainable_params"] == 3_584
+    assert "trainable: 3,584 parameters (lora adapters; plan 3,584)" in r.stdout
+    assert s["results"]["merged_model_dir"] == str(out / "final" / "merged")
+    assert (out / "checkpoint-6" / "adapter_model.safetensors").is_file()
+    assert not (out / "checkpoint-6" / "model.safetensors").exists()  # checkpoints hold the adapter only
+
+    # a different rank would not load the adapter checkpoint: refused with the reason
+    spec.write_text(spec.read_text().replace("r = 8", "r = 16"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1 and "lora.r: 8 -> 16 changes the adapter shapes" in r.stderr and "--restart" in r.stderr
+
+    # more steps with the same adapter: resumes from the adapter checkpoint
+    spec.write_text(spec.read_text().replace("r = 16", "r = 8").replace("max_steps = 6", "max_steps = 9"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    s = state(out)
+    assert s["resumed_from"] == str(out / "checkpoint-6") and s["results"]["start_step"] == 6
+    assert s["progress"]["global_step"] == 9 and train_steps(out) == list(range(1, 10))
+    losses = _losses(out)
+    assert _falls(losses), losses
+    assert losses[6] < sum(losses[:3]) / 3 - 0.2, losses  # step 7 continues the trained adapter, not a fresh one
+
+
+@pytest.mark.slow
+def test_gpuplan_apply_qlora_end_to_end(base, tmp_path):
+    from cli_runs import gpuplan, state
+    from lora_base import adapter_spec
+
+    base_dir, text = base
+    out = tmp_path / "run"
+    before = file_hashes(base_dir)
+    spec = adapter_spec(tmp_path / "qlora.toml", base=base_dir, text=text, out=out, method="qlora", max_steps=6)
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    s = state(out)
+    settings = {k: v["value"] for k, v in s["plan"]["settings"].items()}
+    assert settings["model.method"] == "qlora" and settings["quantization.bnb_4bit_compute_dtype"] == "bfloat16"
+    assert s["status"] == "completed" and s["results"]["trainable_params"] == 3_584
+    assert s["results"]["merged_model_dir"] is None
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= {p.name for p in (out / "final").iterdir()}
+    assert _falls(_losses(out)), _losses(out)
+    assert file_hashes(base_dir) == before
