@@ -41,6 +41,8 @@ ROWS = {
     294: ("llama-3.2-1b", "lora", 32, QV, dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT),
     295: ("llama-3.2-1b", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q),
     299: ("mistral-7b-v0.3", "lora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT + "; v0.3 config (vocab 32768 vs 32000)"),
+    301: ("mistral-7b-v0.3", "lora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT + "; v0.3 config (vocab 32768 vs 32000)"),
+    302: ("mistral-7b-v0.3", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)"),
     300: ("mistral-7b-v0.3", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)"),
 }
 UNSLOTH = "HF+PEFT+FA2 baseline: largest context that fits the cap (reserved memory vs cap); bf16 AMP, checkpointing, 8-bit AdamW assumed"
@@ -50,14 +52,16 @@ for idx, seq in ((33, 932), (34, 2551), (35, 5789), (36, 12264), (37, 15502), (3
 ROWS[39] = ("llama-3.1-70b", "qlora", 32, ALL, dict(per_device_batch=1, seq_len=6916, amp="bf16", gradient_checkpointing=True,
                                                     optim="adamw_8bit", attn_implementation="flash_attention_2"), "cap", UNSLOTH + " (Llama-3.3-70B: the 3.1-70B config's shapes)")
 LEFT_OUT = [
-    ("0-17, 20-32 and other Llama-2 / CodeLlama / Yi / Qwen-1 / Falcon / StableLM / TinyLlama rows",
-     "no shipped config for the model (specs/models/ has no Llama-2, CodeLlama, Yi, Qwen-1, Falcon, StableLM, TinyLlama)"),
-    ("18, 19 (Mistral-7B QLoRA, unsloth's HF baseline)", "batch size not stated"),
-    ("277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3 LitGPT rows)",
-     "LitGPT's `lora_head` puts an adapter on the LM head: peft can, but gpuplan plans LoRA on the layers "
-     "peft's all-linear takes (the head excluded), and Gemma-2-9B has no shipped config"),
-    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090 with FSDP)", "sharded QLoRA (FSDP over a 4-bit base) is not planned"),
-    ("LLaMA-Adapter, AdaLoRA, DoRA-only, GaLore, LISA, LLaMA-Pro rows", "not LoRA/QLoRA as peft's LoraConfig states it"),
+    ("every row of Llama-2 (7B, 13B, 70B), CodeLlama-34B, Llama-3.2-3B, Qwen-1 (1.8B-72B, incl. Int4), ChatGLM3, "
+     "Yi, Baichuan2, OpenBuddy-Zephyr, BLOOMZ / mT0 / T0, Falcon, phi-1.5, StableLM-alpha, TinyLlama",
+     "no config for the model in specs/models/"),
+    ("18, 19 (Mistral-7B QLoRA, unsloth's HF baseline)", "batch size and sequence count not stated"),
+    ("277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3-mini, LitGPT)",
+     "LitGPT's `lora_head` puts an adapter on the LM head; gpuplan plans LoRA on the layers peft's all-linear "
+     "takes (the head excluded); Gemma-2-9B also has no shipped config"),
+    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded QLoRA (FSDP over a 4-bit base) is not planned"),
+    ("209, 210, 212-216, 251-262, 332-335", "DoRA-only / AdaLoRA / GaLore / LISA / LLaMA-Pro / LLaMA-Adapter / "
+     "unspecified fine-tunes: not LoRA or QLoRA as peft's LoraConfig states it"),
 ]
 
 

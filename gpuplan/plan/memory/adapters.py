@@ -44,7 +44,11 @@ MLP_LAYERS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc
                         "dense_4h_to_h", "dense"})
 
 # (style, mode, method, targets) -> (c_h, c_q, c_kv, c_i, c_a, c_1) per token per layer, the
-# r term excluded (it is n_targets x r x bytes). Fitted by benchmarks/lora_coefficients.py.
+# r term excluded (it is n_targets x r x bytes). Fitted by benchmarks/lora_coefficients.py over
+# 5-7 widths x 2 sequence lengths: integer coefficients, residual 0 (qlora rows of families with
+# biased linears and gemma: under 200 bytes per layer, the 16-bit bias casts). Mode "half" is
+# lora on bf16/fp16 weights; qlora runs "amp" (fp32 parts under autocast) or "fp32". A target
+# list with any MLP layer uses the all-linear row, else the attention row.
 _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('llama', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 8),
     ('llama', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 8),
@@ -58,21 +62,35 @@ _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('gpt2', 'amp', 'lora', 'attention'): (20, 0, 0, 8, 4, 16),
     ('gpt2', 'half', 'lora', 'all-linear'): (26, 0, 0, 12, 4, 8),
     ('gpt2', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 8),
-    ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),  # residual 168.95999999943888
-    ('gpt2', 'amp', 'qlora', 'attention'): (20, 0, 0, 16, 4, 6),  # residual 168.95999999972992
+    ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),
+    ('gpt2', 'amp', 'qlora', 'attention'): (20, 0, 0, 16, 4, 6),
     ('gpt_neox', 'amp', 'lora', 'all-linear'): (22, 0, 0, 4, 4, 16),
     ('gpt_neox', 'amp', 'lora', 'attention'): (18, 0, 0, 2, 4, 16),
     ('gpt_neox', 'half', 'lora', 'all-linear'): (26, 0, 0, 6, 4, 8),
     ('gpt_neox', 'half', 'lora', 'attention'): (18, 0, 0, 2, 4, 8),
-    ('gpt_neox', 'amp', 'qlora', 'all-linear'): (18, 0, 0, 6, 4, 6),  # residual 168.95999999975902
-    ('gpt_neox', 'amp', 'qlora', 'attention'): (14, 0, 0, 4, 4, 6),  # residual 168.95999999984633
+    ('gpt_neox', 'amp', 'qlora', 'all-linear'): (18, 0, 0, 6, 4, 6),
+    ('gpt_neox', 'amp', 'qlora', 'attention'): (14, 0, 0, 4, 4, 6),
     ('opt', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
     ('opt', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
     ('opt', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
     ('opt', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
-    ('opt', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),  # residual 168.9599999996135
-    ('opt', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),  # residual 168.95999999975902
-    ('bert', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 0),
+    ('opt', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
+    ('opt', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
+    ('bert', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
+    ('bert', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
+    ('bert', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
+    ('bert', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
+    ('bert', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
+    ('bert', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
+    ('phi', 'amp', 'lora', 'all-linear'): (22, 0, 0, 10, 4, 8),
+    ('phi', 'amp', 'lora', 'attention'): (16, 0, 0, 8, 4, 8),
+    ('phi', 'half', 'lora', 'all-linear'): (30, 0, 0, 12, 4, 4),
+    ('phi', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 4),
+    ('phi', 'amp', 'qlora', 'all-linear'): (22, 0, 0, 18, 4, -2),
+    ('phi', 'amp', 'qlora', 'attention'): (16, 0, 0, 16, 4, -2),
+    ('gemma', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 2),
+    ('gemma', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 2),
+    ('gemma', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 2),
 }
 
 
