@@ -86,3 +86,21 @@ def test_unknown_target_gets_a_did_you_mean():
         resolve_targets(facts, ["q_porj"], [])
     with pytest.raises(TargetError, match="not a linear layer"):
         resolve_targets(facts, ["embed_tokens"], [])
+
+
+@pytest.mark.parametrize("stem", ["llama-3.2-1b", "mistral-7b-v0.3", "gpt2"])
+def test_saved_lm_head_counts_equal_peft_tied_or_not(stem):
+    cfg = _small(stem)
+    facts = model_facts(cfg)
+    targets = resolve_targets(facts, "all-linear", ["lm_head"])
+    ours = count_adapters(facts, targets, 4, False, ["lm_head"])
+    assert (ours.trainable_params, ours.total_params) == _peft_counts(cfg, "causal-lm", targets, ["lm_head"], 4, False)
+
+
+def test_unknown_saved_module_gets_a_did_you_mean():
+    from gpuplan.plan.lora_targets import check_saved
+
+    facts = model_facts(read_config(MODELS / "llama-3.1-8b.json"))
+    check_saved(facts, ["lm_head", "embed_tokens"])
+    with pytest.raises(TargetError, match="did you mean 'lm_head'"):
+        check_saved(facts, ["lm_haed"])

@@ -39,13 +39,36 @@ def peft_matches(module: str, target: str) -> bool:
 
 
 def module_names(facts: ModelFacts) -> list[str]:
-    """Every module that holds a parameter (each dotted prefix of a parameter name)."""
+    """Every module that holds a parameter (each dotted prefix of a parameter name); a tied
+    causal-lm head is a module too, though its weight is listed once, as the embedding."""
     seen: dict[str, None] = {}
     for name, _ in facts.param_shapes:
         parts = name.split(".")[:-1]
         for i in range(1, len(parts) + 1):
             seen.setdefault(".".join(parts[:i]), None)
+    if facts.task == "causal-lm" and facts.tie_word_embeddings:
+        seen.setdefault("lm_head", None)
     return list(seen)
+
+
+def module_params(facts: ModelFacts, module: str) -> int:
+    """Parameters of a module; a saved tied head gets its own (vocab x hidden) copy."""
+    n = sum(prod(s) if s else 1 for name, s in facts.param_shapes if name.startswith(module + "."))
+    if n == 0 and module == "lm_head":
+        n = facts.vocab_size * facts.hidden_size
+    return n
+
+
+def check_saved(facts: ModelFacts, names: list[str] | None) -> None:
+    """Each modules_to_save name must end some module's name (peft matches by suffix)."""
+    modules = module_names(facts)
+    short = list(dict.fromkeys(m.rsplit(".", 1)[-1] for m in modules))
+    for n in names or []:
+        if not any(m.endswith(n) for m in modules):
+            close = difflib.get_close_matches(n, short, n=2, cutoff=0.5)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            raise TargetError(f"{n!r} matches no module of this {facts.model_type} model; {hint}"
+                              "modules_to_save takes module names such as lm_head or embed_tokens")
 
 
 def saved_modules(facts: ModelFacts, modules_to_save: list[str] | None) -> list[str]:
@@ -136,7 +159,7 @@ def count_adapters(facts: ModelFacts, targets: list[str], r: int, use_dora: bool
         matched.append(layer)
     saved_params = 0
     for m in saved_modules(facts, saved):
-        saved_params += sum(prod(s) if s else 1 for name, s in facts.param_shapes if name.startswith(m + "."))
+        saved_params += module_params(facts, m)
     adapter = sum(p for _, p in per.values())
     largest = max((fi * fo for _, _, fi, fo in matched), default=0)
     return AdapterCount(per, adapter, saved_params, facts.n_params, tuple(matched), largest)

@@ -125,10 +125,12 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
     adapter = sum(prod(s) for _, s in shapes)
     saved_params = 0
     for m in saved_modules(facts, saved):
-        for name, s in facts.param_shapes:
-            if name.startswith(m + "."):
-                shapes.append((f"{name}.copy", s))
-                saved_params += prod(s) if s else 1
+        own = [(name, s) for name, s in facts.param_shapes if name.startswith(m + ".")]
+        if not own and m == "lm_head":  # a tied head: its saved copy is a matrix of its own
+            own = [("lm_head.weight", (facts.vocab_size, facts.hidden_size))]
+        for name, s in own:
+            shapes.append((f"{name}.copy", s))
+            saved_params += prod(s) if s else 1
     return AdapterLayout(adapter, tuple(shapes), saved_params, per_layer // layers,
                          "all-linear" if mlp_hit else "attention", largest)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
-from gpuplan.plan.lora_targets import TargetError, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.plan.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
 from gpuplan.plan.memory.types import Adapters
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
@@ -45,6 +45,15 @@ def lora_config(ctx: Resolver) -> None:
                   "planned (the adapter memory model covers one device and DDP replicas)",
                   fix='set distributed.strategy = "ddp" (adapter states are small enough to replicate)')
     asked_save = ctx.spec("lora.modules_to_save")
+    try:
+        check_saved(ctx.facts, asked_save)
+    except TargetError as e:
+        ctx.error("lora.modules_to_save", f"lora.modules_to_save: {e}", fix="remove it or use a module name the model has")
+        for key in ("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save"):
+            if key not in ctx.resolved:
+                ctx.keep(key)
+        ctx.set_internal("lora.count", None)
+        return
     saved = default_modules_to_save(ctx.facts, asked_save)
     if saved != asked_save:
         ctx.resolve("lora.modules_to_save", saved,
