@@ -117,3 +117,15 @@ def test_plan_json_carries_the_contract_apply_reads(tmp_path):
         assert key in d["settings"], key
     assert d["model"]["adapters"]["enable_input_require_grads"] is True
     assert d["model"]["trainable_params"] < d["model"]["total_params"]
+
+
+def test_ddp_replicates_adapters_and_all_reduces_only_their_gradients(tmp_path):
+    plan = plan_text(tmp_path, spec("llama-3.1-8b", "A100-80GB", data="seq_len = 2048",
+                                    training="effective_batch_size = 64",
+                                    extra='method = "lora"\ndtype = "bfloat16"').replace("[hardware]\n", "[hardware]\ncount = 4\n"))
+    assert plan.memory["layout"] == "DDP"
+    # 41,943,040 fp32 adapter gradients, ring all-reduce over 4 GPUs: 2 x 3/4 x 4 bytes each
+    assert plan.throughput["communication"]["bytes_per_gpu_per_step"] == int(2 * 0.75 * 4 * 41_943_040)
+    with pytest.raises(PlanError, match="sharded adapters are not planned"):
+        plan_text(tmp_path, spec(extra='method = "qlora"', training="") .replace("[hardware]\n", "[hardware]\ncount = 2\n")
+                  + "[distributed]\nstrategy = \"fsdp\"\n")

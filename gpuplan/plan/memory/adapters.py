@@ -233,8 +233,11 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         recompute = 0
     acc = grads if wl.gradient_accumulation_steps > 1 else 0
 
+    # DDP's reducer keeps flat bucket copies of the trainable gradients (memory/sharding.py, DDP)
+    buckets = grads if wl.engine == "ddp" else 0
+
     def moment(g: int, act: int, logits: int, temp: int = 0) -> dict[str, int]:
-        return {"weights": weights, "gradients": g, "optimizer_states": states, "activations": act,
+        return {"weights": weights, "gradients": g + buckets, "optimizer_states": states, "activations": act,
                 "logits_loss": logits, "temporaries": temp}
 
     first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
