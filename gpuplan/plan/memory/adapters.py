@@ -176,7 +176,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     else:
         states = optimizer_state_bytes(kind, n_train, len(lay.adapter_shapes), lay.adapter_shapes, 4)
     step_temp = optimizer_step_temp_bytes(kind, n_train, max((prod(s) for _, s in lay.adapter_shapes), default=0), 4)
-    if wl.optim != "auto" and kind not in ("adamw", "adamw_fused"):
+    if kind.startswith("bnb8") or kind == "adafactor":
         adam = 2 * grads
         notes.append(f"adapters: {wl.optim} keeps {states / 1024**2:.0f} MiB of optimizer states where AdamW "
                      f"would keep {adam / 1024**2:.0f} MiB: little to gain with {n_train / 1e6:.1f}M trainable values")
