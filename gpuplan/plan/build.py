@@ -136,9 +136,10 @@ def plan_spec(
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
 
 
-def trainable_section(method: str, count, facts: ModelFacts, checkpointing: bool) -> dict[str, Any]:
+def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: bool) -> dict[str, Any]:
     """model.method, model.trainable_params and model.total_params (as peft's
     get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
+    count = resolved[0] if resolved else None
     if method not in ("lora", "qlora") or count is None:
         return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
     return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,

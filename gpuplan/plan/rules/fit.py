@@ -173,7 +173,7 @@ RULES = (
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", "lora.count", "lora.target_modules", "lora.modules_to_save",
-            "quantization.bnb_4bit_compute_dtype", "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
+            "quantization.compute", "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
         ),
         writes=("fit.solution", "fit.problem", "fit.method"),

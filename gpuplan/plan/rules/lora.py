@@ -29,8 +29,11 @@ LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "m
 def lora_config(ctx: Resolver) -> None:
     method = ctx.spec("model.method")
     r = ctx.spec("lora.r")
+    # a full fine-tune keeps the [lora] values as written: resolving them would print changes
+    # that do nothing; they are still checked and resolved internally (the no-fit alternatives)
+    record = method != "full"
     alpha = ctx.spec("lora.lora_alpha")
-    if alpha is None:
+    if alpha is None and record:
         ctx.resolve("lora.lora_alpha", 2 * r, f"default: 2 x r = {2 * r} (scaling lora_alpha / r = 2)")
     else:
         ctx.keep("lora.lora_alpha")
@@ -55,7 +58,7 @@ def lora_config(ctx: Resolver) -> None:
         ctx.set_internal("lora.count", None)
         return
     saved = default_modules_to_save(ctx.facts, asked_save)
-    if saved != asked_save:
+    if saved != asked_save and record:
         ctx.resolve("lora.modules_to_save", saved,
                     f"sequence classification: the new head {', '.join(s for s in saved if s not in (asked_save or []))} "
                     "trains in full beside the adapters (peft's SEQ_CLS task saves it too)")
@@ -70,7 +73,9 @@ def lora_config(ctx: Resolver) -> None:
         ctx.keep("lora.target_modules")
         ctx.set_internal("lora.count", None)
         return
-    if asked == "all-linear":
+    if not record:
+        ctx.keep("lora.target_modules")
+    elif asked == "all-linear":
         ctx.resolve("lora.target_modules", targets,
                     f'"all-linear": every linear layer of this {ctx.facts.model_type} model but the output head, '
                     "by the names peft matches")
@@ -78,13 +83,18 @@ def lora_config(ctx: Resolver) -> None:
         ctx.resolve("lora.target_modules", targets, "duplicates removed")
     else:
         ctx.keep("lora.target_modules")
-    ctx.set_internal("lora.count", count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or []))
+    ctx.set_internal("lora.count", (count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or []),
+                                    tuple(targets), tuple(saved or ())))
 
 
 def compute_dtype(ctx: Resolver) -> None:
     gpu = ctx.gpu
     asked = ctx.spec("quantization.bnb_4bit_compute_dtype")
     cpu = gpu.vendor == "cpu"
+    ctx.set_internal("quantization.compute", _compute_dtype(gpu, asked))
+    if ctx.spec("model.method") not in ("qlora", "auto"):
+        ctx.keep("quantization.bnb_4bit_compute_dtype")  # no 4-bit base: nothing to resolve
+        return
     if asked == "auto":
         if cpu:
             ctx.resolve("quantization.bnb_4bit_compute_dtype", "bfloat16",
@@ -100,6 +110,14 @@ def compute_dtype(ctx: Resolver) -> None:
                     f"{gpu.name} has no bf16 (compute capability < 8.0): 4-bit matmuls compute in float16")
     else:
         ctx.keep("quantization.bnb_4bit_compute_dtype")
+
+
+def _compute_dtype(gpu, asked: str) -> str:
+    if asked == "auto":
+        return "bfloat16" if gpu.vendor == "cpu" or gpu.bf16 else "float16"
+    if asked == "bfloat16" and not gpu.bf16 and gpu.vendor != "cpu":
+        return "float16"
+    return asked
 
 
 def merge(ctx: Resolver) -> None:
@@ -121,15 +139,17 @@ def merge(ctx: Resolver) -> None:
 
 def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
     """The Workload's adapters for a method (None: full fine-tuning, or the targets were refused)."""
-    if method == "full" or ctx.get("lora.count") is None:
+    resolved = ctx.get("lora.count")
+    if method == "full" or resolved is None:
         return None
+    _, targets, saved = resolved
     return Adapters(
-        method=method, r=ctx.spec("lora.r"), target_modules=tuple(ctx.get("lora.target_modules")),
-        modules_to_save=tuple(ctx.get("lora.modules_to_save") or ()), use_dora=ctx.spec("lora.use_dora"),
+        method=method, r=ctx.spec("lora.r"), target_modules=targets,
+        modules_to_save=saved, use_dora=ctx.spec("lora.use_dora"),
         lora_dropout=ctx.spec("lora.lora_dropout"),
         quant_type=ctx.spec("quantization.bnb_4bit_quant_type"),
         double_quant=ctx.spec("quantization.bnb_4bit_use_double_quant"),
-        compute_dtype=ctx.get("quantization.bnb_4bit_compute_dtype"),
+        compute_dtype=ctx.get("quantization.compute"),
     )
 
 
@@ -141,8 +161,8 @@ RULES = (
          apply=lora_config,
          doc="lora_alpha 2 x r; all-linear -> explicit layer names (did-you-mean for unknown ones); seq-cls saves the head."),
     Rule("quantization.compute_dtype",
-         reads=("spec:quantization.bnb_4bit_compute_dtype",),
-         writes=("quantization.bnb_4bit_compute_dtype",),
+         reads=("spec:quantization.bnb_4bit_compute_dtype", "spec:model.method"),
+         writes=("quantization.bnb_4bit_compute_dtype", "quantization.compute"),
          apply=compute_dtype,
          doc="4-bit compute dtype: bf16 where the GPU has it, else fp16; bf16 on CPU."),
     Rule("lora.merge",
