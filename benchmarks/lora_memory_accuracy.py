@@ -4,7 +4,7 @@ Each case traces two real training steps of the real peft model under FakeTensor
 (qlora: the real bitsandbytes 4-bit layers and quant states, gpuplan/trace/adapters.py)
 and compares the analytic estimate (gpuplan/plan/memory/adapters.py). Ranks 8-64,
 attention-only and all-linear targets, checkpointing on and off, bf16 autocast over
-fp32 or bf16 weights, lora and qlora. Writes the `lora_memory_accuracy` section of
+fp32 or bf16 weights or plain fp32, lora and qlora. Writes the `lora_memory_accuracy` section of
 benchmarks/RESULTS.md.
 
     python benchmarks/lora_memory_accuracy.py [--quick] [--no-write]
@@ -34,6 +34,7 @@ FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt")
 ATTENTION = {"gpt2": ["c_attn"], "gpt_neox": ["query_key_value"], "bert": ["query", "value"]}
 AMP = dict(weight_dtype="float32", amp="bf16")
 HALF = dict(weight_dtype="bfloat16", amp=None)
+FP32 = dict(weight_dtype="float32", amp=None)  # what a CPU plan runs
 # (method, precision, r, targets, checkpointing, accumulation)
 PATTERN = [
     ("lora", AMP, 8, "all-linear", False, 1),
@@ -45,6 +46,8 @@ PATTERN = [
     ("qlora", AMP, 64, "all-linear", True, 1),
     ("qlora", AMP, 8, "attention", False, 1),
     ("lora", AMP, 16, "all-linear", False, 2),
+    ("lora", FP32, 16, "all-linear", False, 1),
+    ("qlora", FP32, 32, "attention", True, 1),
 ]
 SIZES = [(4, 512), (2, 1024), (8, 256), (1, 2048), (4, 256), (2, 512)]
 

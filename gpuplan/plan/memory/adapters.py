@@ -91,6 +91,23 @@ _LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
     ('gemma', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 2),
     ('gemma', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 2),
     ('gemma', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 2),
+    ('gemma', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 2),
+    ('gemma', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 2),
+    ('gemma', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 2),
+    ('llama', 'fp32', 'lora', 'all-linear'): (16, 16, 0, 16, 4, 8),
+    ('llama', 'fp32', 'lora', 'attention'): (12, 16, 0, 12, 4, 8),
+    ('gpt2', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 20, 4, 16),
+    ('gpt2', 'fp32', 'lora', 'attention'): (30, 0, 0, 16, 4, 16),
+    ('gpt_neox', 'fp32', 'lora', 'all-linear'): (36, 0, 0, 8, 4, 16),
+    ('gpt_neox', 'fp32', 'lora', 'attention'): (32, 0, 0, 4, 4, 16),
+    ('opt', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 4, 4, 16),
+    ('opt', 'fp32', 'lora', 'attention'): (30, 0, 0, 4, 4, 16),
+    ('gpt2', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 20, 4, 6),
+    ('gpt2', 'fp32', 'qlora', 'attention'): (30, 0, 0, 16, 4, 6),
+    ('gpt_neox', 'fp32', 'qlora', 'all-linear'): (36, 0, 0, 8, 4, 6),
+    ('gpt_neox', 'fp32', 'qlora', 'attention'): (32, 0, 0, 4, 4, 6),
+    ('opt', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 4, 4, 6),
+    ('opt', 'fp32', 'qlora', 'attention'): (30, 0, 0, 4, 4, 6),
 }
 
 
