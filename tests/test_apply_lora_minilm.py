@@ -65,3 +65,30 @@ def test_minilm_lora_seq_cls_loss_falls_and_the_adapter_loads_back(tmp_path, mon
     torch.testing.assert_close(merged, tuned, atol=1e-4, rtol=1e-4)
     assert AutoModelForSequenceClassification.from_pretrained(results["merged_model_dir"]).config.id2label == {
         0: "negative", 1: "positive"}
+
+
+def test_minilm_qlora_seq_cls_keeps_the_trained_head_out_of_4bit(tmp_path, monkeypatch):
+    """transformers would quantize the classifier (its last parameter is "classifier.bias", and
+    get_keys_to_not_convert strips only ".weight"); peft's copy of a 4-bit Linear cannot train."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import bitsandbytes as bnb
+
+    from gpuplan.apply.run import build_trainer
+
+    plan = cpu_plan(tmp_path, **{
+        "model.config": None, "model.name_or_path": minilm_dir(), "model.from_scratch": False,
+        "model.task": "seq-cls", "model.num_labels": 2, "model.method": "qlora",
+        "lora.target_modules": ["query", "value"], "lora.modules_to_save": ["classifier"],
+        "data.train_files": [SENTIMENT_CSV], "data.label_field": "label", "data.seq_len": 32,
+        "training.per_device_train_batch_size": 16, "training.effective_batch_size": 16,
+        "training.learning_rate": 1e-2, "training.max_steps": 2})
+    prepared = build_trainer(plan, progress=False)
+    bert = prepared.model.get_base_model()
+    assert isinstance(bert.bert.pooler.dense, bnb.nn.Linear4bit)  # the frozen base is 4-bit
+    assert isinstance(bert.bert.encoder.layer[0].attention.self.query.base_layer, bnb.nn.Linear4bit)
+    head = bert.classifier.modules_to_save["default"]
+    assert type(head) is torch.nn.Linear and head.weight.dtype == torch.float32
+    before = head.weight.detach().clone()
+    prepared.trainer.train()
+    prepared.metrics.close()
+    assert not torch.equal(head.weight, before)  # the head trained in full

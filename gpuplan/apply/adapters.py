@@ -104,8 +104,12 @@ def lora_config(plan: Plan) -> Any:
         raise ApplyError(f"the plan's [lora] settings were refused by peft: {e}") from e
 
 
-def quantization_config(plan: Plan) -> Any:
-    """transformers' BitsAndBytesConfig for the frozen 4-bit base of a QLoRA run."""
+def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:
+    """transformers' BitsAndBytesConfig for the frozen 4-bit base of a QLoRA run.
+
+    `unquantized`: module names kept in their dtype (llm_int8_skip_modules, which the
+    4-bit quantizer reads too); None keeps transformers' defaults (see load_kwargs).
+    """
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -123,14 +127,48 @@ def quantization_config(plan: Plan) -> Any:
         bnb_4bit_quant_type=quant,
         bnb_4bit_use_double_quant=bool(double),
         bnb_4bit_compute_dtype=getattr(torch, compute),
+        llm_int8_skip_modules=unquantized,
     )
 
 
-def load_kwargs(plan: Plan, device: str) -> dict[str, Any]:
-    """Extra from_pretrained keyword arguments: the 4-bit config, and on CUDA this rank's GPU."""
+def trained_in_full(plan: Plan) -> list[str]:
+    """Modules that train in full beside the adapters: lora.modules_to_save, and for seq-cls
+    the head names peft adds itself (peft_model.py PeftModelForSequenceClassification)."""
+    names = list(plan.get("lora.modules_to_save") or [])
+    if plan.value("model.task") == "seq-cls":
+        names += ["classifier", "score"]
+    return sorted(set(names))
+
+
+def default_unquantized(plan: Plan, cls: Any) -> list[str]:
+    """What transformers 5.24 keeps out of 4-bit when given no skip list: tied weights, the
+    output embeddings and the module of the last parameter (quantizers/base.py
+    get_keys_to_not_convert), computed on a meta-device copy of the model (no memory)."""
+    import torch
+    from transformers import AutoConfig
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    config = AutoConfig.from_pretrained(plan.value("model.name_or_path"), local_files_only=True,
+                                        trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    with torch.device("meta"):
+        meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    return get_keys_to_not_convert(meta)
+
+
+def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
+    """Extra from_pretrained keyword arguments: the 4-bit config, and on CUDA this rank's GPU.
+
+    Modules that train in full must stay unquantized: peft copies them to train, and a copy
+    of a 4-bit Linear cannot train (bitsandbytes asserts in its forward). transformers keeps
+    a seq-cls head in 4-bit by default: its last parameter is "classifier.bias", and
+    get_keys_to_not_convert strips only ".weight". A skip list replaces transformers'
+    defaults (base.py get_modules_to_not_convert), so the defaults are added back.
+    """
     if method(plan) != "qlora":
         return {}
-    kwargs: dict[str, Any] = {"quantization_config": quantization_config(plan)}
+    keep = trained_in_full(plan)
+    unquantized = sorted(set(default_unquantized(plan, cls)) | set(keep)) if keep else None
+    kwargs: dict[str, Any] = {"quantization_config": quantization_config(plan, unquantized)}
     if device == "cuda":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     return kwargs

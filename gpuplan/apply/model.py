@@ -110,8 +110,7 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
             _check_vocab(plan, getattr(config, "vocab_size", None), tokenizer)  # before padding_idx asserts
             model = cls.from_config(config, **common)
         else:
-            model = _from_pretrained(plan, cls, label_names,
-                                     {**common, **load_kwargs(plan, "cpu" if uses_cpu(plan) else "cuda")})
+            model = _from_pretrained(plan, cls, label_names, common)
     except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
         raise ApplyError(f"cannot build the {task} model: {e}") from e
     _check_loaded(plan, model, tokenizer)
@@ -143,6 +142,7 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
             "model.allow_pickle_weights = true if you trust their source"
         )
     kwargs: dict[str, Any] = dict(common, local_files_only=True, use_safetensors=bool(safe))
+    kwargs.update(load_kwargs(plan, "cpu" if uses_cpu(plan) else "cuda", cls))  # qlora: the 4-bit base
     if not safe:
         kwargs["weights_only"] = False  # allowed explicitly by model.allow_pickle_weights
     if label_names is not None:
