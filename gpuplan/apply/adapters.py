@@ -181,6 +181,7 @@ def wrap(plan: Plan, model: Any) -> Any:
     m = method(plan)
     checkpointing = bool(plan.value("training.gradient_checkpointing"))
     if m == "qlora":
+        keep_training_layout(model)
         # use_reentrant=False: what the Trainer passes when it enables checkpointing again
         # (transformers 5.24 modeling_utils._activation_checkpointing_enable).
         model = prepare_model_for_kbit_training(
@@ -203,6 +204,21 @@ def wrap(plan: Plan, model: Any) -> Any:
     if trainable == 0:
         raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")
     return peft_model
+
+
+def keep_training_layout(model: Any) -> None:
+    """Keep every 4-bit weight in the layout it trains in, also while the Trainer evaluates.
+
+    bitsandbytes 0.50 Linear4bit.forward repacks its weight in place for CPU inference the
+    first time it runs in eval mode without grad on an AVX512-BF16 CPU (nn/modules.py,
+    functional._convert_weight_packed_for_cpu): the absmax becomes bfloat16 and later
+    training steps run through gemv_4bit, which has no autograd kernel (torch warns
+    "silently incorrect behavior"), so after the first evaluation the adapters below a
+    layer would get wrong gradients. Turning the repack off keeps the dequantize path.
+    """
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
 
 
 def _is_linear(module: Any) -> bool:
