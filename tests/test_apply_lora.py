@@ -231,4 +231,13 @@ def test_gpuplan_apply_qlora_end_to_end(base, tmp_path):
     assert s["results"]["merged_model_dir"] is None
     assert {"adapter_model.safetensors", "adapter_config.json"} <= {p.name for p in (out / "final").iterdir()}
     assert _falls(_losses(out)), _losses(out)
+
+    # more steps: resumes the adapter on the re-quantized base (the same 4-bit blocks)
+    spec.write_text(spec.read_text().replace("max_steps = 6", "max_steps = 8"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    s = state(out)
+    assert s["resumed_from"] == str(out / "checkpoint-6") and s["progress"]["global_step"] == 8
+    losses = _losses(out)
+    assert len(losses) == 8 and losses[6] < sum(losses[:3]) / 3 - 0.2, losses  # the trained adapter continues
     assert file_hashes(base_dir) == before
