@@ -241,3 +241,21 @@ def test_gpuplan_apply_qlora_end_to_end(base, tmp_path):
     losses = _losses(out)
     assert len(losses) == 8 and losses[6] < sum(losses[:3]) / 3 - 0.2, losses  # the trained adapter continues
     assert file_hashes(base_dir) == before
+
+
+@pytest.mark.slow
+def test_two_process_ddp_lora_run_saves_one_adapter_and_one_merged_model(base, tmp_path):
+    from cli_runs import gpuplan, state
+    from lora_base import adapter_spec
+
+    base_dir, text = base
+    out = tmp_path / "run"
+    spec = adapter_spec(tmp_path / "ddp.toml", base=base_dir, text=text, out=out, max_steps=4, merge=True)
+    spec.write_text(spec.read_text().replace('gpu = "cpu"', 'gpu = "cpu"\ncount = 2'))
+    r = gpuplan("apply", spec, "--yes", timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = state(out)
+    assert s["status"] == "completed" and s["results"]["world_size"] == 2
+    assert s["results"]["trainable_params"] == 3_584 and s["results"]["global_step"] == 4
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= {p.name for p in (out / "final").iterdir()}
+    assert (out / "final" / "merged" / "model.safetensors").is_file()
