@@ -259,3 +259,36 @@ def test_two_process_ddp_lora_run_saves_one_adapter_and_one_merged_model(base, t
     assert s["results"]["trainable_params"] == 3_584 and s["results"]["global_step"] == 4
     assert {"adapter_model.safetensors", "adapter_config.json"} <= {p.name for p in (out / "final").iterdir()}
     assert (out / "final" / "merged" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_masked_lm_lora_adapter_loads_back_with_the_trained_logits(tmp_path):
+    """masked-lm has no peft task type: a plain PeftModel, saved and loaded the same way."""
+    from apply_plans import MICRO_BERT, write_config
+
+    config = write_config(tmp_path, dict(MICRO_BERT, initializer_range=0.2), "bert.json")
+    (tmp_path / "pre").mkdir()
+    pre = execute(cpu_plan(tmp_path / "pre", **{"model.config": config, "model.task": "masked-lm",
+                                                "training.max_steps": 2, "data.seq_len": 32}),
+                  echo=lambda s: None, progress=False)
+    plan = cpu_plan(tmp_path, **{
+        "model.config": None, "model.name_or_path": pre["final_model_dir"], "model.from_scratch": False,
+        "model.task": "masked-lm", "model.method": "lora", "lora.target_modules": ["query", "value"],
+        "data.seq_len": 32, "training.max_steps": 3})
+    prepared = build_trainer(plan, progress=False)
+    assert type(prepared.model).__name__ == "PeftModel"
+    prepared.trainer.train()
+    prepared.metrics.close()
+    final = str(tmp_path / "final")
+    prepared.trainer.save_model(final)
+
+    from peft import PeftModel
+    from transformers import AutoModelForMaskedLM
+
+    x = _tokens(2)
+    with torch.no_grad():
+        trained = prepared.model.eval()(input_ids=x).logits
+        loaded = PeftModel.from_pretrained(AutoModelForMaskedLM.from_pretrained(pre["final_model_dir"]), final)
+        torch.testing.assert_close(loaded.eval()(input_ids=x).logits, trained, atol=1e-5, rtol=1e-5)
+    lora_b = [p for n, p in prepared.model.named_parameters() if ".lora_B." in n]
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # the adapter trained (B starts at zero)
