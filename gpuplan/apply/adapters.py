@@ -12,7 +12,10 @@ What the libraries do, as installed (peft 0.21, transformers 5.24, bitsandbytes 
   an untied head are fp32 in a QLoRA run whatever model.dtype says.
 - A 4-bit model is never moved by the Trainer (trainer.py: place_model_on_device is off
   for bitsandbytes models), so on CUDA it loads straight onto this rank's GPU (device_map).
-  On CPU bitsandbytes 0.50 runs Linear4bit forward and backward on uint8 Params4bit weights.
+  On CPU no device_map is needed: from_pretrained(quantization_config=...) quantizes while
+  loading, and bitsandbytes 0.50 runs Linear4bit forward and backward on the uint8
+  Params4bit weights (its CPU backend; without the optional `kernels` package it logs
+  once that it falls back from the kernels-community gemm).
 - A sequence-classification PeftModel adds the head ("classifier", "score") to
   modules_to_save (peft_model.py PeftModelForSequenceClassification): the head trains in full.
 """
