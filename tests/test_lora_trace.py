@@ -20,6 +20,7 @@ TINY = dict(model_type="llama", hidden_size=128, intermediate_size=344, num_hidd
             num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, max_position_embeddings=512)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,ckpt", [("lora", False), ("qlora", False), ("qlora", True)])
 def test_analytic_matches_the_traced_peft_step(method, ckpt):
     from gpuplan.trace import trace_memory
