@@ -2,7 +2,8 @@
 
 Reads only plan values: model.config, model.name_or_path, model.from_scratch,
 model.task, model.num_labels, model.dtype (through convert.torch_dtype),
-model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights.
+model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights, and for
+model.method = "qlora" the 4-bit settings (adapters.load_kwargs).
 Nothing is fetched from the Hub here: a Hub id's files were downloaded at the start of
 apply (gpuplan/hub/fetch.py) and load from the cache with `local_files_only=True`.
 """
@@ -15,7 +16,8 @@ from typing import Any, Mapping
 
 from gpuplan.plan.types import Plan
 
-from .convert import refusal_fix, torch_dtype
+from .adapters import load_kwargs
+from .convert import refusal_fix, torch_dtype, uses_cpu
 from .errors import ApplyError
 
 TASKS = ("causal-lm", "seq-cls", "masked-lm")
@@ -153,6 +155,7 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
             "model.allow_pickle_weights = true if you trust their source"
         )
     kwargs: dict[str, Any] = dict(common, local_files_only=True, use_safetensors=bool(safe))
+    kwargs.update(load_kwargs(plan, "cpu" if uses_cpu(plan) else "cuda", cls))  # qlora: the 4-bit base
     if not safe:
         kwargs["weights_only"] = False  # allowed explicitly by model.allow_pickle_weights
     if label_names is not None:

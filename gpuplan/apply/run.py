@@ -16,6 +16,7 @@ from typing import Any, Callable
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
+from . import adapters
 from .errors import ApplyError
 from .state import RunState
 
@@ -67,7 +68,7 @@ def build_trainer(
 
     from gpuplan.hub.fetch import model_dir
 
-    set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too
+    set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too (and the adapters)
     tokenizer = load_tokenizer(
         model_dir(plan),
         task=plan.value("model.task"),
@@ -84,6 +85,8 @@ def build_trainer(
         f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}")
     if "position_ids" in data.train.column_names:
         no_cache_while_training(model)
+    if adapters.uses_adapters(plan):
+        model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
     args = training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
@@ -164,7 +167,6 @@ def execute(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # from here on, local files only: never reach for the Hub
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
-    from .final import save_final_model
     from .engine import engine_of
     from .interrupt import ApplyInterrupted, GracefulStop
 
@@ -172,6 +174,7 @@ def execute(
 
     check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
     output_dir = plan.value("output.dir")
+    adapters.check(plan)  # adapter settings refused before anything is written or loaded
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
@@ -213,7 +216,9 @@ def execute(
             raise ApplyInterrupted(step, ckpt if checkpoint_problem(ckpt) is None else None)
         final_dir = os.path.join(output_dir, FINAL_DIR)
         restore_cache_setting(trainer.model)
-        save_final_model(trainer, final_dir)  # safetensors weights, config, tokenizer: no pickle
+        # safetensors weights + config + tokenizer (no pickle); for lora/qlora peft's adapter files (adapters.py)
+        trainable = adapters.trainable_params(prepared.model)  # before a merge folds the adapters away
+        merged_dir = adapters.save_final(plan, trainer, final_dir)
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
@@ -221,6 +226,10 @@ def execute(
             **peak_memory(device),
             **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,
+            "method": adapters.method(plan),
+            "trainable_params": trainable,
+            "plan_trainable_params": plan.model.trainable_params,
+            "merged_model_dir": merged_dir,
         }
         if state.enabled:  # rank 0 measures for the whole run
             from .calibrate import record_measurement

@@ -10,7 +10,9 @@ never sees half a file, even when the run is killed mid-write. Shape (format 1):
                     capacity_bytes, estimate_low_by_at_least, resumed_from}] (apply/oom.py),
      progress: {global_step, max_steps, samples_seen},
      results: {peak_allocated_bytes, peak_reserved_bytes (CUDA) | peak_rss_bytes (CPU),
-               tokens_per_second, train_loss_first, train_loss_last, runtime_s, ...}}
+               tokens_per_second, train_loss_first, train_loss_last, runtime_s,
+               method, trainable_params (measured, as peft counts them), plan_trainable_params,
+               final_model_dir, merged_model_dir (lora with output.merge_adapter, else null), ...}}
 """
 
 from __future__ import annotations

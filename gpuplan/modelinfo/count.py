@@ -66,7 +66,7 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
         notes.append("output projection tied to the input embeddings: counted once")
     return ModelFacts(
         model_type=model_type, task=task, n_params=params.total(),
-        param_shapes=tuple(params.items), hidden_size=dims.hidden_size,
+        param_shapes=tuple(params.items), linear_layers=tuple(params.layers), hidden_size=dims.hidden_size,
         num_layers=dims.num_layers, num_attention_heads=dims.num_attention_heads,
         num_key_value_heads=dims.num_key_value_heads, head_dim=dims.head_dim,
         intermediate_size=dims.intermediate_size, vocab_size=dims.vocab_size,

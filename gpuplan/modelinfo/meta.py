@@ -151,6 +151,7 @@ def meta_facts(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFa
     out = model.get_output_embeddings()
     tied = out is not None and inp is not None and out.weight is inp.weight
     notes.append("mlp and norm kinds inferred from module and parameter names")
+    linear = _linear_layers(model, out)
     return ModelFacts(
         model_type=model_type, task=task, n_params=sum(p.numel() for p in model.parameters()),
         param_shapes=shapes, hidden_size=int(hidden), num_layers=int(layers),
@@ -161,4 +162,21 @@ def meta_facts(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFa
         mlp="gated" if gated else "plain", norm="rmsnorm" if rms else "layernorm",
         tie_word_embeddings=tied, hidden_dropout=float(_first(cfg, "hidden_dropout") or 0.0),
         attention_dropout=float(_first(cfg, "attention_dropout") or 0.0),
-        source="meta-device", notes=tuple(notes))
+        source="meta-device", notes=tuple(notes), linear_layers=linear)
+
+
+def _linear_layers(model: Any, output_embeddings: Any) -> tuple[tuple[str, str, int, int], ...]:
+    """nn.Linear and Conv1D modules but the output embedding (the analytic families leave the
+    head out too: peft's "all-linear" excludes it, tuners_utils._maybe_include_all_linear_layers)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    out = []
+    for name, m in model.named_modules():
+        if m is output_embeddings:
+            continue
+        if isinstance(m, torch.nn.Linear):
+            out.append((name, "linear", m.in_features, m.out_features))
+        elif isinstance(m, Conv1D):
+            out.append((name, "conv1d", m.weight.shape[0], m.nf))
+    return tuple(out)

@@ -20,16 +20,21 @@ class ParamList:
         self.items: list[tuple[str, Shape]] = []
         self.notes: list[str] = []  # facts the counter wants the plan to show
         self.experts: dict[str, int] = {}  # num_experts, experts_per_token of a mixture of experts
+        # (module name, "linear" | "conv1d", in_features, out_features): the layers peft's
+        # LoRA can target (tuners/lora/layer.py dispatch_default: nn.Linear and Conv1D)
+        self.layers: list[tuple[str, str, int, int]] = []
 
     def add(self, name: str, *shape: int) -> None:
         self.items.append((name, tuple(shape)))
 
     def linear(self, name: str, in_features: int, out_features: int, bias: bool) -> None:
+        self.layers.append((name, "linear", in_features, out_features))
         self.add(f"{name}.weight", out_features, in_features)
         if bias:
             self.add(f"{name}.bias", out_features)
 
     def conv1d(self, name: str, nf: int, nx: int) -> None:
+        self.layers.append((name, "conv1d", nx, nf))
         self.add(f"{name}.weight", nx, nf)
         self.add(f"{name}.bias", nf)
 

@@ -22,7 +22,7 @@ from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.graph import rule_order, writers
 from gpuplan.plan.inputs import data_file_problems
 from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL, LORA_COUNT
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.communication import communication
 from gpuplan.plan.solve import saver_cost
@@ -197,11 +197,13 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
                   **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
     advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
+    model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts,
+                                                   wl.gradient_checkpointing)}
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
         hardware=hardware,
-        model=ModelSection.from_dict(facts.summary()),
+        model=ModelSection.from_dict(model),
         settings=resolved,
         changes=tuple(sorted([*ctx.changes, *commit_changes], key=lambda c: order.index(c.key))),
         diagnostics=tuple([*ctx.diagnostics, *commit_diags]) + tuple(d for d in advice if d is not None),
@@ -221,6 +223,17 @@ def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, sp
         "price_source": price.source if price else None,
         "cost_usd": run / 3600 * world * price.usd_per_gpu_hour if price and run is not None else None,
     }
+
+
+def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: bool) -> dict[str, Any]:
+    """model.method, model.trainable_params and model.total_params (as peft's
+    get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
+    count = resolved[0] if resolved else None
+    if method not in ("lora", "qlora") or count is None:
+        return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
+    return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,
+            # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad
+            "adapters": {**count.to_dict(), "enable_input_require_grads": bool(checkpointing)}}
 
 
 def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,12 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     if world == 1 or wl.engine == "none":
         return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
     p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
+    if wl.adapters is not None:
+        # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
+        from gpuplan.plan.memory.adapters import adapter_layout
+
+        lay = adapter_layout(facts, wl.adapters)
+        p_bytes = 4 * (lay.adapter_params + lay.saved_params)
     accum = wl.gradient_accumulation_steps
     n = wl.shard_world_size if wl.zero_stage else world
     ring = (n - 1) / n

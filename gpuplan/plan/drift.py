@@ -40,6 +40,17 @@ RESUME_BREAKING = {
     "training.lr_scheduler_type": "the learning-rate schedule",
     "training.warmup_steps": "the learning-rate schedule",
     "training.optim": "the optimizer (its saved state would not load)",
+    # what is trained: the checkpoint of an adapter run holds only the adapter, shaped by these
+    "model.method": "what is trained (every weight, or adapters on a frozen base)",
+    "lora.r": "the adapter shapes (the checkpoint would not load)",
+    "lora.lora_alpha": "the adapter scaling",
+    "lora.lora_dropout": "the adapter training",
+    "lora.target_modules": "which layers carry adapters (the checkpoint would not load)",
+    "lora.use_dora": "the adapter type",
+    "lora.modules_to_save": "which modules train in full",
+    "quantization.bnb_4bit_quant_type": "the 4-bit base the adapters were trained on",
+    "quantization.bnb_4bit_use_double_quant": "the 4-bit base the adapters were trained on",
+    "quantization.bnb_4bit_compute_dtype": "the 4-bit base's compute dtype",
 }
 
 
@@ -64,10 +75,21 @@ def diff_plans(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Drift]:
     return out
 
 
+def _trains(key: str, method: str) -> bool:
+    """Whether `key` shapes what a run of `method` trains: [lora] only with adapters,
+    [quantization] only with a 4-bit base (full plans carry both sections' defaults)."""
+    if key.startswith("lora."):
+        return method in ("lora", "qlora")
+    if key.startswith("quantization."):
+        return method == "qlora"
+    return True
+
+
 def resume_conflicts(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Why the new plan cannot continue the old plan's run (empty: it can)."""
+    methods = {_values(p).get("model.method") or "full" for p in (old, new)}
     return [
         f"{d.key}: {d.before!r} -> {d.after!r} changes {RESUME_BREAKING[d.key]}"
         for d in diff_plans(old, new)
-        if d.key in RESUME_BREAKING
+        if d.key in RESUME_BREAKING and any(_trains(d.key, m) for m in methods)
     ]

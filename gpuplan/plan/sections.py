@@ -107,10 +107,15 @@ class ModelSection:
     num_experts: int | None = None
     experts_per_token: int | None = None
     active_params: int | None = None
+    # what is trained (issue 12): peft's get_nb_trainable_parameters figures; adapters only for lora/qlora
+    method: str | None = None  # "full" | "lora" | "qlora"
+    trainable_params: int | None = None
+    total_params: int | None = None
+    adapters: Mapping[str, Any] | None = None  # per_target, saved_params, enable_input_require_grads ...
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list}
-    _OPTIONAL: ClassVar = ("num_experts", "experts_per_token", "active_params")
+    _OUT: ClassVar = {"notes": _list, "adapters": _dict}
+    _OPTIONAL: ClassVar = ("num_experts", "experts_per_token", "active_params", "adapters")
 
     def to_dict(self) -> dict[str, Any]:
         return _dump(self, self._OUT, omit_none=self._OPTIONAL)
@@ -145,7 +150,7 @@ def _savers_out(v: Any) -> list[dict[str, Any]]:
 
 
 def _workload_in(v: Any) -> Workload:
-    return v if isinstance(v, Workload) else Workload(**v)
+    return v if isinstance(v, Workload) else Workload.from_dict(v)
 
 
 @dataclass(frozen=True)

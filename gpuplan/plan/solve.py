@@ -129,8 +129,11 @@ def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...
     k = dataclasses.replace(p.fixed, sharding=sharding)
     steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
     names: tuple[str, ...] = ()
+    # adapters: their optimizer states are a few hundred MiB at most, so 8-bit states and
+    # Adafactor buy almost nothing there and are not used for memory (rules/optimizer.py says so)
+    adapters = p.base.adapters is not None
     # bitsandbytes' 8-bit states do not shard under FSDP/DeepSpeed (axolotl refuses the pair)
-    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp"):
+    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp") and not adapters:
         names += ("8-bit optimizer",)
         k = dataclasses.replace(k, optim=EIGHT_BIT)
         steps.append((names, k))
@@ -142,7 +145,7 @@ def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...
         names += ("gradient checkpointing",)
         k = dataclasses.replace(k, gradient_checkpointing=True)
         steps.append((names, k))
-    if "optim" in p.auto:
+    if "optim" in p.auto and not adapters:
         names = tuple(n for n in names if n != "8-bit optimizer") + ("Adafactor",)
         k = dataclasses.replace(k, optim=ADAFACTOR)
         steps.append((names, k))

@@ -56,14 +56,20 @@ def matmul_params(facts: ModelFacts) -> tuple[int, int]:
     return n - embedding, embedding  # n_params holds both matrices
 
 
-def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool) -> tuple[int, int]:
-    """(model FLOPs, hardware FLOPs) per trained token; they differ by recomputation."""
+def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool,
+                    frozen_base: bool = False) -> tuple[int, int]:
+    """(model FLOPs, hardware FLOPs) per trained token; they differ by recomputation.
+
+    frozen_base (LoRA/QLoRA): backward computes input gradients only, no weight
+    gradients of the base: 2N + 2N instead of 2N + 4N (the adapters' r-wide matmuls
+    are under 1% for r << hidden and left out)."""
     n, head = matmul_params(facts)
     attention = facts.num_layers * facts.num_attention_heads * facts.head_dim * seq_len
-    model = 6 * n + 12 * attention
+    weights = 4 if frozen_base else 6
+    model = weights * n + 12 * attention
     if not gradient_checkpointing:
         return model, model
-    return model, 8 * (n - head) + 6 * head + 16 * attention
+    return model, (weights + 2) * (n - head) + weights * head + 16 * attention
 
 
 def compute_dtype(workload: Workload, gpu: GPUProfile, tf32: bool) -> str:
@@ -101,7 +107,8 @@ def estimate_throughput(
     notes: list[str] = []
     on_cpu = gpu.vendor == "cpu" or workload.device == "cpu"
     tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
-    model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing)
+    frozen = workload.adapters is not None
+    model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
     model_flops = model_per_token * tokens
     flops = hw_per_token * tokens
 
@@ -125,6 +132,11 @@ def estimate_throughput(
         notes.append(f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
                      f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
                      f"{facts.n_params / 1e9:.1f}B")
+    if frozen:
+        formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
+                   + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
+        if workload.adapters.method == "qlora":
+            notes.append("qlora: each 4-bit matmul first dequantizes its weight (memory-bound, not counted)")
     slowdowns: dict[str, float] = {}
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN

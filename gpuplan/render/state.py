@@ -75,7 +75,17 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     loss = f"loss: {first:.4f} -> {last:.4f} {span}" if first is not None and last is not None else "loss: not logged"
     if results.get("eval_loss_last") is not None:
         loss += f"; eval loss {results['eval_loss_last']:.4f}"
-    out = [mem, thr, loss, f"final model: {results['final_model_dir']}"]
+    out = [mem, thr, loss]
+    if results.get("method", "full") != "full":
+        planned = results.get("plan_trainable_params")
+        out.append(f"trainable: {results['trainable_params']:,} parameters ({results['method']} adapters"
+                   + (f"; plan {planned:,})" if planned is not None else ")"))
+        out.append(f"final adapter: {results['final_model_dir']} (adapter_model.safetensors, "
+                   "adapter_config.json; load with peft PeftModel.from_pretrained)")
+        if results.get("merged_model_dir"):
+            out.append(f"merged model: {results['merged_model_dir']}")
+    else:
+        out.append(f"final model: {results['final_model_dir']}")
     cal = results.get("calibration")
     if cal:
         out.append(f"calibration: {cal['utilisation']:.1%} of peak (MFU {cal['mfu']:.1%}) measured; later plans on "

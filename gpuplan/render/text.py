@@ -85,6 +85,21 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
     return lines
 
 
+def render_trainable(model: ModelSection) -> list[str]:
+    """lora/qlora: trainable parameters, in total and per target (peft's count)."""
+    a = model.adapters
+    if not a:
+        return []
+    total = model.total_params
+    lines = [f"  {model.method}: {model.trainable_params:,} of {total:,} parameters trainable "
+             f"({model.trainable_params / total:.2%}), as peft's get_nb_trainable_parameters counts them"]
+    for name, t in a["per_target"].items():
+        lines.append(f"    {name:<18} {t['layers']:>4} layers {t['params']:>14,} adapter parameters")
+    if a.get("saved_params"):
+        lines.append(f"    {'modules_to_save':<18} {'':>4}        {a['saved_params']:>14,} parameters (trained copies)")
+    return lines
+
+
 def render_throughput(t: ThroughputSection) -> list[str]:
     if t.empty:
         return []
@@ -146,7 +161,7 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
             f"  {model.model_type or '?'} ({size}, {model.task}) on "
             + (f"{hw.count} x {hw.name}" if not on_cpu(hw) else f"the CPU ({ranks(hw)})")
             + (f" x {hw.nodes} nodes" if hw.nodes > 1 else ""))
-    parts = [head, ""]
+    parts = [head] + render_trainable(model) + [""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))
         parts.extend(render_changes(data["changes"], style))

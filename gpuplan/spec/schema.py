@@ -57,12 +57,44 @@ class ModelSpec(_Section):
     )
     revision: str = Field("main", min_length=1, max_length=200,
                           description="Hub ids: branch, tag or commit of name_or_path (the lock file pins it).")
+    method: Literal["full", "lora", "qlora", "auto"] = Field(
+        "full", description="What is trained: full (every weight), lora (adapters on a frozen base), "
+                            "qlora (adapters on a 4-bit base); auto: full if it fits, else lora, else qlora."
+    )
 
     @model_validator(mode="after")
     def _has_a_source(self):
         if self.config is None and self.name_or_path is None:
             raise ValueError("set model.config (a config.json) or model.name_or_path (a model directory)")
         return self
+
+
+class LoraSpec(_Section):
+    """peft LoraConfig names (peft 0.21 tuners/lora/config.py); used by method lora and qlora."""
+
+    r: int = Field(16, ge=1, le=65_536, description="LoRA rank (peft LoraConfig.r).")
+    lora_alpha: int | None = Field(None, ge=1, le=1_048_576, description="LoRA scaling numerator; default 2 x r.")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
+    target_modules: Union[
+        Literal["all-linear"],
+        Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=1000)],
+    ] = Field(
+        "all-linear", description='"all-linear" (every linear layer but the output head) or a list of module names.'
+    )
+    use_dora: bool = Field(False, description="Weight-decomposed LoRA (DoRA): one magnitude vector per target.")
+    modules_to_save: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=1000, description="Modules trained in full beside the adapters; seq-cls default: the head."
+    )
+
+
+class QuantizationSpec(_Section):
+    """bitsandbytes BitsAndBytesConfig names for the 4-bit base of method qlora."""
+
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type of the frozen base.")
+    bnb_4bit_use_double_quant: bool = Field(True, description="Quantize the absmax constants too (~0.4 bit per weight saved).")
+    bnb_4bit_compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="Dtype of the dequantized matmuls; auto: bfloat16 where the GPU has it, else float16."
+    )
 
 
 class HardwareSpec(_Section):
@@ -173,12 +205,15 @@ class DistributedSpec(_Section):
 class OutputSpec(_Section):
     dir: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)] | None = Field(
         None, description="Run directory; default runs/<spec name>.")
+    merge_adapter: bool = Field(False, description="lora: also save the model with the adapter merged into the base weights.")
 
 
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
     model: ModelSpec
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
@@ -188,6 +223,8 @@ class Spec(_Section):
 
 SECTIONS = {
     "model": ModelSpec,
+    "lora": LoraSpec,
+    "quantization": QuantizationSpec,
     "hardware": HardwareSpec,
     "data": DataSpec,
     "training": TrainingSpec,

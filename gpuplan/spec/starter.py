@@ -34,6 +34,8 @@ FP32_ADAMW_BYTES_PER_PARAM = 16
 
 SECTION_COMMENTS = {
     "model": "What to train: the architecture, where weights come from, the task.",
+    "lora": 'LoRA adapters (peft LoraConfig names), read when model.method is "lora", "qlora" or "auto".',
+    "quantization": 'The 4-bit frozen base of model.method = "qlora" (bitsandbytes BitsAndBytesConfig names).',
     "hardware": "Where it runs. gpuplan plans for this GPU; it need not be the machine you plan on.",
     "data": "What it reads.",
     "training": 'How it trains, in TrainingArguments names. "auto": gpuplan decides, and the plan says why.',
@@ -47,6 +49,8 @@ KEY_COMMENTS: dict[str, str] = {}
 # Keys written active; every other key is written commented out.
 ACTIVE = {
     "model": ("config", "task", "dtype", "attn_implementation", "trust_remote_code"),
+    "lora": (),
+    "quantization": (),
     "hardware": ("gpu", "count", "nodes"),
     "data": ("train_files", "text_field", "seq_len", "packing"),
     "training": ("effective_batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -63,6 +67,10 @@ EXAMPLES: dict[str, Any] = {
     "model.name_or_path": "/models/my-model",
     "model.from_scratch": True,
     "model.num_labels": 2,
+    "model.method": "lora",
+    "lora.lora_alpha": 32,
+    "lora.target_modules": "all-linear",
+    "lora.modules_to_save": ["lm_head"],
     "hardware.memory_gib": 80,
     "hardware.host_memory_gib": 256,
     "hardware.price_per_hour": 2.79,

@@ -58,14 +58,16 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
     auto = getattr(transformers, _AUTO_CLASSES[wl.task])
     # dtype at construction, as from_pretrained(dtype=...) loads it; .to() would try to
     # swap fake parameters in place, which torch refuses for tensor subclasses
+    # qlora: the unquantized parts end in fp32 whatever the load dtype (trace/adapters.py)
+    dtype = TORCH_DTYPES["float32" if wl.adapters is not None and wl.adapters.method == "qlora" else wl.weight_dtype]
     try:
-        model = auto.from_config(cfg, dtype=TORCH_DTYPES[wl.weight_dtype])
+        model = auto.from_config(cfg, dtype=dtype)
     except ValueError as e:
         if "attention implementation" not in str(e) or cfg._attn_implementation == "eager":
             raise
         # this architecture has no SDPA path in transformers: it runs eager attention
         cfg._attn_implementation = "eager"
-        model = auto.from_config(cfg, dtype=TORCH_DTYPES[wl.weight_dtype])
+        model = auto.from_config(cfg, dtype=dtype)
         model._gpuplan_note = f"{cfg.model_type} has no SDPA attention in this transformers: traced with eager"
     model.train()
     if wl.gradient_checkpointing:
@@ -76,6 +78,10 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if wl.adapters is not None:
+        from gpuplan.trace.adapters import apply_adapters
+
+        model = apply_adapters(model, wl)
     return model
 
 

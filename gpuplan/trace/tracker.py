@@ -115,6 +115,8 @@ class StorageTracker(TorchDispatchMode):
             self._add(p.untyped_storage(), "weights")
         for b in model.buffers():
             self._add(b.untyped_storage(), "weights")
+        for t in _quant_state_tensors(model):  # bitsandbytes 4-bit: absmax, code, nested state
+            self._add(t.untyped_storage(), "weights")
 
         def on_grad(p: torch.Tensor) -> None:
             if p.grad is not None:
@@ -170,3 +172,14 @@ class StorageTracker(TorchDispatchMode):
             parts["optimizer_states"] = parts.get("optimizer_states", 0) + as_state
             parts["temporaries"] = parts.get("temporaries", 0) + pending - as_state
         return parts
+
+
+def _quant_state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The tensors of every bitsandbytes QuantState (they are neither parameters nor buffers)."""
+    out = []
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        while qs is not None:
+            out += [t for t in (qs.absmax, qs.code, getattr(qs, "offset", None)) if isinstance(t, torch.Tensor)]
+            qs = getattr(qs, "state2", None)
+    return out

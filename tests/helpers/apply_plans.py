@@ -112,6 +112,18 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.dataset": None,
         "data.revision": "main",
         "model.revision": "main",
+        # parameter-efficient fine-tuning (issue 12); "full" ignores the rest
+        "model.method": "full",
+        "lora.r": 8,
+        "lora.lora_alpha": 16,
+        "lora.lora_dropout": 0.0,
+        "lora.target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+        "lora.use_dora": False,
+        "lora.modules_to_save": None,
+        "quantization.bnb_4bit_quant_type": "nf4",
+        "quantization.bnb_4bit_use_double_quant": True,
+        "quantization.bnb_4bit_compute_dtype": "float32",
+        "output.merge_adapter": False,
     }
 
 

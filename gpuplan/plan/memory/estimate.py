@@ -35,6 +35,10 @@ __all__ = ["estimate_memory"]
 
 def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
     """Peak memory of one device for `workload` on the model `facts` describes."""
+    if workload.adapters is not None:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
+        from gpuplan.plan.memory.adapters import estimate_adapter_memory
+
+        return estimate_adapter_memory(facts, workload, gpu)
     wl = workload
     notes: list[str] = []
     wb = DTYPE_BYTES[wl.weight_dtype]

@@ -28,6 +28,26 @@ COMPONENTS = (
 
 
 @dataclass(frozen=True)
+class Adapters:
+    """LoRA (peft) on a frozen base; qlora: the base's linear layers in bitsandbytes 4-bit."""
+
+    method: Literal["lora", "qlora"]
+    r: int
+    target_modules: tuple[str, ...]  # resolved names peft matches (plan/lora_targets.py)
+    modules_to_save: tuple[str, ...] = ()
+    use_dora: bool = False
+    lora_dropout: float = 0.0
+    quant_type: Literal["nf4", "fp4"] = "nf4"
+    double_quant: bool = True
+    compute_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Adapters":
+        return cls(**{**d, "target_modules": tuple(d["target_modules"]),
+                      "modules_to_save": tuple(d.get("modules_to_save") or ())})
+
+
+@dataclass(frozen=True)
 class Workload:
     """One device's share of an optimizer step."""
 
@@ -51,9 +71,15 @@ class Workload:
     zero_stage: Literal[0, 1, 2, 3] = 0
     offload_optimizer: bool = False  # optimizer states and step in host RAM
     offload_params: bool = False  # parameters (and gradients) in host RAM between uses
+    adapters: Adapters | None = None  # LoRA / QLoRA: only the adapters train (memory/adapters.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
+        a = d.get("adapters")
+        return cls(**{**d, "adapters": Adapters.from_dict(a) if a else None})
 
 
 @dataclass(frozen=True)

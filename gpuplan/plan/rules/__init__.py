@@ -13,10 +13,12 @@ from gpuplan.plan.rules import (
     data,
     dataloader,
     distributed,
+    lora,
     memory,
     memory_savers,
     optimizer,
     precision,
+    quantization,
     schedule,
     tracking,
 )
@@ -35,6 +37,8 @@ ALL_RULES = (
     *memory_savers.RULES,
     *distributed.RULES,
     *tracking.RULES,
+    *lora.RULES,
+    *quantization.RULES,
 )
 
 __all__ = ["ALL_RULES", "find_rule"]

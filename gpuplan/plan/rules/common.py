@@ -13,6 +13,9 @@ TRAINER_DEFAULT_BATCH = 8
 # solution. Not settings: the prefix keeps them from reading as spec keys.
 FIT_SOLUTION = INTERNAL + "fit.solution"
 FIT_PROBLEM = INTERNAL + "fit.problem"
+FIT_METHOD = INTERNAL + "fit.method"  # (method chosen, ((method, solution) tried, ...))
+LORA_COUNT = INTERNAL + "lora.count"  # (adapter counts, targets) from lora.config
+QUANT_COMPUTE = INTERNAL + "quantization.compute"  # the 4-bit compute dtype, also when no qlora is planned
 
 
 def world_size(ctx: Resolver) -> int:

@@ -8,12 +8,24 @@ device is the target (TrainingArguments.per_device_train_batch_size = 8).
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.nofit import savers_on, verified_fixes
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
+from gpuplan.plan.rules.common import (
+    FIT_METHOD,
+    FIT_PROBLEM,
+    FIT_SOLUTION,
+    LORA_COUNT,
+    QUANT_COMPUTE,
+    TRAINER_DEFAULT_BATCH,
+    world_size,
+)
 from gpuplan.plan.rules.distributed import sharding_candidates
+from gpuplan.plan.rules.lora import adapters_for
+from gpuplan.plan.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.target import target_packages
@@ -73,6 +85,7 @@ def fit(ctx: Resolver) -> None:
     if s is None:
         ctx.set_internal(FIT_SOLUTION, None)
         ctx.set_internal(FIT_PROBLEM, None)
+        ctx.set_internal(FIT_METHOD, None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -115,14 +128,28 @@ def fit(ctx: Resolver) -> None:
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
     )
-    sol = solve(problem)
+    asked = ctx.spec("model.method")
+    shardings = problem.shardings
+    tried = []
+    # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
+    for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
+        adapters = adapters_for(method, ctx)
+        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
+        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
+            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
+            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
+        sol = solve(problem)
+        tried.append((method, sol))
+        if sol.fits:
+            break
     ctx.set_internal(FIT_SOLUTION, sol)
     ctx.set_internal(FIT_PROBLEM, problem)
+    ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
     if not sol.fits:
-        _report_no_fit(ctx, problem, sol)
+        _report_no_fit(ctx, problem, sol, method)
 
 
-def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
+def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
@@ -134,14 +161,24 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol) -> None:
     hint = ""
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
+    what = "" if method == "full" else f"{method} "
+    alternatives = adapter_alternatives(ctx, p) if method == "full" else []
+    if alternatives:
+        hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
+    if fixes:
+        fix = "any one of these fits (checked with the same memory model): " + "; ".join(fixes)
+    elif alternatives:
+        fix = "add the lines of one of the fitting methods above"
+    else:
+        fix = None
     ctx.error(
         "hardware.gpu",
-        f"does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
+        f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
-               + ("" if fixes else "; no single change gpuplan can check (savers, bf16 weights, a shorter seq_len, "
-                  "more GPUs, a larger GPU) makes it fit"),
-        fix=("any one of these fits (checked with the same memory model): " + "; ".join(fixes)) if fixes else None,
+               + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
+                  "seq_len, more GPUs, a larger GPU) makes it fit"),
+        fix=fix,
     )
 
 
@@ -157,8 +194,11 @@ RULES = (
             "spec:training.optim", "spec:training.torch_empty_cache_steps",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
+            "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
+            QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
+            "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
         ),
-        writes=(FIT_SOLUTION, FIT_PROBLEM),
+        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),

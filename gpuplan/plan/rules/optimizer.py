@@ -14,7 +14,7 @@ from typing import Mapping
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
-from gpuplan.plan.rules.common import FIT_SOLUTION
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
@@ -86,6 +86,11 @@ def select(ctx: Resolver) -> None:
             why = f"memory: bitsandbytes 8-bit AdamW saves {gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
         else:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
+            problem = ctx.get(FIT_PROBLEM)
+            if problem is not None and problem.base.adapters is not None:
+                states = sol.estimate.components.get("optimizer_states", 0)
+                why += (f"; the adapters' AdamW states are {states / 1024**2:.0f} MiB, so an 8-bit optimizer or "
+                        "Adafactor would buy almost nothing and is not used for memory")
         ctx.resolve("training.optim", chosen, why)
         return
     _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
@@ -96,7 +101,7 @@ def select(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION, "spec:hardware.gpu", "spec:hardware.nodes"),
+    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION, FIT_PROBLEM, "spec:hardware.gpu", "spec:hardware.nodes"),
          writes=("training.optim",),
          apply=select,
          doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
