@@ -56,22 +56,28 @@ class Example:
     select: Callable[[str], list[str]] = lambda out: out.rstrip("\n").splitlines()
     prompt: bool = False  # show "$ gpuplan ..." as the first line
     trains: bool = False  # runs a training (skipped by --no-apply)
+    fails: bool = False  # exits 1 on purpose (a plan that does not fit): its error output is the example
 
 
 EXAMPLES: dict[str, Example] = {
     "tiny-apply": Example(("apply", "specs/tiny.toml", "--yes", "--restart"), select=tail_of_apply, trains=True),
     "a100-plan": Example(("plan", "specs/a100-fp16.toml"), prompt=True),
     "two-nodes": Example(("apply", "specs/llama-8b-2nodes.toml"), select=from_line("This plan runs")),
+    "compare-8b": Example(("compare", "specs/llama-8b-a100.toml"), prompt=True),
+    "rtx4090-8b": Example(("plan", "specs/llama-8b-a100.toml", "--gpu", "RTX-4090"), prompt=True, fails=True),
+    "qlora-4090": Example(("plan", "specs/llama-8b-qlora-4090.toml"), prompt=True),
+    "mistral-24gb": Example(("plan", "specs/mistral-7b-24gb.toml"), prompt=True, fails=True),
+    "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
 }
 
 
-def run(args: tuple[str, ...]) -> str:
+def run(args: tuple[str, ...], fails: bool = False) -> str:
     env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=REPO, env=env, capture_output=True,
                        text=True, stdin=subprocess.DEVNULL, timeout=1800)
-    if r.returncode != 0:
-        raise SystemExit(f"gpuplan {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
-    return r.stdout
+    if r.returncode != (1 if fails else 0):
+        raise SystemExit(f"gpuplan {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
+    return r.stdout + r.stderr if fails else r.stdout
 
 
 def relative_to_checkout(text: str) -> str:
@@ -81,7 +87,7 @@ def relative_to_checkout(text: str) -> str:
 
 def example_lines(name: str) -> list[str]:
     ex = EXAMPLES[name]
-    lines = ex.select(relative_to_checkout(run(ex.args)))
+    lines = ex.select(relative_to_checkout(run(ex.args, ex.fails)))
     return ([f"$ gpuplan {' '.join(ex.args)}"] if ex.prompt else []) + lines
 
 

@@ -17,13 +17,13 @@ def cmd_data(args) -> int:
     if args.examples < 0:
         raise UserError(f"--examples {args.examples}: give 0 or more")
     plan = make_plan(args.spec, args)
-    from gpuplan.apply.errors import ApplyError
     from gpuplan.apply.preview import preview
 
-    try:
-        shown = preview(plan, args.examples)
-    except ApplyError as e:
-        raise UserError(e.message) from None
+    if not sys.stderr.isatty():  # a log or a pipe: no carriage-return bars (as apply)
+        from gpuplan.apply.quiet import disable_progress_bars
+
+        disable_progress_bars()
+    shown = preview(plan, args.examples)  # an ApplyError is a GpuplanError: exit 1 with its key and fix
     if args.json:
         sys.stdout.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
     else:

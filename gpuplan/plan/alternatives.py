@@ -109,10 +109,12 @@ def _one_key_fixes(fix: str | None, *, drop_hardware: bool) -> str | None:
     """The memory fit's one-key fixes (plan/nofit.py); its GPU and GPU-count ones are left out
     when the alternatives above name the hardware, each planned in full."""
     head = "any one of these fits (checked with the same memory model): "
-    if not fix or not drop_hardware or not fix.startswith(head):
+    if not fix or not drop_hardware or head not in fix:
         return fix
-    kept = [f for f in fix[len(head):].split("; ") if not f.startswith("hardware.")]
-    return head + "; ".join(kept) if kept else None
+    before, after = fix.split(head, 1)
+    kept = [f for f in after.split("; ") if not f.startswith("hardware.")]
+    out = before + head + "; ".join(kept) if kept else before.removesuffix("; or ")
+    return out or None
 
 
 def with_hardware_alternatives(errors: Sequence[Diagnostic], loaded, spec, gpu: GPUProfile,

@@ -165,12 +165,10 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     alternatives = adapter_alternatives(ctx, p) if method == "full" else []
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
-    if fixes:
-        fix = "any one of these fits (checked with the same memory model): " + "; ".join(fixes)
-    elif alternatives:
-        fix = "add the lines of one of the fitting methods above"
-    else:
-        fix = None
+    parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if alternatives else []
+    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
+        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
+    fix = "; or ".join(parts) or None
     ctx.error(
         "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
