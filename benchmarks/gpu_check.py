@@ -105,7 +105,7 @@ def size_batch(case: dict, work: Path, *, seq: int, steps: int, target: float) -
             plan = plan_case(case, work, device="cuda", batch=b, seq=seq, steps=steps)
         except PlanError:
             break
-        if best is not None and plan.memory["allocated_peak_bytes"] > target * plan.memory["capacity_bytes"]:
+        if best is not None and plan.memory.allocated_peak_bytes > target * plan.memory.capacity_bytes:
             break
         best = (b, plan)
     return best
@@ -206,16 +206,16 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
     mem, thr = plan.memory, plan.throughput
     planned = "bf16" if plan.value("training.bf16") else "fp16" if plan.value("training.fp16") else "fp32"
     return dict(
-        case, batch=batch, seq_len=seq, steps=steps, device=device, gpu=plan.hardware.get("name"), planned=planned,
+        case, batch=batch, seq_len=seq, steps=steps, device=device, gpu=plan.hardware.name, planned=planned,
         measured=dict(allocated=res.get("peak_allocated_bytes"), reserved=res.get("peak_reserved_bytes"),
                       nvml_used=getattr(sampler, "peak", None), nvml_source=getattr(sampler, "source", None),
                       device_used=getattr(sampler, "peak_device", None),
                       rss=res.get("peak_rss_bytes"), tokens_per_second=res.get("steady_tokens_per_second")
                       or res.get("tokens_per_second"), train_runtime_s=res.get("train_runtime_s"),
                       loss_first=res.get("train_loss_first"), loss_last=res.get("train_loss_last")),
-        plan=dict(allocated=mem.get("allocated_peak_bytes"), reserved=mem.get("reserved_peak_bytes"),
-                  capacity=mem.get("capacity_bytes"), tokens_per_second=thr.get("tokens_per_second"),
-                  workload=mem.get("workload")),
+        plan=dict(allocated=mem.allocated_peak_bytes, reserved=mem.reserved_peak_bytes,
+                  capacity=mem.capacity_bytes, tokens_per_second=thr.tokens_per_second,
+                  workload=mem.workload.to_dict() if mem.workload else None),
     )
 
 

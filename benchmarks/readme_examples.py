@@ -3,8 +3,8 @@
 Each example block in README.md sits between `<!-- example: NAME -->` and
 `<!-- /example -->`; this script runs the command that NAME stands for from the
 repository root and writes its real output in the block. Paths under the checkout are
-shown relative to it (the commands print absolute paths) and the interpreter's path as
-`python`; nothing else is edited.
+shown relative to it (the commands print absolute paths), the home directory as `~` and the
+interpreter's path as `python`; nothing else is edited.
 
     python benchmarks/readme_examples.py            # rewrite README.md (runs the tiny apply: ~1 min)
     python benchmarks/readme_examples.py --no-apply # only the plan examples (seconds)
@@ -82,7 +82,7 @@ def run(args: tuple[str, ...], fails: bool = False) -> str:
 
 def relative_to_checkout(text: str) -> str:
     """Paths under the checkout relative to it; this interpreter's path as `python`."""
-    return text.replace(f"{sys.executable} ", "python ").replace(f"{REPO}/", "")
+    return text.replace(f"{sys.executable} ", "python ").replace(f"{REPO}/", "").replace(f"{Path.home()}/", "~/")
 
 
 def example_lines(name: str) -> list[str]:
