@@ -6,8 +6,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuplan.lazy import lazy_exports
 
 _EXPORTS = {
     "GPUProfile": "gpuplan.hardware.profile",
@@ -19,10 +18,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import on first use: naming the API costs no import time (tests/test_plan_imports.py)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

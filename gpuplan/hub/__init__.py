@@ -6,8 +6,7 @@ only when a spec names a Hub id, and never torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuplan.lazy import lazy_exports
 
 _EXPORTS = {
     "is_hub_id": "gpuplan.hub.ids",
@@ -20,10 +19,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import on first use: naming the API imports no huggingface_hub."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

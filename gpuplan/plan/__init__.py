@@ -12,8 +12,7 @@ environment.py tie a plan to the machine and to the last apply.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuplan.lazy import lazy_exports
 
 _EXPORTS = {
     "plan_file": "gpuplan.plan.build",
@@ -32,10 +31,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """Import on first use: naming the API costs no import time (tests/test_plan_imports.py)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
