@@ -1,8 +1,9 @@
 """Train a matrix of small real models through `gpuplan apply` and record measured memory beside the plan.
 
-One command for the first CUDA GPU at hand (under 8 minutes on one GPU): three families
-(Llama: RMSNorm/SwiGLU/GQA; GPT-2: LayerNorm/gelu_new; GPT-NeoX: parallel residual) x
-fp16/bf16 autocast x gradient checkpointing off/on x the methods in METHODS, each case
+One command for the first CUDA GPU at hand: three families (Llama: RMSNorm/SwiGLU/GQA;
+GPT-2: LayerNorm/gelu_new; GPT-NeoX: parallel residual) x fp16/bf16 autocast x gradient
+checkpointing off/on x the methods (GPU default full, lora, qlora: 36 cases; CPU default
+full), cases not started within --budget-s skipped and counted (full rows run first), each case
 planned by gpuplan and trained for a few steps by `gpuplan.apply.execute` (the Trainer path
 a user's run takes) in a fresh process, so the CUDA counters and NVML see that case alone.
 On a GPU each case's per-device batch is the largest whose planned tensor peak stays under
@@ -17,7 +18,11 @@ fp16 on CPU is planned as fp32 (no GradScaler without CUDA): the "planned" colum
 
     python benchmarks/gpu_check.py                    # the GPU matrix (a CPU-only host: the tiny one)
     python benchmarks/gpu_check.py --device cpu --families llama --precisions bf16
-    python benchmarks/gpu_check.py --methods full,lora,qlora   # once model.method takes them
+    python benchmarks/gpu_check.py --device cpu --families llama --methods lora,qlora
+
+LoRA and QLoRA rows fine-tune a base (apply refuses adapters on a from-scratch model): the
+family's model built from its config (seeded) and saved with save_pretrained, safetensors,
+plus the byte-level tokenizer, once per family in the run's temporary directory.
 
 Results: --json (default benchmarks/gpu_check-<device>.json) and a RESULTS.md section per device.
 """
@@ -53,10 +58,9 @@ TINY = {  # CPU: the same families, small enough for a few steps in seconds
     "gpt_neox": dict(FAMILIES["gpt_neox"], hidden_size=64, intermediate_size=256, num_hidden_layers=2,
                      num_attention_heads=4, vocab_size=260),
 }
-# method -> spec tables it adds. LoRA and QLoRA rows: add
-#   "lora": {"model": {"method": "lora"}}, "qlora": {"model": {"method": "qlora"}}
-# once the spec schema takes model.method (then `--methods full,lora,qlora`).
-METHODS: dict[str, dict] = {"full": {}}
+# method -> spec tables it adds. lora/qlora: [lora] at its defaults (r 16), on a saved base (save_base).
+METHODS: dict[str, dict] = {"full": {}, "lora": {"model": {"method": "lora"}}, "qlora": {"model": {"method": "qlora"}}}
+ADAPTER_METHODS = ("lora", "qlora")
 PRECISIONS = {"fp16": {"fp16": True, "bf16": False}, "bf16": {"bf16": True, "fp16": False}}
 CORPUS = ROOT / "specs" / "data" / "tiny-corpus.txt"
 
@@ -67,8 +71,10 @@ def matrix(families, methods, precisions, checkpointing=(False, True)) -> list[d
 
 
 def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int, seq: int, steps: int) -> str:
+    """`cfg`: a config.json (full: trained from scratch) or, for lora/qlora, the saved base's directory."""
+    model = ({"name_or_path": cfg} if case["method"] in ADAPTER_METHODS else {"config": cfg, "from_scratch": True})
     tables: dict[str, dict] = {
-        "model": {"config": cfg, "from_scratch": True, "task": "causal-lm"},
+        "model": {**model, "task": "causal-lm"},
         "hardware": {"gpu": gpu, "count": 1},
         "data": {"train_files": [data], "seq_len": seq},
         "training": {"effective_batch_size": batch, "per_device_train_batch_size": batch, "max_steps": steps,
@@ -87,12 +93,33 @@ def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, step
     from gpuplan.plan.build import plan_file
     from gpuplan.plan.environment import local_environment
 
-    cfg = work / "config.json"
-    cfg.write_text(json.dumps((FAMILIES if device == "cuda" else TINY)[case["family"]]))
+    if case["method"] in ADAPTER_METHODS:
+        cfg = save_base(case["family"], work.parent / f"base-{case['family']}", device=device)
+    else:
+        cfg = work / "config.json"
+        cfg.write_text(json.dumps((FAMILIES if device == "cuda" else TINY)[case["family"]]))
     spec = work / "spec.toml"
     spec.write_text(spec_text(case, str(cfg), str(work / "train.txt"), str(work / "run"), gpu="auto" if device == "cuda"
                               else "cpu", batch=batch, seq=seq, steps=steps))
     return plan_file(spec, detect=detect_hardware, environment=local_environment())
+
+
+def save_base(family: str, path: Path, *, device: str) -> Path:
+    """The family's model from its config (seed 0) saved as a pretrained base, with the byte-level
+    tokenizer (apply refuses a fine-tune from a directory without tokenizer files); once per path."""
+    if (path / "config.json").is_file():
+        return path
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gpuplan.apply.tokenizer import byte_level_tokenizer
+
+    values = dict((FAMILIES if device == "cuda" else TINY)[family])
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
+    byte_level_tokenizer().save_pretrained(path)
+    return path
 
 
 def size_batch(case: dict, work: Path, *, seq: int, steps: int, target: float) -> tuple[int, object]:
@@ -266,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--methods", default="full", help=f"comma list of {sorted(METHODS)}")
+    ap.add_argument("--methods", default=None, help=f"comma list of {sorted(METHODS)} (GPU: all three, CPU: full)")
     ap.add_argument("--precisions", default="fp16,bf16")
     ap.add_argument("--checkpointing", default="off,on", help="gradient checkpointing rows: off,on")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps per case (GPU 6, CPU 3)")
@@ -287,13 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    for m in a.methods.split(","):
+    methods = (a.methods or ("full,lora,qlora" if device == "cuda" else "full")).split(",")
+    for m in methods:
         if m not in METHODS:
-            ap.error(f"--methods: {m!r} is not one of {sorted(METHODS)} (LoRA/QLoRA rows: see METHODS)")
+            ap.error(f"--methods: {m!r} is not one of {sorted(METHODS)}")
     steps = a.steps or (6 if device == "cuda" else 3)
     seq = a.seq_len or (2048 if device == "cuda" else 64)
     ckpt = tuple({"off": False, "on": True}[c] for c in a.checkpointing.split(","))
-    cases = matrix(a.families.split(","), a.methods.split(","), a.precisions.split(","), ckpt)
+    cases = matrix(a.families.split(","), methods, a.precisions.split(","), ckpt)
     rows, skipped, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         for i, case in enumerate(cases):

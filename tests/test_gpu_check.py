@@ -41,6 +41,32 @@ def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
     assert "| gpt2 | full | fp16 (fp32) | on | 2 x 64 |" in table
 
 
+def test_adapter_rows_fine_tune_a_saved_base_not_a_from_scratch_model():
+    case = dict(family="llama", method="qlora", precision="bf16", ckpt=False)
+    spec = gpu_check.spec_text(case, "/tmp/base-llama", "/d.txt", "/out", gpu="cpu", batch=2, seq=64, steps=3)
+    assert 'name_or_path = "/tmp/base-llama"' in spec and 'method = "qlora"' in spec
+    assert "from_scratch" not in spec and "config =" not in spec
+    assert set(gpu_check.METHODS) == {"full", "lora", "qlora"}
+
+
+@pytest.mark.slow
+def test_cpu_mode_trains_lora_and_qlora_rows_on_a_saved_base(tmp_path):
+    out = tmp_path / "rows.json"
+    r = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--families", "llama",
+                        "--precisions", "bf16", "--checkpointing", "off", "--methods", "lora,qlora", "--json", str(out),
+                        "--no-write"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [row["method"] for row in data["rows"]] == ["lora", "qlora"]
+    for row in data["rows"]:
+        m, p = row["measured"], row["plan"]
+        assert m["loss_first"] > 0 and m["loss_last"] > 0 and m["tokens_per_second"] > 0  # it trained
+        assert p["allocated"] > 0 and p["tokens_per_second"] > 0  # the plan's figures beside it
+        assert p["workload"]["adapters"]["method"] == row["method"]
+    table = gpu_check.render(data["rows"], data["summary"])
+    assert "| llama | lora | bf16 (bf16) | off | 2 x 64 |" in table and "| llama | qlora | bf16 (bf16) | off |" in table
+
+
 def test_gpu_table_puts_measured_beside_planned():
     row = dict(family="llama", method="full", precision="bf16", planned="bf16", ckpt=False, batch=8, seq_len=2048,
                measured=dict(allocated=40 * 2**30, reserved=44 * 2**30, nvml_used=45 * 2**30, nvml_source="pynvml",
