@@ -92,7 +92,8 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     before = file_hashes(base_dir)
     plan = cpu_plan(tmp_path, **finetune_overrides(base_dir, text, "qlora", **{
         "training.gradient_checkpointing": True, "training.max_steps": 8,
-        "data.eval_fraction": 0.05, "training.eval_steps": 4}))
+        "data.eval_fraction": 0.05, "training.eval_steps": 4,
+        "quantization.bnb_4bit_compute_dtype": "bfloat16"}))  # what a CPU plan resolves
     prepared = build_trainer(plan, progress=False)
     model = prepared.model
     q_proj = model.get_base_model().model.layers[0].self_attn.q_proj
@@ -102,6 +103,10 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     weight = q_proj.base_layer.weight
     assert type(weight).__name__ == "Params4bit" and weight.dtype == torch.uint8 and not weight.requires_grad
     assert weight.quant_state.quant_type == "nf4" and weight.quant_state.nested  # double quant
+    # loaded in the compute dtype (issue 20 item 11): backward dequantizes to bf16, not to fp32 and a cast
+    assert weight.quant_state.dtype == torch.bfloat16  # whatever model.dtype says (float32 in this plan)
+    assert plan.value("model.dtype") == "float32"
+    assert model.get_base_model().model.norm.weight.dtype == torch.float32  # prepare_model_for_kbit_training
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {
         n for n, _ in model.named_parameters() if ".lora_A." in n or ".lora_B." in n}
     assert model.get_base_model().is_gradient_checkpointing  # and input grads on (adapters.wrap)
@@ -130,8 +135,12 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     x = _tokens(1)
     with torch.no_grad():
         trained = model.eval()(x).logits
-        fresh = AutoModelForCausalLM.from_pretrained(base_dir, quantization_config=quantization_config(plan))
+        fresh = AutoModelForCausalLM.from_pretrained(base_dir, quantization_config=quantization_config(plan),
+                                                     dtype=torch.bfloat16)  # as apply loads it
         keep_training_layout(fresh)  # the same 4-bit numerics as in training (fp32 absmax)
+        for p in fresh.parameters():  # and the fp32 unquantized parts prepare_model_for_kbit_training made
+            if p.dtype == torch.bfloat16:
+                p.data = p.data.float()
         reloaded = PeftModel.from_pretrained(fresh, final).eval()(x).logits
     torch.testing.assert_close(reloaded, trained, atol=1e-5, rtol=1e-5)
 

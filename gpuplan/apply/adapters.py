@@ -7,9 +7,9 @@ lora.modules_to_save, quantization.bnb_4bit_quant_type, quantization.bnb_4bit_us
 quantization.bnb_4bit_compute_dtype, training.gradient_checkpointing, output.merge_adapter.
 
 What the libraries do, as installed (peft 0.21, transformers 5.24, bitsandbytes 0.50):
-- `prepare_model_for_kbit_training` (peft utils/other.py) freezes every base parameter and
-  casts every fp16/bf16 parameter that is not a Params4bit to fp32: embeddings, norms and
-  an untied head are fp32 in a QLoRA run whatever model.dtype says.
+- The 4-bit base loads in the compute dtype (load_kwargs), then `prepare_model_for_kbit_training`
+  (peft utils/other.py) freezes every base parameter and casts every fp16/bf16 parameter that
+  is not a Params4bit to fp32: embeddings, norms and an untied head are fp32 in a QLoRA run.
 - A 4-bit model is never moved by the Trainer (trainer.py: place_model_on_device is off
   for bitsandbytes models), so on CUDA it loads straight onto this rank's GPU (device_map).
   On CPU no device_map is needed: from_pretrained(quantization_config=...) quantizes while
@@ -171,7 +171,12 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
         return {}
     keep = trained_in_full(plan)
     unquantized = sorted(set(default_unquantized(plan, cls)) | set(keep)) if keep else None
-    kwargs: dict[str, Any] = {"quantization_config": quantization_config(plan, unquantized)}
+    config = quantization_config(plan, unquantized)
+    # loaded in the compute dtype: QuantState.dtype is the dtype the weights are loaded in, and
+    # MatMul4Bit's backward dequantizes to it (bitsandbytes autograd/_functions.py), so an fp32
+    # load dequantizes every layer to fp32 and casts (3x the planned transient); the unquantized
+    # parts are cast to fp32 by prepare_model_for_kbit_training either way (plan/rules/base_dtype.py)
+    kwargs: dict[str, Any] = {"quantization_config": config, "dtype": config.bnb_4bit_compute_dtype}
     if device == "cuda":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     return kwargs

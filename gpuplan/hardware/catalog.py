@@ -81,7 +81,10 @@ def _profile_from_table(name: str, table: Mapping[str, Any]) -> GPUProfile:
         profile = GPUProfile(
             name=name,
             vendor=str(table["vendor"]),
-            memory_bytes=int(round(float(memory_gib) * GIB)),
+            # the driver's total where the catalog has it, else the datasheet figure read as GiB
+            memory_bytes=(int(table["usable_mib"]) * 1024**2 if "usable_mib" in table
+                          else int(round(float(memory_gib) * GIB))),
+            datasheet_gb=float(memory_gib),
             compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
             bf16=bool(table["bf16"]),
             tf32=bool(table["tf32"]),

@@ -25,6 +25,15 @@ class GPUProfile:
     memory_bandwidth_gbps: float  # GB/s
     interconnect: Mapping[str, float] = field(default_factory=dict)  # "nvlink"/"pcie" -> GB/s per direction
     aliases: tuple[str, ...] = ()
+    datasheet_gb: float | None = None  # the capacity as the datasheet prints it (display); memory_bytes is usable
+
+    @property
+    def memory_label(self) -> str:
+        """The capacity for messages: usable GiB, and the datasheet figure where it differs."""
+        gib = self.memory_bytes / GIB
+        if self.datasheet_gb is None or abs(self.datasheet_gb - gib) < 0.05:
+            return f"{gib:.0f} GiB" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f} GiB"
+        return f"{gib:.1f} GiB usable ({self.datasheet_gb:g} GB datasheet)"
 
     @property
     def is_cuda(self) -> bool:
@@ -59,4 +68,5 @@ class GPUProfile:
             memory_bandwidth_gbps=float(d["memory_bandwidth_gbps"]),
             interconnect=dict(d.get("interconnect", {})),
             aliases=tuple(d.get("aliases", ())),
+            datasheet_gb=d.get("datasheet_gb"),
         )

@@ -68,6 +68,7 @@ class HardwareSection:
     memory_bandwidth_gbps: float | None = None
     interconnect: Mapping[str, float] | None = None  # "nvlink"/"pcie" -> GB/s
     aliases: tuple[str, ...] | None = None
+    datasheet_gb: float | None = None  # the capacity the datasheet prints; memory_bytes is the usable one
     count: int = 1  # GPUs per node
     nodes: int = 1
 

@@ -25,7 +25,7 @@ def catalog_rows() -> list[list[str]]:
         cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
         price = catalog_price(name)
         rows.append([
-            name, g.vendor, f"{g.memory_bytes / GIB:.0f}", cc,
+            name, g.vendor, f"{g.memory_bytes / GIB:.1f}" if g.memory_bytes % GIB else f"{g.memory_bytes / GIB:.0f}", cc,
             *(_num(g.peak_tflops.get(d)) for d in DTYPES),
             f"{g.memory_bandwidth_gbps:,.0f}",
             str(gpus_per_node(name)) if g.vendor != "cpu" else "-",
@@ -44,7 +44,9 @@ def render_catalog() -> list[str]:
     lines += [
         "",
         "TFLOP/s: dense peak per dtype (no sparsity); '-' where the device has no such tensor path.",
-        "GiB: the datasheet capacity (\"80GB\" read as 80 GiB). Sources for every figure and price:",
+        "GiB: the total the driver reports where the catalog has it (nvidia-smi memory.total: GDDR6",
+        "cards with ECC on lose 1/16 of the datasheet GB), else the datasheet capacity (\"80GB\" read as",
+        "80 GiB). Sources for every figure and price:",
         "gpuplan/hardware/catalog.toml. Override prices in ~/.config/gpuplan/prices.toml or",
         "with hardware.price_per_hour in a spec.",
     ]

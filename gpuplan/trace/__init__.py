@@ -29,18 +29,21 @@ def _rss_bytes() -> int:
 
 
 @contextmanager
-def _unpacked_sequences():
-    """Tell transformers' mask builder the batch holds no packed sequences.
+def _unpacked_sequences(packed: bool = False):
+    """Tell transformers' mask builder whether the batch holds packed sequences.
 
     masking_utils.find_packed_sequence_indices reads position_ids values to detect
     packing; on fake tensors it cannot, so it assumes packing and materializes a
     (b, 1, s, s) mask, which also turns off SDPA's is_causal path and GQA. A real
-    run on ordinary (unpacked) batches gets None there: so do we.
+    run on ordinary (unpacked) batches gets None there: so do we. A packed workload
+    (examples with restarting position ids, Workload.packed) gets the mask, as a real
+    packed batch does (masking_utils.py sdpa_mask: packed_sequence_mask_function).
     """
     from transformers import masking_utils
 
     saved = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    if not packed:
+        masking_utils.find_packed_sequence_indices = lambda position_ids: None
     try:
         yield
     finally:
@@ -65,7 +68,14 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
     # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
     ops = cuda_like_ops() if wl.device == "cuda" else nullcontext()
-    with _unpacked_sequences(), ops, FakeTensorMode(allow_non_fake_inputs=True):
+    # flash_attention_2 reads packed position ids as varlen boundaries (no mask): traced unpacked
+    packed = wl.packed and wl.attn_implementation != "flash_attention_2"
+    dequant = nullcontext()
+    if wl.adapters is not None and wl.adapters.method == "qlora" and wl.adapters.use_dora:
+        from gpuplan.trace.adapters import fake_4bit_dequant
+
+        dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
+    with _unpacked_sequences(packed), ops, dequant, FakeTensorMode(allow_non_fake_inputs=True):
         model = build_model(config, wl)
         cfg = model.config
         vocab = getattr(cfg, "vocab_size", 0) or 0
@@ -121,8 +131,8 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
         notes.append("traced on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda "
                      "tensors) under CUDA's autocast cast policy (trace/cuda_autocast.py); SDPA runs CUDA's "
                      "flash / memory-efficient kernels' shape functions, dropout keeps a bool mask and AdamW "
-                     "runs foreach, as on CUDA (trace/cuda_ops.py); batches are unpacked (no padding, no "
-                     "packed sequences)")
+                     "runs foreach, as on CUDA (trace/cuda_ops.py); batches have no padding"
+                     + ("; packed examples: transformers' (b, 1, s, s) mask" if packed else ", no packed sequences"))
     if wl.device == "cuda" and amp_dtype is not None:
         from gpuplan.trace.cuda_autocast import unlisted_ops
 

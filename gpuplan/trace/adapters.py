@@ -15,6 +15,8 @@ What apply does, in the same order (the contract in README "LoRA and QLoRA"):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from gpuplan.plan.memory.types import Workload
@@ -82,6 +84,33 @@ def _linear4bit(bnb, fan_in: int, fan_out: int, weight: torch.Tensor, bias, comp
     return new
 
 
+@contextmanager
+def fake_4bit_dequant():
+    """peft's dequantize_module_weight for the trace's 4-bit weights (DoRA reads the base weight).
+
+    peft (utils/integrations.py) dequantizes a weight whose class is named Params4bit with
+    bitsandbytes' dequantize_4bit(weight.data, weight.quant_state) and returns any other weight
+    as it is. The trace's 4-bit weights are fake tensors carrying Params4bit's attributes
+    (_linear4bit: Params4bit cannot wrap one), so peft would hand DoRA the packed uint8 tensor
+    ("Attempting to broadcast ..."). Inside: the same call for them, nothing else changed."""
+    import bitsandbytes as bnb
+    from peft.tuners.lora import dora, layer
+
+    saved = dora.dequantize_module_weight, layer.dequantize_module_weight
+
+    def dequantize_module_weight(module):
+        weight = getattr(module, "weight", None)
+        if getattr(weight, "bnb_quantized", False) and getattr(weight, "quant_state", None) is not None:
+            return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
+        return saved[0](module)
+
+    dora.dequantize_module_weight = layer.dequantize_module_weight = dequantize_module_weight
+    try:
+        yield
+    finally:
+        dora.dequantize_module_weight, layer.dequantize_module_weight = saved
+
+
 def apply_adapters(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
     import peft
 
@@ -111,10 +140,47 @@ def apply_adapters(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
     BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
     torch.nn.Module.to = to_same_device
     try:
-        return _wrap(model, wl)
+        with _fake_safe_copies():
+            return _wrap(model, wl)
     finally:
         BaseTunerLayer._move_adapter_to_device_of_base_layer = saved
         torch.nn.Module.to = saved_to
+
+
+@contextmanager
+def _fake_safe_copies():
+    """peft's module copies without copy.deepcopy of fake tensors, which corrupts the heap.
+
+    Deep-copying a module whose parameters are fake tensors ends in a segfault or "corrupted
+    double-linked list" (rc 139/134) later in the process: seen with modules_to_save =
+    ["lm_head", "embed_tokens"] on a tied model (peft utils/other.py ModulesToSaveWrapper
+    copies each module) and with DoRA on 4-bit layers (tuners/lora/dora.py update_layer copies
+    the Linear4bit). Inside: ModulesToSaveWrapper's copy gets fresh fake clones of the module's
+    parameters and buffers (copy.deepcopy with them in its memo: the same tensors a real copy
+    allocates; a tied pair becomes two matrices, as peft's copies are); DoRA's copy, which only
+    feeds one dequantization while the layer is built, is the layer itself."""
+    import copy
+    import types
+
+    from peft.tuners.lora import dora
+    from peft.utils import other
+
+    def deepcopy(obj, memo=None):
+        memo = {} if memo is None else memo
+        if isinstance(obj, torch.nn.Module):
+            for t in [*obj.parameters(), *obj.buffers()]:
+                if id(t) not in memo:
+                    c = t.detach().clone()
+                    memo[id(t)] = torch.nn.Parameter(c, t.requires_grad) if isinstance(t, torch.nn.Parameter) else c
+        return copy.deepcopy(obj, memo)
+
+    saved = other.copy, dora.deepcopy
+    other.copy = types.SimpleNamespace(deepcopy=deepcopy, copy=copy.copy)
+    dora.deepcopy = lambda obj, memo=None: obj
+    try:
+        yield
+    finally:
+        other.copy, dora.deepcopy = saved
 
 
 def _wrap(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:

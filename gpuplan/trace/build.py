@@ -86,14 +86,20 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
 
 
 def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:
-    """One micro-batch as a data collator yields it (no padding: every token is real)."""
+    """One micro-batch as a data collator yields it (no padding: every token is real).
+
+    Packed (wl.packed): position ids as apply/examples.py lays them out (restarting per example;
+    their values are fake, the mask builder sees a packed batch: trace/__init__ _unpacked_sequences)."""
     b, s = wl.per_device_batch, wl.seq_len
     ids = torch.randint(0, max(vocab_size, 2), (b, s))
     if wl.task == "seq-cls":
         labels = torch.randint(0, max(wl.num_labels, 2), (b,))
     else:
         labels = ids.clone()
-    return {"input_ids": ids, "labels": labels}
+    batch = {"input_ids": ids, "labels": labels}
+    if wl.packed:
+        batch["position_ids"] = torch.arange(s).repeat(b, 1)
+    return batch
 
 
 def optimizer_for(model: torch.nn.Module, wl: Workload, cuda: bool = True) -> tuple[torch.optim.Optimizer, str | None]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.memory.packed_mask import packed_mask_layer_bytes, packed_mask_outside_bytes
 from gpuplan.plan.memory.types import Workload
 
 # model_type -> block style
@@ -191,6 +192,7 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     if facts.num_experts:
         per_token += moe_extra_per_token(facts, mode, c_i)
     per_layer = tokens * per_token + _PER_LAYER_CONST_H.get(style, 0) * h
+    per_layer += packed_mask_layer_bytes(facts, wl, mode != "fp32")  # packed examples under SDPA
     resid = 2 if mode == "half" else 4  # the residual stream's dtype
     # checkpoint(layer) keeps the layer input only (measured: 4h fp32 per token)
     per_layer_ckpt = tokens * h * resid
@@ -200,6 +202,7 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     outside = tokens * (n_h * h + n_d * d + n_1)
     if wl.gradient_checkpointing:
         outside += tokens * 8  # int64 positions the checkpointed calls keep
+    outside += packed_mask_outside_bytes(wl)
     half = 4 if mode == "fp32" else 2
     if wl.task == "seq-cls":
         logits_fwd = logits_bwd = 0

@@ -11,10 +11,11 @@ From the code paths of peft 0.21 and bitsandbytes 0.50 (what apply runs):
   (modules_to_save) train a copy of the module in its own dtype (fp32 under qlora).
 - Activations: a frozen linear layer keeps no input for a weight gradient; lora_A
   keeps its input (cast to the adapter's dtype or, under autocast, to 16 bits) and
-  lora_B keeps lora_A's output (r values per token). The per-layer bytes per token are
-  measured per block style, mode and target set by tracing the real peft model
-  (benchmarks/lora_coefficients.py; integer coefficients, zero residual) and
-  tabulated below; r enters as n_targets x r x (bytes of lora_A's output).
+  lora_B keeps lora_A's output (r values per token); DoRA keeps more per target. The
+  frozen layer plus each target's own tensors: memory/lora_activations.py, measured
+  per block style and mode by tracing the real peft model (benchmarks/lora_coefficients.py;
+  integer coefficients, zero residual over target subsets). Packed examples under SDPA
+  add the mask's bias per layer (memory/packed_mask.py).
 - Under autocast, frozen fp32 weights are not in autocast's weight cache (it caches
   only leaves that require grad: aten autocast_mode.cpp cached_cast), but each matmul's
   16-bit copy of the weight is saved for the input gradient: 2 bytes per castable
@@ -35,80 +36,12 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.lora_targets import _candidates, peft_matches, saved_modules
 from gpuplan.plan.memory.activations import STYLE_OF, activation_parts, mode_of
 from gpuplan.plan.memory.layout import model_layout
+from gpuplan.plan.memory.lora_activations import dora_transient_bytes, lora_layer_bytes, lora_mode
+from gpuplan.plan.memory.packed_mask import packed_mask_layer_bytes, packed_mask_outside_bytes
 from gpuplan.plan.memory.overhead import overhead_bytes
 from gpuplan.plan.memory.quant4 import base_4bit_split
 from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
 from gpuplan.plan.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
-
-MLP_LAYERS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc1", "fc2", "c_fc", "dense_h_to_4h",
-                        "dense_4h_to_h", "dense"})
-
-# (style, mode, method, targets) -> (c_h, c_q, c_kv, c_i, c_a, c_1) per token per layer, the
-# r term excluded (it is n_targets x r x bytes). Fitted by benchmarks/lora_coefficients.py over
-# 5-7 widths x 2 sequence lengths: integer coefficients, residual 0 (qlora rows of families with
-# biased linears and gemma: under 200 bytes per layer, the 16-bit bias casts). Mode "half" is
-# lora on bf16/fp16 weights; qlora runs "amp" (fp32 parts under autocast) or "fp32". A target
-# list with any MLP layer uses the all-linear row, else the attention row.
-_LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
-    ('llama', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 8),
-    ('llama', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 8),
-    ('llama', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 8),
-    ('llama', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 8),
-    ('llama', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 8),
-    ('llama', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 8),
-    ('llama', 'fp32', 'qlora', 'all-linear'): (16, 16, 0, 16, 4, 8),
-    ('llama', 'fp32', 'qlora', 'attention'): (12, 16, 0, 12, 4, 8),
-    ('gpt2', 'amp', 'lora', 'all-linear'): (24, 0, 0, 10, 4, 16),
-    ('gpt2', 'amp', 'lora', 'attention'): (20, 0, 0, 8, 4, 16),
-    ('gpt2', 'half', 'lora', 'all-linear'): (26, 0, 0, 12, 4, 8),
-    ('gpt2', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 8),
-    ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),
-    ('gpt2', 'amp', 'qlora', 'attention'): (20, 0, 0, 16, 4, 6),
-    ('gpt_neox', 'amp', 'lora', 'all-linear'): (22, 0, 0, 4, 4, 16),
-    ('gpt_neox', 'amp', 'lora', 'attention'): (18, 0, 0, 2, 4, 16),
-    ('gpt_neox', 'half', 'lora', 'all-linear'): (26, 0, 0, 6, 4, 8),
-    ('gpt_neox', 'half', 'lora', 'attention'): (18, 0, 0, 2, 4, 8),
-    ('gpt_neox', 'amp', 'qlora', 'all-linear'): (18, 0, 0, 6, 4, 6),
-    ('gpt_neox', 'amp', 'qlora', 'attention'): (14, 0, 0, 4, 4, 6),
-    ('opt', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
-    ('opt', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
-    ('opt', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
-    ('opt', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
-    ('opt', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
-    ('opt', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
-    ('bert', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
-    ('bert', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
-    ('bert', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
-    ('bert', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
-    ('bert', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
-    ('bert', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
-    ('phi', 'amp', 'lora', 'all-linear'): (22, 0, 0, 10, 4, 8),
-    ('phi', 'amp', 'lora', 'attention'): (16, 0, 0, 8, 4, 8),
-    ('phi', 'half', 'lora', 'all-linear'): (30, 0, 0, 12, 4, 4),
-    ('phi', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 4),
-    ('phi', 'amp', 'qlora', 'all-linear'): (22, 0, 0, 18, 4, -2),
-    ('phi', 'amp', 'qlora', 'attention'): (16, 0, 0, 16, 4, -2),
-    ('gemma', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 2),
-    ('gemma', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 2),
-    ('gemma', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 2),
-    ('gemma', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 2),
-    ('gemma', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 2),
-    ('gemma', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 2),
-    ('llama', 'fp32', 'lora', 'all-linear'): (16, 16, 0, 16, 4, 8),
-    ('llama', 'fp32', 'lora', 'attention'): (12, 16, 0, 12, 4, 8),
-    ('gpt2', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 20, 4, 16),
-    ('gpt2', 'fp32', 'lora', 'attention'): (30, 0, 0, 16, 4, 16),
-    ('gpt_neox', 'fp32', 'lora', 'all-linear'): (36, 0, 0, 8, 4, 16),
-    ('gpt_neox', 'fp32', 'lora', 'attention'): (32, 0, 0, 4, 4, 16),
-    ('opt', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 4, 4, 16),
-    ('opt', 'fp32', 'lora', 'attention'): (30, 0, 0, 4, 4, 16),
-    ('gpt2', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 20, 4, 6),
-    ('gpt2', 'fp32', 'qlora', 'attention'): (30, 0, 0, 16, 4, 6),
-    ('gpt_neox', 'fp32', 'qlora', 'all-linear'): (36, 0, 0, 8, 4, 6),
-    ('gpt_neox', 'fp32', 'qlora', 'attention'): (32, 0, 0, 4, 4, 6),
-    ('opt', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 4, 4, 6),
-    ('opt', 'fp32', 'qlora', 'attention'): (30, 0, 0, 4, 4, 6),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +50,6 @@ class AdapterLayout:
     adapter_shapes: tuple  # (name, shape) of every trainable tensor
     saved_params: int
     targets_per_layer: int
-    targets_class: str  # "all-linear" | "attention": which measured row applies
     largest_target: int
 
 
@@ -126,7 +58,6 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
     saved = list(a.modules_to_save)
     shapes = []
     per_layer = 0
-    mlp_hit = False
     largest = 0
     layers = max(facts.num_layers, 1)
     for name, _, fan_in, fan_out in _candidates(facts, saved):
@@ -137,7 +68,6 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
         if a.use_dora:
             shapes.append((f"{name}.lora_magnitude_vector", (fan_out,)))
         per_layer += 1
-        mlp_hit = mlp_hit or (name.rsplit(".", 1)[-1] in MLP_LAYERS and "attn" not in name and "attention" not in name)
         largest = max(largest, fan_in * fan_out)
     adapter = sum(prod(s) for _, s in shapes)
     saved_params = 0
@@ -148,8 +78,7 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
         for name, s in own:
             shapes.append((f"{name}.copy", s))
             saved_params += prod(s) if s else 1
-    return AdapterLayout(adapter, tuple(shapes), saved_params, per_layer // layers,
-                         "all-linear" if mlp_hit else "attention", largest)
+    return AdapterLayout(adapter, tuple(shapes), saved_params, per_layer // layers, largest)
 
 
 def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
@@ -205,21 +134,16 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     mode = mode_of(awl)
     style = STYLE_OF.get(facts.model_type, "llama")
     tokens = wl.per_device_batch * wl.seq_len
-    rb = 2 if mode == "amp" else 4  # lora_A's output: 16-bit under autocast, else fp32 (the adapter's dtype)
-    row = _LORA.get((style, mode, a.method, lay.targets_class))
-    if row is None:
-        row = _LORA.get((style, mode, "lora", lay.targets_class))
-    h, i = facts.hidden_size, facts.intermediate_size
-    if row is not None:
-        c_h, c_q, c_kv, c_i, c_a, c_1 = row
-        per_token = (c_h * h + c_q * facts.num_attention_heads * facts.head_dim
-                     + c_kv * facts.num_key_value_heads * facts.head_dim + c_i * i + c_a * facts.num_attention_heads
-                     + c_1)
-        per_layer = tokens * (per_token + lay.targets_per_layer * a.r * rb)
-    else:
-        per_layer = parts.per_layer + tokens * lay.targets_per_layer * a.r * rb
-        notes.append(f"no measured LoRA activation row for {style} ({mode}, {lay.targets_class}): "
-                     "full fine-tuning's per-layer activations plus the adapters' are used")
+    # the layers: the frozen layer plus each adapter's own tensors (memory/lora_activations.py)
+    per_token, layer_const, first_saving, row_note = lora_layer_bytes(facts, awl, style)
+    if row_note:
+        notes.append(row_note)
+    per_layer = tokens * per_token + layer_const + packed_mask_layer_bytes(facts, awl, lora_mode(awl) != "fp32")
+    if a.use_dora:
+        notes.append("DoRA: each target keeps its base output and lora_B's output for the magnitude's gradient"
+                     + ("; with lora_dropout the base output is recomputed from the dropped input and its weight "
+                        "(a 16-bit copy under autocast or from 4-bit) stays saved" if a.lora_dropout > 0 else ""))
+    h = facts.hidden_size
     layers = facts.num_layers
     layout = model_layout(facts)
     amp = wl.amp is not None
@@ -238,14 +162,15 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         # outside the checkpointed layers only the final norm's input (residual dtype) and the
         # int64 positions stay saved (measured against the trace, benchmarks/lora_memory_accuracy.py)
         resid = 2 if mode == "half" else 4
-        saved_acts = layers * parts.per_layer_checkpointed + tokens * (resid * h + 8)
+        saved_acts = (layers * parts.per_layer_checkpointed + tokens * (resid * h + 8)
+                      + packed_mask_outside_bytes(awl))
         fwd_casts = adapter_casts + head_casts  # per-op casts of checkpointed layers are not kept
         bwd_casts = head_casts  # autocast's cache is gone once forward leaves autocast
         recompute = per_layer + (base_casts - head_casts) // max(layers, 1) + adapter_casts // max(layers, 1)
     else:
         # measured (benchmarks/lora_memory_accuracy.py): with frozen embeddings and no input
         # gradients, nothing outside the layers stays saved at the backward peak
-        saved_acts = layers * per_layer
+        saved_acts = layers * per_layer - tokens * first_saving  # the first layer: from its first adapter on
         fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
         recompute = 0
     acc = grads if wl.gradient_accumulation_steps > 1 else 0
@@ -266,6 +191,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant),
         moment(max(acc, grads), first, 0, parts.layer_backward + dequant),
         moment(grads, 0, 0, step_temp),
+        moment(acc, saved_acts + fwd_casts, 0, dora_transient_bytes(facts, awl)),  # DoRA's per-forward weights
     ]
     peak = max(moments, key=lambda c: sum(c.values()))
     allocated = sum(peak.values())

@@ -72,6 +72,9 @@ class Workload:
     offload_optimizer: bool = False  # optimizer states and step in host RAM
     offload_params: bool = False  # parameters (and gradients) in host RAM between uses
     adapters: Adapters | None = None  # LoRA / QLoRA: only the adapters train (memory/adapters.py)
+    # whole examples packed with position ids restarting per example (chat / instruction packing):
+    # transformers builds a (b, 1, s, s) mask from them (memory/packed_mask.py prices it)
+    packed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,6 +23,7 @@ from gpuplan.plan.rules.common import (
     TRAINER_DEFAULT_BATCH,
     world_size,
 )
+from gpuplan.plan.rules.base_dtype import frozen_base_dtype
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.method_alternatives import adapter_alternatives
@@ -86,6 +87,7 @@ def fit(ctx: Resolver) -> None:
         ctx.set_internal(FIT_SOLUTION, None)
         ctx.set_internal(FIT_PROBLEM, None)
         ctx.set_internal(FIT_METHOD, None)
+        ctx.keep("model.dtype")
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -117,6 +119,9 @@ def fit(ctx: Resolver) -> None:
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
         device="cpu" if gpu.vendor == "cpu" else "cuda",
+        # chat / instruction examples packed with restarting position ids (apply/examples.py):
+        # transformers builds a (b, 1, s, s) mask (memory/packed_mask.py); text packing does not
+        packed=bool(ctx.get("data.packing")) and ctx.spec("data.format") != "text",
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -134,7 +139,10 @@ def fit(ctx: Resolver) -> None:
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
     for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
-        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
+        dtype, dtype_reason = frozen_base_dtype(ctx, method, bool(bf16), ctx.get(QUANT_COMPUTE))
+        weight_dtype = dtype if method == "lora" else base.weight_dtype  # qlora: the estimate reads the 4-bit layout
+        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters,
+                                                                        weight_dtype=weight_dtype))
         if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
             replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
             problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
@@ -145,6 +153,10 @@ def fit(ctx: Resolver) -> None:
     ctx.set_internal(FIT_SOLUTION, sol)
     ctx.set_internal(FIT_PROBLEM, problem)
     ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
+    if dtype_reason is not None:
+        ctx.resolve("model.dtype", dtype, dtype_reason)
+    else:
+        ctx.keep("model.dtype")
     if not sol.fits:
         _report_no_fit(ctx, problem, sol, method)
 
@@ -172,7 +184,8 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     ctx.error(
         "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
-        f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
+        f"an {gpu.name} has {gpu.memory_label if cap != int(cap) else f'{cap:.0f} GiB'} ({p.usable_bytes / GIB:.1f} "
+        f"usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
                + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
                   "seq_len, more GPUs, a larger GPU) makes it fit"),
@@ -195,8 +208,9 @@ RULES = (
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
             QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
+            "data.packing", "spec:data.format",
         ),
-        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD),
+        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, "model.dtype"),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),
