@@ -70,6 +70,19 @@ def test_peaks_are_dense_and_ordered(profile: GPUProfile):
         assert peak["fp8"] == pytest.approx(2 * peak["fp16"], rel=0.015)  # L40S: 733 vs 2 x 362.05
 
 
+def test_capacity_is_what_the_driver_reports_and_the_datasheet_figure_is_kept():
+    """Issue 20 item 16: GDDR6 cards with ECC on expose 15/16 of their datasheet "GB" (nvidia-smi)."""
+    mib = 1024**2
+    for name, total, datasheet in (("T4", 15_360, 16), ("A10", 23_028, 24), ("L4", 23_034, 24),
+                                   ("L40S", 46_068, 48), ("A10G", 23_028, 24), ("L40", 46_068, 48)):
+        g = CATALOG[name]
+        assert (g.memory_bytes, g.datasheet_gb) == (total * mib, datasheet), name
+        assert 0.93 < g.memory_bytes / (datasheet * GIB) < 0.94  # the 1/16 ECC carve-out, less a few MiB
+    assert CATALOG["L40S"].memory_label == "45.0 GiB usable (48 GB datasheet)"
+    assert CATALOG["A100-80GB"].memory_label == "80 GiB"
+    assert GPUProfile.from_dict(CATALOG["T4"].to_dict()).datasheet_gb == 16
+
+
 def test_datasheet_figures():
     assert CATALOG["A100-80GB"].memory_bytes == 80 * GIB
     assert CATALOG["H200"].memory_bytes == 141 * GIB
@@ -195,11 +208,12 @@ def test_gpus_table_is_aligned_and_shows_only_existing_dtypes():
 
     lines = render_catalog()
     head = lines[0].split()
-    assert head[:4] == ["name", "vendor", "GiB", "cc"] and head[4:9] == list(DTYPES)
+    assert head[:5] == ["name", "vendor", "GB", "GiB", "cc"] and head[5:10] == list(DTYPES)
     rows = {line.split()[0]: line for line in lines[2:] if line and not line[0].isspace() and line.split()[0] in CATALOG}
     assert set(rows) == set(CATALOG)
     assert len({len(line) for line in lines[:2]}) == 1  # header and rule line up
     t4 = rows["T4"].split()
-    assert t4[2] == "16" and t4[4:9] == ["8.1", "-", "65", "-", "-"]  # no tf32, bf16, fp8 on Turing
+    # datasheet 16 GB, 15 GiB usable (ECC carve-out); no tf32, bf16, fp8 on Turing
+    assert t4[2:4] == ["16", "15"] and t4[5:10] == ["8.1", "-", "65", "-", "-"]
     h100 = rows["H100-80GB"].split()
-    assert h100[4:9] == ["67", "494", "990", "990", "1,979"] and h100[-1] == "3.99"
+    assert h100[2:4] == ["80", "80"] and h100[5:10] == ["67", "494", "990", "990", "1,979"] and h100[-1] == "3.99"

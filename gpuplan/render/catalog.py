@@ -1,4 +1,4 @@
-"""`gpuplan gpus`: the catalog as an aligned table, memory in GiB like the plan.
+"""`gpuplan gpus`: the catalog as an aligned table, memory as the datasheet prints it and in GiB like the plan.
 
 A dtype column shows a peak only where the device runs that dtype ("-" otherwise);
 prices come with their source in catalog.toml and `gpuplan gpus` says which apply.
@@ -25,7 +25,8 @@ def catalog_rows() -> list[list[str]]:
         cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else "-"
         price = catalog_price(name)
         rows.append([
-            name, g.vendor, f"{g.memory_bytes / GIB:.1f}" if g.memory_bytes % GIB else f"{g.memory_bytes / GIB:.0f}", cc,
+            name, g.vendor, f"{g.datasheet_gb:g}" if g.datasheet_gb else "-",
+            f"{g.memory_bytes / GIB:.1f}" if g.memory_bytes % GIB else f"{g.memory_bytes / GIB:.0f}", cc,
             *(_num(g.peak_tflops.get(d)) for d in DTYPES),
             f"{g.memory_bandwidth_gbps:,.0f}",
             str(gpus_per_node(name)) if g.vendor != "cpu" else "-",
@@ -35,7 +36,7 @@ def catalog_rows() -> list[list[str]]:
 
 
 def render_catalog() -> list[str]:
-    head = ["name", "vendor", "GiB", "cc", *DTYPES, "GB/s", "per node", "$/GPU-h"]
+    head = ["name", "vendor", "GB", "GiB", "cc", *DTYPES, "GB/s", "per node", "$/GPU-h"]
     rows = [head, *catalog_rows()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
@@ -44,9 +45,9 @@ def render_catalog() -> list[str]:
     lines += [
         "",
         "TFLOP/s: dense peak per dtype (no sparsity); '-' where the device has no such tensor path.",
-        "GiB: the total the driver reports where the catalog has it (nvidia-smi memory.total: GDDR6",
-        "cards with ECC on lose 1/16 of the datasheet GB), else the datasheet capacity (\"80GB\" read as",
-        "80 GiB). Sources for every figure and price:",
+        "GB: the datasheet capacity. GiB: what plans use, the total the driver reports where the catalog",
+        "has it (nvidia-smi memory.total: GDDR6 cards with ECC on lose 1/16), else the datasheet figure",
+        "read as GiB (\"80GB\" -> 80 GiB). Sources for every figure and price:",
         "gpuplan/hardware/catalog.toml. Override prices in ~/.config/gpuplan/prices.toml or",
         "with hardware.price_per_hour in a spec.",
     ]
