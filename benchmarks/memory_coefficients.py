@@ -38,7 +38,8 @@ FAMILIES = {  # (h, a, d, kv, i, layers) -> config
     "phi": lambda h, a, d, kv, i, n: dict(model_type="phi", hidden_size=h, intermediate_size=i,
                                           num_hidden_layers=n, num_attention_heads=a, vocab_size=128),
 }
-MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"}}
+MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"},
+         "half-amp": {"weight_dtype": "bfloat16", "amp": "bf16"}}
 
 
 def forward_activation_bytes(config: dict, wl) -> int:
@@ -63,9 +64,10 @@ def forward_activation_bytes(config: dict, wl) -> int:
             kept = tracker.counters.get("activations", 0)
             del out
         tracker.close()
-        if wl.amp:  # minus the cached 16-bit weight copies of the layers
+        if wl.amp:  # minus the cached 16-bit weight copies of the layers (fp32 weights only)
             kept -= sum(2 * p.numel() for n, p in model.named_parameters()
-                        if re.search(r"(layers|layer|h)[.][0-9]+[.]", n) and not re.search(r"norm|ln_|LayerNorm", n))
+                        if re.search(r"(layers|layer|h)[.][0-9]+[.]", n) and not re.search(r"norm|ln_|LayerNorm", n)
+                        and p.dtype == torch.float32)
         return kept
 
 

@@ -176,10 +176,17 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     tokens = b * s
     h, i = facts.hidden_size, facts.intermediate_size
     a, kv, d = facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim
-    c_h, c_q, c_kv, c_i, c_a, c_1 = _SDPA[(style, mode)]
+    # 16-bit weights under autocast: CUDA autocast runs layer_norm (and gelu_new's pow) in fp32,
+    # so the LayerNorm families keep the amp rows' activations (fitted by benchmarks/
+    # memory_coefficients.py MODE half-amp: gpt2, opt, phi, bert equal their amp rows, gpt_neox
+    # keeps 4h more); the RMSNorm families cast explicitly and keep their half rows
+    rows = "amp" if mode == "half" and wl.amp is not None and style not in ("llama", "gemma") else mode
+    c_h, c_q, c_kv, c_i, c_a, c_1 = _SDPA[(style, rows)]
+    if rows != mode and style == "gpt_neox":
+        c_h += 4
     c_as = 0
     if wl.attn_implementation == "eager":
-        d_q, d_kv, d_a, c_as = _EAGER[(style, mode)]
+        d_q, d_kv, d_a, c_as = _EAGER[(style, rows)]
         c_q, c_kv, c_a = c_q + d_q, c_kv + d_kv, c_a + d_a
         dropped = 1 + (4 if mode == "fp32" else 2)  # bool mask + the dropped probabilities
         if style in _EAGER_WITH_ATTN_DROPOUT and facts.attention_dropout == 0:
@@ -196,7 +203,7 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     resid = 2 if mode == "half" else 4  # the residual stream's dtype
     # checkpoint(layer) keeps the layer input only (measured: 4h fp32 per token)
     per_layer_ckpt = tokens * h * resid
-    n_h, n_d, n_1 = _OUTSIDE[(style, mode)]
+    n_h, n_d, n_1 = _OUTSIDE[(style, rows)]
     if style in _DROPOUT_STYLES and facts.hidden_dropout == 0:
         n_h -= 1
     outside = tokens * (n_h * h + n_d * d + n_1)
@@ -216,10 +223,10 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
             # BertForMaskedLM calls CrossEntropyLoss on the logits as they are (no
             # .float()): in 16-bit weights log_softmax and its gradients stay 16-bit;
             # under autocast cross_entropy runs in fp32 (autocast fp32 op list)
-            e = 4 if mode != "half" else 2
-            logits_fwd = tokens * v * (half + (4 if mode == "amp" else 0) + e)
+            e = 4 if rows != "half" else 2
+            logits_fwd = tokens * v * (half + (4 if rows == "amp" else 0) + e)
             logits_bwd = tokens * v * 3 * e
-            if mode == "amp":
+            if rows == "amp":
                 # CUDA autocast has no cross_entropy_loss kernel: it decomposes to log_softmax
                 # (float32 by dtype=) and nll_loss; the trace under CUDA's policy keeps 10
                 # bytes per logit at the start of backward, not CPU autocast's 12 (measured:
@@ -237,7 +244,7 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     # MLP holds two. Counted from the autograd graph; confirmed where this moment is the
     # peak (sequence classification, no vocabulary-sized loss).
     layer_backward = tokens * i * half * (3 if facts.mlp == "gated" else 2)
-    if style in _GELU_NEW_STYLES and mode == "amp":
+    if style in _GELU_NEW_STYLES and rows == "amp":
         # gelu_new under CUDA autocast: the gradients of its fp32 terms (pow, tanh, 1 + tanh,
         # the product) coexist at the MLP's backward peak: 12 bytes per token per intermediate
         # unit, less the 16-bit copy of its output that c_fc2/c_proj's backward has consumed

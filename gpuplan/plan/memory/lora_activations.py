@@ -128,7 +128,8 @@ def first_layer_saving(style: str, row: tuple, facts: ModelFacts, targets: list[
                  + c_kv * facts.num_key_value_heads * d + c_a * facts.num_attention_heads + c_1)
     mlp = c_i * facts.intermediate_size
     attn_in = bool(shorts & _ATTENTION_INPUT)
-    mlp_in = bool(shorts & _MLP_INPUT) or (style not in _PARALLEL and attn_in)
+    attn_out = any(reads_attention(name) for name, _, _ in targets)
+    mlp_in = bool(shorts & _MLP_INPUT) or (style not in _PARALLEL and (attn_in or attn_out))
     return (0 if attn_in else attention) + (0 if mlp_in else mlp)
 
 
