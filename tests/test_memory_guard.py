@@ -111,7 +111,8 @@ def test_packed_examples_under_sdpa_are_traced_and_priced(ckpt):
     packed = dataclasses.replace(wl, packed=True)
     t0, t1 = trace_memory(LLAMA, wl), trace_memory(LLAMA, packed)
     a0, a1 = estimate_memory(facts, wl), estimate_memory(facts, packed)
-    assert t1.allocated_peak_bytes - t0.allocated_peak_bytes > 4 * 1024 * 1024 * 2  # one bf16 bias at least
+    # checkpointed: one recomputed layer's bf16 bias, less what the peak moment trades; else every layer's
+    assert t1.allocated_peak_bytes - t0.allocated_peak_bytes > 4 * 1024 * 1024 * (1 if ckpt else 4)
     assert (a1.allocated_peak_bytes - a0.allocated_peak_bytes) == pytest.approx(
         t1.allocated_peak_bytes - t0.allocated_peak_bytes, rel=0.1)
     assert a1.allocated_peak_bytes == pytest.approx(t1.allocated_peak_bytes, rel=0.03)
