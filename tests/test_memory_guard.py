@@ -160,3 +160,21 @@ def test_plan_trace_runs_qlora_dora_and_saved_tied_modules(tmp_path, extra):
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     traced = json.loads(r.stdout)["memory"]["traced"]
     assert abs(traced["analytic_minus_traced_fraction"]) < 0.05, traced
+
+
+def test_lora_base_defaults_to_the_compute_dtype_with_a_reason(tmp_path):
+    """Item 19: a frozen LoRA base needs no fp32 master weights; item 11: a QLoRA base loads in its compute dtype."""
+    from tests.helpers.planning import plan_text, spec
+
+    def plan(extra: str, gpu: str = "A100-80GB", seq: int = 1024):
+        return plan_text(tmp_path, spec("llama-3.2-1b", gpu, data=f"seq_len = {seq}", extra=extra))
+
+    lora = plan('method = "lora"')
+    change = next(c for c in lora.changes if c.key == "model.dtype")
+    assert (change.before, change.after) == ("float32", "bfloat16") and "no fp32 master weights" in change.reason
+    assert lora.memory.workload.weight_dtype == "bfloat16"
+    assert plan('method = "lora"\ndtype = "float32"').value("model.dtype") == "float32"  # the user's choice stays
+    assert plan('method = "lora"', gpu="V100-32GB").value("model.dtype") == "float32"  # no bf16 there
+    assert plan('method = "full"').value("model.dtype") == "float32"  # full fine-tuning keeps fp32 masters
+    qlora = plan('method = "qlora"', gpu="T4", seq=256)
+    assert qlora.value("model.dtype") == "float16" == qlora.value("quantization.bnb_4bit_compute_dtype")
