@@ -31,6 +31,21 @@ def _no_nul(path: str) -> str:
 PathStr = Annotated[str, AfterValidator(_no_nul)]
 
 
+def _known_objective(name: str) -> str:
+    from gpuplan.plan.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
+
+    if name in OBJECTIVES:
+        return name
+    if name in EXPERIMENTAL_IN_TRL:
+        raise ValueError(f'"{name}" is not planned: {EXPERIMENTAL_IN_TRL[name]}; set training.objective = "dpo"')
+    import difflib
+
+    close = difflib.get_close_matches(name, list(OBJECTIVES), n=1, cutoff=0.5)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    raise ValueError(f'"{name}" is not an objective; {hint}set training.objective = '
+                     f'{" or ".join(chr(34) + o + chr(34) for o in OBJECTIVES)}')
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
@@ -188,6 +203,39 @@ class TrainingSpec(_Section):
         "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.')
     run_name: str | None = Field(None, min_length=1, max_length=200,
                                  description="The run's name in the trackers; default: the spec's file name.")
+    objective: Annotated[str, AfterValidator(_known_objective)] = Field(
+        "sft", description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
+                           "(labelled completions), with TRL's trainers; independent of model.method.")
+
+
+class PreferenceSpec(_Section):
+    """TRL DPOConfig / KTOConfig names (trl 1.16) for training.objective = "dpo" or "kto"."""
+
+    beta: float | None = Field(None, gt=0, le=100,
+                               description="Strength of the pull towards the reference; default: TRL's 0.1.")
+    loss_type: str = Field("auto", min_length=1, max_length=100,
+                           description='A TRL loss_type (dpo: sigmoid, ipo, hinge, ...; kto: kto, apo_zero_unpaired); '
+                                       'auto: sigmoid for dpo, kto for kto.')
+    max_length: int | None = Field(None, ge=8, le=1_048_576,
+                                   description="Tokens of prompt + answer per sequence; default: data.seq_len.")
+    max_prompt_length: int | None = Field(
+        None, ge=1, le=1_048_576,
+        description="Rows whose prompt has more tokens are reported unusable; default: max_length - 1.")
+    reference: Literal["auto", "precomputed", "model"] = Field(
+        "auto", description="The reference: auto (lora/qlora: the base with adapters disabled; full: a frozen copy "
+                            "in the compute dtype, or precomputed log-probs when that alone fits), precomputed "
+                            "(log-probs computed once before training), model (preference.reference_model).")
+    reference_model: PathStr | None = Field(
+        None, description="reference = \"model\": a local model directory (or Hub id) to use as the reference.")
+
+    @model_validator(mode="after")
+    def _model_has_a_path(self):
+        if self.reference == "model" and self.reference_model is None:
+            raise ValueError('preference.reference = "model" needs preference.reference_model (a model directory)')
+        if self.reference != "model" and self.reference_model is not None:
+            raise ValueError('preference.reference_model is read only with preference.reference = "model"; '
+                             'set preference.reference = "model" or remove preference.reference_model')
+        return self
 
 
 class DistributedSpec(_Section):
@@ -217,6 +265,7 @@ class Spec(_Section):
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    preference: PreferenceSpec = Field(default_factory=PreferenceSpec)
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
 
@@ -228,6 +277,7 @@ SECTIONS = {
     "hardware": HardwareSpec,
     "data": DataSpec,
     "training": TrainingSpec,
+    "preference": PreferenceSpec,
     "distributed": DistributedSpec,
     "output": OutputSpec,
 }

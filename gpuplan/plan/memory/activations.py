@@ -229,6 +229,10 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
         if wl.task == "masked-lm":
             # BERT's prediction transform (dense, GELU, LayerNorm) before the decoder
             outside += tokens * h * 3 * half
+        if wl.objective != "sft":  # TRL's fused log-prob head, not logits + cross-entropy
+            from gpuplan.plan.memory.preference import fused_head_parts
+
+            logits_fwd, logits_bwd = fused_head_parts(facts, wl, resid)
     # Inside one layer's backward the MLP's input gradients coexist: gated MLP (act*up)
     # backward holds grad of the product input, of act and of up (3 x b*s*i); a plain
     # MLP holds two. Counted from the autograd graph; confirmed where this moment is the

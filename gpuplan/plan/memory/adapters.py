@@ -33,6 +33,7 @@ from math import prod
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.lora_targets import _candidates, peft_matches, saved_modules
+from gpuplan.plan.memory.preference import reference_bytes
 from gpuplan.plan.memory.activations import STYLE_OF, activation_parts, mode_of
 from gpuplan.plan.memory.layout import model_layout
 from gpuplan.plan.memory.overhead import overhead_bytes
@@ -182,7 +183,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
                  f"autocast_adapter_dtype): {adapter_w / 1024**2:.0f} MiB weights + {adapter_w / 1024**2:.0f} MiB "
                  f"gradients + optimizer states")
     saved_w = saved_b * lay.saved_params
-    weights = base + adapter_w + saved_w
+    weights = base + adapter_w + saved_w + reference_bytes(facts, wl)  # a separate frozen reference
     grads = adapter_w + saved_w
     kind, note = optimizer_kind(wl.optim)
     if note:
@@ -233,6 +234,8 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
     # the logits' gradient in the head's compute dtype
     grad_logits = tokens * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
+    if wl.objective != "sft":
+        grad_logits = 0  # TRL's fused head: in its backward (activations.py logits_bwd_start)
     dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
     if wl.gradient_checkpointing:
         # outside the checkpointed layers only the final norm's input (residual dtype) and the

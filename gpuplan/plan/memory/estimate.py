@@ -26,6 +26,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory.activations import activation_parts, mode_of
 from gpuplan.plan.memory.layout import model_layout
 from gpuplan.plan.memory.overhead import overhead_bytes
+from gpuplan.plan.memory.preference import policy_workload, reference_bytes
 from gpuplan.plan.memory.sharding import sharded_states
 from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind
 from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -35,6 +36,7 @@ __all__ = ["estimate_memory"]
 
 def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
     """Peak memory of one device for `workload` on the model `facts` describes."""
+    workload = policy_workload(workload)  # DPO: per_device_batch examples = 2x the sequences
     if workload.adapters is not None:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
         from gpuplan.plan.memory.adapters import estimate_adapter_memory
 
@@ -54,7 +56,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     # (memory/sharding.py); engine "none" is the single-device case
     st = sharded_states(facts, wl, layout, kind)
     notes.extend(st.notes)
-    weights = st.weights
+    weights = st.weights + reference_bytes(facts, wl)  # a frozen reference copy (DPO, KTO)
     grads = st.grads_backward
     states = st.optimizer_states
     step_temp = st.step_temp
@@ -76,6 +78,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     tokens = wl.per_device_batch * wl.seq_len
     # the head's backward: gradient of the logits in the model's compute dtype
     grad_logits = tokens * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
+    if wl.objective != "sft":
+        grad_logits = 0  # TRL's fused head: in its backward (activations.py logits_bwd_start)
 
     if wl.gradient_checkpointing:
         saved = layers * parts.per_layer_checkpointed + parts.outside_layers

@@ -72,9 +72,17 @@ class Workload:
     offload_optimizer: bool = False  # optimizer states and step in host RAM
     offload_params: bool = False  # parameters (and gradients) in host RAM between uses
     adapters: Adapters | None = None  # LoRA / QLoRA: only the adapters train (memory/adapters.py)
+    # The objective (plan/objectives.py): per_device_batch counts examples; dpo runs 2 sequences
+    # per example. reference: none | copy (a frozen model in the compute dtype) | adapters-off
+    # (peft disables the adapters: no second copy) | precomputed (log-probs computed before training)
+    objective: str = "sft"
+    reference: Literal["none", "copy", "adapters-off", "precomputed"] = "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.objective == "sft":  # an SFT plan's JSON stays what it was before objectives existed
+            del d["objective"], d["reference"]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
