@@ -42,6 +42,9 @@ SAVER_COST = {
     "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
     "gradient checkpointing": "about 20% slower (the guide): one extra forward",
     "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
+    # dpo / kto without a reference copy (rules/preference.py fit_with_reference)
+    "precomputed reference log-probs": "one reference forward per example before training (about a third of "
+                                       "a DPO step's FLOPs per example, once); no reference copy in memory",
 }
 
 

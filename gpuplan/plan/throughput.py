@@ -34,6 +34,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
 from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.objectives import objective
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
@@ -72,6 +73,23 @@ def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: boo
     return model, (weights + 2) * (n - head) + weights * head + 16 * attention
 
 
+def nograd_forward_flops(facts: ModelFacts, workload: Workload, tokens: int) -> tuple[int, int]:
+    """(FLOPs of the step's forwards without gradients, FLOPs of the reference forwards when they are
+    precomputed instead, per step). `tokens` are the policy's graded tokens per step. A forward is
+    2N + 4LHQT per token, a third of training's 6N + 12LHQT (Kaplan et al. 2020; PaLM appendix B)."""
+    obj = objective(workload.objective)
+    if not obj.is_preference:
+        return 0, 0
+    n, _ = matmul_params(facts)
+    forward = 2 * n + 4 * facts.num_layers * facts.num_attention_heads * facts.head_dim * workload.seq_len
+    per_graded = tokens // obj.grad_sequences  # tokens of one sequence per example
+    reference = obj.reference_sequences * per_graded * forward
+    policy = obj.nograd_policy_sequences * per_graded * forward
+    if workload.reference == "precomputed":
+        return policy, reference
+    return policy + reference, 0
+
+
 def compute_dtype(workload: Workload, gpu: GPUProfile, tf32: bool) -> str:
     """The dtype whose tensor-core peak bounds the matmuls of this workload."""
     if workload.amp == "bf16" or (workload.amp is None and workload.weight_dtype == "bfloat16"):
@@ -106,11 +124,17 @@ def estimate_throughput(
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
     on_cpu = gpu.vendor == "cpu" or workload.device == "cpu"
-    tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
+    obj = objective(workload.objective)  # dpo: 2 sequences per example (plan/objectives.py)
+    tokens = (workload.per_device_batch * obj.grad_sequences * workload.seq_len
+              * workload.gradient_accumulation_steps * world_size)
     frozen = workload.adapters is not None
     model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
     model_flops = model_per_token * tokens
     flops = hw_per_token * tokens
+    # forwards without gradients (the reference's, KTO's KL): a third of 6N + 12LHQT per token
+    nograd, precompute = nograd_forward_flops(facts, workload, tokens)
+    model_flops += nograd
+    flops += nograd
 
     dtype = compute_dtype(workload, gpu, tf32)
     if dtype not in gpu.peak_tflops:
@@ -148,8 +172,19 @@ def estimate_throughput(
             step_time *= 1 + fraction
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
+        if precompute and run_time is not None:
+            pass_s = max_steps * precompute / (world_size * peak * 1e12 * util)
+            run_time += pass_s
+            notes.append(f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
+                         "reference forward per example, assuming each of the max_steps' examples once")
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
+    if obj.is_preference:
+        notes.append(f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
+                     "backward" + (f", {obj.reference_sequences} through the reference, forward only"
+                                   if workload.reference not in ("none", "precomputed") else "")
+                     + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only"
+                        if obj.nograd_policy_sequences else ""))
     return {
         "tokens_per_step": tokens,
         "model_flops_per_token": model_per_token,

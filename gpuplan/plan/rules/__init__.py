@@ -18,6 +18,7 @@ from gpuplan.plan.rules import (
     memory_savers,
     optimizer,
     precision,
+    preference,
     quantization,
     schedule,
     tracking,
@@ -39,6 +40,7 @@ ALL_RULES = (
     *tracking.RULES,
     *lora.RULES,
     *quantization.RULES,
+    *preference.RULES,
 )
 
 __all__ = ["ALL_RULES", "find_rule"]

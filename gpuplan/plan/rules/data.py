@@ -37,7 +37,13 @@ def data_checks(ctx: Resolver) -> None:
                      fix=f"set data.seq_len = {maxpos} or configure rope_scaling")
     packing = ctx.spec("data.packing")
     fmt = ctx.spec("data.format")
-    if fmt != "text":
+    if ctx.spec("training.objective") != "sft":
+        # TRL 1.16's DPOConfig.padding_free "falls back to standard padding"; KTO pads its batches too
+        ctx.resolve("data.packing", False, f"{ctx.spec('training.objective')}: TRL pads each batch of "
+                    "prompt + answer sequences; preference examples are not packed")
+        if fmt == "chat":  # conversational pairs: rendered by the chat template
+            chat_checks(ctx, fmt, task)
+    elif fmt != "text":
         chat_checks(ctx, fmt, task)
         supervised_packing(ctx, fmt, seq)
     elif packing == "auto":
@@ -68,7 +74,7 @@ RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
                                "spec:data.label_field", "spec:data.train_files", "spec:data.format",
                                "spec:data.chat_template", "spec:model.name_or_path", "spec:model.from_scratch",
-                               "spec:data.dataset"),
+                               "spec:data.dataset", "spec:training.objective"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
 )

@@ -26,6 +26,8 @@ from gpuplan.plan.rules.common import (
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.method_alternatives import adapter_alternatives
+from gpuplan.plan.objectives import objective
+from gpuplan.plan.rules.preference import fit_with_reference, reference_for
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.target import target_packages
@@ -108,15 +110,17 @@ def fit(ctx: Resolver) -> None:
         torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
+    preferred = objective(ctx.spec("training.objective")).is_preference  # dpo / kto (rules/preference.py)
     base = Workload(
         per_device_batch=1,
-        seq_len=ctx.spec("data.seq_len"),
+        seq_len=ctx.get("preference.max_length") if preferred else ctx.spec("data.seq_len"),
         weight_dtype=ctx.spec("model.dtype"),
         amp="bf16" if bf16 else ("fp16" if fp16 else None),
         attn_implementation=ctx.get("model.attn_implementation"),
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
         device="cpu" if gpu.vendor == "cpu" else "cuda",
+        objective=ctx.spec("training.objective"),
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -134,11 +138,12 @@ def fit(ctx: Resolver) -> None:
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
     for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
-        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
+        problem = dataclasses.replace(problem, base=dataclasses.replace(
+            base, adapters=adapters, reference=reference_for(ctx, method)))
         if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
             replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
             problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
-        sol = solve(problem)
+        problem, sol = fit_with_reference(ctx, problem, solve)  # precomputed log-probs: a saver
         tried.append((method, sol))
         if sol.fits:
             break
@@ -195,6 +200,7 @@ RULES = (
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
             QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
+            "spec:training.objective", "spec:preference.reference", "preference.max_length",
         ),
         writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD),
         apply=fit,
