@@ -179,7 +179,29 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
 
 def wrap(plan: Plan, model: Any) -> Any:
     """The PeftModel whose only trainable parameters are the adapters (and modules_to_save)."""
-    from peft import get_peft_model, prepare_model_for_kbit_training
+    from peft import get_peft_model
+
+    model = prepare_base(plan, model)
+    try:
+        peft_model = get_peft_model(model, lora_config(plan))
+    except ValueError as e:  # "Target modules {...} not found in the base model"
+        raise target_error(plan, model, e) from e
+    trainable, _ = peft_model.get_nb_trainable_parameters()
+    if trainable == 0:
+        raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")
+    return peft_model
+
+
+def target_error(plan: Plan, model: Any, e: Exception) -> ApplyError:
+    names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
+    return ApplyError(f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
+                      f"Its linear layers are named: {', '.join(names)}")
+
+
+def prepare_base(plan: Plan, model: Any) -> Any:
+    """The base as get_peft_model needs it: qlora's kbit preparation, input grads for checkpointing.
+    (TRL's preference trainers wrap it themselves from lora_config, apply/preference.py.)"""
+    from peft import prepare_model_for_kbit_training
 
     m = method(plan)
     checkpointing = bool(plan.value("training.gradient_checkpointing"))
@@ -195,18 +217,7 @@ def wrap(plan: Plan, model: Any) -> Any:
         # A frozen base gives the checkpointed blocks no input that requires grad; without
         # this the adapters inside them would get no gradient under reentrant checkpointing.
         model.enable_input_require_grads()
-    try:
-        peft_model = get_peft_model(model, lora_config(plan))
-    except ValueError as e:  # "Target modules {...} not found in the base model"
-        names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
-        raise ApplyError(
-            f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
-            f"Its linear layers are named: {', '.join(names)}"
-        ) from e
-    trainable, _ = peft_model.get_nb_trainable_parameters()
-    if trainable == 0:
-        raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")
-    return peft_model
+    return model
 
 
 def keep_training_layout(model: Any) -> None:

@@ -89,6 +89,8 @@ class MetricsCallback(TrainerCallback):
                 "elapsed_s": now - (self.train_start or now),
                 "samples_seen": step * self.samples_per_step,
             }
+            # dpo / kto: TRL's implicit rewards (rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies)
+            record.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
             self._mark = (step, now)
             if self.first_loss is None:
                 self.first_loss = float(logs["loss"])
@@ -107,6 +109,8 @@ class MetricsCallback(TrainerCallback):
                 tps = record["tokens_per_second"]
                 self.echo(
                     f"step {step}/{state.max_steps}  loss {record['loss']:.4f}"
+                    + (f"  margin {record['rewards/margins']:.3f}" if "rewards/margins" in record else "")
+                    + (f"  accuracy {record['rewards/accuracies']:.2f}" if "rewards/accuracies" in record else "")
                     + (f"  {tps:,.0f} tokens/s" if tps else "")
                 )
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
-from . import adapters
+from . import adapters, preference
 from .errors import ApplyError
 from .state import RunState
 
@@ -59,8 +59,8 @@ def build_trainer(
     from transformers import PrinterCallback, Trainer, set_seed
 
     from .checkpoints import marker_callback
-    from .convert import tracking_environment, training_arguments, uses_cpu
-    from .data import prepare_data
+    from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
+    from .data import PreparedData, cache_dir, prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
     from .oom import injected_oom_callback
@@ -76,18 +76,26 @@ def build_trainer(
         trust_remote_code=bool(plan.value("model.trust_remote_code")),
     )
     say = echo or (lambda line: None)
-    data = prepare_data(plan, tokenizer)
-    seq_len = int(plan.value("data.seq_len"))
-    say(f"data: {len(data.train):,} training sequences of {seq_len} tokens"
-        + (f", {len(data.eval):,} for evaluation" if data.eval is not None else ""))
+    pref = preference.objective_of(plan)
+    if pref.is_preference:  # TRL tokenizes the rows itself (apply/preference.py)
+        data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
+        seq_len = int(plan.value("preference.max_length")) * pref.grad_sequences  # tokens per example, at most
+        say(f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
+            f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation"
+                                                               if data.eval is not None else ""))
+    else:
+        data = prepare_data(plan, tokenizer)
+        seq_len = int(plan.value("data.seq_len"))
+        say(f"data: {len(data.train):,} training sequences of {seq_len} tokens"
+            + (f", {len(data.eval):,} for evaluation" if data.eval is not None else ""))
     model = load_model(plan, tokenizer, data.label_names)
     say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
         f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}")
     if "position_ids" in data.train.column_names:
         no_cache_while_training(model)
-    if adapters.uses_adapters(plan):
+    if adapters.uses_adapters(plan) and not pref.is_preference:  # TRL wraps it for dpo / kto
         model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
-    args = training_arguments(plan, progress=progress)
+    args = None if pref.is_preference else training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
@@ -104,16 +112,14 @@ def build_trainer(
         from .fsdp_cpu import trainer_class
 
         trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
-    trainer = trainer_cls(
-        model=model,
-        args=args,
-        train_dataset=data.train,
-        eval_dataset=data.eval,
-        data_collator=data.collator,
-        processing_class=tokenizer,
-        callbacks=[metrics, marker_callback(), *(extra_callbacks or []),
-                   *filter(None, [injected_oom_callback()])],
-    )
+    callbacks = [metrics, marker_callback(), *(extra_callbacks or []), *filter(None, [injected_oom_callback()])]
+    if pref.is_preference:
+        trainer = preference.build(plan, model, tokenizer, data.train, data.eval,
+                                   training_arguments_kwargs(plan, progress=progress), callbacks)
+        model = trainer.model  # under lora / qlora: the PeftModel TRL wrapped
+    else:
+        trainer = trainer_cls(model=model, args=args, train_dataset=data.train, eval_dataset=data.eval,
+                              data_collator=data.collator, processing_class=tokenizer, callbacks=callbacks)
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
@@ -175,6 +181,8 @@ def execute(
     check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
     output_dir = plan.value("output.dir")
     adapters.check(plan)  # adapter settings refused before anything is written or loaded
+    if preference.uses_preference(plan):  # every preference row usable, before anything is written
+        preference.check_before_run(plan)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
@@ -231,7 +239,8 @@ def execute(
             "plan_trainable_params": plan.model.trainable_params,
             "merged_model_dir": merged_dir,
         }
-        if state.enabled:  # rank 0 measures for the whole run
+        if state.enabled and not preference.uses_preference(plan):  # rank 0 measures for the whole run
+            # (a dpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)
             from .calibrate import record_measurement
 
             record_measurement(plan, results, echo)
