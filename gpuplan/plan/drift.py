@@ -51,6 +51,13 @@ RESUME_BREAKING = {
     "quantization.bnb_4bit_quant_type": "the 4-bit base the adapters were trained on",
     "quantization.bnb_4bit_use_double_quant": "the 4-bit base the adapters were trained on",
     "quantization.bnb_4bit_compute_dtype": "the 4-bit base's compute dtype",
+    # the objective (plan/objectives.py): what the loss is and what it is measured against
+    "training.objective": "the loss (sft, dpo or kto)",
+    "preference.beta": "the preference loss's strength",
+    "preference.loss_type": "the preference loss",
+    "preference.max_length": "the sequence length of prompt + answer",
+    "preference.reference": "the reference the rewards are measured against",
+    "preference.reference_model": "the reference model",
 }
 
 

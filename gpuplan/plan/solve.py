@@ -43,8 +43,9 @@ SAVER_COST = {
     "gradient checkpointing": "about 20% slower (the guide): one extra forward",
     "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
     # dpo / kto without a reference copy (rules/preference.py fit_with_reference)
-    "precomputed reference log-probs": "one reference forward per example before training (about a third of "
-                                       "a DPO step's FLOPs per example, once); no reference copy in memory",
+    "precomputed reference log-probs": "the reference forwards run once per example before training instead "
+                                       "of in every step (no more FLOPs for one epoch; the first step waits for "
+                                       "them); no reference copy in memory",
 }
 
 

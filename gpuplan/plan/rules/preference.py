@@ -7,8 +7,9 @@
   rows are checked (plan/preference_data.py).
 - preference.reference: which reference the fit used (memory.fit calls `reference_for` and
   `fit_with_reference`): LoRA / QLoRA disable their adapters (peft), full fine-tuning keeps
-  a frozen copy in the compute dtype, or precomputes the reference log-probs when only
-  that fits (a saver: one reference forward per example before training, no copy held).
+  a frozen copy in the compute dtype, or precomputes the reference log-probs when the copy
+  would need a memory saver (the first saver: the same reference forwards, run once per
+  example before training, and no copy held).
 An sft plan reads none of [preference]: each key is kept as the spec has it.
 """
 
@@ -119,16 +120,18 @@ def reference_for(ctx: Resolver, method: str) -> str:
 
 
 def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any]) -> tuple[Any, Any]:
-    """Solve; a full fine-tune with reference = "auto" that does not fit with a reference copy tries
-    precomputed log-probs (the saver). Returns (problem, solution)."""
+    """Solve; with reference = "auto", a full fine-tune that needs any saver (or does not fit) with a
+    reference copy precomputes the reference log-probs instead when that fits with fewer savers:
+    it runs the same reference forwards, once per example before training, so it is the cheapest
+    saver. Returns (problem, solution)."""
     sol = solve(problem)
     base = problem.base
-    if sol.fits or base.reference != "copy" or ctx.spec("preference.reference") != "auto":
+    if base.reference != "copy" or ctx.spec("preference.reference") != "auto" or (sol.fits and not sol.savers):
         return problem, sol
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)
-    if alt.fits:
-        alt = dataclasses.replace(alt, savers=(*alt.savers, PRECOMPUTED_SAVER),
+    if alt.fits and (not sol.fits or len(alt.savers) < len(sol.savers)):
+        alt = dataclasses.replace(alt, savers=(PRECOMPUTED_SAVER, *alt.savers),
                                   saved_bytes={**alt.saved_bytes, PRECOMPUTED_SAVER: reference_bytes(ctx.facts, base)})
         return other, alt
     return problem, sol
@@ -151,12 +154,17 @@ def reference(ctx: Resolver) -> None:
         why = (f"the reference log-probs are computed once before training ({PRECOMPUTED_COST})" if asked == "auto"
                else "precomputed: one reference forward per example before training, no reference in memory")
         if asked == "auto":
-            why = "a frozen reference copy does not fit: " + why
+            why = "a frozen reference copy would need more memory savers: " + why
     elif asked == "model":
         why = (f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
                f"architecture in the compute dtype ({gib:.1f} GiB)")
     else:
         why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB)"
+    path = ctx.spec("preference.reference_model")
+    if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
+        ctx.error("preference.reference_model", f"preference.reference_model = {path!r}: no model directory with "
+                  "a config.json there", fix="point it at a local model directory (config.json + safetensors), "
+                  'relative to the spec, or set preference.reference = "auto"')
     ctx.resolve("preference.reference", {"copy": "model" if asked == "model" else "copy"}.get(ref, ref), why)
     b = sol.per_device_batch
     if obj.grad_sequences > 1:
