@@ -41,20 +41,21 @@ def uses_preference(plan: Plan) -> bool:
 
 
 def _prompt_counter(plan: Plan, tokenizer: Any):
-    template = None
+    """Prompt tokens exactly as TRL counts them (trl/data_utils.py `_tokenize`: the tokenizer's special
+    tokens; conversational prompts through the chat template with the generation prompt)."""
+    from trl.data_utils import _tokenize
+
     if plan.get("data.format") == "chat":
         from .chat import chat_template_of
 
-        template = chat_template_of(plan, tokenizer)
+        tokenizer.chat_template = chat_template_of(plan, tokenizer)
 
     def count(prompt: Any) -> int | None:
-        if isinstance(prompt, str):
-            return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        if template is None:
-            raise ApplyError('a conversational row (a list of messages) needs data.format = "chat" and a chat '
-                             'template', fix='set data.format = "chat" (and data.chat_template = "chatml")')
-        ids = tokenizer.apply_chat_template(prompt, chat_template=template, tokenize=True, add_generation_prompt=True)
-        return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        if isinstance(prompt, list) and not tokenizer.chat_template:
+            raise ApplyError("a conversational row (a list of messages) needs a chat template",
+                             fix='set data.format = "chat" and data.chat_template = "chatml"')
+        extra = {"add_generation_prompt": True} if isinstance(prompt, list) else {}
+        return len(_tokenize(tokenizer, prompt, **extra)["input_ids"])
 
     return count
 

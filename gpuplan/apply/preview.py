@@ -44,6 +44,12 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     tokenizer = load_tokenizer(local_model_dir(plan), task=task,
                                from_scratch=bool(plan.value("model.from_scratch")),
                                trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    from .preference import uses_preference
+
+    if uses_preference(plan):  # chosen and rejected, as TRL tokenizes them (preference_preview.py)
+        from .preference_preview import preview_preference
+
+        return preview_preference(plan, tokenizer, n_examples)
     paths = train_paths(plan)
     raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
     fmt = formatter(plan, tokenizer)

@@ -42,7 +42,8 @@ def render_data(shown: dict[str, Any], fmt: str, style: Style) -> str:
         trained = sum(1 for _ in ex["segments"] if _["trained"])
         note = ", truncated" if ex["truncated"] else ""
         lines.append("")
-        lines.append(style(f"--- example {i}: {ex['tokens']} tokens{note}, {trained} trained part(s) ---", "cyan"))
+        kind = f" (row {ex['row']}, {ex['kind']})" if ex.get("kind") else ""  # dpo: chosen / rejected
+        lines.append(style(f"--- example {i}{kind}: {ex['tokens']} tokens{note}, {trained} trained part(s) ---", "cyan"))
         parts = []
         for seg in ex["segments"]:
             if style.enabled:

@@ -113,7 +113,8 @@ def read_json_rows(path: str) -> list[Any] | None:
 
 def plain_prompt_counter(tokenizer_file: str | None, byte_level: bool) -> Callable[[Any], int | None]:
     """Token count of a plain-text prompt with the model's tokenizer.json (the `tokenizers` library,
-    no torch), or the byte-level tokenizer's one id per UTF-8 byte; None for conversational prompts."""
+    no torch; its post-processor adds the special tokens, as trl/data_utils.py `_tokenize` does), or
+    the byte-level tokenizer's one id per UTF-8 byte (it adds none); None for conversational prompts."""
     encode: Callable[[str], int] | None = None
     if byte_level:
         def encode(text: str) -> int:
@@ -125,7 +126,7 @@ def plain_prompt_counter(tokenizer_file: str | None, byte_level: bool) -> Callab
             tok = Tokenizer.from_file(tokenizer_file)
 
             def encode(text: str) -> int:
-                return len(tok.encode(text, add_special_tokens=False).ids)
+                return len(tok.encode(text).ids)  # with the special tokens, as TRL tokenizes a prompt
         except Exception:  # a tokenizer.json this `tokenizers` cannot read: apply measures it
             encode = None
 

@@ -41,6 +41,14 @@ def _loss(ax, m: RunMetrics) -> None:
     ax.set(title="Loss", xlabel="step", ylabel="loss")
     _integer_steps(ax)
     _legend_or_empty(ax, bool(m.loss or m.eval_loss), "no loss logged")
+    if m.rewards.get("margins"):  # dpo / kto: the reward margin (and accuracy) on a second axis
+        twin = ax.twinx()
+        for name, color in (("margins", PLANNED), ("accuracies", "#2ca02c")):
+            if m.rewards.get(name):
+                steps, values = zip(*m.rewards[name])
+                twin.plot(steps, values, color=color, linestyle=":", label=f"reward {name}")
+        twin.set(ylabel="reward margin / accuracy")
+        twin.legend(loc="center right", fontsize=8)
 
 
 def _throughput(ax, m: RunMetrics, planned: float | None) -> None:

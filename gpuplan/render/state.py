@@ -21,10 +21,12 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
-def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = ()) -> str:
+def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = (),
+                     rewards: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> str:
     """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan.
 
-    `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss."""
+    `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss;
+    `rewards` (dpo / kto: TRL's rewards/margins and rewards/accuracies by step) one line each."""
     p, r = state.get("progress", {}), state.get("results", {}) or {}
     plan = state["plan"]
     lines = [f"Run in {path}: {state.get('status')}",
@@ -46,6 +48,10 @@ def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
     if len(losses) > 1:
         lines.append(f"  loss {sparkline(losses)} {min(losses):.4f}..{max(losses):.4f} over {len(losses)} logged steps")
+    for name in ("margins", "accuracies"):
+        values = [v for _, v in (rewards or {}).get(name, ())]
+        if len(values) > 1:
+            lines.append(f"  reward {name} {sparkline(values)} {values[0]:.3f} -> {values[-1]:.3f}")
     return "\n".join(lines) + "\n\n" + render_plan(plan)
 
 
