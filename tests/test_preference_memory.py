@@ -48,3 +48,22 @@ def test_the_trace_holds_the_reference_copy_and_two_sequences_per_example():
     dpo = trace_memory(LLAMA, Workload(2, 256, amp="bf16", objective="dpo", reference="copy"))
     n = model_facts(LLAMA, "causal-lm", 2).n_params
     assert dpo.components["weights"] - sft.components["weights"] == pytest.approx(2 * n, rel=0.01)  # bf16 copy
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_plan_trace_traces_the_dpo_step(tmp_path, method):
+    import json
+
+    from gpuplan.plan.build import plan_file
+    from gpuplan.trace.plan import trace_plan
+    from tests.helpers.planning import ENV
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    spec = tmp_path / "dpo.toml"
+    spec.write_text(f'[model]\nconfig = "config.json"\nmethod = "{method}"\n[hardware]\ngpu = "H100-80GB"\n'
+                    '[data]\nseq_len = 256\n[training]\nobjective = "dpo"\nper_device_train_batch_size = 2\n'
+                    'max_steps = 10\n')
+    plan = trace_plan(plan_file(spec, environment=ENV))
+    wl = plan.memory.workload
+    assert wl.objective == "dpo" and wl.reference == ("copy" if method == "full" else "adapters-off")
+    assert abs(plan.memory.traced["analytic_minus_traced_fraction"]) < 0.03, plan.memory.traced

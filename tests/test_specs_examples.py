@@ -50,3 +50,15 @@ def test_every_plan_round_trips_through_its_typed_sections(shipped_plans):
         assert again.to_dict() == data
         for section in ("hardware", "model", "memory", "throughput"):  # key order too: --json is byte-stable
             assert list(again.to_dict()[section]) == list(data[section])
+
+
+def test_8b_lora_dpo_prints_the_reference_choice_and_the_doubled_sequences():
+    from gpuplan.render.text import render_plan
+
+    plan = plan_file(SPECS / "llama-8b-lora-dpo.toml", environment=ENV)
+    text = render_plan(plan.to_dict())
+    assert ('+ preference.reference = "adapters-off"\n      lora: the reference is the base with adapters disabled '
+            "(peft), no second copy of the weights") in text
+    b = plan.value("training.per_device_train_batch_size")
+    assert f"per-device batch {b} examples = {2 * b} sequences of 2048 tokens" in text
+    assert plan.throughput.tokens_per_step == 64 * 2 * 2048

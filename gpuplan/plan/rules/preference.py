@@ -102,8 +102,10 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
             report = check_rows(rows, obj, max_prompt, count)
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
             if report.prompts_unmeasured and not report.unusable:
-                ctx.note(f"{key}[{i}]", f"{report.prompts_unmeasured} conversational prompts in {path} are measured "
-                                        "against preference.max_prompt_length by apply, with the chat template")
+                ctx.note(f"{key}[{i}]", f"{report.prompts_unmeasured} of {report.rows} prompts in {path} cannot be "
+                                        "measured here (conversational, or no tokenizer.json in the model "
+                                        "directory): apply measures them against preference.max_prompt_length "
+                                        "before it writes anything")
 
 
 def reference_for(ctx: Resolver, method: str) -> str:
