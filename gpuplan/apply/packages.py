@@ -33,6 +33,8 @@ def needed_packages(plan: Plan) -> list[tuple[str, str]]:
         out.append(("training.optim", NEEDS_PACKAGE[optim]))
     if plan.get("model.attn_implementation") == "flash_attention_2":
         out.append(("model.attn_implementation", "flash_attn"))
+    if (plan.get("training.objective") or "sft") != "sft":  # TRL's DPOTrainer / KTOTrainer
+        out.append(("training.objective", "trl"))
     backend = plan.get("training.torch_compile_backend") if plan.get("training.torch_compile") else None
     if backend in COMPILE_BACKEND_PACKAGES:
         out.append(("training.torch_compile_backend", COMPILE_BACKEND_PACKAGES[backend]))
