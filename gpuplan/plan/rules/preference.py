@@ -26,10 +26,8 @@ from gpuplan.plan.objectives import objective
 from gpuplan.plan.preference_data import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
 from gpuplan.plan.memory.preference import compute_bytes, reference_bytes
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.solve import SAVER_COST
 
 PRECOMPUTED_SAVER = "precomputed reference log-probs"
-PRECOMPUTED_COST = SAVER_COST[PRECOMPUTED_SAVER]
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
 
 
@@ -153,10 +151,10 @@ def reference(ctx: Resolver) -> None:
     if ref == "adapters-off":
         why = (f"{method}: the reference is the base with adapters disabled (peft), no second copy of the weights")
     elif ref == "precomputed":
-        why = (f"the reference log-probs are computed once before training ({PRECOMPUTED_COST})" if asked == "auto"
-               else "precomputed: one reference forward per example before training, no reference in memory")
+        why = "precomputed: one reference forward per example before training, no reference in memory"
         if asked == "auto":
-            why = "a frozen reference copy would need more memory savers: " + why
+            why = (f"a frozen reference copy ({gib:.1f} GiB) would need more memory savers: the reference log-probs "
+                   "are computed once per example before training instead, and no copy is held")
     elif asked == "model":
         why = (f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
                f"architecture in the compute dtype ({gib:.1f} GiB)")
