@@ -226,15 +226,16 @@ class PreferenceSpec(_Section):
                             "in the compute dtype, or precomputed log-probs when that alone fits), precomputed "
                             "(log-probs computed once before training), model (preference.reference_model).")
     reference_model: PathStr | None = Field(
-        None, description="reference = \"model\": a local model directory (or Hub id) to use as the reference.")
+        None, description="A local model directory to use as the reference (reference = \"model\"; with "
+                           "reference = \"auto\" setting it chooses it).")
 
     @model_validator(mode="after")
     def _model_has_a_path(self):
         if self.reference == "model" and self.reference_model is None:
             raise ValueError('preference.reference = "model" needs preference.reference_model (a model directory)')
-        if self.reference != "model" and self.reference_model is not None:
-            raise ValueError('preference.reference_model is read only with preference.reference = "model"; '
-                             'set preference.reference = "model" or remove preference.reference_model')
+        if self.reference == "precomputed" and self.reference_model is not None:
+            raise ValueError('preference.reference = "precomputed" computes the reference log-probs with the '
+                             'starting weights, not preference.reference_model; remove one of the two')
         return self
 
 

@@ -39,6 +39,7 @@ SECTION_COMMENTS = {
     "hardware": "Where it runs. gpuplan plans for this GPU; it need not be the machine you plan on.",
     "data": "What it reads.",
     "training": 'How it trains, in TrainingArguments names. "auto": gpuplan decides, and the plan says why.',
+    "preference": 'Preference tuning (TRL DPOConfig / KTOConfig names), read when training.objective is "dpo" or "kto".',
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
 }
@@ -57,6 +58,7 @@ ACTIVE = {
                  "gradient_checkpointing", "bf16", "fp16", "tf32", "optim", "learning_rate", "max_steps",
                  "lr_scheduler_type", "logging_steps", "save_steps", "seed", "dataloader_pin_memory",
                  "dataloader_num_workers", "torch_compile"),
+    "preference": (),
     "distributed": ("strategy",),
     "output": ("dir",),
 }
@@ -87,6 +89,10 @@ EXAMPLES: dict[str, Any] = {
     "training.torch_compile_mode": "default",
     "training.run_name": "my-run",
     "distributed.master_addr": "10.0.0.1",
+    "preference.beta": 0.1,
+    "preference.max_length": 2048,
+    "preference.max_prompt_length": 1024,
+    "preference.reference_model": "/models/my-reference",
 }
 
 

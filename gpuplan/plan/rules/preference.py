@@ -114,7 +114,7 @@ def reference_for(ctx: Resolver, method: str) -> str:
     want = ctx.spec("preference.reference")
     if want == "precomputed":
         return "precomputed"
-    if want == "model":
+    if want == "model" or ctx.spec("preference.reference_model") is not None:
         return "copy"  # a separate frozen model, counted as the policy's architecture in the compute dtype
     return "adapters-off" if method in ("lora", "qlora") else "copy"
 
@@ -126,7 +126,8 @@ def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any])
     saver. Returns (problem, solution)."""
     sol = solve(problem)
     base = problem.base
-    if base.reference != "copy" or ctx.spec("preference.reference") != "auto" or (sol.fits and not sol.savers):
+    chosen = ctx.spec("preference.reference") != "auto" or ctx.spec("preference.reference_model") is not None
+    if base.reference != "copy" or chosen or (sol.fits and not sol.savers):
         return problem, sol
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)
@@ -148,6 +149,8 @@ def reference(ctx: Resolver) -> None:
     ref = base.reference
     gib = ctx.facts.n_params * compute_bytes(base) / 2**30
     asked = ctx.spec("preference.reference")
+    if asked == "auto" and ctx.spec("preference.reference_model") is not None:
+        asked = "model"  # setting the model chooses it
     if ref == "adapters-off":
         why = (f"{method}: the reference is the base with adapters disabled (peft), no second copy of the weights")
     elif ref == "precomputed":
