@@ -128,7 +128,8 @@ def fit(ctx: Resolver) -> None:
     problem = FitProblem(
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
-        tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
+        tensor_multiple=batch_multiple(gemm, base.seq_len * objective(base.objective).grad_sequences),
+        gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
     )
