@@ -80,6 +80,16 @@ def test_dpo_lora_learns_the_rule_and_leaves_the_base_untouched(base, tmp_path):
     assert results["trainable_params"] == plan.model.trainable_params
 
 
+def test_dpo_qlora_trains_the_adapters_on_a_4bit_base(base, tmp_path):
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, method="qlora", lr="1e-2", steps=4)
+    assert plan.value("preference.reference") == "adapters-off"
+    results = execute(plan, echo=lambda s: None, progress=False)
+    lines = _train_lines(plan.value("output.dir"))
+    assert lines[-1]["rewards/margins"] > lines[0]["rewards/margins"]
+    assert "adapter_model.safetensors" in os.listdir(results["final_model_dir"])
+
+
 def test_dpo_on_conversational_pairs_with_the_chat_template(base, tmp_path):
     base_dir, _ = base
     data = write_jsonl(tmp_path / "chat.jsonl", conversational(pairs(16)))

@@ -27,6 +27,8 @@ CASES = [
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA),
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA, gradient_checkpointing=True),
     Workload(4, 256, amp="bf16", objective="kto", reference="copy"),
+    Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off",
+             adapters=Adapters(method="qlora", r=8, target_modules=LORA.target_modules, compute_dtype="bfloat16")),
 ]
 
 
