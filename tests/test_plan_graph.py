@@ -1,6 +1,6 @@
 import pytest
 
-from gpuplan.plan.graph import GraphError, Rule, build_graph, rule_order
+from gpuplan.plan.engine.graph import GraphError, Rule, build_graph, rule_order
 from gpuplan.plan.rules import ALL_RULES
 
 

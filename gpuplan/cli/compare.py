@@ -47,7 +47,7 @@ def _parse_gpus(text: str | None) -> list[str] | None:
 
 def cmd_compare(args) -> int:
     from gpuplan.plan.compare import compare
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
     from gpuplan.render.json import dumps
     from gpuplan.spec.load import load_toml
 

@@ -48,7 +48,7 @@ def cmd_lock(args) -> int:
     )
     from gpuplan.hub.resolve import README, HubError, resolve, snapshot
     from gpuplan.plan.build import flatten
-    from gpuplan.plan.sources import hub_keys
+    from gpuplan.plan.inputs.sources import hub_keys
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 

@@ -16,20 +16,20 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.hub.ids import is_hub_id
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.advice import auto_resolved_to_cpu, long_run
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.fingerprint import fingerprint
-from gpuplan.plan.graph import rule_order, writers
-from gpuplan.plan.inputs import data_file_problems
+from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.lifecycle.fingerprint import fingerprint
+from gpuplan.plan.engine.graph import rule_order, writers
+from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL, LORA_COUNT
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
-from gpuplan.plan.communication import communication
-from gpuplan.plan.solve import saver_cost
-from gpuplan.plan.sources import resolve_sources, source_settings
-from gpuplan.plan.solve import workload as solve_workload
-from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
-from gpuplan.plan.throughput import estimate_throughput
+from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.fit.search import saver_cost
+from gpuplan.plan.inputs.sources import resolve_sources, source_settings
+from gpuplan.plan.fit.search import workload as solve_workload
+from gpuplan.plan.estimate.calibration import calibrated_efficiency, calibration_assumption
+from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from gpuplan.spec.load import LoadedSpec, load_toml
@@ -144,7 +144,7 @@ def plan_spec(
         errors = [d for d in ctx.diagnostics if d.severity == "error"]
         sol = ctx.internal.get(FIT_SOLUTION)
         if alternatives and sol is not None and not sol.fits:
-            from gpuplan.plan.alternatives import with_hardware_alternatives
+            from gpuplan.plan.fit.hardware_alternatives import with_hardware_alternatives
 
             errors = with_hardware_alternatives(errors, loaded, spec, gpu, plan=lambda raw: _try_plan(
                 raw, loaded, detect=detect, environment=environment, strict=strict))

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _AUTO_CLASSES = {

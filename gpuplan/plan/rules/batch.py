@@ -7,11 +7,11 @@ effective batch, and the effective batch itself when it was derived.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.units import GIB
-from gpuplan.plan.solve import price, tensor_core_multiple
+from gpuplan.plan.fit.search import price, tensor_core_multiple
 from gpuplan.plan.wording import matrix_units
 
 KEYS = (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import INTERNAL
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import INTERNAL
 
 # TrainingArguments.per_device_train_batch_size defaults to 8 (transformers
 # training_args.py): without an effective batch that is the target per device.

@@ -8,9 +8,9 @@ gpuplan/spec/names.py). inductor on CPU needs a C++ compiler; on GPU, triton.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import COMPILE_BACKEND_PACKAGES
 
 

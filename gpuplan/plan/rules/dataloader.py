@@ -8,9 +8,9 @@ compete with the training threads for the same cores).
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import is_local
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.inputs.target import is_local
 
 
 def pin_memory(ctx: Resolver) -> None:

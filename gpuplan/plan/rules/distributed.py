@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
-from gpuplan.plan.solve import Sharding
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.fit.search import Sharding
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import BNB_OPTIMIZERS
 from gpuplan.units import GIB
 

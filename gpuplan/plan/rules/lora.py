@@ -15,10 +15,10 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
-from gpuplan.plan.memory.types import Adapters
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.types import Workload
-from gpuplan.plan.nofit import savers_on, verified_fixes
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.fit.fixes import savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
@@ -25,10 +25,10 @@ from gpuplan.plan.rules.common import (
 )
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
-from gpuplan.plan.method_alternatives import adapter_alternatives
+from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
-from gpuplan.plan.target import target_packages
+from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.inputs.target import target_packages
 from gpuplan.units import GIB
 
 

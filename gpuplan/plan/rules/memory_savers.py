@@ -7,8 +7,8 @@ saver memory.fit chooses, is rules/checkpointing.py.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
 

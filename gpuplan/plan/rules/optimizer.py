@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.target import install_note, is_local, target_packages
+from gpuplan.plan.inputs.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.spec.trackers import MLFLOW_DIR, TENSORBOARD_DIR, TRACKERS, requested
 
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.activations import activation_parts, mode_of
-from gpuplan.plan.memory.layout import model_layout
-from gpuplan.plan.memory.overhead import overhead_bytes
-from gpuplan.plan.memory.sharding import sharded_states
-from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind
-from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.activations import activation_parts, mode_of
+from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.sharding import sharded_states
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
+from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
 
 __all__ = ["estimate_memory"]
 
@@ -36,7 +36,7 @@ __all__ = ["estimate_memory"]
 def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
     """Peak memory of one device for `workload` on the model `facts` describes."""
     if workload.adapters is not None:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
-        from gpuplan.plan.memory.adapters import estimate_adapter_memory
+        from gpuplan.plan.estimate.memory.adapters import estimate_adapter_memory
 
         return estimate_adapter_memory(facts, workload, gpu)
     wl = workload

@@ -22,7 +22,7 @@ from functools import lru_cache
 from math import prod
 
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.lora_targets import OUTPUT_LAYERS, SEQ_CLS_HEADS
+from gpuplan.modelinfo.lora_targets import OUTPUT_LAYERS, SEQ_CLS_HEADS
 
 BLOCK = 64  # bitsandbytes 4-bit default blocksize (functional.quantize_4bit)
 NESTED_BLOCK = 256  # quantize_blockwise blocksize of the double-quantized absmax

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.graph import SPEC, Rule
+from gpuplan.plan.engine.graph import SPEC, Rule
 from gpuplan.plan.types import Change, Diagnostic, Setting
 from gpuplan.toml_value import toml_value
 

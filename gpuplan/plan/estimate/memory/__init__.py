@@ -9,7 +9,7 @@ activations.py  activations and the loss path per family
 overhead.py     what the device adds beyond tensors (context, allocator, workspace)
 """
 
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
 
 __all__ = ["COMPONENTS", "MemoryEstimate", "Workload", "estimate_memory"]

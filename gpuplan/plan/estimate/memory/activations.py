@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 # model_type -> block style
 STYLE_OF = {

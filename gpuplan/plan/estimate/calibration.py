@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.efficiency import default_efficiency
+from gpuplan.plan.estimate.efficiency import default_efficiency
 
 
 def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:

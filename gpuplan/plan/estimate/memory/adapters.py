@@ -32,13 +32,13 @@ from math import prod
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.lora_targets import _candidates, peft_matches, saved_modules
-from gpuplan.plan.memory.activations import STYLE_OF, activation_parts, mode_of
-from gpuplan.plan.memory.layout import model_layout
-from gpuplan.plan.memory.overhead import overhead_bytes
-from gpuplan.plan.memory.quant4 import base_4bit_split
-from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
-from gpuplan.plan.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
+from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
+from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
+from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
+from gpuplan.plan.estimate.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
 
 MLP_LAYERS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc1", "fc2", "c_fc", "dense_h_to_4h",
                         "dense_4h_to_h", "dense"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.hardware.catalog import load_catalog
-from gpuplan.plan.solve import (
+from gpuplan.plan.fit.search import (
     ADAFACTOR,
     EIGHT_BIT,
     FitProblem,

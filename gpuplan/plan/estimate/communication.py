@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEFAULT_NETWORK = "InfiniBand-NDR"
@@ -48,7 +48,7 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
     if wl.adapters is not None:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
-        from gpuplan.plan.memory.adapters import adapter_layout
+        from gpuplan.plan.estimate.memory.adapters import adapter_layout
 
         lay = adapter_layout(facts, wl.adapters)
         p_bytes = 4 * (lay.adapter_params + lay.saved_params)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 if TYPE_CHECKING:
     import networkx as nx
 
-    from gpuplan.plan.context import Resolver
+    from gpuplan.plan.engine.resolver import Resolver
 
 SPEC = "spec:"
 INTERNAL = "internal:"  # a value rules pass on that is not a setting (the fit solver's solution)

@@ -56,9 +56,9 @@ from functools import lru_cache
 from math import prod
 
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.layout import ModelLayout
-from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_state_bytes, optimizer_step_temp_bytes
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.layout import ModelLayout
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_state_bytes, optimizer_step_temp_bytes
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.units import GIB
 
 _DTYPE_NAME = {2: "16-bit", 4: "fp32"}

@@ -1,6 +1,6 @@
 """Fit-to-memory search: the fastest batch split and memory savers that fit.
 
-Pure: every candidate is priced by gpuplan.plan.memory.estimate_memory.
+Pure: every candidate is priced by gpuplan.plan.estimate.memory.estimate_memory.
 
 Order of preference (the guide: larger per-device batches are faster, many
 accumulation steps slow training, checkpointing costs ~20%, emptying the cache
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
 
 # The saver ladder, cheapest slowdown first. Each entry: (name, knob, value, cost).
 EIGHT_BIT = "adamw_bnb_8bit"

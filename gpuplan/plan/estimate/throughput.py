@@ -32,8 +32,8 @@ from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
+from gpuplan.plan.estimate.memory.types import Workload
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".

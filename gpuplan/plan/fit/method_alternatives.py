@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.context import Resolver
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.rules.lora import adapters_for
-from gpuplan.plan.solve import FitProblem, solve
+from gpuplan.plan.fit.search import FitProblem, solve
 
 GIB = 1024**3
 
