@@ -8,8 +8,6 @@ from typing import Any
 
 from gpuplan.cli.common import UserError, user_files
 
-SAVER_SHORT = {"8-bit optimizer": "8bit-adam", "gradient checkpointing": "ckpt", "cache emptying": "empty-cache",
-               "Adafactor": "adafactor"}
 GIB = 1024**3
 
 
@@ -85,7 +83,9 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
                if r.get("needs_bytes") else (r.get("error") or "does not plan"))
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
-    savers = "+".join(SAVER_SHORT.get(s, s) for s in r["savers"]) or "-"
+    from gpuplan.plan.fit.savers import short_name
+
+    savers = "+".join(short_name(s) for s in r["savers"]) or "-"
     cost = "no price" if r.get("cost_usd") is None else (
         "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
     t = r["step_time_s"]

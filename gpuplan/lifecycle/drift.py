@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
+from gpuplan.plan.methods import method_named
 
 # Changing these mid-run changes what is being trained: resuming would silently mix
 # two runs (the Trainer itself only warns for batch size and logging/eval/save steps;
@@ -75,21 +76,11 @@ def diff_plans(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Drift]:
     return out
 
 
-def _trains(key: str, method: str) -> bool:
-    """Whether `key` shapes what a run of `method` trains: [lora] only with adapters,
-    [quantization] only with a 4-bit base (full plans carry both sections' defaults)."""
-    if key.startswith("lora."):
-        return method in ("lora", "qlora")
-    if key.startswith("quantization."):
-        return method == "qlora"
-    return True
-
-
 def resume_conflicts(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Why the new plan cannot continue the old plan's run (empty: it can)."""
-    methods = {_values(p).get("model.method") or "full" for p in (old, new)}
+    methods = {method_named(_values(p).get("model.method")) for p in (old, new)}
     return [
         f"{d.key}: {d.before!r} -> {d.after!r} changes {RESUME_BREAKING[d.key]}"
         for d in diff_plans(old, new)
-        if d.key in RESUME_BREAKING and any(_trains(d.key, m) for m in methods)
+        if d.key in RESUME_BREAKING and any(m.trains(d.key) for m in methods)
     ]

@@ -25,7 +25,7 @@ from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL, LORA_COUNT
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.estimate.communication import communication
-from gpuplan.plan.fit.search import saver_cost
+from gpuplan.plan.fit.savers import saver_cost
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.estimate.calibration import calibrated_efficiency, calibration_assumption
@@ -36,6 +36,7 @@ from gpuplan.spec.load import LoadedSpec, load_toml
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
 from gpuplan.units import GIB
+from gpuplan.plan.methods import method_named
 
 PATH_KEYS = ("model.config", "model.name_or_path", "output.dir")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
@@ -229,7 +230,7 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
     """model.method, model.trainable_params and model.total_params (as peft's
     get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
     count = resolved[0] if resolved else None
-    if method not in ("lora", "qlora") or count is None:
+    if not method_named(method).frozen_base or count is None:
         return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
     return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,
             # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.methods import method_of
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEFAULT_NETWORK = "InfiniBand-NDR"
@@ -46,7 +47,7 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     if world == 1 or wl.engine == "none":
         return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
     p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
-    if wl.adapters is not None:
+    if method_of(wl.adapters).frozen_base:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
         from gpuplan.plan.estimate.memory.adapters import adapter_layout
 

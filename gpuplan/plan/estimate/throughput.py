@@ -34,6 +34,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.methods import FULL, LORA, method_of
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
@@ -65,7 +66,7 @@ def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: boo
     are under 1% for r << hidden and left out)."""
     n, head = matmul_params(facts)
     attention = facts.num_layers * facts.num_attention_heads * facts.head_dim * seq_len
-    weights = 4 if frozen_base else 6
+    weights = LORA.weight_flops if frozen_base else FULL.weight_flops
     model = weights * n + 12 * attention
     if not gradient_checkpointing:
         return model, model
@@ -107,7 +108,8 @@ def estimate_throughput(
     notes: list[str] = []
     on_cpu = gpu.vendor == "cpu" or workload.device == "cpu"
     tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
-    frozen = workload.adapters is not None
+    method = method_of(workload.adapters)
+    frozen = method.frozen_base
     model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
     model_flops = model_per_token * tokens
     flops = hw_per_token * tokens
@@ -135,7 +137,7 @@ def estimate_throughput(
     if frozen:
         formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
                    + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
-        if workload.adapters.method == "qlora":
+        if method.quantized_base:
             notes.append("qlora: each 4-bit matmul first dequantizes its weight (memory-bound, not counted)")
     slowdowns: dict[str, float] = {}
     if workload.torch_empty_cache_steps > 0:

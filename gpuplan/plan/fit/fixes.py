@@ -15,14 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from gpuplan.hardware.catalog import load_catalog
-from gpuplan.plan.fit.search import (
-    ADAFACTOR,
-    EIGHT_BIT,
-    FitProblem,
-    FitSolution,
-    Sharding,
-    solve,
-)
+from gpuplan.plan.fit.savers import KNOBS, SAVERS, user_saver_label
+from gpuplan.plan.fit.search import FitProblem, FitSolution, Sharding, solve
 
 GIB = 1024**3
 MAX_GPUS_PER_NODE = 8  # HGX/DGX nodes
@@ -32,12 +26,10 @@ def savers_on(sol: FitSolution, user_set: set[str]) -> str:
     """What the refused candidate runs with, auto savers and the spec's own."""
     k = sol.knobs
     on = list(sol.savers)
-    if "gradient_checkpointing" in user_set and k.gradient_checkpointing:
-        on.append("gradient checkpointing (set by the spec)")
-    if "optim" in user_set and (k.optim in (EIGHT_BIT, ADAFACTOR) or "8bit" in k.optim):
-        on.append(f"{k.optim} (set by the spec)")
-    if "torch_empty_cache_steps" in user_set and k.torch_empty_cache_steps:
-        on.append("cache emptying (set by the spec)")
+    for knob in KNOBS:
+        label = user_saver_label(knob, getattr(k, knob)) if knob in user_set else None
+        if label:
+            on.append(f"{label} (set by the spec)")
     if k.sharding.engine in ("fsdp", "deepspeed"):
         on.append(k.sharding.label)
     if not on:
@@ -54,8 +46,7 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
                    headroom: float, effective_set: bool) -> list[str]:
     fixes: list[str] = []
     # savers the spec fixed
-    for knob, key in (("gradient_checkpointing", "training.gradient_checkpointing"), ("optim", "training.optim"),
-                      ("torch_empty_cache_steps", "training.torch_empty_cache_steps")):
+    for knob, key in dict((s.knob, s.setting) for s in SAVERS).items():
         if knob in user_set and _fits(dataclasses.replace(p, auto=p.auto | {knob})):
             fixes.append(f'{key} = "auto"')
     # bf16 weights

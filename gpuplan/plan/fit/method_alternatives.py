@@ -15,6 +15,7 @@ import dataclasses
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.fit.search import FitProblem, solve
+from gpuplan.plan.methods import ADAPTER_METHODS
 
 GIB = 1024**3
 
@@ -22,7 +23,7 @@ GIB = 1024**3
 def adapter_alternatives(ctx: Resolver, problem: FitProblem) -> list[str]:
     """One line per fitting method: memory and the lines to add under [model]."""
     out = []
-    for method in ("lora", "qlora"):
+    for method in (m.name for m in ADAPTER_METHODS):
         adapters = adapters_for(method, ctx)
         if adapters is None:
             return out

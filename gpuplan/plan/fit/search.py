@@ -23,27 +23,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
-
-# The saver ladder, cheapest slowdown first. Each entry: (name, knob, value, cost).
-EIGHT_BIT = "adamw_bnb_8bit"
-ADAFACTOR = "adafactor"
-EMPTY_CACHE_STEPS = 4  # the guide's example value
-def saver_cost(name: str, weight_dtype: str) -> str:
-    """SAVER_COST, with the 8-bit optimizer's saving for this weight dtype: AdamW keeps two
-    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes."""
-    if name == "8-bit optimizer":
-        adam = 2 * {"float32": 4}.get(weight_dtype, 2)
-        return f"no measurable step-time cost; Adam states {adam} -> ~2 bytes per parameter (bitsandbytes)"
-    return SAVER_COST[name]
-
-
-SAVER_COST = {
-    "8-bit optimizer": "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
-    "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
-    "gradient checkpointing": "about 20% slower (the guide): one extra forward",
-    "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
-}
-
+from gpuplan.plan.fit.savers import BY_NAME, SAVERS
 
 @dataclass(frozen=True)
 class Sharding:
@@ -85,7 +65,7 @@ class FitProblem:
     user_batch: int | None  # per_device_train_batch_size the user set (None: auto)
     user_accumulation: int | None
     fixed: Knobs  # values for knobs the user set; see `auto`
-    auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps"
+    auto: frozenset[str]  # knobs gpuplan may turn: the savers' knobs (fit/savers.py KNOBS)
     tensor_multiple: int  # per-device batch multiple that makes batch x seq_len a multiple of gemm_multiple
     eight_bit_available: bool
     shardings: tuple[Sharding, ...] = (Sharding(),)  # candidates, cheapest communication first
@@ -125,30 +105,15 @@ def ladder(p: FitProblem) -> list[tuple[tuple[str, ...], Knobs]]:
 
 
 def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...], Knobs]]:
-    """Cumulative memory savers on one sharding layout."""
+    """Cumulative memory savers on one sharding layout, in the saver table's order (fit/savers.py)."""
     k = dataclasses.replace(p.fixed, sharding=sharding)
     steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
     names: tuple[str, ...] = ()
-    # adapters: their optimizer states are a few hundred MiB at most, so 8-bit states and
-    # Adafactor buy almost nothing there and are not used for memory (rules/optimizer.py says so)
-    adapters = p.base.adapters is not None
-    # bitsandbytes' 8-bit states do not shard under FSDP/DeepSpeed (axolotl refuses the pair)
-    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp") and not adapters:
-        names += ("8-bit optimizer",)
-        k = dataclasses.replace(k, optim=EIGHT_BIT)
-        steps.append((names, k))
-    if "torch_empty_cache_steps" in p.auto and p.base.device == "cuda":
-        names += ("cache emptying",)
-        k = dataclasses.replace(k, torch_empty_cache_steps=EMPTY_CACHE_STEPS)
-        steps.append((names, k))
-    if "gradient_checkpointing" in p.auto:
-        names += ("gradient checkpointing",)
-        k = dataclasses.replace(k, gradient_checkpointing=True)
-        steps.append((names, k))
-    if "optim" in p.auto and not adapters:
-        names = tuple(n for n in names if n != "8-bit optimizer") + ("Adafactor",)
-        k = dataclasses.replace(k, optim=ADAFACTOR)
-        steps.append((names, k))
+    for saver in SAVERS:
+        if saver.knob in p.auto and saver.available(p, sharding):
+            names = tuple(n for n in names if n not in saver.supersedes) + (saver.name,)
+            k = dataclasses.replace(k, **{saver.knob: saver.value})
+            steps.append((names, k))
     return steps
 
 
@@ -245,11 +210,9 @@ def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> t
 
 
 def _undo(name: str, knobs: Knobs, fixed: Knobs) -> Knobs:
-    if name == "8-bit optimizer" or name == "Adafactor":
-        return dataclasses.replace(knobs, optim=fixed.optim)
-    if name == "cache emptying":
-        return dataclasses.replace(knobs, torch_empty_cache_steps=fixed.torch_empty_cache_steps)
-    return dataclasses.replace(knobs, gradient_checkpointing=fixed.gradient_checkpointing)
+    """The knobs without one saver: its knob back to the spec's value."""
+    knob = BY_NAME[name].knob
+    return dataclasses.replace(knobs, **{knob: getattr(fixed, knob)})
 
 
 def tensor_core_multiple(gpu: GPUProfile, half: bool, tf32: bool) -> int:

@@ -27,6 +27,8 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.fit.savers import SAVERS
+from gpuplan.plan.methods import METHODS
 from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.inputs.target import target_packages
 from gpuplan.units import GIB
@@ -132,12 +134,13 @@ def fit(ctx: Resolver) -> None:
     shardings = problem.shardings
     tried = []
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
-    for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
+    for method in (tuple(METHODS) if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
-        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
-            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
-            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
+        engines = METHODS[method].engines  # adapters replicate (DDP); sharding them is not planned
+        planned = tuple(sh for sh in shardings if sh.engine in engines)
+        if planned != shardings:
+            problem = dataclasses.replace(problem, shardings=planned or shardings[:1])
         sol = solve(problem)
         tried.append((method, sol))
         if sol.fits:
@@ -153,7 +156,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    user_set = {s.knob for s in SAVERS if ctx.is_user(s.setting)}
     fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
                            count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
                            headroom=ctx.spec("hardware.headroom"),

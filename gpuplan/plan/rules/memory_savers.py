@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.fit.savers import CACHE_EMPTYING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
 
@@ -27,7 +28,7 @@ def empty_cache(ctx: Resolver) -> None:
         return
     steps = sol.knobs.torch_empty_cache_steps
     if steps:
-        saved = sol.saved_bytes.get("cache emptying", 0) / GIB
+        saved = sol.saved_bytes.get(CACHE_EMPTYING.name, 0) / GIB
         why = (f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks "
                "(about 10% slower)")
     else:

@@ -29,13 +29,14 @@ from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.sharding import sharded_states
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.methods import method_of
 
 __all__ = ["estimate_memory"]
 
 
 def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
     """Peak memory of one device for `workload` on the model `facts` describes."""
-    if workload.adapters is not None:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
+    if method_of(workload.adapters).frozen_base:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
         from gpuplan.plan.estimate.memory.adapters import estimate_adapter_memory
 
         return estimate_adapter_memory(facts, workload, gpu)
