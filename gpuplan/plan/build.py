@@ -22,7 +22,8 @@ from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.plan.engine.graph import rule_order, writers
 from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL, LORA_COUNT
+from gpuplan.plan.engine.graph import Node
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.estimate.communication import communication
 from gpuplan.plan.fit.savers import saver_cost
@@ -70,7 +71,7 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
     return out
 
 
-SOURCE_REFS = INTERNAL + "sources"  # Hub ids resolved to commits (plan/sources.py), for assemble
+SOURCE_REFS: Node[dict[str, Any]] = Node("sources")  # Hub ids resolved to commits (inputs/sources.py), for assemble
 
 
 def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfile:
@@ -143,11 +144,11 @@ def plan_spec(
     spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
     if ctx.has_errors:
         errors = [d for d in ctx.diagnostics if d.severity == "error"]
-        sol = ctx.internal.get(FIT_SOLUTION)
-        if alternatives and sol is not None and not sol.fits:
+        nofit = ctx.internal.get(NO_FIT)
+        if alternatives and nofit is not None:
             from gpuplan.plan.fit.hardware_alternatives import with_hardware_alternatives
 
-            errors = with_hardware_alternatives(errors, loaded, spec, gpu, plan=lambda raw: _try_plan(
+            errors = with_hardware_alternatives(errors, nofit, loaded, spec, gpu, plan=lambda raw: _try_plan(
                 raw, loaded, detect=detect, environment=environment, strict=strict))
         raise PlanError(errors + [d for d in ctx.diagnostics if d.severity != "error"])
     return assemble(loaded, spec, settings, gpu, facts, ctx, environment=environment, prices=prices,

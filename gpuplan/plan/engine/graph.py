@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 import heapq
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, TypeVar
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -29,6 +29,21 @@ if TYPE_CHECKING:
 
 SPEC = "spec:"
 INTERNAL = "internal:"  # a value rules pass on that is not a setting (the fit solver's solution)
+
+T = TypeVar("T")
+
+
+class Node(str, Generic[T]):
+    """An internal graph node: a key rules pass a typed value through (`ctx.get(node) -> T`).
+
+    It is the key string itself (`internal:fit.solution`), so the graph, the declared reads
+    and writes and the Resolver's store treat it like any key; the type parameter tells the
+    type checker what `Resolver.get` returns for it."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str) -> "Node[T]":
+        return super().__new__(cls, INTERNAL + name)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,16 @@ An adjustment of a user-set value becomes an error under --strict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.engine.graph import SPEC, Rule
+from gpuplan.plan.engine.graph import SPEC, Node, Rule
 from gpuplan.plan.types import Change, Diagnostic, Setting
 from gpuplan.toml_value import toml_value
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,6 +50,12 @@ class Resolver:
         s = self.spec_settings.get(key)
         return s is not None and s.source == "user" and s.value != "auto"
 
+    @overload
+    def get(self, key: Node[T]) -> T: ...
+
+    @overload
+    def get(self, key: str) -> Any: ...
+
     def get(self, key: str) -> Any:
         """The resolved value of key: its writer has run, or no rule writes it."""
         self._check_read(key)
@@ -70,7 +79,7 @@ class Resolver:
         assert self.rule is not None and key in self.rule.writes, f"undeclared write of {key}"
         return self.rule.id
 
-    def set_internal(self, key: str, value: Any) -> None:
+    def set_internal(self, key: Node[T], value: T) -> None:
         self._check_write(key)
         self.internal[key] = value
 

@@ -20,6 +20,7 @@ from typing import Any
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import catalog_price, split_count
 from gpuplan.hardware.profile import GIB, GPUProfile
+from gpuplan.plan.fit.fixes import NoFit
 from gpuplan.plan.types import Diagnostic, Plan
 
 MAX_GPUS = 64
@@ -105,31 +106,21 @@ def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, n
     return [a for a in (larger_gpu(raw, gpu, count, nodes, plan), more_gpus(raw, gpu, count, nodes, plan)) if a]
 
 
-def _one_key_fixes(fix: str | None, *, drop_hardware: bool) -> str | None:
-    """The memory fit's one-key fixes (plan/nofit.py); its GPU and GPU-count ones are left out
-    when the alternatives above name the hardware, each planned in full."""
-    head = "any one of these fits (checked with the same memory model): "
-    if not fix or not drop_hardware or head not in fix:
-        return fix
-    before, after = fix.split(head, 1)
-    kept = [f for f in after.split("; ") if not f.startswith("hardware.")]
-    out = before + head + "; ".join(kept) if kept else before.removesuffix("; or ")
-    return out or None
-
-
-def with_hardware_alternatives(errors: Sequence[Diagnostic], loaded, spec, gpu: GPUProfile,
+def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loaded, spec, gpu: GPUProfile,
                                plan: PlanFn) -> list[Diagnostic]:
-    """`errors` with the does-not-fit error's fix naming the hardware that fits (or saying none does)."""
+    """`errors` with the no-fit error's fix naming the hardware that fits (or saying none does);
+    the memory fit's own one-key fixes follow, without the hardware ones when the hardware
+    above is planned in full. The error is the one the no-fit record made, whatever its method."""
     out = list(errors)
     for i, d in enumerate(out):
-        if d.key == "hardware.gpu" and d.summary.startswith("does not fit"):
+        if d == nofit.diagnostic:
             alts = hardware_alternatives(loaded.raw, gpu, spec.hardware.count, spec.hardware.nodes, plan)
             if alts:
                 found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
             else:
                 found = (f"no catalog GPU fits at {spec.hardware.count * spec.hardware.nodes} GPU(s), "
                          f"nor up to {MAX_GPUS} x {gpu.name}")
-            rest = _one_key_fixes(d.fix, drop_hardware=bool(alts))
+            rest = nofit.fix_text(drop_hardware=bool(alts))
             out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)
             break
     return out

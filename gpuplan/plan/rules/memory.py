@@ -13,12 +13,14 @@ import dataclasses
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.fit.fixes import savers_on, verified_fixes
+from gpuplan.errors import Diagnostic
+from gpuplan.plan.fit.fixes import NoFit, no_fit_fix, savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
     FIT_SOLUTION,
     LORA_COUNT,
+    NO_FIT,
     QUANT_COMPUTE,
     TRAINER_DEFAULT_BATCH,
     world_size,
@@ -88,6 +90,7 @@ def fit(ctx: Resolver) -> None:
         ctx.set_internal(FIT_SOLUTION, None)
         ctx.set_internal(FIT_PROBLEM, None)
         ctx.set_internal(FIT_METHOD, None)
+        ctx.set_internal(NO_FIT, None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -148,6 +151,7 @@ def fit(ctx: Resolver) -> None:
     ctx.set_internal(FIT_SOLUTION, sol)
     ctx.set_internal(FIT_PROBLEM, problem)
     ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
+    ctx.set_internal(NO_FIT, None)
     if not sol.fits:
         _report_no_fit(ctx, problem, sol, method)
 
@@ -165,22 +169,20 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
     what = "" if method == "full" else f"{method} "
-    alternatives = adapter_alternatives(ctx, p) if method == "full" else []
+    alternatives = adapter_alternatives(ctx, p) if not METHODS[method].frozen_base else []
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
-    parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if alternatives else []
-    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
-        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
-    fix = "; or ".join(parts) or None
-    ctx.error(
-        "hardware.gpu",
+    error = Diagnostic(
+        "error", "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
                + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
                   "seq_len, more GPUs, a larger GPU) makes it fit"),
-        fix=fix,
+        fix=no_fit_fix(tuple(fixes), tuple(alternatives)),
     )
+    ctx.diagnostics.append(error)
+    ctx.set_internal(NO_FIT, NoFit(method, sol, tuple(fixes), tuple(alternatives), error))
 
 
 RULES = (
@@ -199,7 +201,7 @@ RULES = (
             QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
         ),
-        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD),
+        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, NO_FIT),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),
