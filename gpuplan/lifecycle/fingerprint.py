@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gpuplan.plan.types import Plan
+
+if TYPE_CHECKING:
+    from gpuplan.plan.inputs.environment import Environment
 
 VERSIONED = ("torch", "transformers", "bitsandbytes", "accelerate")
 
@@ -20,8 +23,8 @@ def settings_sha256(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def fingerprint(plan: Plan, environment: Mapping[str, Any]) -> dict[str, Any]:
-    packages = environment.get("packages", {})
+def fingerprint(plan: Plan, environment: Environment) -> dict[str, Any]:
+    packages = environment.packages
     hw = plan.hardware
     return {
         "spec_sha256": plan.spec_sha256,
@@ -29,12 +32,12 @@ def fingerprint(plan: Plan, environment: Mapping[str, Any]) -> dict[str, Any]:
         "hardware": {"name": hw.name, "memory_bytes": hw.memory_bytes,
                      "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
                      "count": hw.count, "nodes": hw.nodes},
-        "versions": {**{k: packages.get(k) for k in VERSIONED}, "cuda": environment.get("cuda")},
+        "versions": {**{k: packages.get(k) for k in VERSIONED}, "cuda": environment.cuda},
     }
 
 
 def stale_reasons(plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None,
-                  environment_now: Mapping[str, Any]) -> list[str]:
+                  environment_now: Environment) -> list[str]:
     """Why a saved plan no longer describes this run (empty: it is current).
 
     spec_sha256_now: hash of the spec file now (None: the file is gone).
@@ -58,7 +61,7 @@ def stale_reasons(plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapp
         elif want.get("compute_capability") != hardware_now.get("compute_capability"):
             reasons.append(f"compute capability {want.get('compute_capability')} planned, "
                            f"{hardware_now.get('compute_capability')} here")
-    now = {**{k: environment_now.get("packages", {}).get(k) for k in VERSIONED}, "cuda": environment_now.get("cuda")}
+    now = {**{k: environment_now.packages.get(k) for k in VERSIONED}, "cuda": environment_now.cuda}
     for name, planned in fp.get("versions", {}).items():
         if planned != now.get(name):
             reasons.append(f"{name} {planned or 'absent'} when planned, {now.get(name) or 'absent'} now")

@@ -27,6 +27,7 @@ from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.estimate.communication import communication
 from gpuplan.plan.fit.savers import saver_cost
+from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.estimate.calibration import calibrated_efficiency, calibration_assumption
@@ -108,7 +109,7 @@ def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, A
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
 
 
-def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: Mapping[str, Any],
+def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: EnvironmentLike,
             strict: bool = False) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
     """Validate, look up, and walk every rule; the Resolver holds the outcome, errors included."""
     spec = validate_spec(loaded.raw)
@@ -116,7 +117,7 @@ def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, envi
     gpu = resolve_gpu(spec, detect)
     refs = resolve_sources(settings, loaded.path)  # Hub ids -> commits; {} without any
     facts = load_facts(settings, spec, refs)
-    ctx = Resolver(settings, gpu, facts, strict=strict, environment=dict(environment),
+    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment),
                    written_by=writers(ALL_RULES))
     for rule in rule_order(ALL_RULES):
         ctx.rule = rule
@@ -132,7 +133,7 @@ def plan_spec(
     loaded: LoadedSpec,
     *,
     detect: Callable[[], GPUProfile] | None,
-    environment: Mapping[str, Any],
+    environment: EnvironmentLike,
     strict: bool = False,
     prices: Mapping[str, tuple[float, str]] | None = None,
     calibrations: Sequence[Mapping[str, Any]] | None = None,
@@ -164,7 +165,7 @@ def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | N
 
 
 def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gpu: GPUProfile, facts: ModelFacts,
-             ctx: Resolver, *, environment: Mapping[str, Any],
+             ctx: Resolver, *, environment: EnvironmentLike,
              prices: Mapping[str, tuple[float, str]] | None = None,
              calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
     """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
@@ -212,7 +213,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
         memory=dataclasses.replace(memory, workload=wl, method=final.method),
         throughput=ThroughputSection.from_dict(throughput),
     )
-    return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
+    return dataclasses.replace(plan, fingerprint=fingerprint(plan, Environment.of(environment)))
 
 
 def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, spec_price: float | None,
@@ -271,7 +272,7 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
 
 
 def plan_file(path: str | Path, *, detect: Callable[[], GPUProfile] | None = None,
-              environment: Mapping[str, Any], strict: bool = False,
+              environment: EnvironmentLike, strict: bool = False,
               overrides: Mapping[str, Mapping[str, Any]] | None = None,
               prices: Mapping[str, tuple[float, str]] | None = None,
               calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:

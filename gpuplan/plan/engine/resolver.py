@@ -13,6 +13,7 @@ from typing import Any, TypeVar, overload
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.engine.graph import SPEC, Node, Rule
+from gpuplan.plan.inputs.environment import Environment
 from gpuplan.plan.types import Change, Diagnostic, Setting
 from gpuplan.toml_value import toml_value
 
@@ -26,7 +27,7 @@ class Resolver:
     gpu: GPUProfile
     facts: ModelFacts
     strict: bool = False
-    environment: dict[str, Any] = field(default_factory=dict)  # cpu_count, installed packages ...
+    environment: Environment = field(default_factory=Environment)  # this machine: packages, cores, RAM
     resolved: dict[str, Setting] = field(default_factory=dict)
     internal: dict[str, Any] = field(default_factory=dict)  # non-setting nodes such as "internal:fit.solution"
     changes: list[Change] = field(default_factory=list)

@@ -9,7 +9,10 @@ installed there; cores and host RAM come from hardware.cpu_count / host_memory_g
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from gpuplan.plan.inputs.environment import Environment
 
 
 def is_local(spec: Callable[[str], Any]) -> bool:
@@ -24,23 +27,18 @@ class _OnTheTarget(dict):
         return super().get(key) or "on the target"
 
 
-def target_packages(spec: Callable[[str], Any], environment: dict) -> dict:
+def target_packages(spec: Callable[[str], Any], environment: Environment) -> dict:
     """The packages explicit requests are checked against: this machine's when the plan is
     for it; otherwise any (apply there fails with the import error if one is missing, and
     the plan says what to install). Choices gpuplan makes itself ("auto") use only what
     is installed here, so a plan never depends on a package its maker does not have
     unless the spec asked for it."""
-    packages = environment.get("packages", {})
+    packages = environment.packages
     return dict(packages) if is_local(spec) else _OnTheTarget(packages)
-
-
-def has_package(spec: Callable[[str], Any], environment: dict, package: str) -> bool:
-    """A package counts as present if it is installed here, or the plan is for another machine."""
-    return bool(environment.get("packages", {}).get(package)) or not is_local(spec)
 
 
 def install_note(ctx, key: str, package: str, what: str) -> None:
     """Say that the target needs `package` when this machine lacks it (a plan for elsewhere)."""
-    if not ctx.environment.get("packages", {}).get(package):
+    if not ctx.environment.has(package):
         ctx.note(key, f"{what} needs the {package} package on the training machines (not installed where this plan was made)",
                  fix=f"pip install {package} on every node before `gpuplan apply`")

@@ -52,7 +52,7 @@ def compile_settings(ctx: Resolver) -> None:
                   fix='remove training.torch_compile_mode or set training.torch_compile_backend = "inductor"')
     package = COMPILE_BACKEND_PACKAGES.get(backend)
     if on and package:
-        if is_local(ctx.spec) and not ctx.environment.get("packages", {}).get(package):
+        if is_local(ctx.spec) and not ctx.environment.has(package):
             ctx.error("training.torch_compile_backend", f'the "{backend}" backend needs the {package} package, which is not installed',
                       fix=f'pip install {package}, or set training.torch_compile_backend = "inductor"')
         elif not is_local(ctx.spec):

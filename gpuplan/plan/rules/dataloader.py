@@ -37,7 +37,7 @@ def num_workers(ctx: Resolver) -> None:
                     f"min(2 x {gpus} GPU(s), 8); the training hosts' cores are unknown (set hardware.cpu_count "
                     "to cap it at cores per GPU - 1)")
         return
-    cpus = ctx.spec("hardware.cpu_count") or ctx.environment.get("cpu_count") or 1
+    cpus = ctx.spec("hardware.cpu_count") or ctx.environment.cpu_count or 1
     if ctx.gpu.vendor == "cpu":
         ctx.resolve("training.dataloader_num_workers", 0,
                     "CPU training: loading in the main process; workers would take cores from the training threads")

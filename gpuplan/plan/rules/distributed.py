@@ -156,7 +156,7 @@ def _host_memory(ctx: Resolver, sol) -> None:
         return
     have = (ctx.spec("hardware.host_memory_gib") or 0) * GIB
     if not have and is_local(ctx.spec):
-        have = ctx.environment.get("host_memory_bytes")
+        have = ctx.environment.host_memory_bytes
     if not have:  # another machine's RAM is not this one's
         ctx.note("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
                  f"({ctx.spec('hardware.count')} GPUs); the training hosts' RAM is not known",

@@ -100,7 +100,7 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.get("packages", {})  # this machine's: for what gpuplan chooses itself
+    packages = ctx.environment.packages  # this machine's: for what gpuplan chooses itself
     asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")

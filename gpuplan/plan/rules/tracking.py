@@ -19,7 +19,7 @@ def report_to(ctx: Resolver) -> None:
     ctx.keep("training.report_to")
     want = ctx.spec("training.report_to")
     names = requested(want)
-    installed = ctx.environment.get("trackers")
+    installed = ctx.environment.trackers
     if installed is not None:  # None: the caller did not probe (a plan made from a fixed environment)
         for name in names:
             if not installed.get(name):
