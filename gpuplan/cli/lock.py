@@ -75,7 +75,7 @@ def cmd_lock(args) -> int:
             ref = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
             folder = snapshot(key, repo_id, kind, ref.commit, patterns)
         except HubError as e:
-            raise UserError(e.message) from None
+            raise UserError(e.message, key=e.key, fix=e.fix) from None
         files = hashes(folder, patterns)
         if entry:
             bad = [f for f, h in (entry.get("files") or {}).items() if f in files and files[f] != h]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from math import prod
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.errors import OneProblem
 
 # The seq-cls heads peft's PeftModelForSequenceClassification saves (peft_model.py).
 SEQ_CLS_HEADS = ("classifier", "score")
@@ -30,7 +31,7 @@ SEQ_CLS_HEADS = ("classifier", "score")
 OUTPUT_LAYERS = frozenset({"cls.predictions.decoder", "lm_head.decoder"})
 
 
-class TargetError(ValueError):
+class TargetError(OneProblem, ValueError):
     """A target or saved-module name the model does not have; the message says what it has."""
 
 
