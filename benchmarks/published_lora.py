@@ -24,9 +24,9 @@ from gpuplan.modelinfo import model_facts, read_config  # noqa: E402
 from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
 from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.units import GIB  # noqa: E402
 
 PUBLISHED = Path("/work/shared/reference/published-memory.json")
-GIB = 1024**3
 QV = ("q_proj", "v_proj")
 ALL = "all-linear"
 # index -> (config, method, r, targets, Workload fields, measure, note)

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.cli.common import UserError, user_files
+from gpuplan.units import GIB
 
-GIB = 1024**3
 
 
 def _parse_counts(text: str | None) -> list[int]:

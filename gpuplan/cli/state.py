@@ -46,7 +46,7 @@ def check_saved_plan(plan: Plan, detect) -> None:
         except OSError:
             spec_hash = None
     hardware_now = None
-    if plan.hardware.vendor != "cpu":
+    if not plan.hardware.is_cpu:
         hardware_now = detect().to_dict()
     reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
                             environment_now=local_environment())

@@ -89,7 +89,7 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
                 gpu = dataclasses.replace(gpu, memory_bytes=int(hw.memory_gib * GIB))
             return gpu
         gpu = lookup(hw.gpu, hw.memory_gib)
-        if gpu.vendor == "cpu" and hw.memory_gib is None:
+        if gpu.is_cpu and hw.memory_gib is None:
             from gpuplan.hardware.detect import cpu_profile  # this host's RAM and cores: no torch
 
             gpu = cpu_profile()[0]
@@ -199,7 +199,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
                   **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
-    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
+    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu)]
     model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts,
                                                    wl.gradient_checkpointing)}
     plan = Plan(

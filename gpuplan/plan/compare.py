@@ -25,7 +25,7 @@ DEFAULT_COUNTS = (1, 2, 4, 8)
 
 
 def default_gpus() -> list[str]:
-    return [n for n, g in load_catalog().items() if g.vendor != "cpu"]
+    return [n for n, g in load_catalog().items() if not g.is_cpu]
 
 
 def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:

@@ -75,6 +75,10 @@ class HardwareSection:
     _OUT: ClassVar = {"compute_capability": _list, "aliases": _list, "peak_tflops": _dict, "interconnect": _dict}
 
     @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
+
+    @property
     def world_size(self) -> int:
         return self.count * self.nodes
 

@@ -16,7 +16,7 @@ WEEK_S = 7 * 24 * 3600
 
 
 def auto_resolved_to_cpu(requested: str, gpu: GPUProfile) -> Diagnostic | None:
-    if requested != "auto" or gpu.vendor != "cpu":
+    if requested != "auto" or not gpu.is_cpu:
         return None
     return Diagnostic(
         "warning", "hardware.gpu",

@@ -21,10 +21,10 @@ from typing import Any, Mapping
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.methods import method_of
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEFAULT_NETWORK = "InfiniBand-NDR"
 
 

@@ -76,7 +76,7 @@ def _interpolate(curve: tuple[tuple[float, float], ...], n_params: int) -> float
 def default_efficiency(gpu: GPUProfile, n_params: int) -> tuple[float, str]:
     """(utilisation of the dense peak, where it comes from) for `gpu` training `n_params`."""
     size = f"{n_params / 1e9:.2g}B" if n_params >= 1e9 else f"{n_params / 1e6:.0f}M"
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return CPU_UTILISATION, CPU_SOURCE
     cc = gpu.compute_capability
     if gpu.vendor == "amd":

@@ -106,7 +106,7 @@ def estimate_throughput(
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    on_cpu = gpu.vendor == "cpu" or workload.device == "cpu"
+    on_cpu = gpu.is_cpu or workload.device == "cpu"
     tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base

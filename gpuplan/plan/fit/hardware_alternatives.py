@@ -55,7 +55,7 @@ def _hardware_raw(raw: Mapping[str, Any], **values: Any) -> dict[str, Any]:
 def larger_gpu(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, plan: PlanFn) -> Alternative | None:
     """The smallest catalog GPU other than `gpu` on which the spec fits at the same count."""
     hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
-    others = [g for g in load_catalog().values() if g.vendor != "cpu" and g.name != gpu.name]
+    others = [g for g in load_catalog().values() if not g.is_cpu and g.name != gpu.name]
     price = {g.name: (catalog_price(g.name).usd_per_gpu_hour if catalog_price(g.name) else float("inf")) for g in others}
     for g in sorted(others, key=lambda g: (g.memory_bytes, price[g.name])):
         if count * nodes > 1 and split_count(g.name, count * nodes) is None:
@@ -101,7 +101,7 @@ def more_gpus(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, p
 
 def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int,
                           plan: PlanFn) -> list[Alternative]:
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return []
     return [a for a in (larger_gpu(raw, gpu, count, nodes, plan), more_gpus(raw, gpu, count, nodes, plan)) if a]
 

@@ -16,8 +16,8 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.fit.search import FitProblem, solve
 from gpuplan.plan.methods import ADAPTER_METHODS
+from gpuplan.units import GIB
 
-GIB = 1024**3
 
 
 def adapter_alternatives(ctx: Resolver, problem: FitProblem) -> list[str]:

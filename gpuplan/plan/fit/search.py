@@ -222,7 +222,7 @@ def tensor_core_multiple(gpu: GPUProfile, half: bool, tf32: bool) -> int:
     dimensions in multiples of 8 (of 64 on A100, as the HF guide states), TF32 in
     multiples of 4; fp32 without TF32 does not use tensor cores (1).
     """
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return 1
     if half:
         return 64 if gpu.compute_capability == (8, 0) else 8

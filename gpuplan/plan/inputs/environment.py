@@ -18,15 +18,16 @@ WATCHED = (
     "torchao", "galore_torch", "apollo_torch", "lomo_optim", "grokadamw", "schedulefree",
     "torch_optimi", "torchdistx", "tvm",
 )
-_DIST_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
-               "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi"}
+# The pip (distribution) name of each watched module where the two differ: what `pip install` takes.
+PIP_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
+             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi"}
 
 
 def package_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in WATCHED:
         try:
-            out[name] = metadata.version(_DIST_NAMES.get(name, name))
+            out[name] = metadata.version(PIP_NAMES.get(name, name))
         except metadata.PackageNotFoundError:
             out[name] = None
     return out

@@ -32,7 +32,7 @@ def split(ctx: Resolver) -> None:
     b, a = sol.per_device_batch, sol.accumulation
     e = b * a * world
     m = p.tensor_multiple
-    where = f"{world} GPU(s)" if ctx.gpu.vendor != "cpu" else "the CPU"
+    where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
             why = (f"per_device_train_batch_size x gradient_accumulation_steps x "

@@ -57,7 +57,7 @@ def compile_settings(ctx: Resolver) -> None:
                       fix=f'pip install {package}, or set training.torch_compile_backend = "inductor"')
         elif not is_local(ctx.spec):
             install_note(ctx, "training.torch_compile_backend", package, f'the "{backend}" compile backend')
-    if on and backend == "cudagraphs" and ctx.gpu.vendor == "cpu":
+    if on and backend == "cudagraphs" and ctx.gpu.is_cpu:
         ctx.error("training.torch_compile_backend", 'the "cudagraphs" backend needs a CUDA GPU; hardware is cpu',
                   fix='set training.torch_compile_backend = "inductor"')
 

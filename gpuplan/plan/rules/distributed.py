@@ -68,10 +68,10 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
-    if ctx.gpu.vendor == "cpu" and world > 1 and asked == "deepspeed":
+    if ctx.gpu.is_cpu and world > 1 and asked == "deepspeed":
         ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
                   "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
-    if ctx.gpu.vendor == "cpu" and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
+    if ctx.gpu.is_cpu and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
         ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
                   "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
     if sol is None:

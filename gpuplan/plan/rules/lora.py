@@ -21,6 +21,7 @@ from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapt
 from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
 from gpuplan.plan.methods import method_named
+from gpuplan.units import gib
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
 
@@ -142,11 +143,10 @@ def select_method(ctx: Resolver) -> None:
         ctx.keep("model.method")
         return
     chosen, tried = fit
-    gib = 1024**3
     why = []
     for method, sol in tried:
         need = sol.estimate.reserved_peak_bytes if sol.fits else sol.smallest_bytes
-        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({need / gib:.1f} GiB)")
+        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({gib(need)})")
     ctx.resolve("model.method", chosen, 'model.method = "auto": ' + ", ".join(why)
                 + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"))
 

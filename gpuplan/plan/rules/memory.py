@@ -44,7 +44,7 @@ def _nearest_multiples(value: int, step: int) -> str:
 
 def ranks(ctx: Resolver, world: int) -> str:
     """The processes the batch splits over, named for the device the plan is for."""
-    if ctx.gpu.vendor == "cpu":
+    if ctx.gpu.is_cpu:
         return f"{world} CPU process" + ("es" if world != 1 else "")
     return f"{world} GPU(s)"
 
@@ -110,7 +110,7 @@ def fit(ctx: Resolver) -> None:
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
-        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
+        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.is_cpu else empty),
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     base = Workload(
@@ -121,7 +121,7 @@ def fit(ctx: Resolver) -> None:
         attn_implementation=ctx.get("model.attn_implementation"),
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
-        device="cpu" if gpu.vendor == "cpu" else "cuda",
+        device="cpu" if gpu.is_cpu else "cuda",
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -130,8 +130,8 @@ def fit(ctx: Resolver) -> None:
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
         tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
-        eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
+        eight_bit_available=bool(packages.get("bitsandbytes")) and not gpu.is_cpu,
+        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings

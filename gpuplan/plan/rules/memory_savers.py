@@ -17,7 +17,7 @@ from gpuplan.units import GIB
 def empty_cache(ctx: Resolver) -> None:
     sol = ctx.get(FIT_SOLUTION)
     want = ctx.spec("training.torch_empty_cache_steps")
-    if ctx.gpu.vendor == "cpu" and want not in (0, "auto"):
+    if ctx.gpu.is_cpu and want not in (0, "auto"):
         ctx.resolve("training.torch_empty_cache_steps", 0, "CPU training: there is no CUDA cache to empty")
         return
     if want != "auto" or sol is None:

@@ -18,7 +18,8 @@ gpu_check.py measures them where one is):
 
 from __future__ import annotations
 
-MIB = 1024**2
+from gpuplan.units import MIB
+
 CUDA_CONTEXT_BYTES = 512 * MIB
 ALLOCATOR_FRAGMENTATION = 0.05
 ALLOCATOR_SLACK_BYTES = 20 * MIB

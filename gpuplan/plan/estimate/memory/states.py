@@ -33,8 +33,6 @@ BNB_MIN_8BIT_SIZE = 4096  # bitsandbytes Optimizer*State default min_8bit_size
 BNB_QMAP_BYTES = 2 * 256 * 4  # "dynamic" + "udynamic" fp32 maps, shared
 
 # OptimizerNames value -> (family, number of states, 8-bit)
-_ADAM_LIKE = ("adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused",
-              "adamw_apex_fused", "adamw_anyprecision", "stable_adamw", "grokadamw")
 _BNB = {
     "adamw_bnb_8bit": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2,
     "paged_adamw_32bit": 2, "lion_8bit": 1, "paged_lion_8bit": 1,
