@@ -19,6 +19,7 @@ from gpuplan.plan.build import assemble, resolve, with_overrides
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import table
 from gpuplan.spec.load import LoadedSpec
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
@@ -29,7 +30,7 @@ def default_gpus() -> list[str]:
 
 
 def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    hw = table(raw, "hardware")
     values: dict[str, Any] = {"gpu": gpu, "count": per_node, "nodes": nodes}
     if hw.get("gpu") != gpu:  # a memory or price override describes the spec's own GPU
         values.update(memory_gib=None, price_per_hour=None)

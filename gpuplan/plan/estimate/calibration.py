@@ -72,7 +72,7 @@ def calibrated_efficiency(records: Sequence[Mapping[str, Any]], gpu: GPUProfile,
         return None
     same = [r for r in runs if r["flops_per_token"] == flops_per_token]
     fit = fit_overhead(runs) if not same and tokens_per_step and peak_tflops else None
-    if fit is not None:
+    if fit is not None and tokens_per_step and peak_tflops:
         overhead, per_flop = fit
         flops = flops_per_token * tokens_per_step
         step = overhead + flops * per_flop

@@ -124,7 +124,7 @@ class AdapterLayout:
 @lru_cache(maxsize=256)
 def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
     saved = list(a.modules_to_save)
-    shapes = []
+    shapes: list[tuple[str, tuple[int, ...]]] = []
     per_layer = 0
     mlp_hit = False
     largest = 0
