@@ -1,6 +1,6 @@
 """execute(plan): train exactly what the plan says and record what happened.
 
-The executor reads only the Plan (DESIGN principle 1): no spec, no environment
+The executor reads only the Plan (docs/design.md principle 1): no spec, no environment
 probing beyond checking the device the plan was made for. Files written into
 `output.dir`: gpuplan-state.json (state.py), metrics.jsonl (metrics.py), Trainer
 checkpoints (checkpoint-N/), and the final model in safetensors under final/.

@@ -1,4 +1,4 @@
-"""Measured efficiency replaces the published default (DESIGN: time is an estimate with a source).
+"""Measured efficiency replaces the published default (docs/design.md: time is an estimate with a source).
 
 Every completed `apply` records what it measured (apply/calibrate.py) as one line of the
 calibration store (userfiles.py). A plan on the same hardware (same catalog entry, same

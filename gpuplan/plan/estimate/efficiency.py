@@ -1,6 +1,6 @@
 """Default training efficiency (model-FLOPs utilisation) by GPU generation and model size.
 
-Published MEASURED MFU, from /work/shared/reference/gpu-reference.json
+Published MEASURED MFU, from docs/reference/gpu-reference.json
 "training_efficiency" (row = the model named, on the GPU named, in that list), not one
 constant. Between the measured sizes the MFU is interpolated linearly in log(params);
 outside them the nearest size's value holds. These are multi-GPU FSDP runs tuned by
