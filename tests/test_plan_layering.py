@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gpuplan"
 
-LEAVES = ("gpuplan.errors", "gpuplan.units", "gpuplan.hardware.profile", "gpuplan.lazy")
+LEAVES = ("gpuplan.errors", "gpuplan.units", "gpuplan.hardware.profile", "gpuplan.lazy", "gpuplan.fsutil")
 DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods")
 HIGHER = ("gpuplan.plan.engine", "gpuplan.plan.rules", "gpuplan.plan.fit", "gpuplan.plan.checks",
           "gpuplan.plan.build", "gpuplan.plan.compare", "gpuplan.plan.inputs")

@@ -19,7 +19,7 @@ from gpuplan.render.state import summary_lines
 
 from . import adapters
 from .errors import ApplyError
-from .state import RunState
+from gpuplan.lifecycle.state import RunState
 
 FINAL_DIR = "final"
 
