@@ -200,7 +200,11 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
         _, ev, _ = build(raw_eval, fmt, tokenizer, seq_len, packing)
         if len(ev) == 0:
             raise ApplyError("the eval split has no row with a trained token; raise data.eval_fraction")
-    return PreparedData(train, ev, default_data_collator, None, stats)
+    from .flatten import flatten_micro_batch, needs_flattening
+
+    collator = flatten_micro_batch if needs_flattening(plan.get("model.attn_implementation"), packing) \
+        else default_data_collator
+    return PreparedData(train, ev, collator, None, stats)
 
 
 def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:

@@ -68,7 +68,7 @@ RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
                                "spec:data.label_field", "spec:data.train_files", "spec:data.format",
                                "spec:data.chat_template", "spec:model.name_or_path", "spec:model.from_scratch",
-                               "spec:data.dataset"),
+                               "spec:data.dataset", "model.attn_implementation"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
 )
