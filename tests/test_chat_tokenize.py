@@ -1,8 +1,6 @@
 """Chat rows are tokenized once: the trained ids are apply_chat_template's, for SentencePiece-style tokenizers too.
 
-The Llama tokenizer is built here from a small vocabulary (transformers' LlamaTokenizer:
-BPE with byte fallback under a Metaspace pre-tokenizer, prepend_scheme "first", the
-layout of Llama-2, Mistral and TinyLlama); nothing is downloaded.
+The Llama tokenizer is built in the test (tests/helpers/llama_tokenizer.py); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -11,30 +9,13 @@ import json
 
 import pytest
 from tests.helpers.apply_plans import cpu_plan
+from tests.helpers.llama_tokenizer import llama_tokenizer
 
 from gpuplan.apply.chat import chat_template_of, formatter, tokenize_segments
 from gpuplan.apply.tokenizer import byte_level_tokenizer
 
-# Llama-2 / Mistral style: [INST] user [/INST] assistant</s>
-LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
-                   "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
 CONVERSATION = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
                 {"role": "user", "content": "Sum 2 3"}, {"role": "assistant", "content": "5"}]
-
-
-def llama_tokenizer():
-    from transformers import LlamaTokenizer
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
-    for piece in "\u2581abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789[]/.,!?":
-        vocab.setdefault(piece, len(vocab))
-    merges = [("\u2581", "H"), ("\u2581", "["), ("I", "N"), ("S", "T"), ("IN", "ST"), ("\u2581", "5")]
-    for a, b in merges:
-        vocab.setdefault(a + b, len(vocab))
-    tok = LlamaTokenizer(vocab=vocab, merges=merges)
-    tok.chat_template = LLAMA2_TEMPLATE
-    return tok
 
 
 def _ids(encoded):

@@ -98,13 +98,16 @@ def label_names_of(ds: Any, label_field: str) -> list[str]:
 
 
 def _tokenize_lm(ds: Any, tokenizer: Any, field: str, seq_len: int, packing: bool) -> Any:
-    eos = tokenizer.eos_token_id
+    from .specials import affixes, document_tail
+
+    lead, suffix = affixes(tokenizer)
+    tail = document_tail(tokenizer, suffix)
 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
         texts = [t for t in batch[field] if isinstance(t, str) and t.strip()]
-        if packing:
+        if packing:  # each document as tokenizer(text) would frame it (BOS first), then its end token
             ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-            return {"input_ids": [x + [eos] if eos is not None else x for x in ids]}
+            return {"input_ids": [lead + x + tail for x in ids]}
         enc = tokenizer(texts, truncation=True, max_length=seq_len, padding="max_length")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 

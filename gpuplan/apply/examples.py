@@ -43,13 +43,22 @@ class DataStats:
 
 
 def tokenize_rows(ds: Any, fmt: Formatter, tokenizer: Any, seq_len: int) -> Any:
-    """Columns input_ids, trained (bool per token) and truncated, one row per input row."""
+    """Columns input_ids, trained (bool per token) and truncated, one row per input row.
+
+    Instruction and text rows start with the ids the tokenizer's post-processor puts first
+    (BOS: specials.py), never trained; a chat template writes its own BOS.
+    """
+    from .specials import affixes
+
+    lead = [] if fmt.fmt == "chat" else affixes(tokenizer)[0]
 
     def tokenize(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         out: dict[str, list] = {"input_ids": [], "trained": [], "truncated": []}
         for n, i in enumerate(indices):
             row = {k: v[n] for k, v in batch.items()}
             ids, trained = tokenize_segments(fmt.segments(row, i), tokenizer)
+            if ids and lead:
+                ids, trained = lead + ids, [False] * len(lead) + trained
             out["input_ids"].append(ids[:seq_len])
             out["trained"].append(trained[:seq_len])
             out["truncated"].append(len(ids) > seq_len)
