@@ -10,7 +10,8 @@ turns the position resets into a block-diagonal causal mask (no attention across
 examples), the scheme of transformers' DataCollatorWithFlattening, including its -100 on
 each example's first label. The block's unused tail is padding with its own positions and
 no labels. Under flash_attention_2 the collator lays a micro-batch's blocks in one row
-(flatten.py): its varlen path reads the position ids only in a one-row batch. Unpacked: each example is padded to seq_len with an attention_mask.
+(flatten.py): its varlen path reads the position ids only in a one-row batch.
+Unpacked: each example is padded to seq_len with an attention_mask.
 """
 
 from __future__ import annotations
