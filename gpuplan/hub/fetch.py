@@ -12,7 +12,7 @@ import os
 
 from gpuplan.plan.types import Plan
 
-from .resolve import HubError, snapshot
+from .resolve import README, HubError, snapshot
 
 MODEL_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth", "*.ckpt"]
@@ -46,27 +46,61 @@ def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
                     local_only=local_only)
 
 
+def dataset_split(plan: Plan) -> str:
+    from .splits import DEFAULT_SPLIT
+
+    return plan.get("data.split") or DEFAULT_SPLIT
+
+
+def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
+    """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
+    from .splits import SplitError, card_patterns
+
+    folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README],
+                      local_only=local_only)
+    readme = os.path.join(folder, README)
+    if not os.path.isfile(readme):
+        return None
+    try:
+        return card_patterns(readme, dataset_split(plan))
+    except SplitError as e:
+        raise HubError("data.split", str(e), fix=e.fix) from None
+
+
 def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
+    """The dataset snapshot with the files of data.split (all data files when the card maps no splits)."""
+    from .splits import fetch_patterns
+
+    card = dataset_card_patterns(plan, local_only=local_only)
+    patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
     return snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"),
-                    DATA_PATTERNS, local_only=local_only)
+                    patterns + [README], local_only=local_only)
 
 
 def data_files_in(folder: str) -> list[str]:
-    """The data files of a dataset snapshot: those naming "train" when some do, else all of them."""
+    """Every data file of a snapshot (by suffix), in path order."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found += [os.path.join(root, f) for f in sorted(files) if f.endswith(DATA_SUFFIXES)]
-    train = [f for f in found if "train" in os.path.relpath(f, folder).lower()]
-    return train or found
+    return found
 
 
 def dataset_files(plan: Plan) -> list[str]:
+    """The data files of data.split: by the card's configs, else by datasets' split keywords in file names."""
+    from .splits import SplitError, by_file_names, matching
+
     folder = dataset_dir(plan)
-    files = data_files_in(folder)
+    found = data_files_in(folder)
+    card = dataset_card_patterns(plan)
+    split = dataset_split(plan)
+    try:
+        files = matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
+    except SplitError as e:
+        raise HubError("data.split", str(e), fix=e.fix) from None
     if not files:
         raise HubError("data.dataset", f"{plan.value('data.dataset')} at {plan.get('data.commit')} holds no data "
-                                       f"files ({', '.join(DATA_SUFFIXES)}) in {folder}")
+                                       f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}")
     return files
 
 
