@@ -111,7 +111,10 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.train_on_prompt": False,
         "data.dataset": None,
         "data.revision": "main",
+        "data.split": "train",
         "model.revision": "main",
+        "model.commit": None,  # derived for Hub ids only (plan/sources.py)
+        "data.commit": None,
         # parameter-efficient fine-tuning (issue 12); "full" ignores the rest
         "model.method": "full",
         "lora.r": 8,
