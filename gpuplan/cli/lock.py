@@ -52,7 +52,7 @@ def _data_patterns(ref: Any, split: str) -> list[str]:
 
 
 def cmd_lock(args) -> int:
-    from gpuplan.hub.fetch import MODEL_PATTERNS, PICKLE_PATTERNS
+    from gpuplan.hub.fetch import model_fetch_patterns
     from gpuplan.hub.lockfile import (
         LockFileError,
         lock_path,
@@ -85,7 +85,7 @@ def cmd_lock(args) -> int:
         entry = locked_entry(old, key, repo_id, kind, revision)
         try:
             ref = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
-            patterns = (MODEL_PATTERNS + (PICKLE_PATTERNS if spec.model.allow_pickle_weights else [])
+            patterns = (model_fetch_patterns(repo_id, ref.commit, spec.model.allow_pickle_weights, local_only=False)
                         if kind == "model" else _data_patterns(ref, spec.data.split) + [README])
             folder = snapshot(key, repo_id, kind, ref.commit, patterns)
         except HubError as e:

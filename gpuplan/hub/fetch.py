@@ -3,7 +3,8 @@
 A plan keeps Hub ids as written (local paths are absolute), with the commit in
 model.commit / data.commit. `fetch_all` runs once at the start of apply (with progress
 bars, into the standard cache); afterwards everything is read with local_files_only.
-Weights: safetensors only, unless model.allow_pickle_weights.
+Weights: safetensors only, unless model.allow_pickle_weights; with an index, only the shards
+it names (weights.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import os
 from gpuplan.plan.types import Plan
 
 from .resolve import README, HubError, snapshot
+from .weights import BASE_PATTERNS, weight_patterns
 
-MODEL_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth", "*.ckpt"]
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES]
 
@@ -25,8 +25,10 @@ def is_hub_value(value: str | None) -> bool:
     return value is not None and not os.path.isabs(value)
 
 
-def model_patterns(plan: Plan) -> list[str]:
-    return MODEL_PATTERNS + (PICKLE_PATTERNS if plan.get("model.allow_pickle_weights") else [])
+def model_fetch_patterns(repo_id: str, commit: str, allow_pickle: bool, *, local_only: bool = True) -> list[str]:
+    """The small files, then the weights the index names (every weight file without one): weights.py."""
+    base = snapshot("model.name_or_path", repo_id, "model", commit, BASE_PATTERNS, local_only=local_only)
+    return BASE_PATTERNS + weight_patterns(base, allow_pickle)
 
 
 def _commit(plan: Plan, key: str) -> str:
@@ -42,8 +44,9 @@ def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
     value = plan.get("model.name_or_path")
     if not is_hub_value(value):
         return value
-    return snapshot("model.name_or_path", value, "model", _commit(plan, "model.commit"), model_patterns(plan),
-                    local_only=local_only)
+    commit = _commit(plan, "model.commit")
+    patterns = model_fetch_patterns(value, commit, bool(plan.get("model.allow_pickle_weights")), local_only=local_only)
+    return snapshot("model.name_or_path", value, "model", commit, patterns, local_only=local_only)
 
 
 def dataset_split(plan: Plan) -> str:
