@@ -112,6 +112,7 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.dataset": None,
         "data.revision": "main",
         "data.split": "train",
+        "training.report_to": "none",
         "model.revision": "main",
         "model.commit": None,  # derived for Hub ids only (plan/sources.py)
         "data.commit": None,
