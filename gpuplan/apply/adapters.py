@@ -196,8 +196,10 @@ def wrap(plan: Plan, model: Any) -> Any:
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if checkpointing:
-        # A frozen base gives the checkpointed blocks no input that requires grad; without
-        # this the adapters inside them would get no gradient under reentrant checkpointing.
+        # A frozen base gives the checkpointed blocks no input that requires grad. The
+        # non-reentrant checkpointing transformers 5.24 runs (use_reentrant=False) still
+        # passes the adapters their gradients; this keeps them flowing should a caller
+        # turn reentrant checkpointing on (tests/test_checkpoint_reentrancy.py).
         model.enable_input_require_grads()
     try:
         peft_model = get_peft_model(model, lora_config(plan))
