@@ -93,3 +93,12 @@ def test_lock_hashes_only_the_splits_files(tmp_path):
     assert r.returncode == 0, r.stderr
     files = json.loads((tmp_path / "ultra.lock.json").read_text())["repos"]["data.dataset"]["files"]
     assert sorted(files) == ["README.md", "data/train_sft-00000-of-00001.jsonl"]
+
+
+def test_data_split_without_a_hub_dataset_is_a_warning(tmp_path):
+    from tests.helpers.planning import plan_text, spec
+
+    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data='seq_len = 128\nsplit = "test"',
+                                    training="effective_batch_size = 16"))
+    [d] = [d for d in plan.diagnostics if d.key == "data.split"]
+    assert d.severity == "warning" and "read only with data.dataset" in d.summary
