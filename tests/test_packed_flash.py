@@ -80,3 +80,20 @@ def test_plan_says_flash_attention_packs_a_micro_batch_into_one_row(tmp_path):
     reason = plan.settings["data.packing"].reason
     assert "laid end to end in one row" in reason and "varlen" in reason
     assert "attends within each example only" not in reason
+
+
+def test_flattened_micro_batch_has_the_loss_of_its_rows(tmp_path):
+    """The loss the Trainer sees is unchanged by the flattening: same tokens, same labels, same mean."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, default_data_collator
+
+    data = _data(tmp_path, "flash_attention_2")
+    rows = [data.train[i] for i in range(min(3, len(data.train)))]
+    cfg = dict(MICRO_LLAMA)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg),
+                                             attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        flat = model(**data.collator(rows), use_cache=False).loss
+        by_rows = model(**default_data_collator(rows), use_cache=False).loss
+    torch.testing.assert_close(flat, by_rows, atol=1e-5, rtol=1e-5)
