@@ -98,7 +98,8 @@ def dataset_files(plan: Plan) -> list[str]:
     card = dataset_card_patterns(plan)
     split = dataset_split(plan)
     try:
-        files = matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
+        files = [] if not found else matching(folder, found, card) if card is not None \
+            else by_file_names(folder, found, split)
     except SplitError as e:
         raise HubError("data.split", str(e), fix=e.fix) from None
     if not files:
