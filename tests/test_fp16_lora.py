@@ -59,3 +59,25 @@ def test_peft_keeps_adapters_fp32_and_modules_to_save_fp16_over_an_fp16_base():
     trained = {n: p.dtype for n, p in peft.named_parameters() if p.requires_grad}
     assert {d for n, d in trained.items() if "lora_" in n} == {torch.float32}
     assert {d for n, d in trained.items() if "modules_to_save" in n} == {torch.float16}
+
+
+@pytest.mark.slow
+def test_lora_over_an_fp16_base_applies_with_fp32_adapters(tmp_path):
+    """apply loads the base in fp16 and trains the adapters in fp32 (on CPU without autocast: no GradScaler)."""
+    import os
+
+    from safetensors.torch import load_file
+    from tests.helpers.apply_plans import cpu_plan, read_jsonl
+    from tests.helpers.lora_base import finetune_overrides, other_text, pretrain_base
+
+    from gpuplan.apply.run import execute
+
+    base_dir = pretrain_base(tmp_path)
+    plan = cpu_plan(tmp_path, **finetune_overrides(base_dir, other_text(tmp_path / "other.txt"), "lora",
+                                                   **{"model.dtype": "float16", "output.dir": str(tmp_path / "ft")}))
+    results = execute(plan, echo=lambda s: None, progress=False)
+    losses = [r["loss"] for r in read_jsonl(os.path.join(plan.value("output.dir"), "metrics.jsonl"))
+              if r["event"] == "train"]
+    assert all(v == v for v in losses) and losses[-1] < losses[0], losses  # finite, and it learns
+    adapter = load_file(os.path.join(results["final_model_dir"], "adapter_model.safetensors"))
+    assert adapter and {str(t.dtype) for t in adapter.values()} == {"torch.float32"}
