@@ -26,7 +26,7 @@ def test_transformers_checkpoints_non_reentrantly_and_adapters_get_gradients_wit
                                num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
-    model.gradient_checkpointing_enable()  # no kwargs, as the Trainer calls it by default
+    model.activation_checkpointing_enable()  # no kwargs: what the Trainer calls (trainer.py) by default
     layer = model.model.layers[0]
     func = layer._gradient_checkpointing_func
     assert isinstance(func, functools.partial) and func.keywords == {"use_reentrant": False}

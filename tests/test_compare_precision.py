@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpuplan.cli.main import main
 from gpuplan.plan.compare import compare
-from gpuplan.plan.environment import local_environment
+from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.spec.load import load_toml
 
 LLAMA_8B = Path(__file__).resolve().parent.parent / "specs" / "llama-8b-a100.toml"  # model.dtype = "bfloat16"

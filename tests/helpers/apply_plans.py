@@ -114,7 +114,7 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.split": "train",
         "training.report_to": "none",
         "model.revision": "main",
-        "model.commit": None,  # derived for Hub ids only (plan/sources.py)
+        "model.commit": None,  # derived for Hub ids only (plan/inputs/sources.py)
         "data.commit": None,
         # parameter-efficient fine-tuning (issue 12); "full" ignores the rest
         "model.method": "full",

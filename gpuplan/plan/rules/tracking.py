@@ -3,7 +3,7 @@
 Each named tracker must be installed where the plan is made when the plan is for this
 machine (the environment's "trackers", found with importlib.util.find_spec: nothing is
 imported); a missing one is an error naming the pip package. A plan for other machines
-(plan/target.py is_local) notes the package instead, and apply checks it there
+(plan/inputs/target.py is_local) notes the package instead, and apply checks it there
 (apply/packages.py). TensorBoard and MLflow write into output.dir
 (apply/convert.py): the plan says where.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import is_local
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.inputs.target import is_local
 from gpuplan.spec.trackers import MLFLOW_DIR, TENSORBOARD_DIR, TRACKERS, requested
 
 
@@ -22,7 +22,7 @@ def report_to(ctx: Resolver) -> None:
     ctx.keep("training.report_to")
     want = ctx.spec("training.report_to")
     names = requested(want)
-    installed = ctx.environment.get("trackers")
+    installed = ctx.environment.trackers
     if installed is not None:  # None: the caller did not probe (a plan made from a fixed environment)
         local = is_local(ctx.spec)
         for name in names:
