@@ -124,6 +124,9 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
+    from gpuplan.notices import log_to
+
+    log_to(plan.value("output.dir"), load_libraries=True)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     from gpuplan.apply import (
         launch as scale,  # several processes: torchrun per node (apply/launch.py)

@@ -1,0 +1,135 @@
+"""`gpuplan init`: a starter spec that plans cleanly, its method and memory savers chosen by the planner.
+
+The starter is planned as written with model.method = "auto" (or the --method given). The
+planner (plan/rules/memory.py, rules/lora.py) tries full, then lora, then qlora, and turns
+on the memory savers the spec leaves "auto"; no second copy of that logic lives here. The
+method it chose, and each saver it turned on, are written into the spec as values with the
+planner's reason as the comment above them, and the result is planned again: init writes
+only a spec whose plan succeeds, and returns that plan for its one-line summary.
+`plan` (spec text -> Plan, raising PlanError) comes from the CLI edge, so this module
+imports no planner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.spec.data_format import DataFormat
+from gpuplan.spec.model_source import ModelSource, chat_template_known
+from gpuplan.spec.starter import starter_spec
+
+METHODS = ("full", "lora", "qlora", "auto")
+# The spec key behind each memory saver the planner names (plan/solve.py SAVER_COST).
+SAVER_KEYS = {"gradient checkpointing": "training.gradient_checkpointing", "8-bit optimizer": "training.optim",
+              "Adafactor": "training.optim", "cache emptying": "training.torch_empty_cache_steps"}
+EPOCHS = 3.0  # TrainingArguments.num_train_epochs' default
+AUTO_PREFIX = 'model.method = "auto": '
+
+
+@dataclass(frozen=True)
+class Starter:
+    text: str
+    plan: Any  # the Plan of `text`
+    method: str
+    method_reason: str
+    savers: dict[str, Any]  # spec key -> the value written for a saver the planner turned on
+
+
+def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | None, task: str
+                 ) -> dict[str, tuple[Any, str | None]]:
+    """The --data keys, with the format's reason above data.format (and above the chat template)."""
+    if data is None:
+        return {}
+    values, fmt = data
+    out: dict[str, tuple[Any, str | None]] = {k: (v, None) for k, v in values.items()}
+    # The data's size is known only when apply reads it: passes over it, not a step count.
+    out["training.max_steps"] = (None, None)
+    out["training.num_train_epochs"] = (EPOCHS, f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
+                                                "as many steps as the data makes; set max_steps instead for a fixed "
+                                                "length and for the plan's run time and cost.")
+    first = "data.format" if "data.format" in out else next(iter(k for k in out if not k.startswith("data.train")))
+    out[first] = (out[first][0], fmt.summary)
+    if values.get("data.format") == "chat" and task == "causal-lm":
+        known = chat_template_known(source)
+        if known is False:
+            out["data.chat_template"] = ("chatml", f"The tokenizer in {source.name} has no chat template: ChatML "
+                                                   "(<|im_start|>role ... <|im_end|>), written by gpuplan.")
+        elif known is None and source.key == "model.config":
+            out["data.chat_template"] = ("chatml", "A config.json has no tokenizer: ChatML, written by gpuplan.")
+        elif known is None:
+            out["data.chat_template"] = ("chatml", f"The tokenizer of {source.name} is not in the cache (planning "
+                                                   "reads only config.json): ChatML, so apply works whichever it is; "
+                                                   "comment this line out to use the tokenizer's own template.")
+    return out
+
+
+def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path, method: str,
+                   data: tuple[dict[str, Any], DataFormat] | None, plan: Callable[[str], Any]) -> Starter:
+    """The starter with the planner's method and savers; raises GpuplanError (the plan's own
+    errors, nothing written) when no method fits on `gpu`."""
+    if method not in METHODS:
+        raise GpuplanError([Diagnostic("error", "model.method", f"--method {method!r}: not a method",
+                                       fix=f"use one of {', '.join(METHODS)}")])
+    base = data_choices(source, data, task)
+    spec_dir = spec_path.parent
+    asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
+    first = _plan(plan, asked, method)
+    where = first.hardware.name
+    chosen = first.settings["model.method"]
+    if method == "auto":
+        reason = (chosen.reason or "").removeprefix(AUTO_PREFIX)
+        note = f"Chosen by the plan on {where} (init --method auto): {reason}."
+    else:
+        reason = f"--method {method}"
+        note = f"Set by init --method {method}; it fits on {where}."
+    choices: dict[str, tuple[Any, str | None]] = {**base, "model.method": (chosen.value, note)}
+    savers: dict[str, Any] = {}
+    for saver in first.memory.savers:
+        key = SAVER_KEYS.get(saver.name)
+        if key is None or key in choices or first.settings[key].source == "user":
+            continue
+        setting = first.settings[key]
+        savers[key] = setting.value
+        choices[key] = (setting.value, f"Turned on by the plan on {where}: {setting.reason}.")
+    text = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices=choices)
+    final = _plan(plan, text, method)
+    return Starter(text, final, chosen.value, reason, savers)
+
+
+def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
+    try:
+        return plan(text)
+    except GpuplanError as e:
+        extra = [] if method == "auto" else [Diagnostic(
+            "note", "model.method", f"init --method {method}: the spec was not written",
+            fix="--method auto lets the planner choose full, lora or qlora, whichever fits")]
+        raise GpuplanError([*e.diagnostics, *extra]) from None
+
+
+def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> list[str]:
+    """What init prints after the spec is written: what it chose, the plan's summary, what to run."""
+    from gpuplan.render.text import summary_line
+
+    chose = f'model.method = "{starter.method}" ({starter.method_reason})'
+    chose += "".join(f"; {k} = {_shown(v)}" for k, v in starter.savers.items())
+    lines = [f"Wrote {out} for {source.name} on {starter.plan.hardware.name}: {chose}",
+             summary_line(starter.plan.to_dict())]
+    if source.key == "model.config":
+        scratch = "; or set model.from_scratch = true to train from random weights" if starter.method == "full" else ""
+        lines.append(f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
+                     f"or a Hub id (model.name_or_path) before `gpuplan apply {out}`{scratch}")
+    if data:
+        lines.append(f"Next: gpuplan plan {out}, then: gpuplan apply {out}")
+    else:
+        lines.append(f"Next: set data.train_files (or run init again with --data FILE), then: gpuplan plan {out}")
+    return lines
+
+
+def _shown(value: Any) -> str:
+    from gpuplan.toml_value import toml_value
+
+    return toml_value(value)
+
