@@ -1,5 +1,7 @@
 """`gpuplan init` and `gpuplan fmt` as a user runs them: a real subprocess, files, exit codes."""
 
+import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -87,3 +89,38 @@ def test_fmt_invalid_toml_reports_file_line_col_and_formats_the_rest(tmp_path):
     assert bad.read_text() == '[model]\nconfig = \n'
     r = gpuplan("fmt", "-", stdin="[model\n")
     assert r.returncode == 1 and "<stdin>:1:" in r.stderr
+
+
+def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_why(tmp_path):
+    """The newcomer's first goal: Llama-3.1-8B on an RTX-4090 with their own chat file. A full
+    fine-tune needs 36 GiB: the planner picks lora (and gradient checkpointing); the spec says
+    why above each line, and `gpuplan plan` of it exits 0 with no edit."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(5)))
+    out = tmp_path / "llama.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--data", data, "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    raw = tomllib.loads(text)
+    assert raw["model"]["method"] == "lora"
+    assert raw["training"]["gradient_checkpointing"] is True
+    assert raw["data"]["format"] == "chat" and raw["data"]["train_files"] == ["chat.jsonl"]
+    lines = text.splitlines()
+    above = lines[lines.index(next(ln for ln in lines if ln.startswith("method = "))) - 2:][:2]
+    assert "Chosen by the plan on RTX-4090" in above[0] and "full does not fit" in " ".join(above)
+    assert 'model.method = "lora" (full does not fit' in r.stdout
+    assert re.search(r"^Plan: \d+ to add, 0 to change\. .* of 24\.0 GiB$", r.stdout, re.M)
+    plan = gpuplan("plan", out, "--no-color")
+    assert plan.returncode == 0, plan.stderr
+    assert "does not fit" not in plan.stdout + plan.stderr
+    assert re.search(r"^Plan: .*$", r.stdout, re.M).group(0) in plan.stdout  # init printed the plan's own summary
+
+
+def test_init_method_full_that_does_not_fit_writes_nothing_and_names_the_fix(tmp_path):
+    out = tmp_path / "full.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--method", "full", "--out", out)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "does not fit" in r.stderr and "--method auto" in r.stderr
+    assert not out.exists()
