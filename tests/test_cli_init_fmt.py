@@ -110,7 +110,7 @@ def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_
     lines = text.splitlines()
     above = lines[lines.index(next(ln for ln in lines if ln.startswith("method = "))) - 2:][:2]
     assert "Chosen by the plan on RTX-4090" in above[0] and "full does not fit" in " ".join(above)
-    assert 'model.method = "lora" (full does not fit' in r.stdout
+    assert 'model.method = "lora": full does not fit' in r.stdout
     assert re.search(r"^Plan: \d+ to add, 0 to change\. .* of 24\.0 GiB$", r.stdout, re.M)
     plan = gpuplan("plan", out, "--no-color")
     assert plan.returncode == 0, plan.stderr

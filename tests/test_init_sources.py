@@ -76,7 +76,7 @@ def test_init_data_from_a_hub_dataset_id(hub, tmp_path):
     assert run_cli(["plan", str(out)], hub["cache"]).returncode == 0
 
 
-def test_init_plan_apply_with_no_edit_from_a_local_directory_and_only_gpuplan_on_screen(hub, tmp_path):
+def test_init_plan_data_apply_with_no_edit_from_a_local_directory_and_only_gpuplan_on_screen(hub, tmp_path):
     """The micro Llama saved to a directory, a chat file, --method lora: init, plan, apply as written.
     peft 0.21 reads transformers' deprecated is_gradient_checkpointing in get_peft_model: the
     FutureWarning goes to the debug log, not the screen."""
@@ -95,12 +95,15 @@ def test_init_plan_apply_with_no_edit_from_a_local_directory_and_only_gpuplan_on
     before = spec.read_text()
     plan = run_cli(["plan", str(spec)], hub["cache"])
     assert plan.returncode == 0, plan.stderr
+    data = run_cli(["data", str(spec), "--examples", "1"], hub["cache"])
+    assert data.returncode == 0, data.stderr
+    assert "1 example(s) of chat data" in data.stdout
     applied = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600)
     assert applied.returncode == 0, applied.stderr
     assert spec.read_text() == before  # nothing edited between the three commands
     run_dir = tmp_path / "runs" / "micro"
     assert (run_dir / "final" / "adapter_model.safetensors").is_file()
-    screen = r.stdout + r.stderr + plan.stdout + plan.stderr + applied.stdout + applied.stderr
+    screen = "".join(x.stdout + x.stderr for x in (r, plan, data, applied))
     assert foreign_lines(screen) == []
     log = (run_dir / DEBUG_LOG).read_text()
     assert "`is_gradient_checkpointing` is deprecated" in log

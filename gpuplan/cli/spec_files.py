@@ -22,6 +22,10 @@ def cmd_init(args) -> int:
     data = data_source(args.data, cwd=Path.cwd(), spec_dir=out.resolve().parent) if args.data else None
     starter = fitted_starter(source, args.gpu, task=args.task, spec_path=out.resolve(), method=args.method, data=data,
                              plan=_planner(out))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {out.parent}: {e.strerror or e}", fix="choose a writable --out") from None
     write_atomic(out, starter.text)
     log_to(starter.plan.value("output.dir"))
     print("\n".join(next_steps(str(out), source, starter, data is not None)))

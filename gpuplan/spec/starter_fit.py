@@ -35,7 +35,7 @@ class Starter:
     plan: Any  # the Plan of `text`
     method: str
     method_reason: str
-    savers: dict[str, Any]  # spec key -> the value written for a saver the planner turned on
+    savers: dict[str, tuple[Any, str]]  # spec key -> (value, the planner's reason) for each saver it turned on
 
 
 def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | None, task: str
@@ -86,13 +86,13 @@ def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path,
         reason = f"--method {method}"
         note = f"Set by init --method {method}; it fits on {where}."
     choices: dict[str, tuple[Any, str | None]] = {**base, "model.method": (chosen.value, note)}
-    savers: dict[str, Any] = {}
+    savers: dict[str, tuple[Any, str]] = {}
     for saver in first.memory.savers:
         key = SAVER_KEYS.get(saver.name)
         if key is None or key in choices or first.settings[key].source == "user":
             continue
         setting = first.settings[key]
-        savers[key] = setting.value
+        savers[key] = (setting.value, setting.reason or "")
         choices[key] = (setting.value, f"Turned on by the plan on {where}: {setting.reason}.")
     text = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices=choices)
     final = _plan(plan, text, method)
@@ -113,10 +113,10 @@ def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> l
     """What init prints after the spec is written: what it chose, the plan's summary, what to run."""
     from gpuplan.render.text import summary_line
 
-    chose = f'model.method = "{starter.method}" ({starter.method_reason})'
-    chose += "".join(f"; {k} = {_shown(v)}" for k, v in starter.savers.items())
-    lines = [f"Wrote {out} for {source.name} on {starter.plan.hardware.name}: {chose}",
-             summary_line(starter.plan.to_dict())]
+    lines = [f"Wrote {out} for {source.name} on {starter.plan.hardware.name}:",
+             f'  model.method = "{starter.method}": {starter.method_reason}']
+    lines += [f"  {k} = {_shown(v)}: {why}" for k, (v, why) in starter.savers.items()]
+    lines.append(summary_line(starter.plan.to_dict()))
     if source.key == "model.config":
         scratch = "; or set model.from_scratch = true to train from random weights" if starter.method == "full" else ""
         lines.append(f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
