@@ -122,5 +122,17 @@ def test_init_method_full_that_does_not_fit_writes_nothing_and_names_the_fix(tmp
     out = tmp_path / "full.toml"
     r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--method", "full", "--out", out)
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "does not fit" in r.stderr and "--method auto" in r.stderr
+    assert "does not fit" in r.stderr and "--method auto" in r.stderr and "nothing was written" in r.stderr
     assert not out.exists()
+
+
+def test_init_when_no_method_fits_names_a_gpu_that_does_and_that_fix_works(tmp_path):
+    out = tmp_path / "70b.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-70b.json", "--gpu", "RTX-4090", "--out", out)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and not out.exists()
+    assert "qlora does not fit" in r.stderr and "(full, lora and qlora tried): nothing was written" in r.stderr
+    gpu = re.search(r"fix: run init again with --gpu (\S+)", r.stderr).group(1)
+    r = gpuplan("init", MODELS / "llama-3.1-70b.json", "--gpu", gpu, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(out.read_text())["model"]["method"] == "qlora"
+    assert gpuplan("plan", out).returncode == 0

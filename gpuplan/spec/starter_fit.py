@@ -12,6 +12,7 @@ imports no planner.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -100,13 +101,21 @@ def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path,
 
 
 def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
+    """The plan of the starter; when it fails, its errors and warnings and what init can change."""
     try:
         return plan(text)
     except GpuplanError as e:
-        extra = [] if method == "auto" else [Diagnostic(
-            "note", "model.method", f"init --method {method}: the spec was not written",
-            fix="--method auto lets the planner choose full, lora or qlora, whichever fits")]
-        raise GpuplanError([*e.diagnostics, *extra]) from None
+        kept = [d for d in e.diagnostics if d.severity != "note"]  # the notes are about a spec not written
+        gpus = sorted(set(re.findall(r'hardware\.gpu = "([^"]+)"', " ".join(d.fix or "" for d in kept))))
+        if method != "auto":
+            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits"
+        elif gpus:
+            fix = "run init again with " + " or ".join(f"--gpu {g}" for g in gpus)
+        else:
+            fix = None
+        raise GpuplanError([*kept, Diagnostic("note", None, f"gpuplan init writes only a spec that plans"
+                                              f"{'' if method != 'auto' else ' (full, lora and qlora tried)'}: "
+                                              "nothing was written", fix=fix)]) from None
 
 
 def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> list[str]:
