@@ -66,7 +66,7 @@ def test_init_hub_errors_are_the_plans_errors(hub, tmp_path):
     assert first and first[0] in plan.stderr.splitlines()  # the same error line, word for word
 
 
-def test_init_data_from_a_hub_dataset_id(hub, tmp_path):
+def test_init_plan_apply_with_no_edit_from_a_hub_model_and_a_hub_dataset(hub, tmp_path):
     out = tmp_path / "ds.toml"
     r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", "acme/chat", "--out", str(out)], hub["cache"])
     assert r.returncode == 0, r.stderr
@@ -74,6 +74,12 @@ def test_init_data_from_a_hub_dataset_id(hub, tmp_path):
     assert raw["data"]["dataset"] == "acme/chat" and "train_files" not in raw["data"]
     assert raw["data"]["format"] == "chat"
     assert run_cli(["plan", str(out)], hub["cache"]).returncode == 0
+    before = out.read_text()
+    applied = run_cli(["apply", str(out), "--yes"], hub["cache"], timeout=600)  # offline, from the cache
+    assert applied.returncode == 0, applied.stderr
+    assert out.read_text() == before
+    assert (tmp_path / "runs" / "micro-llama" / "final" / "model.safetensors").is_file()
+    assert foreign_lines(applied.stdout + applied.stderr) == []
 
 
 def test_init_plan_data_apply_with_no_edit_from_a_local_directory_and_only_gpuplan_on_screen(hub, tmp_path):
