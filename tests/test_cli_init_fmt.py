@@ -116,6 +116,7 @@ def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_
     assert plan.returncode == 0, plan.stderr
     assert "does not fit" not in plan.stdout + plan.stderr
     assert re.search(r"^Plan: .*$", r.stdout, re.M).group(0) in plan.stdout  # init printed the plan's own summary
+    assert gpuplan("fmt", "--check", out).returncode == 0  # the notes above keys are fmt's layout already
 
 
 def test_init_method_full_that_does_not_fit_writes_nothing_and_names_the_fix(tmp_path):
@@ -135,4 +136,21 @@ def test_init_when_no_method_fits_names_a_gpu_that_does_and_that_fix_works(tmp_p
     r = gpuplan("init", MODELS / "llama-3.1-70b.json", "--gpu", gpu, "--out", out)
     assert r.returncode == 0, r.stderr
     assert tomllib.loads(out.read_text())["model"]["method"] == "qlora"
+    assert gpuplan("plan", out).returncode == 0
+
+
+def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(tmp_path):
+    data = tmp_path / "prefs.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "good", "rejected": "bad"}) + "\n"
+                            for i in range(3)))
+    out = tmp_path / "prefs.toml"
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    comments = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("# "))  # notes wrap at 100 columns
+    assert "Read from the rows: preference pairs (prompt, chosen, rejected)" in comments
+    raw = tomllib.loads(text)
+    if "objective" not in raw.get("training", {}):  # no preference objective in this tree (issue 24 adds it)
+        assert "no preference objective (training.objective)" in comments
+        assert (raw["data"]["format"], raw["data"]["response_field"]) == ("instruction", "chosen")
     assert gpuplan("plan", out).returncode == 0

@@ -27,6 +27,7 @@ METHODS = ("full", "lora", "qlora", "auto")
 SAVER_KEYS = {"gradient checkpointing": "training.gradient_checkpointing", "8-bit optimizer": "training.optim",
               "Adafactor": "training.optim", "cache emptying": "training.torch_empty_cache_steps"}
 EPOCHS = 3.0  # TrainingArguments.num_train_epochs' default
+SOURCE_KEYS = ("data.train_files", "data.dataset")
 AUTO_PREFIX = 'model.method = "auto": '
 
 
@@ -51,18 +52,19 @@ def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | 
     out["training.num_train_epochs"] = (EPOCHS, f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
                                                 "as many steps as the data makes; set max_steps instead for a fixed "
                                                 "length and for the plan's run time and cost.")
-    first = "data.format" if "data.format" in out else next(iter(k for k in out if not k.startswith("data.train")))
+    first = "data.format" if "data.format" in values else next(k for k in values if k not in SOURCE_KEYS)
     out[first] = (out[first][0], fmt.summary)
     if values.get("data.format") == "chat" and task == "causal-lm":
         known = chat_template_known(source)
         if known is False:
-            out["data.chat_template"] = ("chatml", f"The tokenizer in {source.name} has no chat template: ChatML "
-                                                   "(<|im_start|>role ... <|im_end|>), written by gpuplan.")
+            out["data.chat_template"] = ("chatml", f"The tokenizer in {source.name} has no chat template: gpuplan's "
+                                                   "ChatML (<|im_start|>role ... <|im_end|>).")
         elif known is None and source.key == "model.config":
-            out["data.chat_template"] = ("chatml", "A config.json has no tokenizer: ChatML, written by gpuplan.")
+            out["data.chat_template"] = ("chatml", "A config.json has no tokenizer: gpuplan's ChatML template.")
         elif known is None:
             out["data.chat_template"] = ("chatml", f"The tokenizer of {source.name} is not in the cache (planning "
-                                                   "reads only config.json): ChatML, so apply works whichever it is; "
+                                                   "reads only config.json): gpuplan's ChatML, so apply works whichever "
+                                                   "it is; "
                                                    "comment this line out to use the tokenizer's own template.")
     return out
 
