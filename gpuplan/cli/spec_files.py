@@ -32,7 +32,7 @@ def cmd_init(args) -> int:
     warnings = [d for d in starter.plan.diagnostics if d.severity == "warning"]
     if warnings:
         report(warnings, args)
-    if args.gpu == "auto" and detect_hardware().vendor == "cpu":
+    if args.gpu == "auto" and detect_hardware().is_cpu:
         print(f'No GPU detected on this machine: hardware.gpu = "auto" plans for its CPU here. To plan for a GPU: '
               f'gpuplan plan {out} --gpu A100-80GB, or set hardware.gpu in {out} (names: gpuplan gpus)')
     return 0
@@ -43,7 +43,7 @@ def _planner(out: Path):
     import hashlib
 
     from gpuplan.plan.build import plan_spec
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
     from gpuplan.spec.load import LoadedSpec, parse_toml_text
 
     prices, calibrations = user_files()

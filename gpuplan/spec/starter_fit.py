@@ -6,8 +6,8 @@ on the memory savers the spec leaves "auto"; no second copy of that logic lives 
 method it chose, and each saver it turned on, are written into the spec as values with the
 planner's reason as the comment above them, and the result is planned again: init writes
 only a spec whose plan succeeds, and returns that plan for its one-line summary.
-`plan` (spec text -> Plan, raising PlanError) comes from the CLI edge, so this module
-imports no planner.
+`plan` (spec text -> Plan, raising PlanError) comes from the CLI edge; the spec key behind
+each saver comes from the planner's saver table (plan/fit/savers.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from gpuplan.spec.model_source import ModelSource, chat_template_known
 from gpuplan.spec.starter import starter_spec
 
 METHODS = ("full", "lora", "qlora", "auto")
-# The spec key behind each memory saver the planner names (plan/solve.py SAVER_COST).
-SAVER_KEYS = {"gradient checkpointing": "training.gradient_checkpointing", "8-bit optimizer": "training.optim",
-              "Adafactor": "training.optim", "cache emptying": "training.torch_empty_cache_steps"}
 EPOCHS = 3.0  # TrainingArguments.num_train_epochs' default
 SOURCE_KEYS = ("data.train_files", "data.dataset")
 AUTO_PREFIX = 'model.method = "auto": '
@@ -90,8 +87,10 @@ def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path,
         note = f"Set by init --method {method}; it fits on {where}."
     choices: dict[str, tuple[Any, str | None]] = {**base, "model.method": (chosen.value, note)}
     savers: dict[str, tuple[Any, str]] = {}
+    from gpuplan.plan.fit.savers import BY_NAME  # the saver table: the spec key behind each saver
+
     for saver in first.memory.savers:
-        key = SAVER_KEYS.get(saver.name)
+        key = BY_NAME[saver.name].setting if saver.name in BY_NAME else None
         if key is None or key in choices or first.settings[key].source == "user":
             continue
         setting = first.settings[key]
