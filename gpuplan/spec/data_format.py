@@ -172,7 +172,7 @@ def _hub_data_file(repo_id: str, cwd: Path) -> tuple[Path, str]:
     try:
         ref = resolve(key, repo_id, "dataset", "main", None)
         folder = snapshot(key, repo_id, "dataset", ref.commit, DATA_PATTERNS)
-    except HubError as e:  # the Diagnostic plan/sources.py makes for the same failure
+    except HubError as e:  # the Diagnostic plan/inputs/sources.py makes for the same failure
         raise GpuplanError([Diagnostic("error", key, e.message, detail=f"--data {repo_id} is read as a Hub id: no "
                                        f"local path {cwd / repo_id} exists", fix=e.fix)]) from None
     files = data_files_in(folder)

@@ -1,6 +1,6 @@
 """What `gpuplan init MODEL` names: a config.json, a model directory or a Hub id.
 
-A Hub id is resolved as `plan` resolves model.name_or_path (gpuplan/plan/sources.py):
+A Hub id is resolved as `plan` resolves model.name_or_path (gpuplan/plan/inputs/sources.py):
 config.json only, from the cache first (huggingface_hub's hf_hub_download, which honours
 HF_HUB_OFFLINE), with the same errors. Local paths win over Hub ids, as in specs
 (gpuplan/hub/ids.py). huggingface_hub is imported only for a Hub id; never torch.
@@ -61,7 +61,7 @@ def _hub_source(repo_id: str, cwd: Path) -> ModelSource:
     try:
         ref = resolve(key, repo_id, "model", "main", None)
         config = read_config(Path(ref.path))
-    except HubError as e:  # the Diagnostic plan/sources.py makes for the same failure
+    except HubError as e:  # the Diagnostic plan/inputs/sources.py makes for the same failure
         raise GpuplanError([Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path "
                                        f"{cwd / repo_id} exists", fix=e.fix)]) from None
     except ModelConfigError as e:
