@@ -67,6 +67,9 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
+    from gpuplan.notices import log_to
+
+    log_to(plan.value("output.dir"), load_libraries=True)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     return apply_plan(plan, target=args.target, node_rank=getattr(args, "node_rank", None), env=os.environ,
                       restart=args.restart, break_lock=args.break_lock, confirm=lambda: confirm(args.yes))
