@@ -16,8 +16,8 @@ import warnings
 warnings.filterwarnings("ignore")
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
 SMALL = dict(model_type="llama", hidden_size=256, intermediate_size=704, num_hidden_layers=2,

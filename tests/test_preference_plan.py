@@ -11,10 +11,10 @@ import pytest
 from gpuplan.errors import GpuplanError
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.objectives import OBJECTIVES
-from gpuplan.plan.throughput import estimate_throughput
+from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.types import PlanError
 from gpuplan.hardware.catalog import lookup
 from tests.helpers.planning import ENV, SPECS

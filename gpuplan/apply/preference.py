@@ -25,8 +25,8 @@ import tempfile
 from typing import Any
 
 from gpuplan.plan.objectives import Objective, objective
-from gpuplan.plan.preference_data import check_rows as count_unusable
-from gpuplan.plan.preference_data import report_diagnostics
+from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
+from gpuplan.plan.checks.preference_rows import report_diagnostics
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError

@@ -97,6 +97,13 @@ KTO = Objective(
 
 OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
 
+# The saver a reference-holding objective adds (rules/preference.py fit_with_reference): no frozen copy,
+# the reference log-probs computed once per example before training (TRL's precompute_ref_log_probs)
+PRECOMPUTED_REFERENCE = "precomputed reference log-probs"
+PRECOMPUTED_REFERENCE_COST = ("the reference forwards run once per example before training instead of in every "
+                              "step (no more FLOPs for one epoch; the first step waits for them); no reference "
+                              "copy in memory")
+
 # Objectives TRL 1.16 has only under trl.experimental: why gpuplan does not plan them yet.
 EXPERIMENTAL_IN_TRL = {
     "orpo": "TRL 1.16 ships ORPO only as trl.experimental.orpo.ORPOTrainer (an experimental API, no "

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import torch
 import torch.nn.functional as F
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.objectives import objective
 
 _HEAD_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")  # dpo_trainer.py: the metrics' fields

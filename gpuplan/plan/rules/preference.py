@@ -20,14 +20,13 @@ import difflib
 import os
 from typing import Any, Callable
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.objectives import objective
-from gpuplan.plan.preference_data import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
-from gpuplan.plan.memory.preference import compute_bytes, reference_bytes
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
+from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
-PRECOMPUTED_SAVER = "precomputed reference log-probs"
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
 
 
@@ -132,8 +131,8 @@ def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any])
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)
     if alt.fits and (not sol.fits or len(alt.savers) < len(sol.savers)):
-        alt = dataclasses.replace(alt, savers=(PRECOMPUTED_SAVER, *alt.savers),
-                                  saved_bytes={**alt.saved_bytes, PRECOMPUTED_SAVER: reference_bytes(ctx.facts, base)})
+        alt = dataclasses.replace(alt, savers=(PRECOMPUTED_REFERENCE, *alt.savers),
+                                  saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, base)})
         return other, alt
     return problem, sol
 
