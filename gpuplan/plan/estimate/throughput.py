@@ -174,7 +174,7 @@ def estimate_throughput(
             step_time *= 1 + fraction
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
-        if precompute and run_time is not None:
+        if precompute and max_steps is not None and run_time is not None:
             pass_s = max_steps * precompute / (world_size * peak * 1e12 * util)
             run_time += pass_s
             notes.append(f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "

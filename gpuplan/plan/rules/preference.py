@@ -25,6 +25,7 @@ from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
 from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
+from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
@@ -105,7 +106,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
                                         "before it writes anything")
 
 
-def reference_for(ctx: Resolver, method: str) -> str:
+def reference_for(ctx: Resolver, method: str) -> Reference:
     """The Workload's reference for `method` before any saver: none, adapters-off, copy or precomputed."""
     obj = objective(ctx.spec("training.objective"))
     if not obj.needs_reference:
@@ -144,7 +145,9 @@ def reference(ctx: Resolver) -> None:
     if not obj.needs_reference or sol is None:
         ctx.keep("preference.reference")
         return
-    base = ctx.get(FIT_PROBLEM).base
+    problem = ctx.get(FIT_PROBLEM)
+    assert problem is not None  # memory.fit sets it beside its solution
+    base = problem.base
     ref = base.reference
     gib = ctx.facts.n_params * compute_bytes(base) / 2**30
     asked = ctx.spec("preference.reference")

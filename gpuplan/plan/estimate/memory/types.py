@@ -13,6 +13,7 @@ WeightDtype = Literal["float32", "bfloat16", "float16"]
 Amp = Literal["fp16", "bf16"] | None
 Attn = Literal["sdpa", "eager", "flash_attention_2"]
 Task = Literal["causal-lm", "seq-cls", "masked-lm"]
+Reference = Literal["none", "copy", "adapters-off", "precomputed"]  # the objective's reference (see Workload)
 
 # Component names, in the order the plan prints them. They add up to
 # reserved_peak_bytes; all but "overhead" add up to allocated_peak_bytes.
@@ -76,7 +77,7 @@ class Workload:
     # per example. reference: none | copy (a frozen model in the compute dtype) | adapters-off
     # (peft disables the adapters: no second copy) | precomputed (log-probs computed before training)
     objective: str = "sft"
-    reference: Literal["none", "copy", "adapters-off", "precomputed"] = "none"
+    reference: Reference = "none"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
