@@ -2,7 +2,7 @@
 
 - estimate/ (the pure cost models) never imports the rule engine, the rules, the fit search,
   the checks or the pipeline: a cost model is a function of a workload, not of a walk;
-- checks/ and lifecycle/ import only the plan's data types (types, sections, the method
+- checks/ and lifecycle/ import only the plan's data types (types, sections, the method and objective
   descriptors) and the package's leaf modules (errors, units, the GPU profile);
 - engine/ imports no rule, cost model or pipeline.
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gpuplan"
 
 LEAVES = ("gpuplan.errors", "gpuplan.units", "gpuplan.hardware.profile", "gpuplan.lazy", "gpuplan.fsutil")
-DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods")
+DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods", "gpuplan.plan.objectives")
 HIGHER = ("gpuplan.plan.engine", "gpuplan.plan.rules", "gpuplan.plan.fit", "gpuplan.plan.checks",
           "gpuplan.plan.build", "gpuplan.plan.compare", "gpuplan.plan.inputs")
 
