@@ -176,7 +176,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
     hw = spec.hardware
-    world = hw.count * hw.nodes
+    world = hw.world_size
     wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
     tf32 = resolved["training.tf32"].value
     throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32)
