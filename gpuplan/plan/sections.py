@@ -215,9 +215,11 @@ class ThroughputSection:
     price_per_gpu_hour: float | None = None  # USD, on demand (hardware/prices.py)
     price_source: str | None = None
     cost_usd: float | None = None  # run time x GPUs x price
+    step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/step_time)
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict}
+    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict,
+                      "step_time": _dict}
 
     @property
     def empty(self) -> bool:

@@ -1,0 +1,101 @@
+"""Fit the step-time model's few free constants on the published measured runs.
+
+The constants (gpuplan/plan/step_time/constants.py): the large-GEMM efficiency per GPU
+architecture class (not per SKU), and, shared by every class, the per-kernel launch
+cost, the GEMM half-saturation M, the Trainer's per-step cost, the 4-bit dequantization
+bandwidth fraction, DeepSpeed ZeRO-3's per-tensor hook cost and the achieved PCIe
+fraction. The rows: every usable row of published-throughput.json
+(benchmarks/published_rows.py), planned with its own settings; no row, model or
+source has a constant of its own.
+
+Objective: the mean over sources of each source's mean |log(plan / measured)| (a
+source's many rows weigh as much as another's few), minimised by Nelder-Mead over the
+logs of the constants from the values in constants.py. Prints the fitted values to
+put into constants.py and the errors they give.
+
+    python benchmarks/fit_step_time.py [--iterations 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from published_rows import error, predict, source_name, usable_runs  # noqa: E402
+
+from gpuplan.plan.step_time import constants as K  # noqa: E402
+
+CLASSES = ("ampere-dc", "hopper", "ampere", "ada")
+GLOBALS = ("M_HALF_TOKENS", "TRAINER_STEP_S", "DEQUANT_BW_FRACTION", "ZERO3_HOOK_S", "PCIE_FRACTION")
+NAMES = [f"eta[{c}]" for c in CLASSES] + ["kernel_s"] + list(GLOBALS)
+# Upper bounds: fractions stay fractions; the Trainer's per-step host work (logging, LR
+# scheduler, callbacks, dataloader hand-off) is tens of milliseconds, not more: a fit
+# that wants more is absorbing another term's error.
+BOUNDS = {"DEQUANT_BW_FRACTION": 1.0, "PCIE_FRACTION": 1.0, "TRAINER_STEP_S": 0.05}
+
+
+def current() -> list[float]:
+    return ([K.FITTED[c].matmul_efficiency for c in CLASSES] + [K.FITTED["ampere-dc"].kernel_s]
+            + [getattr(K, g) for g in GLOBALS])
+
+
+def apply(values: list[float]) -> None:
+    etas, kernel, rest = values[:len(CLASSES)], values[len(CLASSES)], values[len(CLASSES) + 1:]
+    for c, eta in zip(CLASSES, etas):
+        K.FITTED[c] = dataclasses.replace(K.FITTED[c], matmul_efficiency=min(eta, 0.95), kernel_s=kernel)
+    for g, v in zip(GLOBALS, rest):
+        setattr(K, g, min(v, BOUNDS.get(g, math.inf)))
+
+
+def errors(runs) -> dict[str, list[float]]:
+    by: dict[str, list[float]] = defaultdict(list)
+    for r in runs:
+        by[source_name(r.row)].append(error(r, predict(r)))
+    return by
+
+
+def objective(logs: list[float], runs) -> float:
+    apply([math.exp(x) for x in logs])
+    by = errors(runs)
+    return statistics.mean(statistics.mean(abs(math.log1p(e)) for e in v) for v in by.values())
+
+
+def report(runs) -> None:
+    by = errors(runs)
+    every = [abs(e) for v in by.values() for e in v]
+    for s, v in by.items():
+        print(f"  {s}: {len(v)} rows, median |error| {statistics.median(map(abs, v)):.1%}, max {max(map(abs, v)):.1%}")
+    print(f"  overall: {len(every)} rows, median {statistics.median(every):.1%}, max {max(every):.1%}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=600)
+    ap.add_argument("--start", type=lambda t: [float(x) for x in t.split(",")], default=None,
+                    help="comma-separated start values, in the order printed")
+    args = ap.parse_args()
+    from scipy.optimize import minimize
+
+    runs, _ = usable_runs()
+    print("start:")
+    report(runs)
+    x0 = [math.log(v) for v in (args.start or current())]
+    res = minimize(objective, x0, args=(runs,), method="Nelder-Mead",
+                   options={"maxiter": args.iterations, "xatol": 1e-3, "fatol": 1e-5})
+    values = [math.exp(x) for x in res.x]
+    apply(values)
+    print(f"fitted ({res.nit} iterations, objective {res.fun:.4f}):")
+    for name, v in zip(NAMES, values):
+        print(f"  {name} = {v:.4g}")
+    report(runs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
