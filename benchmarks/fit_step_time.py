@@ -88,8 +88,8 @@ def main() -> int:
     x0 = [math.log(v) for v in (args.start or current())]
     res = minimize(objective, x0, args=(runs,), method="Nelder-Mead",
                    options={"maxiter": args.iterations, "xatol": 1e-3, "fatol": 1e-5})
-    values = [math.exp(x) for x in res.x]
-    apply(values)
+    apply([math.exp(x) for x in res.x])
+    values = current()  # as applied: bounded
     print(f"fitted ({res.nit} iterations, objective {res.fun:.4f}):")
     for name, v in zip(NAMES, values):
         print(f"  {name} = {v:.4g}")

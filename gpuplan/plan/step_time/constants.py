@@ -32,25 +32,27 @@ class ArchConstants:
     source: str
 
 
-# Global constants, fitted (benchmarks/fit_step_time.py, all usable rows together):
+# Global constants, fitted (benchmarks/fit_step_time.py, all 103 usable rows together;
+# objective 0.1005 = mean over sources of mean |log(plan / measured)|):
 # tokens per micro-batch at which a GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * M / (M + M_HALF) (small M leaves SMs idle: wave
 # quantization and tile under-fill; the roofline's weight-read bound is separate).
-M_HALF_TOKENS = 64.0
+M_HALF_TOKENS = 425.0
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
-# (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
-TRAINER_STEP_S = 0.04
+# (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging); the fit
+# is bounded at 50 ms (it wanted more, absorbing other terms' error: fit_step_time.py).
+TRAINER_STEP_S = 0.05
 # Achieved fraction of HBM bandwidth of the 4-bit dequantization kernels (bitsandbytes
 # dequantize_4bit, GPTQ/exllama): far below a streaming copy, many small launches.
-DEQUANT_BW_FRACTION = 0.15
+DEQUANT_BW_FRACTION = 0.14
 # DeepSpeed ZeRO-3 host cost per parameter tensor per pass (pre/post hooks that fetch,
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds.
-ZERO3_HOOK_S = 4e-4
+ZERO3_HOOK_S = 2.7e-4
 # Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives and host
 # copies (PCIe protocol overhead ~ 80%; GeForce cards have no PCIe P2P, so NCCL
 # stages through host memory).
-PCIE_FRACTION = 0.5
+PCIE_FRACTION = 0.12
 
 # Fixed (not fitted):
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
@@ -69,10 +71,10 @@ FLASH_RELATIVE = 0.75
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada"
 # RTX 6000 Ada (fsdp_qlora).
 FITTED = {
-    "ampere-dc": ArchConstants("ampere-dc", 0.70, 1.9e-5, FIT_SOURCE + " (A100 rows)"),
-    "hopper": ArchConstants("hopper", 0.60, 1.9e-5, FIT_SOURCE + " (H100 rows)"),
-    "ampere": ArchConstants("ampere", 0.75, 1.9e-5, FIT_SOURCE + " (RTX 3090 rows)"),
-    "ada": ArchConstants("ada", 0.60, 1.9e-5, FIT_SOURCE + " (RTX 6000 Ada rows)"),
+    "ampere-dc": ArchConstants("ampere-dc", 0.76, 1.76e-5, FIT_SOURCE + " (A100 rows)"),
+    "hopper": ArchConstants("hopper", 0.40, 1.76e-5, FIT_SOURCE + " (H100 rows)"),
+    "ampere": ArchConstants("ampere", 0.87, 1.76e-5, FIT_SOURCE + " (RTX 3090 rows)"),
+    "ada": ArchConstants("ada", 0.65, 1.76e-5, FIT_SOURCE + " (RTX 6000 Ada rows)"),
 }
 # Classes without a published row borrow a fitted one (named in the source).
 BORROWED = {"volta": "ampere-dc", "turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada",
