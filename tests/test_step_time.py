@@ -126,3 +126,21 @@ def test_fsdp_cpu_offload_is_priced():
     off = step_time(LLAMA_7B, Workload(**base), gpu, compute_dtype="bf16", peak_tflops=71.0)
     assert on.step_s > off.step_s
     assert {"CPU offload copies"} <= {t.name for t in on.terms}
+
+
+def test_dominant_fixed_costs_name_a_batch_that_fits_and_amortises_them():
+    import re
+
+    from gpuplan.plan.build import plan_file
+    from tests.helpers.planning import ENV, SPECS
+
+    over = {"training": {"per_device_train_batch_size": 1}, "data": {"seq_len": 256}}
+    plan = plan_file(SPECS / "a100-fp16.toml", environment=ENV, overrides=over)
+    assert plan.throughput.step_time["bound_by"] == "fixed costs"
+    note = next(d for d in plan.diagnostics if d.key == "training.per_device_train_batch_size" and d.severity == "note")
+    assert "fixed costs" in note.summary and "1 x 256 tokens" in note.summary
+    batch = int(re.match(r"training.per_device_train_batch_size = (\d+)", note.fix).group(1))
+    fixed = plan_file(SPECS / "a100-fp16.toml", environment=ENV,
+                      overrides={**over, "training": {"per_device_train_batch_size": batch}})
+    assert fixed.memory.fits and fixed.throughput.step_time["shares"]["fixed costs"] < 0.25  # the fix works
+    assert not any(d.key == "training.per_device_train_batch_size" and d.severity == "note" for d in fixed.diagnostics)

@@ -180,8 +180,10 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     tf32 = resolved["training.tf32"].value
     comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
                          network=hw.network, networks=load_interconnects())
+    # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/step_time/terms.py Term
+    extra_terms: list = []
     throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
-                                     comm=comm)
+                                     comm=comm, extra_terms=extra_terms)
     calibrated = None
     if calibrations and throughput.get("step_time"):
         key = calibration_key(throughput["peak_dtype"], resolved["model.method"].value, wl.gradient_checkpointing,
@@ -190,7 +192,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
                                       modelled=modelled_parts(throughput["step_time"]))
     if calibrated:
         throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
-                                         tf32=tf32, comm=comm, scale=calibrated[0],
+                                         tf32=tf32, comm=comm, scale=calibrated[0], extra_terms=extra_terms,
                                          assumption=calibration_assumption(calibrated[1]))
     throughput = with_communication(throughput, comm)
     throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
