@@ -264,9 +264,11 @@ def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict
     terms = (throughput.get("step_time") or {}).get("terms", [])
     exposed = sum(t["exposed_s"] for t in terms if t["group"] == "communication")
     out = {**throughput, "compute_step_time_s": step - exposed, "communication": comm}
-    if exposed:
-        out["notes"] = [*throughput["notes"], f"the step time includes {exposed:.3g} s of data-parallel "
-                        "communication that compute does not hide"]
+    if comm.get("time_s"):
+        out["notes"] = [*throughput["notes"], (f"the step time includes {exposed:.3g} s of data-parallel "
+                        "communication that compute does not hide" if exposed else
+                        f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
+                        "(overlapped: plan/step_time/links.py)")]
     return out
 
 
