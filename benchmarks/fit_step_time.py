@@ -1,6 +1,6 @@
 """Fit the step-time model's few free constants on the published measured runs.
 
-The constants (gpuplan/plan/step_time/constants.py): the large-GEMM efficiency per GPU
+The constants (gpuplan/plan/estimate/step_time/constants.py): the large-GEMM efficiency per GPU
 architecture class (not per SKU), and, shared by every class, the per-kernel launch
 cost, the GEMM half-saturation M, the Trainer's per-step cost, the 4-bit dequantization
 bandwidth fraction, DeepSpeed ZeRO-3's per-tensor hook cost and the achieved PCIe
@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published_rows import error, predict, source_name, usable_runs  # noqa: E402
 
-from gpuplan.plan.step_time import constants as K  # noqa: E402
+from gpuplan.plan.estimate.step_time import constants as K  # noqa: E402
 
 CLASSES = ("ampere-dc", "hopper", "ampere", "ada")
 GLOBALS = ("M_HALF_TOKENS", "TRAINER_STEP_S", "DEQUANT_BW_FRACTION", "ZERO3_HOOK_S", "PCIE_FRACTION")

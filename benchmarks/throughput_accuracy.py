@@ -2,7 +2,7 @@
 
 Every usable row of published-throughput.json is planned with that run's own settings
 (benchmarks/published_rows.py: the plan's estimate_throughput, the step-time model with
-plan/communication.py's collectives) and its tokens/s per GPU compared with the
+plan/estimate/communication.py's collectives) and its tokens/s per GPU compared with the
 measured one. Prints plan vs measured per row, the median and max |error| per source
 and overall, and the rows left out with the reason; writes its section of
 benchmarks/RESULTS.md. Targets (issue 21): median <= 20% overall, no source median
@@ -61,7 +61,7 @@ def main() -> int:
     body = "\n".join([
         f"{len(runs)} of {len(runs) + len(left)} published rows planned with their own settings "
         "(benchmarks/published_rows.py); error = plan tokens/s per GPU / measured - 1. The model's free "
-        "constants were fitted on these rows (benchmarks/fit_step_time.py; gpuplan/plan/step_time/constants.py), "
+        "constants were fitted on these rows (benchmarks/fit_step_time.py; gpuplan/plan/estimate/step_time/constants.py), "
         "so this is the fit's error, not a hold-out.",
         "",
         f"Targets: median <= {TARGET_MEDIAN:.0%} overall ({overall_median:.1%}), no source median above "

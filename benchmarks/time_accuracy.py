@@ -121,12 +121,12 @@ def main() -> None:
             "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
             f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
             "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
-            f"\"default\" is the uncalibrated step-time model (plan/step_time, cpu constants) with this CPU's "
+            f"\"default\" is the uncalibrated step-time model (plan/estimate/step_time, cpu constants) with this CPU's "
             f"figures measured by hardware/cpu_probe.py at the start ({probe}); "
             "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
             "model only (carried to another spec through the model's terms); \"fitted\" the plan after runs A of "
             "the two "
-            "other sizes (work and fixed-cost scales, least squares: plan/calibration.py).\n\n" + "\n".join(lines))
+            "other sizes (work and fixed-cost scales, least squares: plan/estimate/calibration.py).\n\n" + "\n".join(lines))
     print(body)
     write_section("time_accuracy", "Time estimates (CPU)", body)
 

@@ -1,4 +1,4 @@
-"""The step-time model's terms on cases computed by hand (plan/step_time)."""
+"""The step-time model's terms on cases computed by hand (plan/estimate/step_time)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.count import model_facts
-from gpuplan.plan.memory.types import Adapters, Workload
-from gpuplan.plan.step_time import constants as K
-from gpuplan.plan.step_time.model import combine, step_time
-from gpuplan.plan.step_time.shape import build_shape
-from gpuplan.plan.step_time.terms import Term, matmul_terms, memory_terms, optimizer_terms
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.step_time import constants as K
+from gpuplan.plan.estimate.step_time.model import combine, step_time
+from gpuplan.plan.estimate.step_time.shape import build_shape
+from gpuplan.plan.estimate.step_time.terms import Term, matmul_terms, memory_terms, optimizer_terms
 
 A100 = lookup("A100-80GB")  # bf16 312 TFLOP/s, 2039 GB/s
 PEAK, BW = 312e12, 2039e9 * 0.8  # HBM_FRACTION pinned to 0.8 below

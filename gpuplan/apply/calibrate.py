@@ -1,4 +1,4 @@
-"""What a finished run measured, as a calibration record (plan/calibration.py reads it).
+"""What a finished run measured, as a calibration record (plan/estimate/calibration.py reads it).
 
     utilisation = FLOPs per token (executed, recomputation included) x tokens/s x
                   (1 + the plan's modelled slowdowns) / (GPUs x dense peak of the dtype)
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuplan.plan.calibration import calibration_key, modelled_parts
+from gpuplan.plan.estimate.calibration import calibration_key, modelled_parts
 from gpuplan.plan.types import Plan
 
 
@@ -37,7 +37,7 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
         return None  # a measurement past the peak means the peak is wrong: not used
     peak_memory = results.get("peak_allocated_bytes", results.get("peak_rss_bytes"))
     model = {}
-    if t.step_time:  # the parts a later plan scales (plan/calibration.py), and what changes the step
+    if t.step_time:  # the parts a later plan scales (plan/estimate/calibration.py), and what changes the step
         model = {"modelled_s": modelled_parts(t.step_time),
                  "key": calibration_key(t.peak_dtype, plan.value("model.method"),
                                         plan.value("training.gradient_checkpointing"),

@@ -26,8 +26,8 @@ _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float
 
 
 def uses_cpu(plan: Plan) -> bool:
-    """True when the plan was made for hardware "cpu" (GPUProfile.vendor == "cpu")."""
-    return plan.hardware.vendor == "cpu"
+    """True when the plan was made for hardware "cpu" (GPUProfile.is_cpu)."""
+    return plan.hardware.is_cpu
 
 
 def has_eval(plan: Plan) -> bool:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpuplan.errors import GpuplanError
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
@@ -121,12 +122,8 @@ def build_trainer(
 
 def fetch_hub_files(plan: Plan) -> None:
     from gpuplan.hub.fetch import fetch_all
-    from gpuplan.hub.resolve import HubError
 
-    try:
-        fetch_all(plan)
-    except HubError as e:
-        raise ApplyError(e.message) from None
+    fetch_all(plan)  # a HubError is a GpuplanError: state "failed", reported with its fix
 
 
 def no_cache_while_training(model: Any) -> None:
@@ -242,7 +239,7 @@ def execute(
     except KeyboardInterrupt:
         state.finish("interrupted", partial_results(), error="interrupted by the user")
         raise
-    except ApplyError as e:
+    except GpuplanError as e:  # ApplyError, HubError, ...: what the user can fix
         state.finish("failed", partial_results(), error=e.message)
         raise
     except BaseException as e:

@@ -98,7 +98,7 @@ def supersede_checkpoints(output_dir: str) -> str | None:
 def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     """(checkpoint to resume from, what will happen) for this plan's output dir."""
     from gpuplan.cli.state import load_state
-    from gpuplan.plan.drift import resume_conflicts
+    from gpuplan.lifecycle.drift import resume_conflicts
 
     out = plan.value("output.dir")
     state = load_state(out)

@@ -1,7 +1,7 @@
 """The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, `gpuplan show`.
 
 Reads files (the spec, gpuplan-state.json) and probes the device; the decisions
-themselves are pure functions in gpuplan.plan.fingerprint and gpuplan.plan.drift.
+themselves are pure functions in gpuplan.lifecycle.fingerprint and gpuplan.lifecycle.drift.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.apply.state import STATE_FILE  # apply/state.py imports nothing heavy
-from gpuplan.plan.drift import diff_plans
-from gpuplan.plan.fingerprint import stale_reasons
+from gpuplan.lifecycle.drift import diff_plans
+from gpuplan.lifecycle.fingerprint import stale_reasons
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.plan.types import Plan
 
@@ -37,7 +37,7 @@ def load_state(output_dir: str | Path) -> dict[str, Any] | None:
 
 def check_saved_plan(plan: Plan, detect) -> None:
     """Refuse a saved plan that no longer matches the spec, the hardware or the packages."""
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
 
     spec_hash = None
     if plan.spec_path:
@@ -46,7 +46,7 @@ def check_saved_plan(plan: Plan, detect) -> None:
         except OSError:
             spec_hash = None
     hardware_now = None
-    if plan.hardware.vendor != "cpu":
+    if not plan.hardware.is_cpu:
         hardware_now = detect().to_dict()
     reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
                             environment_now=local_environment())

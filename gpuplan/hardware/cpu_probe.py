@@ -1,6 +1,6 @@
 """This CPU's matmul rate and memory bandwidth, measured once and cached (not nominal figures).
 
-The step-time model prices CPU training by the same terms as a GPU's (plan/step_time):
+The step-time model prices CPU training by the same terms as a GPU's (plan/estimate/step_time):
 matmuls at a fraction of a peak, memory-bound work over a bandwidth. A CPU's datasheet
 peak says little about what PyTorch reaches on it (AVX2 vs AVX-512, frequency, the
 cores a container gets), so the peak is MEASURED: a 512 x 512 fp32 torch.mm

@@ -138,7 +138,7 @@ def profile_from_detected(report: DeviceReport, bf16: bool | None = None) -> tup
     """
     catalog = load_catalog()
     cc = report.compute_capability
-    gpus = [p for p in catalog.values() if p.vendor != "cpu"]
+    gpus = [p for p in catalog.values() if not p.is_cpu]
     if report.vendor == "nvidia" and cc is not None:
         has = {"bf16": cc >= (8, 0), "tf32": cc >= (8, 0), "fp8": cc >= (8, 9)}
         pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [

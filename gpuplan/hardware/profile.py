@@ -27,6 +27,10 @@ class GPUProfile:
     aliases: tuple[str, ...] = ()
 
     @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
+
+    @property
     def is_cuda(self) -> bool:
         return self.vendor in ("nvidia", "amd")  # ROCm builds of torch expose HIP as "cuda"
 

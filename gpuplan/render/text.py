@@ -27,7 +27,7 @@ def shown(v: Any) -> str:
 
 
 def on_cpu(hardware: HardwareSection) -> bool:
-    return hardware.vendor == "cpu"
+    return hardware.is_cpu
 
 
 def ranks(hardware: HardwareSection) -> str:
