@@ -8,7 +8,7 @@ model"). They are per GPU architecture class, never per SKU, model, row or sourc
 The rest are global (the same on every class), fitted over all rows at once.
 
 A class with no published row takes the nearest fitted class's value and says so
-(`ArchConstants.source`). A measured run on this hardware (plan/estimate/step_time/calibrate.py)
+(`ArchConstants.source`). A measured run on this hardware (plan/estimate/calibration.py)
 scales them; the shape of the model stays.
 """
 

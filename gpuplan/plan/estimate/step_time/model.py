@@ -83,6 +83,9 @@ class StepTime:
             "constants": {"matmul_efficiency": self.constants.matmul_efficiency,
                           "kernel_s": self.constants.kernel_s, "source": self.constants.source},
             "scale": dict(self.scale),
+            **({"calibrated_constants": {  # what the measured runs put in place of the class's fitted constants
+                "matmul_efficiency": self.constants.matmul_efficiency / self.scale.get("work", 1.0),
+                "kernel_s": self.constants.kernel_s * self.scale.get("fixed", 1.0)}} if self.scale else {}),
         }
 
 
