@@ -13,7 +13,7 @@ source's many rows weigh as much as another's few), minimised by Nelder-Mead ove
 logs of the constants from the values in constants.py. Prints the fitted values to
 put into constants.py and the errors they give.
 
-    python benchmarks/fit_step_time.py [--iterations 600]
+    python benchmarks/fit_step_time.py [--iterations 600] [--holdout]
 """
 
 from __future__ import annotations
@@ -77,12 +77,23 @@ def report(runs) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=600)
+    ap.add_argument("--holdout", action="store_true",
+                    help="fit on every other row of each source, report the rows left out (a memorisation check)")
     ap.add_argument("--start", type=lambda t: [float(x) for x in t.split(",")], default=None,
                     help="comma-separated start values, in the order printed")
     args = ap.parse_args()
     from scipy.optimize import minimize
 
     runs, _ = usable_runs()
+    held: list = []
+    if args.holdout:
+        seen: dict[str, int] = defaultdict(int)
+        fit, held = [], []
+        for r in runs:
+            src = source_name(r.row)
+            (fit if seen[src] % 2 == 0 else held).append(r)
+            seen[src] += 1
+        runs = fit
     print("start:")
     report(runs)
     x0 = [math.log(v) for v in (args.start or current())]
@@ -94,6 +105,9 @@ def main() -> int:
     for name, v in zip(NAMES, values):
         print(f"  {name} = {v:.4g}")
     report(runs)
+    if held:
+        print("held-out rows (not in this fit):")
+        report(held)
     return 0
 
 

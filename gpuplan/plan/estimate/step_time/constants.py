@@ -76,8 +76,13 @@ FITTED = {
     "ampere": ArchConstants("ampere", 0.87, 1.76e-5, FIT_SOURCE + " (RTX 3090 rows)"),
     "ada": ArchConstants("ada", 0.65, 1.76e-5, FIT_SOURCE + " (RTX 6000 Ada rows)"),
 }
-# Classes without a published row borrow a fitted one (named in the source).
-BORROWED = {"volta": "ampere-dc", "turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada",
+# Volta: no row in the file; Shoeybi et al. 2019 (Megatron-LM, sec. 5.1) sustain 39 TFLOP/s
+# on one V100 (30% of its 125 TFLOP/s fp16 peak, recompute counted) for a 1.2B model at
+# 8 x 1024 tokens per micro-batch, where the matmuls are ~85% of the step: 0.30 / 0.85.
+VOLTA = ArchConstants("volta", 0.35, 1.76e-5, "Megatron-LM (Shoeybi et al. 2019) sec. 5.1: 39 TFLOP/s on one "
+                      "V100; per-kernel cost as fitted")
+# Other classes without a published row borrow a fitted one (named in the source).
+BORROWED = {"turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada",
             "cdna2": "ampere-dc", "cdna3": "hopper"}
 # CPU: the peak and bandwidth come from hardware/cpu_probe.py (measured on the machine),
 # so the matmul fraction is of a measured matmul rate; per-op dispatch in eager PyTorch
@@ -114,6 +119,8 @@ def constants_for(gpu: GPUProfile) -> ArchConstants:
         return CPU
     if cls in FITTED:
         return FITTED[cls]
+    if cls == "volta":
+        return dataclasses.replace(VOLTA, kernel_s=FITTED["ampere-dc"].kernel_s)
     other = FITTED[BORROWED[cls]]
     return dataclasses.replace(other, name=cls, source=f"{other.source}; no published row for {cls}, "
                                f"{other.name}'s used")
