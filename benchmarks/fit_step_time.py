@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from published_rows import error, predict, source_name, usable_runs  # noqa: E402
+from results import write_section  # noqa: E402
 
 from gpuplan.plan.estimate.step_time import constants as K  # noqa: E402
 
@@ -66,17 +67,20 @@ def objective(logs: list[float], runs) -> float:
     return statistics.mean(statistics.mean(abs(math.log1p(e)) for e in v) for v in by.values())
 
 
-def report(runs) -> None:
+def report(runs) -> list[str]:
     by = errors(runs)
     every = [abs(e) for v in by.values() for e in v]
-    for s, v in by.items():
-        print(f"  {s}: {len(v)} rows, median |error| {statistics.median(map(abs, v)):.1%}, max {max(map(abs, v)):.1%}")
-    print(f"  overall: {len(every)} rows, median {statistics.median(every):.1%}, max {max(every):.1%}")
+    lines = [f"  {s}: {len(v)} rows, median |error| {statistics.median(map(abs, v)):.1%}, max {max(map(abs, v)):.1%}"
+             for s, v in by.items()]
+    lines.append(f"  overall: {len(every)} rows, median {statistics.median(every):.1%}, max {max(every):.1%}")
+    print("\n".join(lines))
+    return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=600)
+    ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md as it is")
     ap.add_argument("--holdout", action="store_true",
                     help="fit on every other row of each source, report the rows left out (a memorisation check)")
     ap.add_argument("--start", type=lambda t: [float(x) for x in t.split(",")], default=None,
@@ -101,13 +105,18 @@ def main() -> int:
                    options={"maxiter": args.iterations, "xatol": 1e-3, "fatol": 1e-5})
     apply([math.exp(x) for x in res.x])
     values = current()  # as applied: bounded
-    print(f"fitted ({res.nit} iterations, objective {res.fun:.4f}):")
-    for name, v in zip(NAMES, values):
-        print(f"  {name} = {v:.4g}")
-    report(runs)
+    out = [f"fitted on {len(runs)} rows ({res.nit} iterations, objective {res.fun:.4f}):",
+           *(f"  {name} = {v:.4g}" for name, v in zip(NAMES, values))]
+    print("\n".join(out))
+    out += ["errors on the rows fitted:", *report(runs)]
     if held:
         print("held-out rows (not in this fit):")
-        report(held)
+        out += ["errors on the held-out rows (every other row of each source, not in this fit):", *report(held)]
+    if not args.no_write:
+        name = "fit_step_time_holdout" if held else "fit_step_time"
+        title = "Step-time fit, half the rows held out" if held else "Step-time fit (the constants in constants.py)"
+        write_section(name, title, "```text\n" + "\n".join(out) + "\n```",
+                      command="python benchmarks/fit_step_time.py" + (" --holdout" if held else ""))
     return 0
 
 

@@ -144,3 +144,24 @@ def test_dominant_fixed_costs_name_a_batch_that_fits_and_amortises_them():
                       overrides={**over, "training": {"per_device_train_batch_size": batch}})
     assert fixed.memory.fits and fixed.throughput.step_time["shares"]["fixed costs"] < 0.25  # the fix works
     assert not any(d.key == "training.per_device_train_batch_size" and d.severity == "note" for d in fixed.diagnostics)
+
+
+def test_the_cpu_figures_are_measured_once_and_cached(tmp_path, monkeypatch):
+    from gpuplan.hardware import cpu_probe
+    from gpuplan.hardware.detect import cpu_profile
+
+    path = tmp_path / "cpu-probe.json"
+    monkeypatch.setenv(cpu_probe.PROBE_ENV, str(path))
+    first = cpu_probe.cpu_figures(2)  # a real torch matmul and copy on this CPU
+    assert first["fp32_tflops"] > 0 and first["gbyte_per_s"] > 0 and path.exists()
+
+    def again(*_a, **_k):
+        raise AssertionError("measured twice")
+
+    monkeypatch.setattr(cpu_probe, "measure", again)
+    assert cpu_probe.cpu_figures(2)["fp32_tflops"] == first["fp32_tflops"]  # from the cache
+    from gpuplan.hardware.detect import _cpu_count
+
+    if _cpu_count() == 2:  # the profile of this machine reads the same cache: the measured figures, not nominal
+        profile, how = cpu_profile()
+        assert profile.peak_tflops["fp32"] == round(first["fp32_tflops"], 4) and "measured" in how
