@@ -1,7 +1,6 @@
 """The plan against the published LoRA / QLoRA memory figures the shipped model configs can express.
 
-Rows of /work/shared/reference/published-memory.json (../shared/reference from the repo's
-parent) whose model has a config in specs/models/ and whose setup gpuplan can state as a
+Rows of docs/reference/published-memory.json whose model has a config in specs/models/ and whose setup gpuplan can state as a
 spec: each is priced by the analytic estimate (gpuplan.plan.estimate.memory.estimate_memory, the
 numbers `gpuplan plan` prints) and compared with the published figure. Writes the
 `published_lora` section of benchmarks/RESULTS.md, with the rows left out and why.
@@ -26,7 +25,7 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.units import GIB  # noqa: E402
 
-PUBLISHED = Path("/work/shared/reference/published-memory.json")
+PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
 QV = ("q_proj", "v_proj")
 ALL = "all-linear"
 # index -> (config, method, r, targets, Workload fields, measure, note)

@@ -28,9 +28,7 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.throughput import estimate_throughput
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "reference" / "published-throughput.json"
-if not DATA.exists():
-    DATA = Path("/work/shared/reference/published-throughput.json")
+DATA = ROOT / "docs" / "reference" / "published-throughput.json"  # and its .md: fields and caveats
 
 # (hidden, layers, heads, kv heads, intermediate, vocab)
 SHAPES = {

@@ -105,4 +105,4 @@ class ApplyError(OneProblem):
 
 
 class LockError(OneProblem):
-    """The output directory is in use by another apply (gpuplan/apply/lock.py)."""
+    """The output directory is in use by another apply (gpuplan/lifecycle/run_lock.py)."""

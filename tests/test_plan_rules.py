@@ -1,4 +1,4 @@
-"""One test per rule of DESIGN.md "Rules the planner must own", on real specs and model configs."""
+"""One test per rule of docs/design.md "Rules the planner must own", on real specs and model configs."""
 
 import pytest
 

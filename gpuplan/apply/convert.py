@@ -1,7 +1,7 @@
 """Plan -> TrainingArguments keyword arguments and torch dtypes.
 
 This is the ONLY place where plan values become TrainingArguments fields or torch
-dtypes (DESIGN: "dtypes stay strings until the one place they are used"). The rest of
+dtypes (docs/design.md: "dtypes stay strings until the one place they are used"). The rest of
 `apply` passes these results along and never reads a `training.*` precision key itself.
 
 Field names follow transformers 5.24 `training_args.py`:

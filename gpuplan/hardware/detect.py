@@ -1,4 +1,4 @@
-"""Find the accelerator of this machine (the CLI edge only; DESIGN principle 4).
+"""Find the accelerator of this machine (the CLI edge only; docs/design.md principle 4).
 
 Order: NVML (the `pynvml` module of nvidia-ml-py, if importable), then torch.cuda
 (if torch is installed; imported inside the function), then the CPU. The plan path

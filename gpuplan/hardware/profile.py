@@ -1,4 +1,4 @@
-"""GPUProfile: the hardware as an input to planning (DESIGN principle 4)."""
+"""GPUProfile: the hardware as an input to planning (docs/design.md principle 4)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assu
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
-from gpuplan.spec.load import LoadedSpec, load_toml
+from gpuplan.spec.load import LoadedSpec, load_toml, table
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
 from gpuplan.units import GIB
@@ -64,8 +64,7 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
                 value = str((spec_dir / value).resolve())
             elif key in PATH_LIST_KEYS:
                 value = [str((spec_dir / v).resolve()) for v in value]
-            source = "user" if name in obj.model_fields_set else "default"
-            out[key] = Setting(value, source)
+            out[key] = Setting(value, "user" if name in obj.model_fields_set else "default")
     if out["output.dir"].value is None:
         out["output.dir"] = Setting(str((Path.cwd() / "runs" / spec_stem).resolve()), "default")
     if out["training.run_name"].value is None:  # trackers name the run after the spec
@@ -310,6 +309,5 @@ def with_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Mapping[str, 
     """`raw` (a spec dict) with `overrides` ({"hardware": {"gpu": "H100"}}) in place of its keys."""
     out = dict(raw)
     for section, values in overrides.items():
-        table = out.get(section)
-        out[section] = {**(table if isinstance(table, dict) else {}), **values}
+        out[section] = {**table(raw, section), **values}
     return out

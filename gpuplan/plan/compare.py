@@ -16,9 +16,11 @@ from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import table
 from gpuplan.spec.load import LoadedSpec
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
@@ -29,7 +31,7 @@ def default_gpus() -> list[str]:
 
 
 def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    hw = table(raw, "hardware")
     values: dict[str, Any] = {"gpu": gpu, "count": per_node, "nodes": nodes}
     if hw.get("gpu") != gpu:  # a memory or price override describes the spec's own GPU
         values.update(memory_gib=None, price_per_hour=None)
@@ -60,14 +62,14 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
                     calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
-    precision = "bf16" if s["training.bf16"].value else "fp16" if s["training.fp16"].value else (
-        "tf32" if s["training.tf32"].value else "fp32")
+    precision = precision_label(s, profile.bf16 or profile.vendor == "cpu")
     return {
         **row,
         "fits": True,
         "per_device_train_batch_size": s["training.per_device_train_batch_size"].value,
         "gradient_accumulation_steps": s["training.gradient_accumulation_steps"].value,
         "precision": precision,
+        "warnings": [d.summary for d in plan.diagnostics if d.severity == "warning"],
         "weight_dtype": s["model.dtype"].value,
         "optim": s["training.optim"].value,
         "gradient_checkpointing": s["training.gradient_checkpointing"].value,

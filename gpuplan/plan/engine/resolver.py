@@ -92,7 +92,8 @@ class Resolver:
         """
         rule_id = self._check_write(key)
         if rule is not None:
-            assert rule == rule_id or rule in self.rule.explains, f"rule {rule_id} records {rule} without declaring it"
+            assert self.rule is not None and (rule == rule_id or rule in self.rule.explains), \
+                f"rule {rule_id} records {rule} without declaring it"
             rule_id = rule
         before = self.spec_settings[key]
         if value == before.value and type(value) is type(before.value):

@@ -1,4 +1,4 @@
-"""Measured runs scale the step-time model's constants (DESIGN: time is an estimate with a source).
+"""Measured runs scale the step-time model's constants (docs/design.md: time is an estimate with a source).
 
 Every completed `apply` records what it measured (apply/calibrate.py) as one line of the
 calibration store (userfiles.py), with the step the plan modelled for it split into

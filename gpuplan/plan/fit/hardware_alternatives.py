@@ -19,9 +19,11 @@ from typing import Any
 
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import catalog_price, split_count
-from gpuplan.hardware.profile import GIB, GPUProfile
+from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.fit.fixes import NoFit
 from gpuplan.plan.types import Diagnostic, Plan
+from gpuplan.spec.load import table
+from gpuplan.units import gib
 
 MAX_GPUS = 64
 
@@ -41,26 +43,24 @@ class Alternative:
         s = self.plan.settings
         batch = (f"batch {s['training.per_device_train_batch_size'].value} x "
                  f"{s['training.gradient_accumulation_steps'].value} x {world} GPU(s)")
-        return (f"{self.what}: {'; '.join(self.lines)}  -> {mem.reserved_peak_bytes / GIB:.1f} GiB of "
-                f"{mem.capacity_bytes / GIB:.0f} GiB per GPU, {mem.layout}, {batch}")
+        return (f"{self.what}: {'; '.join(self.lines)}  -> {gib(mem.reserved_peak_bytes)} of "
+                f"{gib(mem.capacity_bytes, 0)} per GPU, {mem.layout}, {batch}")
 
 
 def _hardware_raw(raw: Mapping[str, Any], **values: Any) -> dict[str, Any]:
-    out = dict(raw)
-    table = out.get("hardware")
-    out["hardware"] = {**(table if isinstance(table, dict) else {}), **values}
-    return out
+    return {**raw, "hardware": {**table(raw, "hardware"), **values}}
 
 
 def larger_gpu(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, plan: PlanFn) -> Alternative | None:
     """The smallest catalog GPU other than `gpu` on which the spec fits at the same count."""
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    hw = table(raw, "hardware")
     others = [g for g in load_catalog().values() if not g.is_cpu and g.name != gpu.name]
-    price = {g.name: (catalog_price(g.name).usd_per_gpu_hour if catalog_price(g.name) else float("inf")) for g in others}
+    price = {g.name: (c.usd_per_gpu_hour if (c := catalog_price(g.name)) else float("inf")) for g in others}
     for g in sorted(others, key=lambda g: (g.memory_bytes, price[g.name])):
-        if count * nodes > 1 and split_count(g.name, count * nodes) is None:
+        split = split_count(g.name, count * nodes)
+        if split is None:
             continue
-        per_node, n = split_count(g.name, count * nodes)
+        per_node, n = split
         changes: dict[str, Any] = {"gpu": g.name, "count": per_node, "nodes": n}
         for key in ("memory_gib", "price_per_hour"):  # they describe the other GPU
             if hw.get(key) is not None:
@@ -77,8 +77,7 @@ def larger_gpu(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, 
 
 def more_gpus(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, plan: PlanFn) -> Alternative | None:
     """The fewest GPUs of `gpu`'s type on which the spec fits, with the plan's own sharding."""
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
-    dist = raw.get("distributed") if isinstance(raw.get("distributed"), dict) else {}
+    hw, dist = table(raw, "hardware"), table(raw, "distributed")
     total = count * nodes * 2
     while total <= MAX_GPUS:
         split = split_count(gpu.name, total)

@@ -22,7 +22,7 @@ from gpuplan.units import GIB
 
 def adapter_alternatives(ctx: Resolver, problem: FitProblem) -> list[str]:
     """One line per fitting method: memory and the lines to add under [model]."""
-    out = []
+    out: list[str] = []
     for method in (m.name for m in ADAPTER_METHODS):
         adapters = adapters_for(method, ctx)
         if adapters is None:

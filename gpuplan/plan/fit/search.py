@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
@@ -142,8 +143,8 @@ def workload(p: FitProblem, batch: int, knobs: Knobs) -> Workload:
         gradient_checkpointing=knobs.gradient_checkpointing,
         optim=knobs.optim,
         torch_empty_cache_steps=knobs.torch_empty_cache_steps,
-        engine=sh.engine,
-        zero_stage=sh.zero_stage,
+        engine=cast(Any, sh.engine),  # Sharding holds the same names Workload's Literal lists
+        zero_stage=cast(Any, sh.zero_stage),
         shard_world_size=sh.shard_world_size,
         offload_optimizer=sh.offload_optimizer,
         offload_params=sh.offload_params,

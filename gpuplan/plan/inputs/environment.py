@@ -1,7 +1,7 @@
 """What the machine that plans knows about its software, read without importing it.
 
 Package versions come from installed metadata (importlib.metadata), so asking
-whether bitsandbytes or torch is there never imports them (DESIGN principle 3).
+whether bitsandbytes or torch is there never imports them (docs/design.md principle 3).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ KEYS = (
 
 def split(ctx: Resolver) -> None:
     sol, p = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
-    if sol is None:
+    if sol is None or p is None:
         for k in KEYS:
             ctx.keep(k)
         return
@@ -36,7 +36,7 @@ def split(ctx: Resolver) -> None:
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
             why = (f"per_device_train_batch_size x gradient_accumulation_steps x "
-                   f"{'GPUs' if ctx.gpu.vendor != 'cpu' else 'CPU processes'} = {b} x {a} x {world}")
+                   f"{'GPUs' if not ctx.gpu.is_cpu else 'CPU processes'} = {b} x {a} x {world}")
         else:
             why = (f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device "
                    f"x {world} device(s)")

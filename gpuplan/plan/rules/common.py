@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuplan.plan.engine.graph import Node
 from gpuplan.plan.engine.resolver import Resolver
@@ -22,7 +22,8 @@ FIT_SOLUTION: Node[FitSolution | None] = Node("fit.solution")
 FIT_PROBLEM: Node[FitProblem | None] = Node("fit.problem")
 FIT_METHOD: Node[tuple[str, tuple[tuple[str, FitSolution], ...]] | None] = Node("fit.method")  # (chosen, tried)
 NO_FIT: Node[NoFit | None] = Node("fit.no_fit")  # why nothing fits and what would, as a record (fit/fixes.py)
-LORA_COUNT: Node[tuple[AdapterCount, Any] | None] = Node("lora.count")  # (adapter counts, targets) from lora.config
+# (adapter counts, target modules, modules to save) from lora.config
+LORA_COUNT: Node[tuple[AdapterCount, tuple[str, ...], tuple[str, ...]] | None] = Node("lora.count")
 QUANT_COMPUTE: Node[str] = Node("quantization.compute")  # the 4-bit compute dtype, also when no qlora is planned
 
 

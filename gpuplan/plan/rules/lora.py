@@ -60,7 +60,7 @@ def lora_config(ctx: Resolver) -> None:
     saved = default_modules_to_save(ctx.facts, asked_save)
     if saved != asked_save and record:
         ctx.resolve("lora.modules_to_save", saved,
-                    f"sequence classification: the new head {', '.join(s for s in saved if s not in (asked_save or []))} "
+                    f"sequence classification: the new head {', '.join(s for s in saved or [] if s not in (asked_save or []))} "
                     "trains in full beside the adapters (peft's SEQ_CLS task saves it too)")
     else:
         ctx.keep("lora.modules_to_save")
@@ -120,7 +120,7 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
     )
 
 
-RULES = (
+RULES: tuple[Rule, ...] = (
     Rule("lora.config",
          reads=("spec:model.method", "spec:distributed.strategy", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
                 "spec:lora.use_dora", "spec:lora.modules_to_save"),

@@ -67,7 +67,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if b is not None and a is not None and b * a != s:
         ctx.error("training.effective_batch_size",
                   f"training.effective_batch_size = {e} but per_device_train_batch_size x "
-                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.vendor == 'cpu' else 'GPUs'} = "
+                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.is_cpu else 'GPUs'} = "
                   f"{b} x {a} x {world} = {b * a * world}",
                   fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
                        else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
@@ -75,7 +75,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if a is not None and s % a:
         ctx.error("training.gradient_accumulation_steps",
                   f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
-                  f"{'process' if ctx.gpu.vendor == 'cpu' else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
+                  f"{'process' if ctx.gpu.is_cpu else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
                   fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
                       f"{_nearest_multiples(e, a * world)}")
         return None

@@ -1,4 +1,4 @@
-"""Optimizer choice (guide: "Optimizers"; DESIGN rules).
+"""Optimizer choice (guide: "Optimizers"; docs/design.md rules).
 
 auto: adamw_torch_fused (one fused kernel per step, CUDA and CPU);
 under memory pressure the fit search may pick bitsandbytes' 8-bit AdamW, then

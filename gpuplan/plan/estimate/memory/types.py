@@ -31,7 +31,7 @@ COMPONENTS = (
 class Adapters:
     """LoRA (peft) on a frozen base; qlora: the base's linear layers in bitsandbytes 4-bit."""
 
-    method: Literal["lora", "qlora"]
+    method: str  # an adapter method of plan/methods.py: "lora" | "qlora"
     r: int
     target_modules: tuple[str, ...]  # resolved names peft matches (plan/lora_targets.py)
     modules_to_save: tuple[str, ...] = ()

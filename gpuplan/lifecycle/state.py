@@ -1,4 +1,5 @@
-"""gpuplan-state.json: the applied plan and what the run measured.
+"""gpuplan-state.json: the applied plan and what the run measured, written (RunState) and read
+(load_state) here and nowhere else.
 
 Written atomically (temp file in the same directory, fsync, os.replace) so a reader
 never sees half a file, even when the run is killed mid-write. Shape (format 1):
@@ -20,8 +21,10 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.fsutil import write_text_atomic
 from gpuplan.plan.types import Plan
 
@@ -35,6 +38,22 @@ def _now() -> str:
 
 def write_json_atomic(path: str, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def load_state(output_dir: str | Path) -> dict[str, Any] | None:
+    """The last apply's state in output_dir; None if never applied; GpuplanError if corrupt."""
+    path = Path(output_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or "plan" not in state or "settings" not in state["plan"]:
+            raise ValueError("no plan in it")
+        return state
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise GpuplanError([Diagnostic(
+            "error", "output.dir", f"{path} is corrupt ({e})",
+            fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched")]) from None
 
 
 class RunState:
