@@ -187,18 +187,18 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
                                      comm=comm, extra_terms=extra_terms)
     calibrated = None
-    if calibrations and throughput.get("step_time"):
-        key = calibration_key(throughput["peak_dtype"], resolved["model.method"].value, wl.gradient_checkpointing,
+    if calibrations and throughput.step_time:
+        key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing,
                               sol.savers)
         calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key,
-                                      modelled=modelled_parts(throughput["step_time"]))
+                                      modelled=modelled_parts(throughput.step_time))
     if calibrated:
         throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
                                          tf32=tf32, comm=comm, scale=calibrated[0], extra_terms=extra_terms,
                                          assumption=calibration_assumption(calibrated[1]))
-    throughput = with_communication(throughput, comm)
-    throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
-                  **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
+    throughput = dataclasses.replace(
+        with_communication(throughput, comm), calibration=calibrated[1] if calibrated else None,
+        **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices))
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
     advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu),
               step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm)]
@@ -213,7 +213,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
         changes=tuple(sorted([*ctx.changes, *commit_changes], key=lambda c: order.index(c.key))),
         diagnostics=tuple([*ctx.diagnostics, *commit_diags]) + tuple(d for d in advice if d is not None),
         memory=dataclasses.replace(memory, workload=wl, method=final.method),
-        throughput=ThroughputSection.from_dict(throughput),
+        throughput=throughput,
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, Environment.of(environment)))
 
@@ -223,21 +223,21 @@ def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
     from gpuplan.plan.fit.search import _fits, price
 
     def share_at(new):
-        return fixed_share(estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput["world_size"],
-                                               tf32=tf32, comm=comm).get("step_time"))
+        return fixed_share(estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput.world_size or 1,
+                                               tf32=tf32, comm=comm).step_time)
 
     packing = resolved["data.packing"].value if "data.packing" in resolved else None
-    return fixed_costs_advice(throughput.get("step_time"), wl, user_batch=problem.user_batch,
+    return fixed_costs_advice(throughput.step_time, wl, user_batch=problem.user_batch,
                               user_accumulation=problem.user_accumulation,
                               samples_per_device=problem.samples_per_device, packing=packing,
                               fits=lambda b: _fits(price(problem, b, sol.knobs), problem), share_at=share_at)
 
 
-def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, spec_price: float | None,
+def cost_section(throughput: ThroughputSection, gpu_name: str, world: int, *, spec_price: float | None,
                  user_prices: Mapping[str, tuple[float, str]] | None) -> dict[str, Any]:
     """price_per_gpu_hour, price_source, cost_usd (run time x GPUs x price); None where unknown."""
     price = price_for(gpu_name, spec_price=spec_price, user_prices=user_prices)
-    run = throughput.get("run_time_s")
+    run = throughput.run_time_s
     return {
         "price_per_gpu_hour": price.usd_per_gpu_hour if price else None,
         "price_source": price.source if price else None,
@@ -256,21 +256,21 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
             "adapters": {**count.to_dict(), "enable_input_require_grads": bool(checkpointing)}}
 
 
-def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:
+def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> ThroughputSection:
     """Attach the data-parallel communication section; the step-time model already priced
     it (plan/estimate/step_time/links.py), so compute_step_time_s is the step without what of it
     compute does not hide."""
-    step = throughput["step_time_s"]
+    step = throughput.step_time_s
     if step is None:
-        return {**throughput, "compute_step_time_s": None, "communication": comm}
-    terms = (throughput.get("step_time") or {}).get("terms", [])
+        return dataclasses.replace(throughput, compute_step_time_s=None, communication=comm)
+    terms = (throughput.step_time or {}).get("terms", [])
     exposed = sum(t["exposed_s"] for t in terms if t["group"] == "communication")
-    out = {**throughput, "compute_step_time_s": step - exposed, "communication": comm}
+    out = dataclasses.replace(throughput, compute_step_time_s=step - exposed, communication=comm)
     if comm.get("time_s"):
-        out["notes"] = [*throughput["notes"], (f"the step time includes {exposed:.3g} s of data-parallel "
+        out = dataclasses.replace(out, notes=(*throughput.notes, f"the step time includes {exposed:.3g} s of data-parallel "
                         "communication that compute does not hide" if exposed else
                         f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
-                        "(overlapped: plan/estimate/step_time/links.py)")]
+                        "(overlapped: plan/estimate/step_time/links.py)"))
     return out
 
 
