@@ -137,14 +137,21 @@ def test_step_time_counts_both_sequences_and_the_reference_forward():
     gpu = lookup("H100-80GB")
     sft = Workload(1, 2048, amp="bf16")
     t_sft = estimate_throughput(facts, sft, gpu, max_steps=10)
+    t_two = estimate_throughput(facts, dataclasses.replace(sft, per_device_batch=2), gpu, max_steps=10)
     t_dpo = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="copy"), gpu, max_steps=10)
     t_pre = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"), gpu,
                                 max_steps=10)
-    # policy forward + backward on 2 sequences (2 x 3 forwards) + the reference forward on both (2): 8/3 of SFT
-    assert t_dpo["flops_per_step"] / t_sft["flops_per_step"] == pytest.approx(8 / 3, rel=1e-6)
-    assert t_pre["flops_per_step"] / t_sft["flops_per_step"] == pytest.approx(2, rel=1e-6)
-    # precomputed: the reference forwards run once, before training, and are in the run time
-    assert t_pre["run_time_s"] == pytest.approx(10 * t_pre["step_time_s"] * (1 + 1 / 3), rel=1e-6)
+    # FLOPs: policy forward + backward on 2 sequences (2 x 3 forwards) + the reference forward on both (2)
+    assert t_dpo.flops_per_step / t_sft.flops_per_step == pytest.approx(8 / 3, rel=1e-6)
+    assert t_pre.flops_per_step / t_sft.flops_per_step == pytest.approx(2, rel=1e-6)
+    assert t_dpo.tokens_per_step == 2 * t_sft.tokens_per_step
+    # time: the policy's step is SFT's on two sequences; the reference forward is one more term
+    assert t_pre.step_time_s == pytest.approx(t_two.step_time_s, rel=1e-6)
+    terms = {t["name"]: t["seconds"] for t in t_dpo.step_time["terms"]}
+    ref = terms["dpo forwards without gradients"]
+    assert t_dpo.step_time_s == pytest.approx(t_pre.step_time_s + ref, rel=0.02)
+    # precomputed: the same reference forwards run once, before training, and are in the run time
+    assert t_pre.run_time_s == pytest.approx(10 * t_pre.step_time_s + 10 * ref, rel=1e-6)
 
 
 def test_precomputed_log_probs_are_the_saver_when_a_reference_copy_does_not_fit(tmp_path):
