@@ -9,7 +9,7 @@ from typing import Any
 from gpuplan.cli.common import UserError, user_files
 
 SAVER_SHORT = {"8-bit optimizer": "8bit-adam", "gradient checkpointing": "ckpt", "cache emptying": "empty-cache",
-               "Adafactor": "adafactor"}
+               "Adafactor": "adafactor", "chunked cross-entropy": "chunked-ce"}
 GIB = 1024**3
 
 

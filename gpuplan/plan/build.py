@@ -263,7 +263,9 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
         components=est["components"],
         host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
         layout=sol.knobs.sharding.label,
-        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype)) for n in sol.savers),
+        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype, problem.facts,
+                                                                          problem.base.adapters is not None,
+                                                                          problem.base.seq_len)) for n in sol.savers),
         notes=tuple(est["notes"]),
     )
 

@@ -3,7 +3,8 @@
 Issue 11 item 11: a fix is printed only if re-solving the fit problem with it (plan/solve.py,
 the model that refused the plan) finds a split that fits, and never a setting the spec
 already has. Each candidate changes one thing:
-- a memory saver the spec fixed (gradient checkpointing, the optimizer) set to "auto";
+- a memory saver the spec fixed (gradient checkpointing, the optimizer, chunked cross-entropy)
+  set to "auto";
 - model.dtype = "bfloat16" (on a GPU with bf16; float32 weights only);
 - data.seq_len halved, down to 128;
 - more GPUs of the same kind, fully sharded (FSDP FULL_SHARD; strategy "auto" or "fsdp");
@@ -38,6 +39,8 @@ def savers_on(sol: FitSolution, user_set: set[str]) -> str:
         on.append(f"{k.optim} (set by the spec)")
     if "torch_empty_cache_steps" in user_set and k.torch_empty_cache_steps:
         on.append("cache emptying (set by the spec)")
+    if "loss_chunk_size" in user_set and k.loss_chunk_size:
+        on.append("chunked cross-entropy (set by the spec)")
     if k.sharding.engine in ("fsdp", "deepspeed"):
         on.append(k.sharding.label)
     if not on:
@@ -55,7 +58,8 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
     fixes: list[str] = []
     # savers the spec fixed
     for knob, key in (("gradient_checkpointing", "training.gradient_checkpointing"), ("optim", "training.optim"),
-                      ("torch_empty_cache_steps", "training.torch_empty_cache_steps")):
+                      ("torch_empty_cache_steps", "training.torch_empty_cache_steps"),
+                      ("loss_chunk_size", "training.loss_chunk_size")):
         if knob in user_set and _fits(dataclasses.replace(p, auto=p.auto | {knob})):
             fixes.append(f'{key} = "auto"')
     # bf16 weights

@@ -204,6 +204,7 @@ class ThroughputSection:
     utilisation: float | None = None
     assumption: str | None = None
     slowdowns: Mapping[str, float] | None = None
+    saver_seconds: Mapping[str, float] | None = None  # memory saver -> seconds it adds per step
     step_time_s: float | None = None  # compute plus communication
     tokens_per_second: float | None = None
     max_steps: int | None = None
@@ -217,7 +218,8 @@ class ThroughputSection:
     cost_usd: float | None = None  # run time x GPUs x price
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict}
+    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "saver_seconds": _dict, "communication": _dict,
+                      "calibration": _dict}
 
     @property
     def empty(self) -> bool:

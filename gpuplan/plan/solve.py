@@ -4,7 +4,7 @@ Pure: every candidate is priced by gpuplan.plan.memory.estimate_memory.
 
 Order of preference (the guide: larger per-device batches are faster, many
 accumulation steps slow training, checkpointing costs ~20%, emptying the cache
-~10%):
+~10%; chunked cross-entropy a few %, memory/loss_chunking.py):
   1. no memory saver if any batch fits without one; otherwise the shortest prefix
      of the saver ladder that makes some batch fit, cheapest slowdown first;
   2. within that, the largest per-device batch that fits and is a tensor-core
@@ -21,16 +21,22 @@ from dataclasses import dataclass, field
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.memory import loss_chunking
 from gpuplan.plan.memory.estimate import estimate_memory
 from gpuplan.plan.memory.types import MemoryEstimate, Workload
 
-# The saver ladder, cheapest slowdown first. Each entry: (name, knob, value, cost).
 EIGHT_BIT = "adamw_bnb_8bit"
 ADAFACTOR = "adafactor"
 EMPTY_CACHE_STEPS = 4  # the guide's example value
-def saver_cost(name: str, weight_dtype: str) -> str:
+
+
+def saver_cost(name: str, weight_dtype: str, facts: ModelFacts | None = None, frozen: bool = False,
+               seq_len: int = 2048) -> str:
     """SAVER_COST, with the 8-bit optimizer's saving for this weight dtype: AdamW keeps two
-    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes."""
+    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes; chunked
+    cross-entropy's slowdown for this model (memory/loss_chunking.py)."""
+    if name == loss_chunking.NAME and facts is not None:
+        return loss_chunking.cost_wording(facts.hidden_size, facts.vocab_size, _flops_per_token(facts, seq_len, frozen))
     if name == "8-bit optimizer":
         adam = 2 * {"float32": 4}.get(weight_dtype, 2)
         return f"no measurable step-time cost; Adam states {adam} -> ~2 bytes per parameter (bitsandbytes)"
@@ -42,7 +48,17 @@ SAVER_COST = {
     "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
     "gradient checkpointing": "about 20% slower (the guide): one extra forward",
     "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
+    loss_chunking.NAME: "the output head's forward runs once more per chunk in backward",
 }
+# Slowdowns as fractions of the step, to order the savers (the guide: cache emptying ~10%,
+# checkpointing ~20%); the 8-bit optimizer's step costs about what AdamW's does.
+SAVER_SLOWDOWN = {"8-bit optimizer": 0.0, "cache emptying": 0.10, "gradient checkpointing": 0.20}
+
+
+def _flops_per_token(facts: ModelFacts, seq_len: int, frozen: bool) -> float:
+    from gpuplan.plan.throughput import flops_per_token
+
+    return flops_per_token(facts, seq_len, False, frozen)[1]
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,7 @@ class Knobs:
     optim: str
     torch_empty_cache_steps: int
     sharding: Sharding = Sharding()
+    loss_chunk_size: int = 0  # tokens per chunk of the head + loss; 0 = off (memory/loss_chunking.py)
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,8 @@ class FitProblem:
     user_batch: int | None  # per_device_train_batch_size the user set (None: auto)
     user_accumulation: int | None
     fixed: Knobs  # values for knobs the user set; see `auto`
-    auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps"
+    auto: frozenset[str]  # knobs gpuplan may turn: "gradient_checkpointing", "optim", "torch_empty_cache_steps",
+    # "loss_chunk_size" (only where chunked cross-entropy can run)
     tensor_multiple: int  # per-device batch multiple that makes batch x seq_len a multiple of gemm_multiple
     eight_bit_available: bool
     shardings: tuple[Sharding, ...] = (Sharding(),)  # candidates, cheapest communication first
@@ -124,26 +142,46 @@ def ladder(p: FitProblem) -> list[tuple[tuple[str, ...], Knobs]]:
     return steps
 
 
+def saver_slowdowns(p: FitProblem, sharding: Sharding) -> list[tuple[str, float]]:
+    """The savers this problem may turn on with their slowdown, cheapest first (Adafactor,
+    which costs convergence rather than speed, is not among them: it comes last)."""
+    adapters = p.base.adapters is not None
+    out: list[tuple[str, float]] = []
+    # adapters: their optimizer states are a few hundred MiB at most, so 8-bit states and
+    # Adafactor buy almost nothing there and are not used for memory (rules/optimizer.py says so)
+    # bitsandbytes' 8-bit states do not shard under FSDP/DeepSpeed (axolotl refuses the pair)
+    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp") and not adapters:
+        out.append(("8-bit optimizer", SAVER_SLOWDOWN["8-bit optimizer"]))
+    if "loss_chunk_size" in p.auto and p.base.task == "causal-lm":
+        f = p.facts
+        out.append((loss_chunking.NAME, loss_chunking.cost_fraction(
+            f.hidden_size, f.vocab_size, _flops_per_token(f, p.base.seq_len, adapters))))
+    if "torch_empty_cache_steps" in p.auto and p.base.device == "cuda":
+        out.append(("cache emptying", SAVER_SLOWDOWN["cache emptying"]))
+    if "gradient_checkpointing" in p.auto:
+        out.append(("gradient checkpointing", SAVER_SLOWDOWN["gradient checkpointing"]))
+    return sorted(out, key=lambda nc: nc[1])  # stable: ties keep the order above
+
+
+def _turn_on(name: str, k: Knobs) -> Knobs:
+    if name == "8-bit optimizer":
+        return dataclasses.replace(k, optim=EIGHT_BIT)
+    if name == loss_chunking.NAME:
+        return dataclasses.replace(k, loss_chunk_size=loss_chunking.CHUNK_TOKENS)
+    if name == "cache emptying":
+        return dataclasses.replace(k, torch_empty_cache_steps=EMPTY_CACHE_STEPS)
+    return dataclasses.replace(k, gradient_checkpointing=True)
+
+
 def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...], Knobs]]:
-    """Cumulative memory savers on one sharding layout."""
+    """Cumulative memory savers on one sharding layout, cheapest slowdown first."""
     k = dataclasses.replace(p.fixed, sharding=sharding)
     steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
     names: tuple[str, ...] = ()
-    # adapters: their optimizer states are a few hundred MiB at most, so 8-bit states and
-    # Adafactor buy almost nothing there and are not used for memory (rules/optimizer.py says so)
     adapters = p.base.adapters is not None
-    # bitsandbytes' 8-bit states do not shard under FSDP/DeepSpeed (axolotl refuses the pair)
-    if "optim" in p.auto and p.eight_bit_available and sharding.engine in ("none", "ddp") and not adapters:
-        names += ("8-bit optimizer",)
-        k = dataclasses.replace(k, optim=EIGHT_BIT)
-        steps.append((names, k))
-    if "torch_empty_cache_steps" in p.auto and p.base.device == "cuda":
-        names += ("cache emptying",)
-        k = dataclasses.replace(k, torch_empty_cache_steps=EMPTY_CACHE_STEPS)
-        steps.append((names, k))
-    if "gradient_checkpointing" in p.auto:
-        names += ("gradient checkpointing",)
-        k = dataclasses.replace(k, gradient_checkpointing=True)
+    for name, _ in saver_slowdowns(p, sharding):
+        names += (name,)
+        k = _turn_on(name, k)
         steps.append((names, k))
     if "optim" in p.auto and not adapters:
         names = tuple(n for n in names if n != "8-bit optimizer") + ("Adafactor",)
@@ -177,6 +215,7 @@ def workload(p: FitProblem, batch: int, knobs: Knobs) -> Workload:
         gradient_checkpointing=knobs.gradient_checkpointing,
         optim=knobs.optim,
         torch_empty_cache_steps=knobs.torch_empty_cache_steps,
+        loss_chunk_size=knobs.loss_chunk_size,
         engine=sh.engine,
         zero_stage=sh.zero_stage,
         shard_world_size=sh.shard_world_size,
@@ -249,6 +288,8 @@ def _undo(name: str, knobs: Knobs, fixed: Knobs) -> Knobs:
         return dataclasses.replace(knobs, optim=fixed.optim)
     if name == "cache emptying":
         return dataclasses.replace(knobs, torch_empty_cache_steps=fixed.torch_empty_cache_steps)
+    if name == loss_chunking.NAME:
+        return dataclasses.replace(knobs, loss_chunk_size=fixed.loss_chunk_size)
     return dataclasses.replace(knobs, gradient_checkpointing=fixed.gradient_checkpointing)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
+from gpuplan.plan.memory import loss_chunking
 from gpuplan.plan.memory.types import Workload
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -142,10 +143,15 @@ def estimate_throughput(
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 
     step_time = tokens_per_second = run_time = None
+    saver_seconds: dict[str, float] = {}  # additive terms, seconds per step (memory savers' own modules)
     if peak:
         step_time = flops / (world_size * peak * 1e12 * util)
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
+        if workload.loss_chunk_size and workload.task == "causal-lm":
+            saver_seconds[loss_chunking.NAME] = loss_chunking.extra_seconds(
+                facts.hidden_size, facts.vocab_size, tokens // world_size, peak * 1e12 * util)
+        step_time += sum(saver_seconds.values())
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
     else:
@@ -163,6 +169,7 @@ def estimate_throughput(
         "utilisation": util,
         "assumption": assumption,
         "slowdowns": slowdowns,
+        "saver_seconds": saver_seconds,
         "step_time_s": step_time,
         "tokens_per_second": tokens_per_second,
         "max_steps": max_steps,

@@ -107,6 +107,8 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
            + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
     out.append(f"  assumption: {t.assumption}")
+    for name, seconds in (t.saver_seconds or {}).items():
+        out.append(f"  {name}: +{seconds:.3g} s/step (included)")
     if t.cost_usd is not None:
         out.append(f"Cost: ~${t.cost_usd:,.2f} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")
     return out

@@ -34,6 +34,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.lora_targets import _candidates, peft_matches, saved_modules
 from gpuplan.plan.memory.activations import STYLE_OF, activation_parts, mode_of
+from gpuplan.plan.memory.loss_chunking import loss_tokens
 from gpuplan.plan.memory.layout import model_layout
 from gpuplan.plan.memory.overhead import overhead_bytes
 from gpuplan.plan.memory.quant4 import base_4bit_split
@@ -232,7 +233,8 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         base_casts = 0
     head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
     # the logits' gradient in the head's compute dtype
-    grad_logits = tokens * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
+    lt = loss_tokens(tokens, wl.loss_chunk_size)  # one chunk with chunked cross-entropy
+    grad_logits = lt * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
     dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
     if wl.gradient_checkpointing:
         # outside the checkpointed layers only the final norm's input (residual dtype) and the

@@ -25,6 +25,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory.activations import activation_parts, mode_of
 from gpuplan.plan.memory.layout import model_layout
+from gpuplan.plan.memory.loss_chunking import loss_tokens
 from gpuplan.plan.memory.overhead import overhead_bytes
 from gpuplan.plan.memory.sharding import sharded_states
 from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind
@@ -75,7 +76,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     buckets = st.buckets
     tokens = wl.per_device_batch * wl.seq_len
     # the head's backward: gradient of the logits in the model's compute dtype
-    grad_logits = tokens * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
+    lt = loss_tokens(tokens, wl.loss_chunk_size)  # one chunk with chunked cross-entropy
+    grad_logits = lt * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
 
     if wl.gradient_checkpointing:
         saved = layers * parts.per_layer_checkpointed + parts.outside_layers
@@ -102,9 +104,13 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         return {"weights": weights + gathered, "gradients": gradients + buckets, "optimizer_states": states,
                 "activations": activations, "logits_loss": logits, "temporaries": temporaries}
 
+    # chunked cross-entropy: each chunk's backward makes its own head weight gradient (compute
+    # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/test_chunked_loss.py)
+    chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
+    chunk_grad = layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
     moments = [
         moment(acc, saved + fwd_casts, parts.logits_fwd, gathered=st.gathered_forward),
-        moment(acc, saved + bwd_casts, parts.logits_bwd_start, gathered=st.gathered_forward),
+        moment(acc, saved + bwd_casts, parts.logits_bwd_start, chunk_grad, gathered=st.gathered_forward),
         moment(acc or head_grad, saved + bwd_casts, grad_logits, gathered=st.gathered_head),
         moment(st.grads_step, 0, 0, step_temp),
     ]

@@ -12,6 +12,7 @@ import dataclasses
 
 from gpuplan.plan.context import Resolver
 from gpuplan.plan.graph import Rule
+from gpuplan.plan.memory.loss_chunking import unavailable as chunking_unavailable
 from gpuplan.plan.memory.types import Workload
 from gpuplan.plan.nofit import savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
@@ -100,12 +101,16 @@ def fit(ctx: Resolver) -> None:
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
     empty = ctx.spec("training.torch_empty_cache_steps")
+    chunk = ctx.spec("training.loss_chunk_size")
+    if chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
+        chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
-                                   ("torch_empty_cache_steps", empty)) if v == "auto")
+                                   ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk)) if v == "auto")
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
         torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
+        loss_chunk_size=0 if chunk == "auto" else chunk,
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     base = Workload(
@@ -153,7 +158,8 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps", "loss_chunk_size")
+                if ctx.is_user(f"training.{k}")}
     fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
                            count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
                            headroom=ctx.spec("hardware.headroom"),
@@ -189,7 +195,7 @@ RULES = (
             "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
-            "spec:training.optim", "spec:training.torch_empty_cache_steps",
+            "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
