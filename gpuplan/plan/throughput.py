@@ -33,7 +33,7 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
-from gpuplan.plan.memory import loss_chunking
+from gpuplan.plan.memory import liger, loss_chunking
 from gpuplan.plan.memory.types import Workload
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -139,6 +139,8 @@ def estimate_throughput(
         if workload.adapters.method == "qlora":
             notes.append("qlora: each 4-bit matmul first dequantizes its weight (memory-bound, not counted)")
     slowdowns: dict[str, float] = {}
+    if workload.liger_kernel:
+        notes.append(liger.speedup_note())
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 

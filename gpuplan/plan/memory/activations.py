@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.memory.liger import flce_bytes
 from gpuplan.plan.memory.loss_chunking import loss_tokens
 from gpuplan.plan.memory.types import Workload
 
@@ -229,6 +230,12 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
         else:
             logits_fwd = lt * v * (half + (4 if half == 2 else 0) + 4)
             logits_bwd = lt * v * 12
+        if wl.liger_kernel and wl.task == "causal-lm":
+            # Liger's fused linear cross-entropy (memory/liger.py): one chunk's logits in forward,
+            # the input's and the head's gradients held from forward to backward
+            frozen = wl.adapters is not None and "lm_head" not in wl.adapters.modules_to_save
+            head_bytes = 0 if frozen else (4 if wl.weight_dtype == "float32" else 2)
+            logits_fwd, logits_bwd = flce_bytes(tokens, h, v, half, head_bytes)
         if wl.task == "masked-lm":
             # BERT's prediction transform (dense, GELU, LayerNorm) before the decoder
             outside += tokens * h * 3 * half

@@ -233,7 +233,8 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         base_casts = 0
     head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
     # the logits' gradient in the head's compute dtype
-    lt = loss_tokens(tokens, wl.loss_chunk_size)  # one chunk with chunked cross-entropy
+    # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
+    lt = 0 if wl.liger_kernel else loss_tokens(tokens, wl.loss_chunk_size)
     grad_logits = lt * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
     dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
     if wl.gradient_checkpointing:

@@ -76,7 +76,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     buckets = st.buckets
     tokens = wl.per_device_batch * wl.seq_len
     # the head's backward: gradient of the logits in the model's compute dtype
-    lt = loss_tokens(tokens, wl.loss_chunk_size)  # one chunk with chunked cross-entropy
+    # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
+    lt = 0 if wl.liger_kernel else loss_tokens(tokens, wl.loss_chunk_size)
     grad_logits = lt * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
 
     if wl.gradient_checkpointing:

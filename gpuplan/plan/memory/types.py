@@ -64,6 +64,7 @@ class Workload:
     device: Literal["cuda", "cpu"] = "cuda"
     torch_empty_cache_steps: int = 0
     loss_chunk_size: int = 0  # tokens per chunk of the head + loss (memory/loss_chunking.py); 0 = off
+    liger_kernel: bool = False  # Liger's fused linear cross-entropy and kernels (memory/liger.py)
     # Scale-out: what the data-parallel ranks share. ZeRO (Rajbhandari et al. 2020)
     # stage 1 shards optimizer states, stage 2 also gradients, stage 3 also parameters;
     # FSDP SHARD_GRAD_OP ~ stage 2, FULL_SHARD ~ stage 3 (HYBRID_SHARD: within a node).

@@ -26,6 +26,8 @@ def chunking(ctx: Resolver) -> None:
         ctx.keep(KEY)
         return
     sol, problem = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
+    if ctx.spec("training.use_liger_kernel"):
+        why_not = "Liger's fused linear cross-entropy (training.use_liger_kernel) already never holds the full logits"
     if why_not:
         ctx.resolve(KEY, 0, f"off: {why_not}")
         return
@@ -48,7 +50,8 @@ def chunking(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("loss_chunking.auto", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:model.task"),
+    Rule("loss_chunking.auto", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:model.task",
+                                         "spec:training.use_liger_kernel"),
          writes=(KEY,), apply=chunking,
          doc="chunked cross-entropy only when the run does not fit without it; refused where the model cannot."),
 )

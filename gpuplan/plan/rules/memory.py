@@ -102,7 +102,8 @@ def fit(ctx: Resolver) -> None:
     ckpt = ctx.spec("training.gradient_checkpointing")
     empty = ctx.spec("training.torch_empty_cache_steps")
     chunk = ctx.spec("training.loss_chunk_size")
-    if chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
+    liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
+    if liger or chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
         chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
                                    ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk)) if v == "auto")
@@ -122,6 +123,7 @@ def fit(ctx: Resolver) -> None:
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
         device="cpu" if gpu.vendor == "cpu" else "cuda",
+        liger_kernel=liger,
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -196,6 +198,7 @@ RULES = (
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
+            "spec:training.use_liger_kernel",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
