@@ -91,6 +91,10 @@ def build_trainer(
         from .chunked_loss import install
 
         install(model, chunk)  # the head + loss over chunks of tokens (plan/memory/loss_chunking.py)
+    if plan.get("training.activation_offloading"):
+        from .activation_offload import install as offload
+
+        offload(model)  # saved tensors in pinned host RAM (plan/memory/offload_activations.py)
     args = training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)

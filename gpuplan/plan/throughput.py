@@ -33,7 +33,7 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
-from gpuplan.plan.memory import liger, loss_chunking
+from gpuplan.plan.memory import liger, loss_chunking, offload_activations
 from gpuplan.plan.memory.types import Workload
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -153,6 +153,12 @@ def estimate_throughput(
         if workload.loss_chunk_size and workload.task == "causal-lm":
             saver_seconds[loss_chunking.NAME] = loss_chunking.extra_seconds(
                 facts.hidden_size, facts.vocab_size, tokens // world_size, peak * 1e12 * util)
+        if workload.offload_activations and not on_cpu and gpu.interconnect.get("pcie"):
+            from gpuplan.plan.memory.estimate import estimate_memory
+
+            moved = estimate_memory(facts, workload, gpu).offloaded_activation_bytes
+            saver_seconds[offload_activations.NAME] = offload_activations.transfer_seconds(
+                moved, workload.gradient_accumulation_steps, gpu.interconnect["pcie"])
         step_time += sum(saver_seconds.values())
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time

@@ -187,6 +187,8 @@ class TrainingSpec(_Section):
     loss_chunk_size: Union[Annotated[int, Field(ge=0, le=2**20)], Auto] = Field(
         "auto", description="Output head + loss over chunks of N tokens, recomputed in backward; 0 = off; "
                             "auto: only when the run needs it to fit.")
+    activation_offloading: bool = Field(False, description="Tensors saved for backward in pinned host RAM, copied "
+                                                           "back in backward (GPUs; not with gradient checkpointing).")
     use_liger_kernel: bool = Field(False, description="Liger's Triton kernels (fused linear cross-entropy, RMSNorm, "
                                                       "SwiGLU, RoPE); CUDA/ROCm GPUs, the families Liger patches.")
     report_to: Union[Literal[("none", "all") + TRACKER_NAMES], list[Literal[TRACKER_NAMES]]] = Field(  # type: ignore[valid-type]

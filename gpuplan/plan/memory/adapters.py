@@ -251,6 +251,11 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         saved_acts = layers * per_layer
         fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
         recompute = 0
+    offloaded = 0
+    if wl.offload_activations and not wl.gradient_checkpointing:
+        # memory/offload_activations.py: one layer on the GPU at a time, the rest in pinned host RAM
+        offloaded = saved_acts + bwd_casts
+        saved_acts, bwd_casts = per_layer, bwd_casts // max(layers, 1)
     acc = grads if wl.gradient_accumulation_steps > 1 else 0
 
     # DDP's reducer keeps flat bucket copies of the trainable gradients (memory/sharding.py, DDP)
@@ -261,7 +266,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
                 "logits_loss": logits, "temporaries": temp}
 
     first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
-             else per_layer + bwd_casts // max(layers, 1))
+             else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1)))
     moments = [
         moment(acc, saved_acts + fwd_casts, parts.logits_fwd),
         moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start),
@@ -279,4 +284,5 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     if wl.gradient_checkpointing:
         notes.append("checkpointing a frozen base: the layer inputs must require grad for the adapters' "
                      "gradients to flow with reentrant checkpointing; apply calls enable_input_require_grads()")
-    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes))
+    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes),
+                          host_bytes=int(offloaded), offloaded_activation_bytes=int(offloaded))

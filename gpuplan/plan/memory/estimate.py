@@ -26,6 +26,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory.activations import activation_parts, mode_of
 from gpuplan.plan.memory.layout import model_layout
 from gpuplan.plan.memory.loss_chunking import loss_tokens
+from gpuplan.plan.memory.offload_activations import offloaded_bytes
 from gpuplan.plan.memory.overhead import overhead_bytes
 from gpuplan.plan.memory.sharding import sharded_states
 from gpuplan.plan.memory.states import DTYPE_BYTES, optimizer_kind
@@ -99,6 +100,13 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         fwd_casts = bwd_casts = casts
         recompute = 0
 
+    offloaded = 0
+    if wl.offload_activations and not wl.gradient_checkpointing:
+        # memory/offload_activations.py: one layer's saved tensors on the GPU at a time, the rest
+        # (and the autocast copies backward keeps) in pinned host RAM
+        offloaded = offloaded_bytes(parts.per_layer, layers, parts.outside_layers) + bwd_casts
+        saved, bwd_casts = parts.per_layer, bwd_casts // max(layers, 1)
+
     def moment(gradients: int, activations: int, logits: int, temporaries: int = 0,
                gathered: int = 0) -> dict[str, int]:
         # gathered (unsharded) parameters count as weights, communication buckets as gradients
@@ -124,6 +132,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
                           gathered=st.gathered_last_layer))
     if wl.gradient_checkpointing:
         first = parts.outside_layers + parts.per_layer_checkpointed + recompute
+    elif offloaded:
+        first = parts.per_layer + bwd_casts
     else:
         first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
     moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward,
@@ -140,5 +150,6 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         components=components,
         method="analytic",
         notes=tuple(notes),
-        host_bytes=int(st.host_bytes),
+        host_bytes=int(st.host_bytes + offloaded),
+        offloaded_activation_bytes=int(offloaded),
     )

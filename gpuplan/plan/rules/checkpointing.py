@@ -21,6 +21,10 @@ def checkpointing(ctx: Resolver) -> None:
         ctx.resolve("training.gradient_checkpointing", False, "off: the batch split did not resolve")
         return
     on = sol.knobs.gradient_checkpointing
+    if ctx.spec("training.activation_offloading"):
+        ctx.resolve("training.gradient_checkpointing", False, "off: activation offloading keeps the activations in "
+                    "host RAM instead (memory/offload_activations.py)")
+        return
     if on:
         saved = sol.saved_bytes.get("gradient checkpointing", 0) / GIB
         why = f"does not fit without it: recomputing activations saves {saved:.1f} GiB (about 20% slower)"
@@ -30,7 +34,7 @@ def checkpointing(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing"),
+    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing", "spec:training.activation_offloading"),
          writes=("training.gradient_checkpointing",), apply=checkpointing,
          doc="on only when the run does not fit without it."),
 )

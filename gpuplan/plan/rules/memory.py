@@ -100,6 +100,10 @@ def fit(ctx: Resolver) -> None:
     asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
+    # refused on CPU (rules/offload_activations.py): not priced there
+    offload = bool(ctx.spec("training.activation_offloading")) and gpu.vendor != "cpu"
+    if offload and ckpt == "auto":
+        ckpt = False  # offloading replaces checkpointing (memory/offload_activations.py); rules/offload_activations.py says so
     empty = ctx.spec("training.torch_empty_cache_steps")
     chunk = ctx.spec("training.loss_chunk_size")
     liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
@@ -124,6 +128,7 @@ def fit(ctx: Resolver) -> None:
         num_labels=ctx.spec("model.num_labels") or 2,
         device="cpu" if gpu.vendor == "cpu" else "cuda",
         liger_kernel=liger,
+        offload_activations=offload,
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -198,7 +203,7 @@ RULES = (
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
-            "spec:training.use_liger_kernel",
+            "spec:training.use_liger_kernel", "spec:training.activation_offloading",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
