@@ -6,7 +6,8 @@ checkpointing, both, and a paged 8-bit AdamW. The analytic estimate (the numbers
 `gpuplan plan` prints, gpuplan/plan/memory/estimate.py) is compared with the fake-tensor
 trace of two real training steps of the same workload (gpuplan/trace, which runs the
 chunked loss through apply/chunked_loss.py as apply does). Liger's kernels run on CUDA
-only (Triton) and cannot be traced here: their rows are the analytic estimate alone.
+only (Triton) and cannot be traced here, and the trace counts host copies as device
+storage: the Liger and activation-offloading rows are the analytic estimate alone.
 Full = bf16 weights under bf16 autocast with torch's fused AdamW; QLoRA = the
 4-bit NF4 base of specs/llama-8b-qlora-4090.toml (r 16, all-linear, fp32 non-quantized
 parts under bf16 autocast). Writes the `saver_memory` section of benchmarks/RESULTS.md.
@@ -49,6 +50,10 @@ SAVERS = [
     ("checkpointing + chunked CE", {"gradient_checkpointing": True, "loss_chunk_size": 1024}, True),
     ("checkpointing + chunked CE + paged 8-bit AdamW",
      {"gradient_checkpointing": True, "loss_chunk_size": 1024, "optim": "paged_adamw_8bit"}, True),
+    ("Liger kernels (fused linear cross-entropy)", {"liger_kernel": True}, False),
+    ("checkpointing + Liger kernels", {"gradient_checkpointing": True, "liger_kernel": True}, False),
+    ("activation offloading", {"offload_activations": True}, False),
+    ("activation offloading + chunked CE", {"offload_activations": True, "loss_chunk_size": 1024}, False),
 ]
 
 
@@ -65,14 +70,24 @@ def cases(facts):
                 yield method, seq, label, dataclasses.replace(base, seq_len=seq, **change), traceable
 
 
+_DEFAULTS = Workload(per_device_batch=1, seq_len=1).to_dict()
+
+
+def _key_of(d: dict) -> str:
+    """The workload's fields that differ from Workload's defaults: new default-valued fields
+    keep old cache entries valid."""
+    return json.dumps({k: v for k, v in d.items() if k in ("per_device_batch", "seq_len") or v != _DEFAULTS.get(k)},
+                      sort_keys=True)
+
+
 def _key(wl: Workload) -> str:
-    return json.dumps(wl.to_dict(), sort_keys=True)
+    return _key_of(wl.to_dict())
 
 
 def run(trace: bool) -> list[dict]:
     config = read_config(str(CONFIG))
     facts = model_facts(config, "causal-lm", 2)
-    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+    cache = {_key_of(json.loads(k)): v for k, v in (json.loads(CACHE.read_text()) if CACHE.exists() else {}).items()}
     rows = []
     for method, seq, label, wl, traceable in cases(facts):
         est = estimate_memory(facts, wl)
@@ -106,8 +121,9 @@ def render(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tr = r["traced"]
-        diff = (f"{(r['plan'] - tr) / tr:+.1%}" if tr else
-                "not traced" if r["traceable"] else "Triton kernels: not traceable on CPU")
+        diff = (f"{(r['plan'] - tr) / tr:+.1%}" if tr else "not traced" if r["traceable"] else
+                "analytic only: Liger's Triton kernels do not run on CPU" if "Liger" in r["savers"] else
+                "analytic only: the trace cannot tell host from device tensors")
         tl = f"{r['traced_logits'] / GIB:.2f}" if tr else "-"
         lines.append(f"| {r['method']} | {r['seq']:,} | {r['savers']} | {r['plan'] / GIB:.2f} | "
                      f"{r['plan_logits'] / GIB:.2f} | {f'{tr / GIB:.2f}' if tr else '-'} | {tl} | {diff} |")

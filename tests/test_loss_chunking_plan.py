@@ -63,6 +63,18 @@ def test_without_chunking_the_same_run_does_not_fit_and_the_error_names_the_save
     err = next(d for d in e.value.diagnostics if d.severity == "error")
     assert "does not fit" in err.summary
     assert 'training.loss_chunk_size = "auto"' in err.fix
+    assert "training.use_liger_kernel = true" in err.fix  # also checked by solving again with it on
+
+
+def test_the_no_fit_error_offers_activation_offloading_when_it_fits(tmp_path):
+    text = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace(
+        'models/llama-3.1-8b.json', str(SPECS / "models" / "llama-3.1-8b.json")).replace(
+        "warmup_ratio = 0.03", "warmup_ratio = 0.03\ngradient_checkpointing = false")
+    with pytest.raises(PlanError) as e:
+        plan_text(tmp_path, text)
+    fix = next(d for d in e.value.diagnostics if d.severity == "error").fix
+    assert "training.activation_offloading = true (75 GiB of host RAM per GPU" in fix
+    assert 'training.gradient_checkpointing = "auto"' in fix
 
 
 def test_chunking_the_loss_comes_before_checkpointing_when_it_is_enough(tmp_path):

@@ -48,6 +48,33 @@ def savers_on(sol: FitSolution, user_set: set[str]) -> str:
     return ("every saver on (" if len(sol.savers) > 1 else "") + ", ".join(on) + (")" if len(sol.savers) > 1 else "")
 
 
+def saver_fixes(p: FitProblem, user_set: set[str]) -> list[str]:
+    """Savers the spec can switch on that the fit search does not choose itself (Liger's kernels,
+    activation offloading), each checked by solving again with it on."""
+    from gpuplan.plan.memory import liger, offload_activations
+
+    fixes = []
+    base, gpu = p.base, p.gpu
+    if not base.liger_kernel and not liger.unavailable(p.facts.model_type, base.task, gpu.vendor, gpu.name):
+        q = dataclasses.replace(p, base=dataclasses.replace(base, liger_kernel=True, loss_chunk_size=0),
+                                auto=p.auto - {"loss_chunk_size"},
+                                fixed=dataclasses.replace(p.fixed, loss_chunk_size=0))
+        if _fits(q):
+            fixes.append("training.use_liger_kernel = true (Liger's fused linear cross-entropy; pip install liger-kernel)")
+    ckpt_fixed = "gradient_checkpointing" in user_set and p.fixed.gradient_checkpointing
+    link = gpu.interconnect.get("pcie")
+    if not base.offload_activations and not offload_activations.unavailable(base.device, ckpt_fixed, link):
+        q = dataclasses.replace(p, base=dataclasses.replace(base, offload_activations=True),
+                                auto=p.auto - {"gradient_checkpointing"},
+                                fixed=dataclasses.replace(p.fixed, gradient_checkpointing=False))
+        if sol := _fits(q):
+            host = sol.estimate.offloaded_activation_bytes / GIB
+            fixes.append(f"training.activation_offloading = true ({host:.0f} GiB of host RAM per GPU, "
+                         f"{offload_activations.transfer_seconds(sol.estimate.offloaded_activation_bytes, sol.accumulation, link):.2g}"
+                         " s per step over the host link)")
+    return fixes
+
+
 def _fits(p: FitProblem) -> FitSolution | None:
     sol = solve(p)
     return sol if sol.fits else None
@@ -62,6 +89,7 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
                       ("loss_chunk_size", "training.loss_chunk_size")):
         if knob in user_set and _fits(dataclasses.replace(p, auto=p.auto | {knob})):
             fixes.append(f'{key} = "auto"')
+    fixes += saver_fixes(p, user_set)
     # bf16 weights
     if p.base.weight_dtype == "float32" and p.gpu.bf16 and p.base.device == "cuda":
         base = dataclasses.replace(p.base, weight_dtype="bfloat16", amp="bf16" if p.base.amp else None)

@@ -24,41 +24,11 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.memory import loss_chunking
 from gpuplan.plan.memory.estimate import estimate_memory
 from gpuplan.plan.memory.types import MemoryEstimate, Workload
+from gpuplan.plan.saver_costs import SAVER_COST, SAVER_SLOWDOWN, flops_per_token_at, saver_cost  # noqa: F401
 
 EIGHT_BIT = "adamw_bnb_8bit"
 ADAFACTOR = "adafactor"
 EMPTY_CACHE_STEPS = 4  # the guide's example value
-
-
-def saver_cost(name: str, weight_dtype: str, facts: ModelFacts | None = None, frozen: bool = False,
-               seq_len: int = 2048) -> str:
-    """SAVER_COST, with the 8-bit optimizer's saving for this weight dtype: AdamW keeps two
-    states in the weights' dtype (plan/memory/states.py), bitsandbytes ~2 bytes; chunked
-    cross-entropy's slowdown for this model (memory/loss_chunking.py)."""
-    if name == loss_chunking.NAME and facts is not None:
-        return loss_chunking.cost_wording(facts.hidden_size, facts.vocab_size, _flops_per_token(facts, seq_len, frozen))
-    if name == "8-bit optimizer":
-        adam = 2 * {"float32": 4}.get(weight_dtype, 2)
-        return f"no measurable step-time cost; Adam states {adam} -> ~2 bytes per parameter (bitsandbytes)"
-    return SAVER_COST[name]
-
-
-SAVER_COST = {
-    "8-bit optimizer": "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
-    "cache emptying": "about 10% slower (the guide); frees the allocator's cached blocks",
-    "gradient checkpointing": "about 20% slower (the guide): one extra forward",
-    "Adafactor": "factored second moments, no first moment: slower convergence (the guide)",
-    loss_chunking.NAME: "the output head's forward runs once more per chunk in backward",
-}
-# Slowdowns as fractions of the step, to order the savers (the guide: cache emptying ~10%,
-# checkpointing ~20%); the 8-bit optimizer's step costs about what AdamW's does.
-SAVER_SLOWDOWN = {"8-bit optimizer": 0.0, "cache emptying": 0.10, "gradient checkpointing": 0.20}
-
-
-def _flops_per_token(facts: ModelFacts, seq_len: int, frozen: bool) -> float:
-    from gpuplan.plan.throughput import flops_per_token
-
-    return flops_per_token(facts, seq_len, False, frozen)[1]
 
 
 @dataclass(frozen=True)
@@ -155,7 +125,7 @@ def saver_slowdowns(p: FitProblem, sharding: Sharding) -> list[tuple[str, float]
     if "loss_chunk_size" in p.auto and p.base.task == "causal-lm":
         f = p.facts
         out.append((loss_chunking.NAME, loss_chunking.cost_fraction(
-            f.hidden_size, f.vocab_size, _flops_per_token(f, p.base.seq_len, adapters))))
+            f.hidden_size, f.vocab_size, flops_per_token_at(f, p.base.seq_len, adapters))))
     if "torch_empty_cache_steps" in p.auto and p.base.device == "cuda":
         out.append(("cache emptying", SAVER_SLOWDOWN["cache emptying"]))
     if "gradient_checkpointing" in p.auto:
@@ -243,6 +213,9 @@ def _choose(p: FitProblem, fitting: list[int]) -> tuple[int, bool]:
         pool = multiples or fitting
         best = min(pool, key=lambda b: (abs(b - ub), -b))  # nearest, ties to the larger
         return best, best % m == 0
+    if p.base.offload_activations:  # host RAM grows with the batch: the smallest (memory/offload_activations.py)
+        pool = multiples or fitting
+        return pool[-1], pool[-1] % m == 0
     if multiples:
         return multiples[0], True
     return fitting[0], fitting[0] % m == 0

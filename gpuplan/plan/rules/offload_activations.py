@@ -1,4 +1,4 @@
-"""activation_offloading.check: offloading where it can help, priced; refused where it cannot.
+"""offload_activations.check: offloading where it can help, priced; refused where it cannot.
 
 training.activation_offloading = true keeps the tensors autograd saves in pinned host RAM
 (memory/offload_activations.py). The plan counts the host RAM per GPU (the host memory check
@@ -49,7 +49,7 @@ def check(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("activation_offloading.check", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:training.gradient_checkpointing",
+    Rule("offload_activations.check", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:training.gradient_checkpointing",
                                                "spec:hardware.gpu"),
          writes=(KEY,), apply=check,
          doc="activation offloading priced in host RAM and host-link time; refused on CPU and with checkpointing."),
