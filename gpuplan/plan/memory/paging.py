@@ -26,6 +26,24 @@ def is_paged(optim: str) -> bool:
     return optim.startswith("paged_")
 
 
+PAGED_MIN_NUMEL = 100_000  # bitsandbytes get_state_buffer: smaller tensors keep ordinary states
+
+
+def paged_bytes(shapes, state_bytes_per_value: int) -> int:
+    """Optimizer-state bytes bitsandbytes puts in unified memory: tensors of >= 100,000 elements."""
+    from math import prod
+
+    return sum(prod(s) * state_bytes_per_value for s in shapes if prod(s) >= PAGED_MIN_NUMEL)
+
+
+def paged_share(shapes) -> float:
+    """The fraction of the trainable values whose states bitsandbytes pages (tensors >= 100,000)."""
+    from math import prod
+
+    total = sum(prod(s) for s in shapes)
+    return sum(prod(s) for s in shapes if prod(s) >= PAGED_MIN_NUMEL) / total if total else 0.0
+
+
 def page_in_seconds(state_bytes: int, host_link_gbps: float) -> float:
     """Seconds one step spends paging every state back in after an eviction (one direction
     over the host link, GB/s per direction in the catalog): the upper bound of paging's cost."""
