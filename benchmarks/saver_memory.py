@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpuplan.modelinfo import model_facts, read_config  # noqa: E402
-from gpuplan.plan.lora_targets import resolve_targets  # noqa: E402
-from gpuplan.plan.memory.adapters import adapter_layout  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.paging import paged_bytes  # noqa: E402
-from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
+from gpuplan.plan.estimate.memory.adapters import adapter_layout  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.paging import paged_bytes  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 
 CONFIG = ROOT / "specs" / "models" / "llama-3.1-8b.json"
 CACHE = Path("/tmp/gpuplan-saver-traces.json")

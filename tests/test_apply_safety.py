@@ -17,7 +17,7 @@ from tests.helpers.cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spe
 from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
-from gpuplan.cli.state import load_state as read_state
+from gpuplan.lifecycle.state import load_state as read_state
 from gpuplan.plan.types import PlanError
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]

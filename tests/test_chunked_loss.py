@@ -19,7 +19,7 @@ import torch
 from tests.helpers.apply_plans import CORPUS, MICRO_LLAMA, REPO, cpu_plan, read_jsonl
 from gpuplan.apply.chunked_loss import chunked_causal_lm_loss, install
 from gpuplan.apply.run import build_trainer
-from gpuplan.plan.memory.loss_chunking import FAMILIES
+from gpuplan.plan.estimate.memory.loss_chunking import FAMILIES
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 LOSS_TOL = 1e-5  # relative, per step: float summation order only

@@ -14,9 +14,9 @@ import pytest
 from tests.helpers.planning import ENV, SPECS, plan_text, spec
 from gpuplan.modelinfo import model_facts
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.loss_chunking import CHUNK_TOKENS, NAME
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.loss_chunking import CHUNK_TOKENS, NAME
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.types import PlanError
 
 GIB = 2**30

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.planning import ENV, SPECS, plan_text, spec
-from gpuplan.plan.memory.liger import AMD_GFX, FAMILIES, LIGER_GFX, flce_bytes, flce_chunk
+from gpuplan.plan.estimate.memory.liger import AMD_GFX, FAMILIES, LIGER_GFX, flce_bytes, flce_chunk
 from gpuplan.plan.types import PlanError
 
 QLORA_8K = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpuplan.plan.memory.offload_activations import MIN_BYTES
+from gpuplan.plan.estimate.memory.offload_activations import MIN_BYTES
 
 from .chunked_loss import causal_lm_of
 

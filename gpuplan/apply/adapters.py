@@ -28,8 +28,8 @@ from typing import Any
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
+from gpuplan.plan.methods import METHODS
 
-METHODS = ("full", "lora", "qlora")
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 MERGED_DIR = "merged"  # final/merged/: see save_final

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpuplan.plan.memory.loss_chunking import unavailable
+from gpuplan.plan.estimate.memory.loss_chunking import unavailable
 
 IGNORE_INDEX = -100  # transformers' and torch's cross_entropy default
 _UNSET = object()

@@ -166,12 +166,8 @@ def train_paths(plan: Plan) -> list[str]:
     """data.train_files, or the data files of the data.dataset snapshot (fetched through gpuplan.hub)."""
     if plan.get("data.dataset"):
         from gpuplan.hub.fetch import dataset_files
-        from gpuplan.hub.resolve import HubError
 
-        try:
-            return dataset_files(plan)
-        except HubError as e:
-            raise ApplyError(e.message) from None
+        return dataset_files(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
     return list(plan.value("data.train_files"))
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 from importlib.util import find_spec
 
 from gpuplan.plan.rules.optimizer import NEEDS_PACKAGE
+from gpuplan.plan.inputs.environment import PIP_NAMES
 from gpuplan.plan.types import Plan
 from gpuplan.spec.names import BNB_OPTIMIZERS, COMPILE_BACKEND_PACKAGES
 
 from .errors import ApplyError
 
-PIP_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
-             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi", "liger_kernel": "liger-kernel"}
 
 
 def needed_packages(plan: Plan) -> list[tuple[str, str]]:

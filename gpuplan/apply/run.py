@@ -1,6 +1,6 @@
 """execute(plan): train exactly what the plan says and record what happened.
 
-The executor reads only the Plan (DESIGN principle 1): no spec, no environment
+The executor reads only the Plan (docs/design.md principle 1): no spec, no environment
 probing beyond checking the device the plan was made for. Files written into
 `output.dir`: gpuplan-state.json (state.py), metrics.jsonl (metrics.py), Trainer
 checkpoints (checkpoint-N/), and the final model in safetensors under final/.
@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpuplan.errors import GpuplanError
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
 from . import adapters
 from .errors import ApplyError
-from .state import RunState
+from gpuplan.lifecycle.state import RunState
 
 FINAL_DIR = "final"
 
@@ -129,12 +130,8 @@ def build_trainer(
 
 def fetch_hub_files(plan: Plan) -> None:
     from gpuplan.hub.fetch import fetch_all
-    from gpuplan.hub.resolve import HubError
 
-    try:
-        fetch_all(plan)
-    except HubError as e:
-        raise ApplyError(e.message) from None
+    fetch_all(plan)  # a HubError is a GpuplanError: state "failed", reported with its fix
 
 
 def no_cache_while_training(model: Any) -> None:
@@ -250,7 +247,7 @@ def execute(
     except KeyboardInterrupt:
         state.finish("interrupted", partial_results(), error="interrupted by the user")
         raise
-    except ApplyError as e:
+    except GpuplanError as e:  # ApplyError, HubError, ...: what the user can fix
         state.finish("failed", partial_results(), error=e.message)
         raise
     except BaseException as e:

@@ -97,8 +97,8 @@ def supersede_checkpoints(output_dir: str) -> str | None:
 
 def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     """(checkpoint to resume from, what will happen) for this plan's output dir."""
-    from gpuplan.cli.state import load_state
-    from gpuplan.plan.drift import resume_conflicts
+    from gpuplan.lifecycle.state import load_state
+    from gpuplan.lifecycle.drift import resume_conflicts
 
     out = plan.value("output.dir")
     state = load_state(out)
@@ -120,7 +120,7 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
 
 def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, detect) -> int:
     """Plan or load, confirm, train. Errors propagate: cli/main.py turns them into exit codes."""
-    from gpuplan.apply.lock import RunLock
+    from gpuplan.lifecycle.run_lock import RunLock
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)

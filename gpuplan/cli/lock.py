@@ -48,7 +48,7 @@ def cmd_lock(args) -> int:
     )
     from gpuplan.hub.resolve import README, HubError, resolve, snapshot
     from gpuplan.plan.build import flatten
-    from gpuplan.plan.sources import hub_keys
+    from gpuplan.plan.inputs.sources import hub_keys
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 
@@ -75,7 +75,7 @@ def cmd_lock(args) -> int:
             ref = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
             folder = snapshot(key, repo_id, kind, ref.commit, patterns)
         except HubError as e:
-            raise UserError(e.message) from None
+            raise UserError(e.message, key=e.key, fix=e.fix) from None
         files = hashes(folder, patterns)
         if entry:
             bad = [f for f, h in (entry.get("files") or {}).items() if f in files and files[f] != h]

@@ -36,7 +36,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from gpuplan.plan.inputs import data_file_problems
+    from gpuplan.plan.checks.data_files import data_file_problems
     from gpuplan.plan.types import PlanError
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec

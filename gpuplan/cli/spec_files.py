@@ -18,7 +18,7 @@ def cmd_init(args) -> int:
     text = starter_spec(Path(args.model_config), args.gpu, task=args.task, spec_dir=out.resolve().parent)
     write_atomic(out, text)
     print(f"Wrote {out}; set data.train_files, then: gpuplan plan {out}")
-    if args.gpu == "auto" and detect_hardware().vendor == "cpu":
+    if args.gpu == "auto" and detect_hardware().is_cpu:
         print(f'No GPU detected on this machine: hardware.gpu = "auto" plans for its CPU here. To plan for a GPU: '
               f'gpuplan plan {out} --gpu A100-80GB, or set hardware.gpu in {out} (names: gpuplan gpus)')
     return 0

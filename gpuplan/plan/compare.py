@@ -17,25 +17,27 @@ from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
 from gpuplan.plan.rules.common import FIT_SOLUTION
+from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import table
 from gpuplan.spec.load import LoadedSpec
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
 
 
 def default_gpus() -> list[str]:
-    return [n for n, g in load_catalog().items() if g.vendor != "cpu"]
+    return [n for n, g in load_catalog().items() if not g.is_cpu]
 
 
 def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    hw = table(raw, "hardware")
     values: dict[str, Any] = {"gpu": gpu, "count": per_node, "nodes": nodes}
     if hw.get("gpu") != gpu:  # a memory or price override describes the spec's own GPU
         values.update(memory_gib=None, price_per_hour=None)
     return with_overrides(raw, {"hardware": values})
 
 
-def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Mapping[str, Any],
+def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: EnvironmentLike,
                 detect: Callable[[], GPUProfile] | None = None,
                 prices: Mapping[str, tuple[float, str]] | None = None,
                 calibrations: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -100,7 +102,7 @@ def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, An
 
 
 def compare(loaded: LoadedSpec, *, gpus: Sequence[str] | None = None, counts: Sequence[int] = DEFAULT_COUNTS,
-            sort: str = "cost", environment: Mapping[str, Any], detect: Callable[[], GPUProfile] | None = None,
+            sort: str = "cost", environment: EnvironmentLike, detect: Callable[[], GPUProfile] | None = None,
             prices: Mapping[str, tuple[float, str]] | None = None,
             calibrations: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every (gpu, count) row, sorted; the cheapest (or fastest) fit first and marked `best`."""

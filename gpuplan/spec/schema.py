@@ -228,7 +228,7 @@ class Spec(_Section):
     output: OutputSpec = Field(default_factory=OutputSpec)
 
 
-SECTIONS = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSpec,
     "lora": LoraSpec,
     "quantization": QuantizationSpec,

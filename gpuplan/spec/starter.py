@@ -29,7 +29,7 @@ SEQ_LEN_CAP = 2048  # longer contexts are a deliberate choice, not a starting po
 TOKENS_PER_STEP = 2**17  # ~131k tokens per optimizer step: a common fine-tuning scale
 SEQ_CLS_BATCH = 32  # Devlin et al. 2019 (BERT), appendix A.3: fine-tuning batch 16 or 32
 # fp32 weights 4 + fp32 grads 4 + AdamW exp_avg and exp_avg_sq 8 bytes per parameter
-# (DESIGN.md "Memory model"; ZeRO paper, Rajbhandari et al. 2020, section 3.1).
+# (docs/design.md "Memory model"; ZeRO paper, Rajbhandari et al. 2020, section 3.1).
 FP32_ADAMW_BYTES_PER_PARAM = 16
 
 SECTION_COMMENTS = {

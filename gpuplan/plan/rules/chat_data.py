@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from gpuplan.plan.context import Resolver
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 
 PACKED_POSITION_FAMILIES = frozenset({

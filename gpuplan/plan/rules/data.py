@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.chat_data import chat_checks, supervised_packing
 
 # Families whose positions are a learned table of max_position_embeddings rows.

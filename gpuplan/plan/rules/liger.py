@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.liger import KEY, unavailable
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.liger import KEY, unavailable
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.solve import price
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.fit.search import price
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.units import gib
 
 
@@ -48,7 +48,7 @@ def kernels(ctx: Resolver) -> None:
     sol, problem = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
     if sol is not None and problem is not None:
         ctx.note(KEY, saving(sol, problem))
-    if not ctx.environment.get("packages", {}).get("liger_kernel"):
+    if not ctx.environment.has("liger_kernel"):
         if is_local(ctx.spec):
             ctx.error(KEY, f"{KEY} = true needs the liger-kernel package, which is not installed here",
                       fix="pip install liger-kernel, or set training.use_liger_kernel = false")

@@ -8,11 +8,11 @@ the spec sets is kept, and refused where the model's forward cannot take it.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.loss_chunking import KEY, NAME, unavailable
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.loss_chunking import KEY, NAME, unavailable
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.solve import saver_cost
+from gpuplan.plan.fit.savers import saver_cost
 from gpuplan.units import gib
 
 
@@ -35,8 +35,7 @@ def chunking(ctx: Resolver) -> None:
         ctx.resolve(KEY, 0, "off: the batch split did not resolve")
         return
     chunk = sol.knobs.loss_chunk_size
-    cost = saver_cost(NAME, problem.base.weight_dtype, problem.facts, problem.base.adapters is not None,
-                      problem.base.seq_len)
+    cost = saver_cost(NAME, problem.base.weight_dtype, problem)
     tokens = sol.per_device_batch * problem.base.seq_len
     vocab = problem.facts.vocab_size
     if chunk:

@@ -8,11 +8,11 @@ of rules/distributed.py adds it to the node's), the host-link time per step
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.offload_activations import KEY, unavailable
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.offload_activations import KEY, unavailable
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.solve import price
+from gpuplan.plan.fit.search import price
 from gpuplan.units import gib
 
 
@@ -22,7 +22,7 @@ def check(ctx: Resolver) -> None:
         return
     ckpt = ctx.spec("training.gradient_checkpointing") is True
     link = ctx.gpu.interconnect.get("pcie")
-    why_not = unavailable("cpu" if ctx.gpu.vendor == "cpu" else "cuda", ckpt, link)
+    why_not = unavailable("cpu" if ctx.gpu.is_cpu else "cuda", ckpt, link)
     if why_not:
         fix = f"set {KEY} = false" + (' or training.gradient_checkpointing = "auto"' if ckpt else "")
         ctx.error(KEY, f"{KEY} = true: {why_not}", fix=fix)
@@ -32,7 +32,7 @@ def check(ctx: Resolver) -> None:
         return
     import dataclasses
 
-    from gpuplan.plan.memory.offload_activations import transfer_seconds
+    from gpuplan.plan.estimate.memory.offload_activations import transfer_seconds
 
     moved = sol.estimate.offloaded_activation_bytes
     seconds = transfer_seconds(moved, sol.accumulation, link)

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.wording import bf16_capability
 
 
@@ -19,7 +19,7 @@ def mixed_precision(ctx: Resolver) -> None:
     gpu = ctx.gpu
     bf16, fp16 = ctx.spec("training.bf16"), ctx.spec("training.fp16")
     dtype = ctx.spec("model.dtype")
-    cpu = gpu.vendor == "cpu"
+    cpu = gpu.is_cpu
     if bf16 is True and fp16 is True:
         ctx.error(
             "training.bf16",
@@ -78,7 +78,7 @@ def _bf16_reason(ctx: Resolver, value: bool) -> str:
     gpu = ctx.gpu
     if value:
         return f"{gpu.name} supports bf16 ({bf16_capability(gpu)}): bf16 mixed precision, no loss scaling needed"
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return "CPU: no mixed precision by default (fp32)"
     if ctx.spec("training.bf16") is True:
         if ctx.spec("training.fp16") is False:
@@ -95,7 +95,7 @@ def _fp16_reason(ctx: Resolver, value: bool) -> str:
         if ctx.spec("training.bf16") is True:
             return f"{gpu.name} has no bf16: fp16 mixed precision (with loss scaling) replaces it"
         return f"{gpu.name} predates bf16: fp16 mixed precision with loss scaling"
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return "CPU: no fp16 mixed precision"
     if ctx.get_or_none("training.bf16"):
         return "bf16 mixed precision is used instead"
@@ -124,7 +124,7 @@ def _no_tf32(gpu) -> str:
     if gpu.vendor == "amd":
         # transformers' is_torch_tf32_available needs torch.version.cuda: a ROCm build has none
         return f"{gpu.name}: TrainingArguments' tf32 switch needs a CUDA build of torch, not ROCm"
-    device = "the CPU" if gpu.vendor == "cpu" else gpu.name
+    device = "the CPU" if gpu.is_cpu else gpu.name
     return f"{device} has no TF32 (needs an NVIDIA GPU of compute capability >= 8.0)"
 
 

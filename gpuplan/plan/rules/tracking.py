@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.spec.trackers import MLFLOW_DIR, TENSORBOARD_DIR, TRACKERS, requested
 
 
@@ -19,7 +19,7 @@ def report_to(ctx: Resolver) -> None:
     ctx.keep("training.report_to")
     want = ctx.spec("training.report_to")
     names = requested(want)
-    installed = ctx.environment.get("trackers")
+    installed = ctx.environment.trackers
     if installed is not None:  # None: the caller did not probe (a plan made from a fixed environment)
         for name in names:
             if not installed.get(name):
