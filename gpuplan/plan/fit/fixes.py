@@ -96,7 +96,7 @@ def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
             fixes.append(Fix("saver", "training.use_liger_kernel = true (Liger's fused linear cross-entropy; "
                              "pip install liger-kernel)"))
     ckpt_fixed = "gradient_checkpointing" in user_set and p.fixed.gradient_checkpointing
-    link = gpu.interconnect.get("pcie")
+    link = gpu.interconnect.get("pcie") or 0.0
     if not base.offload_activations and not offload_activations.unavailable(base.device, ckpt_fixed, link):
         q = dataclasses.replace(p, base=dataclasses.replace(base, offload_activations=True),
                                 auto=p.auto - {"gradient_checkpointing"},

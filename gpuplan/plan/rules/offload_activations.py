@@ -8,9 +8,11 @@ of rules/distributed.py adds it to the node's), the host-link time per step
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
-from gpuplan.plan.estimate.memory.offload_activations import KEY, unavailable
+from gpuplan.plan.estimate.memory.offload_activations import KEY, transfer_seconds, unavailable
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.fit.search import price
 from gpuplan.units import gib
@@ -21,7 +23,7 @@ def check(ctx: Resolver) -> None:
     if not ctx.spec(KEY):
         return
     ckpt = ctx.spec("training.gradient_checkpointing") is True
-    link = ctx.gpu.interconnect.get("pcie")
+    link = ctx.gpu.interconnect.get("pcie") or 0.0
     why_not = unavailable("cpu" if ctx.gpu.is_cpu else "cuda", ckpt, link)
     if why_not:
         fix = f"set {KEY} = false" + (' or training.gradient_checkpointing = "auto"' if ckpt else "")
@@ -30,10 +32,6 @@ def check(ctx: Resolver) -> None:
     sol, problem = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
     if sol is None or problem is None:
         return
-    import dataclasses
-
-    from gpuplan.plan.estimate.memory.offload_activations import transfer_seconds
-
     moved = sol.estimate.offloaded_activation_bytes
     seconds = transfer_seconds(moved, sol.accumulation, link)
     without = price(dataclasses.replace(problem, base=dataclasses.replace(problem.base, offload_activations=False)),
