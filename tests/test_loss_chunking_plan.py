@@ -119,3 +119,17 @@ def test_compare_shows_the_saver_in_its_savers_column():
     assert rows[0]["fits"] and NAME in rows[0]["savers"]
     table = "\n".join(render_compare(rows, "llama-8b-qlora-4090-8k.toml", "cost"))
     assert "chunked-ce+ckpt" in table
+
+
+@pytest.mark.slow
+def test_plan_trace_runs_the_chunked_loss_the_plan_chose(tmp_path):
+    from gpuplan.trace.plan import trace_plan
+
+    plan = plan_text(tmp_path, spec(model="llama-160m", gpu="T4", data="seq_len = 2048",
+                                    training="per_device_train_batch_size = 1\neffective_batch_size = 1\n"
+                                             "loss_chunk_size = 256\ngradient_checkpointing = true"))
+    assert plan.memory.workload.loss_chunk_size == 256
+    traced = trace_plan(plan).memory.traced
+    # one 256-token chunk of 32,000 logits and its fp32 copies at most, not 2,048 tokens' worth
+    assert traced["components"]["logits_loss"] <= 256 * 32000 * 16
+    assert abs(traced["analytic_minus_traced_fraction"]) < 0.05

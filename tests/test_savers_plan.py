@@ -99,3 +99,10 @@ def test_paged_optimizer_on_cpu_says_it_saves_nothing(tmp_path):
                      env=ENV)
     note = next(d for d in plan.diagnostics if d.key == "training.optim")
     assert "paging saves nothing" in note.summary
+
+
+def test_apply_passes_liger_to_the_trainer_arguments(tmp_path):
+    from gpuplan.apply.convert import training_arguments_kwargs
+
+    assert training_arguments_kwargs(cpu_plan(tmp_path, **{"training.use_liger_kernel": True}))["use_liger_kernel"] is True
+    assert training_arguments_kwargs(cpu_plan(tmp_path))["use_liger_kernel"] is False
