@@ -205,8 +205,9 @@ def _apply(tmp_path, name, **kw):
 
 
 @pytest.mark.slow
-def test_fsdp_on_two_cpu_ranks_with_chunked_loss_matches_one_standard_process(tmp_path):
+@pytest.mark.parametrize("strategy, engine", [("fsdp", "fsdp2 full_shard"), ("ddp", "ddp")])
+def test_two_cpu_ranks_with_chunked_loss_match_one_standard_process(tmp_path, strategy, engine):
     _, one = _apply(tmp_path, "one", count=1, strategy="none", chunk=0)
-    engine, fsdp = _apply(tmp_path, "fsdp", count=2, strategy="fsdp", chunk=16)
-    assert engine == "fsdp2 full_shard"  # measured from the wrapped model, not a DDP fallback
-    assert sorted(fsdp) == [1, 2, 3] and fsdp == pytest.approx(one, abs=2e-3)
+    measured, ranks = _apply(tmp_path, strategy, count=2, strategy=strategy, chunk=16)
+    assert measured == engine  # read from the wrapped model, not a fallback
+    assert sorted(ranks) == [1, 2, 3] and ranks == pytest.approx(one, abs=2e-3)
