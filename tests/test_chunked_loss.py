@@ -1,6 +1,6 @@
 """Chunked cross-entropy for real (apply/chunked_loss.py): the same loss and gradients as
 transformers' ForCausalLMLoss, the same losses step by step in real Trainer runs (plain and
-packed text, chat with assistant-only masks, LoRA, FSDP over two gloo ranks), each chunk
+packed text, chat with assistant-only masks, LoRA, FSDP and DDP over two gloo ranks), each chunk
 recomputed in backward, and every family in the plan's list checked against its source.
 """
 
