@@ -3,7 +3,7 @@
 Each case is one micro-batch (batch 1) of specs/models/llama-3.1-8b.json with a set of
 savers on: none, chunked cross-entropy (training.loss_chunk_size = 1024), gradient
 checkpointing, both, and a paged 8-bit AdamW. The analytic estimate (the numbers
-`gpuplan plan` prints, gpuplan/plan/memory/estimate.py) is compared with the fake-tensor
+`gpuplan plan` prints, gpuplan/plan/estimate/memory/estimate.py) is compared with the fake-tensor
 trace of two real training steps of the same workload (gpuplan/trace, which runs the
 chunked loss through apply/chunked_loss.py as apply does). Liger's kernels run on CUDA
 only (Triton) and cannot be traced here, and the trace counts host copies as device

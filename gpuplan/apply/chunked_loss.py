@@ -1,4 +1,4 @@
-"""Chunked cross-entropy through the model's own forward (plan: memory/loss_chunking.py).
+"""Chunked cross-entropy through the model's own forward (plan: estimate/memory/loss_chunking.py).
 
 `install(model, chunk)` patches the forward of the CausalLM inside `model` (a peft model's
 base model too). While a batch with labels runs, the output head is swapped for a

@@ -119,6 +119,11 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
                    + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""))
     else:
         out.append("Nothing fits: try more GPUs (--counts 16,32) or a smaller setup.")
+    warned: dict[str, list[str]] = {}  # the plans' own warnings (emulated bf16, ...), once each, with their rows
+    for r in fits:
+        for w in r.get("warnings") or []:
+            warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
+    out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
     out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; "
                "step (c): calibrated from a measured run")
     out.append("cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "

@@ -16,6 +16,7 @@ from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
@@ -61,14 +62,14 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
                     calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
-    precision = "bf16" if s["training.bf16"].value else "fp16" if s["training.fp16"].value else (
-        "tf32" if s["training.tf32"].value else "fp32")
+    precision = precision_label(s, profile.bf16 or profile.vendor == "cpu")
     return {
         **row,
         "fits": True,
         "per_device_train_batch_size": s["training.per_device_train_batch_size"].value,
         "gradient_accumulation_steps": s["training.gradient_accumulation_steps"].value,
         "precision": precision,
+        "warnings": [d.summary for d in plan.diagnostics if d.severity == "warning"],
         "weight_dtype": s["model.dtype"].value,
         "optim": s["training.optim"].value,
         "gradient_checkpointing": s["training.gradient_checkpointing"].value,

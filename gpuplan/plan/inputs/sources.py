@@ -53,9 +53,28 @@ def resolve_sources(settings: dict[str, Setting], spec_path: Path) -> dict[str, 
             local = spec_path.parent / repo_id
             diags.append(Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path "
                                     f"{local} exists", fix=e.fix))
+    if "data.dataset" in refs and not diags:
+        diags += _split_diagnostics(refs["data.dataset"], settings["data.split"].value)
     if diags:
         raise PlanError(diags)
     return refs
+
+
+def _split_diagnostics(ref: Any, split: str) -> list[Diagnostic]:
+    """data.split checked against the dataset card's configs (gpuplan/hub/splits.py), when it maps splits."""
+    import os
+
+    from gpuplan.hub.resolve import README
+    from gpuplan.hub.splits import SplitError, card_patterns
+
+    readme = os.path.join(ref.path, README)
+    try:
+        if os.path.isfile(readme):
+            card_patterns(readme, split)
+    except SplitError as e:
+        return [Diagnostic("error", "data.split", f"data.split: {e}", detail=f"{ref.repo_id} at {ref.commit[:12]}",
+                           fix=e.fix)]
+    return []
 
 
 def source_settings(refs: dict[str, Any], spec_path: Path) -> tuple[dict[str, Setting], list[Change], list[Diagnostic]]:

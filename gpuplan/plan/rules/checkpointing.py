@@ -24,7 +24,7 @@ def checkpointing(ctx: Resolver) -> None:
     on = sol.knobs.gradient_checkpointing
     if ctx.spec("training.activation_offloading"):
         ctx.resolve("training.gradient_checkpointing", False, "off: activation offloading keeps the activations in "
-                    "host RAM instead (memory/offload_activations.py)")
+                    "host RAM instead (training.activation_offloading)")
         return
     if on:
         saved = sol.saved_bytes.get(CHECKPOINTING.name, 0) / GIB

@@ -1,4 +1,4 @@
-"""loss_chunking.auto: chunked cross-entropy only when the run needs it (memory/loss_chunking.py).
+"""loss_chunking.auto: chunked cross-entropy only when the run needs it (estimate/memory/loss_chunking.py).
 
 The head and the loss over chunks of tokens, each recomputed in backward: the
 [tokens, vocab] logits and their fp32 copies never exist at once, for one more head

@@ -282,7 +282,11 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
     components["overhead"] = overhead
     if wl.gradient_checkpointing:
-        notes.append("checkpointing a frozen base: the layer inputs must require grad for the adapters' "
-                     "gradients to flow with reentrant checkpointing; apply calls enable_input_require_grads()")
+        # transformers 5.24 modeling_utils._activation_checkpointing_enable: {"use_reentrant": False}
+        # unless the caller passes kwargs (the Trainer passes gradient_checkpointing_kwargs = None)
+        notes.append("checkpointing a frozen base: transformers checkpoints non-reentrantly (use_reentrant=False), "
+                     "so the adapters inside checkpointed blocks get gradients though the layer inputs do not "
+                     "require grad; apply also calls enable_input_require_grads(), which only reentrant "
+                     "checkpointing would need")
     return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes),
                           host_bytes=int(offloaded), offloaded_activation_bytes=int(offloaded))
