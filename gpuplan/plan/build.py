@@ -21,6 +21,7 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.plan.engine.graph import rule_order, writers
 from gpuplan.plan.checks.data_files import data_file_problems
+from gpuplan.plan.checks.fixed_costs import fixed_costs_advice, fixed_share
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.engine.graph import Node
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
@@ -30,7 +31,7 @@ from gpuplan.plan.fit.savers import saver_cost
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.fit.search import workload as solve_workload
-from gpuplan.plan.estimate.calibration import calibrated_efficiency, calibration_assumption
+from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
@@ -176,29 +177,31 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
     hw = spec.hardware
-    world = hw.count * hw.nodes
+    world = hw.world_size
     wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
     tf32 = resolved["training.tf32"].value
-    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32)
-    calibrated = None
-    if calibrations:
-        calibrated = calibrated_efficiency(calibrations, gpu, hw.count, hw.nodes, n_params=facts.n_params,
-                                           flops_per_token=throughput["flops_per_token"],
-                                           tokens_per_step=throughput["tokens_per_step"],
-                                           peak_tflops=throughput["peak_tflops"])
-    if calibrated:
-        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
-                                         tf32=tf32, utilisation=calibrated[0])
     comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
                          network=hw.network, networks=load_interconnects())
+    # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
+    extra_terms: list = []
+    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
+                                     comm=comm, extra_terms=extra_terms)
+    calibrated = None
+    if calibrations and throughput.get("step_time"):
+        key = calibration_key(throughput["peak_dtype"], resolved["model.method"].value, wl.gradient_checkpointing,
+                              sol.savers)
+        calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key,
+                                      modelled=modelled_parts(throughput["step_time"]))
     if calibrated:
-        throughput["assumption"] = calibration_assumption(calibrated[1], throughput["peak_dtype"])
-        comm = {**comm, "time_s": 0.0, "note": "included in the measured step time (calibration)"}
+        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
+                                         tf32=tf32, comm=comm, scale=calibrated[0], extra_terms=extra_terms,
+                                         assumption=calibration_assumption(calibrated[1]))
     throughput = with_communication(throughput, comm)
     throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
                   **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
-    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu)]
+    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu),
+              step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm)]
     model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts,
                                                    wl.gradient_checkpointing)}
     plan = Plan(
@@ -213,6 +216,21 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
         throughput=ThroughputSection.from_dict(throughput),
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, Environment.of(environment)))
+
+
+def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
+    """The fixed-costs advice (plan/checks/fixed_costs.py), checked with the same memory and step models."""
+    from gpuplan.plan.fit.search import _fits, price
+
+    def share_at(new):
+        return fixed_share(estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput["world_size"],
+                                               tf32=tf32, comm=comm).get("step_time"))
+
+    packing = resolved["data.packing"].value if "data.packing" in resolved else None
+    return fixed_costs_advice(throughput.get("step_time"), wl, user_batch=problem.user_batch,
+                              user_accumulation=problem.user_accumulation,
+                              samples_per_device=problem.samples_per_device, packing=packing,
+                              fits=lambda b: _fits(price(problem, b, sol.knobs), problem), share_at=share_at)
 
 
 def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, spec_price: float | None,
@@ -239,16 +257,20 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
 
 
 def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:
-    """Add the data-parallel communication time to the compute time of a step."""
-    compute = throughput["step_time_s"]
-    step = compute + comm["time_s"]
-    out = {**throughput, "compute_step_time_s": compute, "step_time_s": step, "communication": comm,
-           "tokens_per_second": throughput["tokens_per_step"] / step}
-    if comm["time_s"]:
-        out["notes"] = [*throughput["notes"], f"the step time includes {comm['time_s']:.3g} s of data-parallel "
-                        "communication, not overlapped with compute (an upper bound)"]
-    if throughput.get("max_steps"):
-        out["run_time_s"] = step * throughput["max_steps"]
+    """Attach the data-parallel communication section; the step-time model already priced
+    it (plan/estimate/step_time/links.py), so compute_step_time_s is the step without what of it
+    compute does not hide."""
+    step = throughput["step_time_s"]
+    if step is None:
+        return {**throughput, "compute_step_time_s": None, "communication": comm}
+    terms = (throughput.get("step_time") or {}).get("terms", [])
+    exposed = sum(t["exposed_s"] for t in terms if t["group"] == "communication")
+    out = {**throughput, "compute_step_time_s": step - exposed, "communication": comm}
+    if comm.get("time_s"):
+        out["notes"] = [*throughput["notes"], (f"the step time includes {exposed:.3g} s of data-parallel "
+                        "communication that compute does not hide" if exposed else
+                        f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
+                        "(overlapped: plan/estimate/step_time/links.py)")]
     return out
 
 

@@ -106,6 +106,8 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     run = t.run_time_s
     out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
            + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
+    if t.step_time:
+        out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
     for name, seconds in (t.saver_seconds or {}).items():
         out.append(f"  {name}: +{seconds:.3g} s/step (included)")

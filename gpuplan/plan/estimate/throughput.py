@@ -22,19 +22,22 @@ vocab_size x hidden_size is taken off n_params unless it is tied to an output he
 (causal-lm / masked-lm with tie_word_embeddings). Learned position embeddings
 (GPT-2, BERT) are lookups too but are left in: under 1% of N for those models.
 
-The step time divides the FLOPs the device executes (recomputation included) by
-utilisation x dense peak of the dtype the matmuls run in.
+The FLOPs are reported (and calibration records them); the step time is the
+step-time model's (plan/estimate/step_time), of which the matmuls are one term.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
-from gpuplan.plan.estimate.memory import liger, loss_chunking, offload_activations
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory import liger
+from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
+from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
+from gpuplan.plan.estimate.step_time.terms import Term
 from gpuplan.plan.methods import FULL, LORA, method_of
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -93,21 +96,28 @@ def estimate_throughput(
     utilisation: float | None = None,
     assumption: str | None = None,
     tf32: bool = False,
+    comm: Mapping[str, Any] | None = None,
+    scale: Mapping[str, float] | None = None,
+    extra_terms: Sequence[Term] = (),
 ) -> dict[str, Any]:
     """Tokens per optimizer step, step time and run time, JSON-ready.
 
-    world_size: data-parallel ranks (GPUs x nodes); the gradient communication is added by
-    plan/build.py with_communication. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
-    utilisation: the fraction of the dense peak reached (default: the published MFU
-    for this GPU generation and model size, plan/efficiency.py); `assumption` says
-    where a given one comes from (a calibration).
+    The step time is the step-time model's (plan/estimate/step_time: matmuls, attention,
+    memory-bound work, optimizer, fixed costs, communication and offload, combined
+    phase by phase); `step_time` carries its terms and `utilisation` is what it
+    implies (FLOPs / (step time x GPUs x peak)). world_size: data-parallel ranks;
+    comm: plan/estimate/communication.py's section, priced as the model's communication term;
+    scale: a calibration's multipliers of the model's terms (plan/estimate/calibration.py);
+    extra_terms: more named terms (a saver's cost, sharded adapters' gathers).
+    utilisation: a GIVEN fraction of the dense peak instead of the model (step time =
+    FLOPs / (utilisation x peak)); `assumption` says where it comes from.
+    tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    on_cpu = gpu.is_cpu or workload.device == "cpu"
     tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base
@@ -120,13 +130,6 @@ def estimate_throughput(
         notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
         dtype = "fp32"
     peak = gpu.peak_tflops.get(dtype)
-    if utilisation is None:
-        util, source = (CPU_UTILISATION, CPU_SOURCE) if on_cpu else default_efficiency(gpu, facts.n_params)
-        where = "a nominal CPU fp32 peak" if on_cpu else f"peak dense {dtype} TFLOP/s"
-        assumption = f"{util:.0%} of {where}: {source}"
-    else:
-        util = utilisation
-        assumption = assumption or f"{util:.0%} of peak dense {dtype} TFLOP/s (given)"
 
     formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
     if workload.gradient_checkpointing:
@@ -138,35 +141,38 @@ def estimate_throughput(
     if frozen:
         formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
                    + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
-        if method.quantized_base:
-            notes.append("qlora: each 4-bit matmul first dequantizes its weight (memory-bound, not counted)")
     slowdowns: dict[str, float] = {}
     if workload.liger_kernel:
         notes.append(liger.speedup_note())
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 
-    step_time = tokens_per_second = run_time = None
-    saver_seconds: dict[str, float] = {}  # additive terms, seconds per step (memory savers' own modules)
+    step_time = tokens_per_second = run_time = util = None
+    model = None
+    saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
     if peak:
-        step_time = flops / (world_size * peak * 1e12 * util)
+        savers = saver_terms(facts, workload, gpu, peak * 1e12)
+        if utilisation is None:
+            model = step_time_model(facts, workload, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
+                                    scale=scale, extra=[*extra_terms, *savers])
+            step_time = model.step_s
+            saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
+            assumption = assumption or (f"step-time model, {model.constants.name} constants "
+                                        f"({model.constants.source})")
+        else:
+            step_time = flops / (world_size * peak * 1e12 * utilisation)
+            assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
+            accumulation = workload.gradient_accumulation_steps
+            saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
+            step_time += sum(saver_seconds.values())
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
-        if workload.loss_chunk_size and workload.task == "causal-lm":
-            saver_seconds[loss_chunking.NAME] = loss_chunking.extra_seconds(
-                facts.hidden_size, facts.vocab_size, tokens // world_size, peak * 1e12 * util)
-        if workload.offload_activations and not on_cpu and gpu.interconnect.get("pcie"):
-            from gpuplan.plan.estimate.memory.estimate import estimate_memory
-
-            moved = estimate_memory(facts, workload, gpu).offloaded_activation_bytes
-            saver_seconds[offload_activations.NAME] = offload_activations.transfer_seconds(
-                moved, workload.gradient_accumulation_steps, gpu.interconnect["pcie"])
-        step_time += sum(saver_seconds.values())
+        util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
-    return {
+    out = {
         "tokens_per_step": tokens,
         "model_flops_per_token": model_per_token,
         "flops_per_token": hw_per_token,
@@ -186,3 +192,6 @@ def estimate_throughput(
         "run_time_s": run_time,
         "notes": notes,
     }
+    if model is not None:
+        out["step_time"] = model.to_dict()
+    return out
