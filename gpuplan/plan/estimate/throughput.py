@@ -38,6 +38,7 @@ from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.methods import FULL, LORA, method_of
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -99,8 +100,9 @@ def estimate_throughput(
     comm: Mapping[str, Any] | None = None,
     scale: Mapping[str, float] | None = None,
     extra_terms: Sequence[Term] = (),
-) -> dict[str, Any]:
-    """Tokens per optimizer step, step time and run time, JSON-ready.
+) -> ThroughputSection:
+    """Tokens per optimizer step, step time and run time: the plan's throughput section
+    (build adds communication, calibration and cost to it with dataclasses.replace).
 
     The step time is the step-time model's (plan/estimate/step_time: matmuls, attention,
     memory-bound work, optimizer, fixed costs, communication and offload, combined
@@ -194,4 +196,4 @@ def estimate_throughput(
     }
     if model is not None:
         out["step_time"] = model.to_dict()
-    return out
+    return ThroughputSection.from_dict(out)
