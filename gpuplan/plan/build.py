@@ -258,7 +258,8 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
         components=est["components"],
         host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
         layout=sol.knobs.sharding.label,
-        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype)) for n in sol.savers),
+        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype, problem))
+                     for n in sol.savers),
         notes=tuple(est["notes"]),
     )
 

@@ -35,7 +35,9 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.preference import policy_workload
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
+from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
 from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.methods import FULL, LORA, method_of
@@ -192,31 +194,39 @@ def estimate_throughput(
         formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
                    + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
     slowdowns: dict[str, float] = {}
+    if workload.liger_kernel:
+        notes.append(liger.speedup_note())
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 
     step_time = tokens_per_second = run_time = util = None
     model = None
     precompute_s: float | None = None
+    saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
     if peak:
+        savers = saver_terms(facts, workload, gpu, peak * 1e12)
         if utilisation is None:
             # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
             # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
             policy = policy_workload(workload)
             first = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
-                                    scale=scale, extra=extra_terms)
+                                    scale=scale, extra=[*extra_terms, *savers])
             nograd_term, pass_term = nograd_forward_terms(obj, workload, first.terms)
             model = first if nograd_term is None else step_time_model(
                 facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, scale=scale,
-                extra=(*extra_terms, nograd_term))
+                extra=[*extra_terms, *savers, nograd_term])
             if pass_term is not None:
                 precompute_s = pass_term.seconds * workload.gradient_accumulation_steps
             step_time = model.step_s
+            saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
             assumption = assumption or (f"step-time model, {model.constants.name} constants "
                                         f"({model.constants.source})")
         else:
             step_time = flops / (world_size * peak * 1e12 * utilisation)
             assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
+            accumulation = workload.gradient_accumulation_steps
+            saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
+            step_time += sum(saver_seconds.values())
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
         util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
@@ -249,6 +259,7 @@ def estimate_throughput(
         "utilisation": util,
         "assumption": assumption,
         "slowdowns": slowdowns,
+        "saver_seconds": saver_seconds,
         "step_time_s": step_time,
         "tokens_per_second": tokens_per_second,
         "max_steps": max_steps,

@@ -81,6 +81,11 @@ def settings(ctx: Resolver) -> None:
     if ctx.spec("model.task") != "causal-lm":
         ctx.error("training.objective", f'training.objective = "{obj.name}" trains a causal LM, not model.task = '
                                         f'"{ctx.spec("model.task")}"', fix='set model.task = "causal-lm"')
+    for key, what in (("training.loss_chunk_size", "chunked cross-entropy"), ("training.use_liger_kernel", "Liger"),
+                      ("training.activation_offloading", "activation offloading")):
+        if ctx.spec(key) not in (False, 0, None, "auto"):  # gpuplan's installs patch the model's forward, which TRL's fused head replaces
+            ctx.error(key, f"{key}: {what} is not planned with training.objective = \"{obj.name}\" (TRL's fused "
+                           "log-prob head replaces the model's loss path)", fix=f"remove {key}")
     if ctx.spec("data.format") == "instruction":
         ctx.error("data.format", f'{obj.name} rows are {" / ".join(obj.example_fields)}, not instruction rows',
                   fix='set data.format = "text" (plain fields) or "chat" (lists of messages)')
@@ -183,7 +188,8 @@ RULES = (
          reads=("spec:training.objective", "spec:preference.beta", "spec:preference.loss_type",
                 "spec:preference.max_length", "spec:preference.max_prompt_length", "spec:data.seq_len",
                 "spec:model.task", "spec:data.format", "spec:data.train_files", "spec:data.eval_files",
-                "spec:model.name_or_path", "spec:model.from_scratch"),
+                "spec:model.name_or_path", "spec:model.from_scratch", "spec:training.loss_chunk_size",
+                "spec:training.use_liger_kernel", "spec:training.activation_offloading"),
          writes=_KEYS, apply=settings,
          doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked."),
     Rule("preference.reference",
