@@ -134,4 +134,5 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         method="analytic",
         notes=tuple(notes),
         host_bytes=int(st.host_bytes),
+        host_pinned_bytes=int(st.host_pinned),
     )

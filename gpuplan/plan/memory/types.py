@@ -98,6 +98,7 @@ class MemoryEstimate:
     method: Literal["analytic", "traced"]
     notes: tuple[str, ...] = field(default_factory=tuple)
     host_bytes: int = 0  # offloaded to host RAM (scale-out offload); not in the device figures
+    host_pinned_bytes: int = 0  # of host_bytes, page-locked
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,4 +108,5 @@ class MemoryEstimate:
             "method": self.method,
             "notes": list(self.notes),
             "host_bytes": self.host_bytes,
+            "host_pinned_bytes": self.host_pinned_bytes,
         }

@@ -39,12 +39,6 @@ def lora_config(ctx: Resolver) -> None:
     if method == "full" and user_set:
         ctx.warn(f"lora.{user_set[0]}", '[lora] is set but model.method = "full": the adapters settings are not used',
                  fix='set model.method = "lora" (or "qlora"), or remove [lora]')
-    strategy = ctx.spec("distributed.strategy")
-    if method in ("lora", "qlora") and strategy in ("fsdp", "deepspeed"):
-        ctx.error("distributed.strategy",
-                  f'distributed.strategy = "{strategy}" with model.method = "{method}": sharded adapters are not '
-                  "planned (the adapter memory model covers one device and DDP replicas)",
-                  fix='set distributed.strategy = "ddp" (adapter states are small enough to replicate)')
     asked_save = ctx.spec("lora.modules_to_save")
     try:
         check_saved(ctx.facts, asked_save)
@@ -120,7 +114,7 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
 
 RULES = (
     Rule("lora.config",
-         reads=("spec:model.method", "spec:distributed.strategy", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
+         reads=("spec:model.method", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
                 "spec:lora.use_dora", "spec:lora.modules_to_save"),
          writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
          apply=lora_config,

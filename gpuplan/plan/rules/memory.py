@@ -27,6 +27,7 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.host_check import host_limit, host_needs
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.target import target_packages
 from gpuplan.units import GIB
@@ -127,6 +128,7 @@ def fit(ctx: Resolver) -> None:
         tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
+        host_limit_bytes=host_limit(ctx), ranks_per_node=ctx.spec("hardware.count"),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
@@ -135,9 +137,8 @@ def fit(ctx: Resolver) -> None:
     for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
-        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
-            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
-            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
+        # adapters shard like full models (memory/adapters_sharded.py): the same candidates
+        problem = dataclasses.replace(problem, shardings=shardings)
         sol = solve(problem)
         tried.append((method, sol))
         if sol.fits:
@@ -169,6 +170,10 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
         parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
     fix = "; or ".join(parts) or None
+    if sol.estimate.reserved_peak_bytes <= p.usable_bytes and p.host_limit_bytes is not None:
+        # the GPUs hold it only with offload, and the offloaded states do not fit the host RAM known
+        hint = (f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
+                f"{host_needs(ctx, sol)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
     ctx.error(
         "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
@@ -187,7 +192,7 @@ RULES = (
             "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
             "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
             "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
-            "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
+            "spec:hardware.host_memory_gib", "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
