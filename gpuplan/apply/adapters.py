@@ -107,6 +107,19 @@ def lora_config(plan: Plan) -> Any:
         raise ApplyError(f"the plan's [lora] settings were refused by peft: {e}") from e
 
 
+def sharded(plan: Plan) -> bool:
+    """FSDP or DeepSpeed over several ranks: the frozen base is sharded with the adapters."""
+    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    return world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed")
+
+
+def loads_on_host(plan: Plan, device: str) -> bool:
+    """QLoRA sharded with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
+    there), never whole on one GPU; plan/memory/host.py counts it."""
+    offload = plan.get("distributed.fsdp_cpu_offload") or plan.get("distributed.offload_params")
+    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(offload)
+
+
 def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:
     """transformers' BitsAndBytesConfig for the frozen 4-bit base of a QLoRA run.
 
@@ -125,12 +138,17 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
         raise ApplyError(
             f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}"
         )
+    # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
+    # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
+    # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
+    storage = {"bnb_4bit_quant_storage": getattr(torch, compute)} if sharded(plan) else {}
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quant,
         bnb_4bit_use_double_quant=bool(double),
         bnb_4bit_compute_dtype=getattr(torch, compute),
         llm_int8_skip_modules=unquantized,
+        **storage,
     )
 
 
@@ -172,9 +190,24 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
     keep = trained_in_full(plan)
     unquantized = sorted(set(default_unquantized(plan, cls)) | set(keep)) if keep else None
     kwargs: dict[str, Any] = {"quantization_config": quantization_config(plan, unquantized)}
-    if device == "cuda":
+    if loads_on_host(plan, device):
+        kwargs["device_map"] = {"": "cpu"}  # place_quant_states moves the QuantStates to this rank's GPU
+    elif device == "cuda":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     return kwargs
+
+
+def place_quant_states(plan: Plan, model: Any, device: str) -> None:
+    """After a host load (loads_on_host): each QuantState to this rank's GPU. FSDP moves parameters and
+    buffers (and keeps the shards in host RAM with offload) but not a QuantState, an attribute of the
+    Params4bit and of its Linear4bit (bitsandbytes nn/modules.py), which its GPU matmul reads."""
+    if not loads_on_host(plan, device):
+        return
+    target = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    for module in model.modules():
+        for state in {id(s): s for s in (getattr(getattr(module, "weight", None), "quant_state", None),
+                                         getattr(module, "quant_state", None)) if s is not None}.values():
+            state.to(target)
 
 
 def wrap(plan: Plan, model: Any) -> Any:
@@ -184,6 +217,7 @@ def wrap(plan: Plan, model: Any) -> Any:
     m = method(plan)
     checkpointing = bool(plan.value("training.gradient_checkpointing"))
     if m == "qlora":
+        place_quant_states(plan, model, "cpu" if plan.hardware.vendor == "cpu" else "cuda")
         keep_training_layout(model)
         # use_reentrant=False: what the Trainer passes when it enables checkpointing again
         # (transformers 5.24 modeling_utils._activation_checkpointing_enable).
