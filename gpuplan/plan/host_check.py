@@ -46,9 +46,9 @@ def plan_host_memory(ctx: Resolver, sol, count: int | None = None, problem=None)
     return host_memory(ctx.facts, wl, est.host_bytes, est.host_pinned_bytes, count or ctx.spec("hardware.count"))
 
 
-def host_needs(ctx: Resolver, sol) -> str:
+def host_needs(ctx: Resolver, sol, problem=None) -> str:
     """'N GiB of host RAM per node (...)' for a solution, or '' on CPU."""
-    hm = plan_host_memory(ctx, sol)
+    hm = plan_host_memory(ctx, sol, None, problem)
     return f"it needs {hm.describe(ctx.spec('hardware.count'))}" if hm else ""
 
 
@@ -56,7 +56,7 @@ def check_host_memory(ctx: Resolver, sol) -> None:
     hm = plan_host_memory(ctx, sol)
     if hm is None or not sol.fits:  # a plan that does not fit says so once (memory.fit)
         return
-    count, nodes = ctx.spec("hardware.count"), ctx.spec("hardware.nodes")
+    count = ctx.spec("hardware.count")
     wl = workload(ctx.get(FIT_PROBLEM), sol.per_device_batch, sol.knobs)
     relevant = hm.offloaded > 0 or (wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"))
     given = ctx.spec("hardware.host_memory_gib")
@@ -69,15 +69,26 @@ def check_host_memory(ctx: Resolver, sol) -> None:
         return
     if hm.peak <= HOST_LIMIT * have:
         return
-    fixes = []
-    for fewer in range(count // 2, 0, -1):  # the same GPUs, fewer per node
-        if (count * nodes) % fewer == 0 and plan_host_memory(ctx, sol, fewer).peak <= HOST_LIMIT * have:
-            fixes.append(f"hardware.count = {fewer}, hardware.nodes = {count * nodes // fewer} "
-                         f"({plan_host_memory(ctx, sol, fewer).peak / GIB:.0f} GiB per node)")
-            break
-    fixes.append(f"hardware.host_memory_gib = {_need_gib(hm)} or more, if the training hosts have that RAM")
     ctx.error("hardware.host_memory_gib", f"the plan needs {hm.describe(count)}; the host has {have / GIB:.0f} GiB "
-              f"({HOST_LIMIT:.0%} usable: {HOST_LIMIT * have / GIB:.0f} GiB)", fix="; or ".join(fixes))
+              f"({HOST_LIMIT:.0%} usable: {HOST_LIMIT * have / GIB:.0f} GiB)", fix="; or ".join(host_fixes(ctx, sol)))
+
+
+def host_fixes(ctx: Resolver, sol, problem=None) -> list[str]:
+    """What brings the host RAM per node under the limit: the same GPUs with fewer per node (loading and
+    offload are per rank), checked with the same arithmetic; or the RAM the hosts would need."""
+    count, nodes = ctx.spec("hardware.count"), ctx.spec("hardware.nodes")
+    limit = HOST_LIMIT * known_host_bytes(ctx)
+    fixes = []
+    for fewer in range(count // 2, 0, -1):
+        hm = plan_host_memory(ctx, sol, fewer, problem)
+        if hm is not None and (count * nodes) % fewer == 0 and hm.peak <= limit:
+            fixes.append(f"hardware.count = {fewer}, hardware.nodes = {count * nodes // fewer} "
+                         f"(the same GPUs, {hm.peak / GIB:.0f} GiB per node)")
+            break
+    hm = plan_host_memory(ctx, sol, None, problem)
+    if hm is not None:
+        fixes.append(f"hardware.host_memory_gib = {_need_gib(hm)} or more, if the training hosts have that RAM")
+    return fixes
 
 
 def _need_gib(hm: HostMemory) -> int:

@@ -27,7 +27,7 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.host_check import host_limit, host_needs
+from gpuplan.plan.host_check import host_fixes, host_limit, host_needs
 from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.target import target_packages
 from gpuplan.units import GIB
@@ -167,19 +167,20 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
     parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if alternatives else []
-    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
-        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
-    fix = "; or ".join(parts) or None
     if sol.estimate.reserved_peak_bytes <= p.usable_bytes and p.host_limit_bytes is not None:
         # the GPUs hold it only with offload, and the offloaded states do not fit the host RAM known
         hint = (f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
-                f"{host_needs(ctx, sol)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
+                f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
+        parts.insert(0, "for the host RAM: " + "; or ".join(host_fixes(ctx, sol, p)))
+    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
+        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
+    fix = "; or ".join(parts) or None
     ctx.error(
         "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
-               + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
+               + ("" if parts else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
                   "seq_len, more GPUs, a larger GPU) makes it fit"),
         fix=fix,
     )
