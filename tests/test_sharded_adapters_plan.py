@@ -7,6 +7,7 @@ whole plans of specs written here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,16 @@ def test_plan_json_carries_the_host_section(tmp_path):
     plan = plan_text(tmp_path, _spec70(tmp_path))
     d = json.loads(json.dumps(plan.to_dict()))["memory"]["host"]
     assert set(d) == {"loading_bytes", "offloaded_bytes", "pinned_bytes", "peak_bytes", "loading"}
+
+
+@pytest.mark.skipif(not Path("/work/shared/reference/published-memory.json").exists(), reason="reference data absent")
+def test_published_fsdp_full_shard_rows_within_15_percent_median():
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(SPECS.parent / "benchmarks"))
+    from fsdp_adapters import run
+
+    rows = run(write=False)
+    assert {r["offload"] for r in rows} == {True, False} and len(rows) >= 15
+    assert statistics.median(abs(r["err"]) for r in rows) <= 0.15
