@@ -106,6 +106,8 @@ def test_fsdp_lora_matches_one_process_saves_the_adapter_only_and_resumes_exactl
     res = results(out)
     # measured from the wrapped module: fully_shard units (2 decoder layers, embedding, tail, root), not DDP
     assert res["engine"] == "fsdp2 full_shard" and res["world_size"] == 2 and res["fsdp_units"] == 5
+    # measured: the tokens both ranks consumed, all-gathered by the Trainer = 2 steps x the effective batch
+    assert res["input_tokens_seen"] == 2 * EFFECTIVE * SEQ
     ckpt = out / "checkpoint-2"
     import torch
 
@@ -126,7 +128,7 @@ def test_fsdp_lora_matches_one_process_saves_the_adapter_only_and_resumes_exactl
     assert sorted(fsdp) == [1, 2, 3, 4]
     assert fsdp == pytest.approx(one_lora, abs=LOSS_TOL)
     assert fsdp[4] < fsdp[1]
-    # samples per optimizer step = the effective batch, counted on both ranks (tokens all-gathered by the Trainer)
+    # the plan's count per step (metrics.jsonl) and the Trainer's measured one agree: the effective batch
     steps = [m for m in read_jsonl(out / "metrics.jsonl") if m["event"] == "train"]
     assert [m["samples_seen"] for m in steps] == [EFFECTIVE * s for s in (1, 2, 3, 4)]
     assert res["input_tokens_seen"] == 4 * EFFECTIVE * SEQ  # both ranks' tokens; the count resumes with the state

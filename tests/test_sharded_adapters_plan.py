@@ -167,3 +167,16 @@ def test_published_fsdp_full_shard_rows_within_15_percent_median():
     rows = run(write=False)
     assert {r["offload"] for r in rows} == {True, False} and len(rows) >= 15
     assert statistics.median(abs(r["err"]) for r in rows) <= 0.15
+
+
+def test_compare_shows_sharded_qlora_rows_for_70b_on_24gb_cards(tmp_path):
+    from gpuplan.plan.compare import compare
+    from gpuplan.spec.load import load_toml
+
+    path = tmp_path / "q.toml"
+    path.write_text(_spec70(tmp_path))  # strategy "auto"
+    rows = compare(load_toml(path), gpus=["RTX-4090"], counts=[1, 2], environment=ENV)
+    by = {r["count"]: r for r in rows}
+    assert not by[1]["fits"]
+    assert by[2]["fits"] and by[2]["sharding"] == "FSDP full_shard + CPU offload"
+    assert 75 * GIB < by[2]["host_ram_per_node_bytes"] < 90 * GIB
