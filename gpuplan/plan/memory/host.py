@@ -1,16 +1,15 @@
 """Host RAM per node: loading the weights, offloaded states, pinned buffers. Pure arithmetic, no torch.
 
 What the libraries apply runs do with host RAM (transformers 5.24, accelerate 1.15, torch 2.13):
-- Loading, every rank: apply starts each rank with torchrun, not `accelerate launch`, so
-  ACCELERATE_USE_FSDP is unset and transformers' rank-0-only path is off
-  (transformers distributed/fsdp.py is_fsdp_enabled needs it and FSDP_CPU_RAM_EFFICIENT_LOADING);
-  from_pretrained builds the model on the meta device and fills it tensor by tensor from the
-  memory-mapped safetensors (modeling_utils.py), so each rank holds its whole model in host
-  RAM once: model.dtype x P for a 16-bit or fp32 base, which the Trainer then moves to its
-  GPU. Rank-0-only loading (fsdp_cpu_ram_efficient_loading: rank 0 loads, the others stay on
-  meta and receive their shards by broadcast, accelerate fsdp_utils.py fsdp2_load_full_state_dict)
-  needs one copy per node; accelerate skips it for a bitsandbytes 4-bit model (fsdp_utils.py:830)
-  and transformers loads quantized models on every rank (modeling_utils.py:4862, "not is_quantized").
+- Loading, every rank: each rank's from_pretrained builds the model on the meta device and fills
+  it tensor by tensor from the memory-mapped safetensors (transformers 5.24 modeling_utils.py), so
+  each rank holds its whole model in host RAM once: model.dtype x P for a 16-bit or fp32 base,
+  which the Trainer then moves to its GPU. There is no rank-0-only read in transformers 5.24:
+  under FSDP's cpu_ram_efficient_loading (and only with ACCELERATE_USE_FSDP, which torchrun does
+  not set: distributed/fsdp.py is_fsdp_enabled) modeling_utils.py reads it only for missing keys
+  and non-persistent buffers (:4862, :4898); accelerate then moves every rank's copy to meta and
+  broadcasts rank 0's (fsdp_utils.py fsdp2_load_full_state_dict), after every rank has read it,
+  and skips even that for a bitsandbytes 4-bit model (fsdp_utils.py:830).
 - QLoRA sharded with CPU offload: apply loads the 4-bit base into host RAM (device_map "cpu":
   bitsandbytes quantizes there) so a base larger than one GPU is never whole on it; each rank holds
   the packed weights, their QuantStates and the fp32 rest (prepare_model_for_kbit_training)
@@ -68,16 +67,14 @@ def loaded_model_bytes(facts: ModelFacts, wl: Workload) -> int:
     return DTYPE_BYTES[wl.weight_dtype] * facts.n_params
 
 
-def host_memory(facts: ModelFacts, wl: Workload, host_bytes_per_rank: int, pinned_per_rank: int, count: int,
-                rank0_only: bool = False) -> HostMemory:
-    """Host RAM of one node of `count` ranks. rank0_only: fsdp_cpu_ram_efficient_loading (not what apply runs)."""
+def host_memory(facts: ModelFacts, wl: Workload, host_bytes_per_rank: int, pinned_per_rank: int,
+                count: int) -> HostMemory:
+    """Host RAM of one node of `count` ranks."""
     qlora = wl.adapters is not None and wl.adapters.method == "qlora"
     sharded = wl.engine in ("fsdp", "deepspeed")
     offload = wl.offload_params or wl.offload_optimizer
     if qlora and wl.device == "cuda" and not (sharded and offload):
         loading, how = 0, "4-bit straight onto each GPU"
-    elif rank0_only and not qlora:
-        loading, how = loaded_model_bytes(facts, wl), "rank 0 only, the others on the meta device"
     else:
         loading = count * loaded_model_bytes(facts, wl)
         how = "every rank loads the whole " + ("4-bit base into host RAM" if qlora else f"{wl.weight_dtype} model")
