@@ -16,6 +16,13 @@ What the libraries do, as installed (peft 0.21, transformers 5.24, bitsandbytes 
   loading, and bitsandbytes 0.50 runs Linear4bit forward and backward on the uint8
   Params4bit weights (its CPU backend; without the optional `kernels` package it logs
   once that it falls back from the kernels-community gemm).
+- Sharded (FSDP or DeepSpeed over several ranks): bnb_4bit_quant_storage = the compute dtype, so
+  FSDP2 shards the packed weights (accelerate 1.15 fsdp_utils.py fsdp2_prepare_model puts a
+  uint8 Params4bit in ignored_params, whole on every rank; torch's fully_shard itself shards a
+  uint8 one on CPU too); with CPU offload on GPUs the base loads into host RAM and only the
+  QuantStates move to the rank's GPU (place_quant_states). FSDP2's units are the model's
+  _no_split_modules (transformers' TRANSFORMER_BASED_WRAP, the class set of peft's
+  fsdp_auto_wrap_policy); the Trainer saves FSDP checkpoints adapter_only.
 - A sequence-classification PeftModel adds the head ("classifier", "score") to
   modules_to_save (peft_model.py PeftModelForSequenceClassification): the head trains in full.
 """
