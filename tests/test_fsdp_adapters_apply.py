@@ -160,3 +160,27 @@ def test_deepspeed_with_adapters_is_refused_on_cpu_with_the_reason(tmp_path, bas
     r = gpuplan("plan", spec(tmp_path / "ds.toml", tmp_path / "run", base=base[0], text=base[1], strategy="deepspeed"))
     assert r.returncode == 1
     assert 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs' in r.stdout + r.stderr
+
+
+def _gpu_qlora_plan(tmp_path, **over):
+    from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
+
+    values = {"model.method": "qlora", "hardware.count": 2, "distributed.strategy": "fsdp",
+              "quantization.bnb_4bit_compute_dtype": "bfloat16", **over}
+    return cpu_plan(tmp_path, hardware=H100_PROFILE, **values)
+
+
+def test_sharded_qlora_stores_4bit_in_the_compute_dtype_and_loads_on_the_host_only_with_offload(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from gpuplan.apply.adapters import load_kwargs, loads_on_host
+
+    off = _gpu_qlora_plan(tmp_path, **{"distributed.fsdp_cpu_offload": True})
+    kw = load_kwargs(off, "cuda", AutoModelForCausalLM)
+    assert kw["quantization_config"].bnb_4bit_quant_storage == torch.bfloat16  # FSDP2 shards it
+    assert kw["device_map"] == {"": "cpu"} and loads_on_host(off, "cuda")  # never whole on one GPU
+    on_gpu = _gpu_qlora_plan(tmp_path)
+    assert load_kwargs(on_gpu, "cuda", AutoModelForCausalLM)["device_map"] == {"": 0} and not loads_on_host(on_gpu, "cuda")
+    one = _gpu_qlora_plan(tmp_path, **{"hardware.count": 1, "distributed.strategy": "none"})
+    assert load_kwargs(one, "cuda", AutoModelForCausalLM)["quantization_config"].bnb_4bit_quant_storage == torch.uint8
