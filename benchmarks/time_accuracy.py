@@ -115,7 +115,7 @@ def main() -> None:
             "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
             f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
             "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
-            "\"default\" uses the CPU default efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, 29%, measured "
+            "\"default\" uses the CPU default efficiency (gpuplan/plan/estimate/efficiency.py CPU_UTILISATION, 29%, measured "
             "on this machine when it was quiet: README, The main job); "
             "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
             "model only (FLOPs-per-token scaling to another spec); \"fitted\" the plan after runs A of the two "

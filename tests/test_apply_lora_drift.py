@@ -4,7 +4,7 @@ when they change what the run trains (full plans carry both sections' defaults t
 from __future__ import annotations
 
 from tests.helpers.apply_plans import cpu_plan
-from gpuplan.plan.drift import resume_conflicts
+from gpuplan.lifecycle.drift import resume_conflicts
 
 
 def _pair(tmp_path, before: dict, after: dict) -> list[str]:

@@ -11,9 +11,9 @@ from tests.helpers.cli_runs import tiny_spec
 from gpuplan.cli.main import main
 from gpuplan.hardware.catalog import lookup
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.calibration import calibrated_efficiency
-from gpuplan.plan.efficiency import default_efficiency
-from gpuplan.plan.environment import local_environment
+from gpuplan.plan.estimate.calibration import calibrated_efficiency
+from gpuplan.plan.estimate.efficiency import default_efficiency
+from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.userfiles import (
     UserFileError,
     append_calibration,

@@ -11,7 +11,7 @@ import pytest
 from gpuplan.cli.main import main
 from gpuplan.plan.build import plan_file, plan_spec, with_overrides
 from gpuplan.plan.compare import compare, default_gpus, sort_rows
-from gpuplan.plan.environment import local_environment
+from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.load import load_toml
 

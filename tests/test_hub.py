@@ -11,7 +11,7 @@ import sys
 import pytest
 from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
 
-from gpuplan.plan.drift import resume_conflicts
+from gpuplan.lifecycle.drift import resume_conflicts
 
 SPEC = """\
 [model]

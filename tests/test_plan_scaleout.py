@@ -9,8 +9,8 @@ import pytest
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.types import PlanError
 from tests.helpers.planning import ENV, MODELS, SPECS, plan_text
 
@@ -79,7 +79,7 @@ def test_70b_offload_checks_host_ram(tmp_path):
     text = (SPECS / "llama-70b-8xh100.toml").read_text().replace("host_memory_gib = 2048", "host_memory_gib = 256")
     text = text.replace('"models/', f'"{MODELS}/').replace('"data/', f'"{SPECS}/data/')
     # the fit search counts host RAM for offload candidates: the GPUs would hold full_shard + offload,
-    # but every rank loads the whole bf16 model (8 x 131 GiB) into a 256 GiB host (plan/memory/host.py)
+    # but every rank loads the whole bf16 model (8 x 131 GiB) into a 256 GiB host (plan/estimate/memory/host.py)
     with pytest.raises(PlanError, match="fits the GPU .* but its host RAM does not: it needs 1051 GiB of host RAM per node") as e:
         plan_text(tmp_path, text)
     errors = [d for d in e.value.diagnostics if d.severity == "error"]

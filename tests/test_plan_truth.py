@@ -277,7 +277,7 @@ def test_a_plan_for_other_machines_does_not_inherit_this_one(tmp_path):  # item 
     # the target's facts, when the spec gives them, are checked
     small = TWO_NODES_ZERO3.replace("nodes = 2", "nodes = 2\ncpu_count = 16\nhost_memory_gib = 16")
     errs = errors_of(tmp_path, small, env=LOCAL_ENV)
-    # the fit search rejects the offload the 16 GiB host cannot hold (plan/memory/host.py), and says so
+    # the fit search rejects the offload the 16 GiB host cannot hold (plan/estimate/memory/host.py), and says so
     assert errs[0].key == "hardware.gpu" and "but its host RAM does not" in errs[0].detail
     assert "usable (hardware.host_memory_gib)" in errs[0].detail
 
@@ -336,7 +336,7 @@ def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item
     import json
 
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.throughput import flops_per_token
+    from gpuplan.plan.estimate.throughput import flops_per_token
 
     facts = model_facts(json.loads((MODELS / "mixtral-8x7b-v0.1.json").read_text()), "causal-lm")
     assert facts.n_params == pytest.approx(46.7e9, rel=0.01)

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from gpuplan.plan.efficiency import CPU_UTILISATION, default_efficiency
+from gpuplan.plan.estimate.efficiency import CPU_UTILISATION, default_efficiency
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.types import Workload
-from gpuplan.plan.throughput import estimate_throughput, flops_per_token, matmul_params
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.throughput import estimate_throughput, flops_per_token, matmul_params
 
 # Llama-3.1-8B (config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim
 # 128, intermediate 14336, vocab 128256, untied). Parameters by hand:

@@ -35,8 +35,8 @@ from typing import Any
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
+from gpuplan.plan.methods import METHODS
 
-METHODS = ("full", "lora", "qlora")
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 MERGED_DIR = "merged"  # final/merged/: see save_final
@@ -122,7 +122,7 @@ def sharded(plan: Plan) -> bool:
 
 def loads_on_host(plan: Plan, device: str) -> bool:
     """QLoRA sharded with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
-    there), never whole on one GPU; plan/memory/host.py counts it."""
+    there), never whole on one GPU; plan/estimate/memory/host.py counts it."""
     offload = plan.get("distributed.fsdp_cpu_offload") or plan.get("distributed.offload_params")
     return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(offload)
 
@@ -176,7 +176,11 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
     from transformers import AutoConfig
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    config = AutoConfig.from_pretrained(plan.value("model.name_or_path"), local_files_only=True,
+    from .model import local_model_dir
+
+    # The model directory the weights load from: for a Hub id its snapshot at the planned
+    # model.commit, not the id itself (that would read whatever main points at in the cache).
+    config = AutoConfig.from_pretrained(local_model_dir(plan), local_files_only=True,
                                         trust_remote_code=bool(plan.value("model.trust_remote_code")))
     with torch.device("meta"):
         meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
@@ -233,8 +237,10 @@ def wrap(plan: Plan, model: Any) -> Any:
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if checkpointing:
-        # A frozen base gives the checkpointed blocks no input that requires grad; without
-        # this the adapters inside them would get no gradient under reentrant checkpointing.
+        # A frozen base gives the checkpointed blocks no input that requires grad. The
+        # non-reentrant checkpointing transformers 5.24 runs (use_reentrant=False) still
+        # passes the adapters their gradients; this keeps them flowing should a caller
+        # turn reentrant checkpointing on (tests/test_checkpoint_reentrancy.py).
         model.enable_input_require_grads()
     try:
         peft_model = get_peft_model(model, lora_config(plan))

@@ -1,6 +1,6 @@
 """The device a plan runs on, checked before anything loads, and its memory counters.
 
-DESIGN principle 1 and issue item 7: what the hardware cannot honour is resolved at
+docs/design.md principle 1 and issue item 7: what the hardware cannot honour is resolved at
 plan time. The executor therefore refuses a plan whose values this device would drop
 silently (Trainer turns pin memory off under `use_cpu`; accelerate runs "fp16" on CPU
 without autocast) instead of training something other than what the plan printed.

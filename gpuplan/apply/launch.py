@@ -66,7 +66,7 @@ def decide(plan: Plan, node_rank: int | None, env: Mapping[str, str]) -> Launch 
 
 def save_launch_plan(plan: Plan) -> str:
     """Write the plan every rank executes into output.dir (atomically); its path."""
-    from .state import write_json_atomic
+    from gpuplan.lifecycle.state import write_json_atomic
 
     out = plan.value("output.dir")
     try:

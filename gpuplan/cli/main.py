@@ -27,6 +27,7 @@ from gpuplan.errors import GpuplanError
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
             "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration,
             "data": cmd_data, "lock": cmd_lock}
+QUIET = ("plan", "apply", "data", "init")  # the commands that import libraries that talk (notices.py)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuplan.apply.interrupt import ApplyInterrupted  # stdlib only: no torch
 
     try:
-        return COMMANDS[args.command](args)
+        if args.command not in QUIET:
+            return COMMANDS[args.command](args)
+        from gpuplan.notices import captured  # library notices to output.dir's debug log (notices.py)
+
+        with captured():
+            return COMMANDS[args.command](args)
     except GpuplanError as e:  # every user-fixable failure: spec, plan, state, apply, lock, flags
         report(e.diagnostics, args)
         return 1

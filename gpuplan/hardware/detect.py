@@ -1,4 +1,4 @@
-"""Find the accelerator of this machine (the CLI edge only; DESIGN principle 4).
+"""Find the accelerator of this machine (the CLI edge only; docs/design.md principle 4).
 
 Order: NVML (the `pynvml` module of nvidia-ml-py, if importable), then torch.cuda
 (if torch is installed; imported inside the function), then the CPU. The plan path
@@ -127,7 +127,7 @@ def profile_from_detected(report: DeviceReport, bf16: bool | None = None) -> tup
     """
     catalog = load_catalog()
     cc = report.compute_capability
-    gpus = [p for p in catalog.values() if p.vendor != "cpu"]
+    gpus = [p for p in catalog.values() if not p.is_cpu]
     if report.vendor == "nvidia" and cc is not None:
         has = {"bf16": cc >= (8, 0), "tf32": cc >= (8, 0), "fp8": cc >= (8, 9)}
         pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [

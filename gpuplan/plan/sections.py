@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 
 def _load(cls, d: Mapping[str, Any], convert: Mapping[str, Any]) -> Any:
@@ -73,6 +73,10 @@ class HardwareSection:
 
     _IN: ClassVar = {"compute_capability": _tuple, "aliases": _tuple}
     _OUT: ClassVar = {"compute_capability": _list, "aliases": _list, "peak_tflops": _dict, "interconnect": _dict}
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
 
     @property
     def world_size(self) -> int:
@@ -165,9 +169,9 @@ class MemorySection:
     usable_bytes: int | None = None  # capacity less headroom
     headroom: float | None = None  # fraction of capacity kept free
     fits: bool | None = None
-    components: Mapping[str, int] | None = None  # see gpuplan.plan.memory.types.COMPONENTS
+    components: Mapping[str, int] | None = None  # see gpuplan.plan.estimate.memory.types.COMPONENTS
     host_bytes: int | None = None  # offloaded to host RAM, per GPU
-    host: Mapping[str, Any] | None = None  # host RAM per node: plan/memory/host.py HostMemory.to_dict
+    host: Mapping[str, Any] | None = None  # host RAM per node: plan/estimate/memory/host.py HostMemory.to_dict
     layout: str | None = None  # "single device", "FSDP full shard over 8" ...
     savers: tuple[Saver, ...] = ()
     notes: tuple[str, ...] = ()
@@ -189,7 +193,7 @@ class MemorySection:
 
 @dataclass(frozen=True)
 class ThroughputSection:
-    """Step time and tokens per second (gpuplan.plan.throughput, gpuplan.plan.communication)."""
+    """Step time and tokens per second (gpuplan.plan.estimate.throughput, gpuplan.plan.estimate.communication)."""
 
     SECTION: ClassVar[str] = "throughput"
 

@@ -1,4 +1,4 @@
-"""Human text drawn from the plan's JSON dict (DESIGN principle 7: they never drift).
+"""Human text drawn from the plan's JSON dict (docs/design.md principle 7: they never drift).
 
 The dict's sections are read through their typed form (gpuplan.plan.sections).
 
@@ -27,7 +27,7 @@ def shown(v: Any) -> str:
 
 
 def on_cpu(hardware: HardwareSection) -> bool:
-    return hardware.vendor == "cpu"
+    return hardware.is_cpu
 
 
 def ranks(hardware: HardwareSection) -> str:

@@ -133,6 +133,9 @@ class DataSpec(_Section):
     dataset: str | None = Field(None, min_length=1, max_length=200,
                                 description="A Hub dataset id (org/name) instead of train_files.")
     revision: str = Field("main", min_length=1, max_length=200, description="Branch, tag or commit of data.dataset.")
+    split: str = Field("train", min_length=1, max_length=200,
+                       description="data.dataset: the split to train on, as the dataset card's configs name it "
+                                   "(else by file names: train, test, ...).")
     format: Literal["text", "chat", "instruction"] = Field(
         "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows.")
     messages_field: str = Field("messages", min_length=1, max_length=200,
@@ -221,7 +224,7 @@ class Spec(_Section):
     output: OutputSpec = Field(default_factory=OutputSpec)
 
 
-SECTIONS = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSpec,
     "lora": LoraSpec,
     "quantization": QuantizationSpec,

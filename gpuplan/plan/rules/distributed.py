@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.solve import Sharding
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.fit.search import Sharding
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import BNB_OPTIMIZERS
 
 KEYS = ("distributed.strategy", "distributed.fsdp_sharding", "distributed.fsdp_cpu_offload",
@@ -67,10 +67,10 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
-    if ctx.gpu.vendor == "cpu" and world > 1 and asked == "deepspeed":
+    if ctx.gpu.is_cpu and world > 1 and asked == "deepspeed":
         ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
                   "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
-    if ctx.gpu.vendor == "cpu" and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
+    if ctx.gpu.is_cpu and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
         ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
                   "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
     if sol is None:
@@ -150,7 +150,7 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
 
 
 def _host_memory(ctx: Resolver, sol) -> None:
-    from gpuplan.plan.host_check import check_host_memory  # host RAM per node (plan/memory/host.py)
+    from gpuplan.plan.fit.host_memory import check_host_memory  # host RAM per node (estimate/memory/host.py)
 
     check_host_memory(ctx, sol)
 
