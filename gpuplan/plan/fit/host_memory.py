@@ -55,10 +55,11 @@ def host_needs(ctx: Resolver, sol, problem=None) -> str:
 
 def check_host_memory(ctx: Resolver, sol) -> None:
     hm = plan_host_memory(ctx, sol)
-    if hm is None or not sol.fits:  # a plan that does not fit says so once (memory.fit)
+    problem = ctx.get(FIT_PROBLEM)
+    if hm is None or problem is None or not sol.fits:  # a plan that does not fit says so once (memory.fit)
         return
     count = ctx.spec("hardware.count")
-    wl = workload(ctx.get(FIT_PROBLEM), sol.per_device_batch, sol.knobs)
+    wl = workload(problem, sol.per_device_batch, sol.knobs)
     relevant = hm.offloaded > 0 or (wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"))
     given = ctx.spec("hardware.host_memory_gib")
     have = known_host_bytes(ctx)
