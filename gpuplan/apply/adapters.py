@@ -121,10 +121,11 @@ def sharded(plan: Plan) -> bool:
 
 
 def loads_on_host(plan: Plan, device: str) -> bool:
-    """QLoRA sharded with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
-    there), never whole on one GPU; plan/estimate/memory/host.py counts it."""
-    offload = plan.get("distributed.fsdp_cpu_offload") or plan.get("distributed.offload_params")
-    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(offload)
+    """QLoRA under FSDP with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
+    there), never whole on one GPU; plan/estimate/memory/host.py counts it. Under DeepSpeed the base loads
+    onto each GPU as without sharding (device_map), and the plan counts that load on the GPU."""
+    fsdp_offload = plan.get("distributed.strategy") == "fsdp" and plan.get("distributed.fsdp_cpu_offload")
+    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(fsdp_offload)
 
 
 def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:

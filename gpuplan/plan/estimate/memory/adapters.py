@@ -280,7 +280,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         moment(max(acc, grads), first, 0, parts.layer_backward + dequant, at="first"),
         moment(grads, 0, 0, step_temp),
     ]
-    if qlora and wl.engine in ("fsdp", "deepspeed") and not (wl.offload_params or wl.offload_optimizer):
+    if qlora and (wl.engine == "deepspeed" or (wl.engine == "fsdp" and not wl.offload_params)):
         # loaded whole onto each GPU before the engine shards it (memory/host.py): the 4-bit base + its fp32 rest
         moments.append({"weights": base, "gradients": 0, "optimizer_states": 0, "activations": 0, "logits_loss": 0,
                         "temporaries": 0})

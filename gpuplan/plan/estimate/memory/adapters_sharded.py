@@ -40,7 +40,7 @@ DeepSpeed ZeRO (runtime/zero/stage3.py, stage_1_and_2.py; the engine casts the m
 optimizer's groups, so only they get fp32 master partitions, Adam states and fp32 gradient
 partitions (12A/N + 4A/N). Stage 3 partitions every parameter, the frozen base too (16-bit,
 QLoRA's packed bytes in their quant storage, as peft's DeepSpeed guide requires:
-bnb_4bit_quant_storage = the compute dtype, zero3_init_flag); parameters under
+bnb_4bit_quant_storage = the compute dtype); parameters under
 stage3_param_persistence_threshold (1e5 elements: norms, most LoRA matrices) stay gathered.
 Stages 1-2 keep the base whole. Buckets: the 16-bit reduce bucket holds at most the trainable
 gradients (reduce_bucket_size 5e8 elements, two with overlap_comm at stage 3).
@@ -222,6 +222,8 @@ def _deepspeed(facts: ModelFacts, wl: Workload, n: int, trainable: int, adapter_
              f"the {trainable / 1e6:.1f}M trainable values; the frozen base "
              + (f"partitioned ({base.shardable / GIB / n:.2f} GiB per GPU)" if stage == 3 else "whole on every GPU")]
     if qlora:
-        notes.append("DeepSpeed + qlora: bnb_4bit_quant_storage = the compute dtype and zero3_init_flag (peft's guide)")
+        notes.append("DeepSpeed + qlora: bnb_4bit_quant_storage = the compute dtype, so ZeRO-3 partitions the packed "
+                     "weights (peft's DeepSpeed guide); the 4-bit base loads whole onto each GPU first (apply builds the "
+                     "model before the DeepSpeed config exists, so zero.Init does not partition it while loading)")
     return AdapterShards(weights, grads, states, 0, buckets, grads if wl.gradient_accumulation_steps > 1 else 0,
                          fwd, head, last, first, host, pinned, per_step, tuple(notes))

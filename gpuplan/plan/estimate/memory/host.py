@@ -10,7 +10,7 @@ What the libraries apply runs do with host RAM (transformers 5.24, accelerate 1.
   and non-persistent buffers (:4862, :4898); accelerate then moves every rank's copy to meta and
   broadcasts rank 0's (fsdp_utils.py fsdp2_load_full_state_dict), after every rank has read it,
   and skips even that for a bitsandbytes 4-bit model (fsdp_utils.py:830).
-- QLoRA sharded with CPU offload: apply loads the 4-bit base into host RAM (device_map "cpu":
+- QLoRA under FSDP with CPU offload: apply loads the 4-bit base into host RAM (device_map "cpu":
   bitsandbytes quantizes there) so a base larger than one GPU is never whole on it; each rank holds
   the packed weights, their QuantStates and the fp32 rest (prepare_model_for_kbit_training)
   until fully_shard moves its shard to the GPU (or keeps it on the host, with offload).
@@ -71,9 +71,8 @@ def host_memory(facts: ModelFacts, wl: Workload, host_bytes_per_rank: int, pinne
                 count: int) -> HostMemory:
     """Host RAM of one node of `count` ranks."""
     qlora = wl.adapters is not None and wl.adapters.method == "qlora"
-    sharded = wl.engine in ("fsdp", "deepspeed")
     offload = wl.offload_params or wl.offload_optimizer
-    if qlora and wl.device == "cuda" and not (sharded and offload):
+    if qlora and wl.device == "cuda" and not (wl.engine == "fsdp" and offload):
         loading, how = 0, "4-bit straight onto each GPU"
     else:
         loading = count * loaded_model_bytes(facts, wl)
