@@ -178,7 +178,7 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
       is false (runtime/engine.py), so training.optim is then DeepSpeed's AdamW.
     """
     strategy = plan.get("distributed.strategy") or "none"
-    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    world = plan.world_size
     kwargs: dict[str, Any] = {}
     if world > 1:
         kwargs["include_num_input_tokens_seen"] = "all"

@@ -25,7 +25,7 @@ def check_device(plan: Plan) -> str:
     """"cpu" or "cuda" after checking the plan against this process; ApplyError otherwise."""
     import torch
 
-    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    world = plan.world_size
     launched = world_size()
     if uses_cpu(plan):
         problems = []

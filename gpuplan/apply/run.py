@@ -40,7 +40,7 @@ class Prepared:
 
 def samples_per_step(plan: Plan) -> int:
     """Sequences per optimizer step on all ranks: per-device batch x accumulation x GPUs x nodes."""
-    ranks = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    ranks = plan.world_size
     return (
         int(plan.value("training.per_device_train_batch_size"))
         * int(plan.value("training.gradient_accumulation_steps"))

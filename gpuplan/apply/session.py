@@ -64,7 +64,7 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
         return None, "--restart: training from the start (old checkpoints are moved aside, not deleted)"
     if state is None:
         return None, "new run"
-    conflicts = resume_conflicts(state["plan"], plan.to_dict())
+    conflicts = resume_conflicts(Plan.from_dict(state["plan"]), plan)
     ckpt = latest_checkpoint(out)
     if conflicts and ckpt:
         raise GpuplanError([Diagnostic(

@@ -44,7 +44,7 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
     state = load_state(plan.value("output.dir"))
     if state is None:
         return None
-    changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(state["plan"], plan.to_dict())]
+    changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(Plan.from_dict(state["plan"]), plan)]
     return {"status": state.get("status"), "finished_at": state.get("finished_at"),
             "started_at": state.get("started_at"), "changes": changes}
 

@@ -1,13 +1,15 @@
 """Differences between two plans: what changed since the last apply, and what a resume cannot take.
 
-Pure functions over plan dicts (Plan.to_dict() or the "plan" of gpuplan-state.json).
+Pure functions over Plans (the "plan" of gpuplan-state.json is read back with Plan.from_dict).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+
 from gpuplan.plan.methods import method_named
+from gpuplan.plan.types import Plan
 
 # Changing these mid-run changes what is being trained: resuming would silently mix
 # two runs (the Trainer itself only warns for batch size and logging/eval/save steps;
@@ -62,21 +64,21 @@ class Drift:
     after: Any
 
 
-def _values(plan: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v["value"] for k, v in plan.get("settings", {}).items()}
+def _values(plan: Plan) -> dict[str, Any]:
+    return {k: s.value for k, s in plan.settings.items()}
 
 
-def diff_plans(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Drift]:
+def diff_plans(old: Plan, new: Plan) -> list[Drift]:
     """Resolved settings that differ, plus the hardware, in key order."""
     a, b = _values(old), _values(new)
     out = [Drift(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    ha, hb = old.get("hardware", {}).get("name"), new.get("hardware", {}).get("name")
+    ha, hb = old.hardware.name, new.hardware.name
     if ha != hb:
         out.insert(0, Drift("hardware.name", ha, hb))
     return out
 
 
-def resume_conflicts(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def resume_conflicts(old: Plan, new: Plan) -> list[str]:
     """Why the new plan cannot continue the old plan's run (empty: it can)."""
     methods = {method_named(_values(p).get("model.method")) for p in (old, new)}
     return [

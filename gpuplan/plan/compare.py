@@ -62,7 +62,7 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
                     calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
-    precision = precision_label(s, profile.bf16 or profile.vendor == "cpu")
+    precision = precision_label(s, profile.bf16 or profile.is_cpu)
     return {
         **row,
         "fits": True,
@@ -83,6 +83,8 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
         "run_time_s": t.run_time_s,
         "tokens_per_second": t.tokens_per_second,
         "utilisation": t.utilisation,
+        "bound_by": (t.step_time or {}).get("bound_by"),  # the step-time model's largest term
+        "step_shares": (t.step_time or {}).get("shares"),
         "calibrated": t.calibration is not None,
         "price_per_gpu_hour": t.price_per_gpu_hour,
         "price_source": t.price_source,

@@ -216,13 +216,15 @@ class ThroughputSection:
     notes: tuple[str, ...] = ()
     compute_step_time_s: float | None = None
     communication: Mapping[str, Any] | None = None  # data-parallel traffic per step; keys vary by layout
-    calibration: Mapping[str, Any] | None = None  # the measured run the efficiency came from (plan/calibration.py)
+    calibration: Mapping[str, Any] | None = None  # the measured run the efficiency came from (plan/estimate/calibration.py)
     price_per_gpu_hour: float | None = None  # USD, on demand (hardware/prices.py)
     price_source: str | None = None
     cost_usd: float | None = None  # run time x GPUs x price
+    step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/estimate/step_time)
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict}
+    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict,
+                      "step_time": _dict}
 
     @property
     def empty(self) -> bool:

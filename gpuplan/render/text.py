@@ -110,6 +110,8 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     run = t.run_time_s
     out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
            + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
+    if t.step_time:
+        out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
     if t.cost_usd is not None:
         out.append(f"Cost: ~${t.cost_usd:,.2f} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")

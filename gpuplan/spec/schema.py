@@ -120,6 +120,11 @@ class HardwareSpec(_Section):
         None, gt=0, le=10_000, description="USD per GPU-hour for the cost; default: your prices.toml, else the catalog's."
     )
 
+    @property
+    def world_size(self) -> int:
+        """Processes the run has: GPUs per node x nodes (the one place outside the plan that multiplies them)."""
+        return self.count * self.nodes
+
 
 class DataSpec(_Section):
     train_files: list[PathStr] = Field(default_factory=list, max_length=10_000,

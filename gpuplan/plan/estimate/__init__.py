@@ -1,10 +1,10 @@
 """Pure cost models: bytes and seconds for a resolved workload. They never import the engine.
 
 memory/           bytes per GPU, part by part
-throughput.py     step time and tokens per second
-efficiency.py     the achievable fraction of peak per GPU generation
+throughput.py     FLOPs, step time and tokens per second
+step_time/        the step-time model: named terms combined roofline-style
 communication.py  gradient all-reduce / sharded collectives per step
-calibration.py    measured runs that replace the default efficiency
+calibration.py    measured runs that scale the step-time model's terms
 """
 
 from gpuplan.lazy import lazy_exports
@@ -13,8 +13,8 @@ _EXPORTS = {
     "estimate_memory": "gpuplan.plan.estimate.memory",
     "estimate_throughput": "gpuplan.plan.estimate.throughput",
     "communication": "gpuplan.plan.estimate.communication",
-    "default_efficiency": "gpuplan.plan.estimate.efficiency",
-    "calibrated_efficiency": "gpuplan.plan.estimate.calibration",
+    "step_time": "gpuplan.plan.estimate.step_time",
+    "calibrated_scale": "gpuplan.plan.estimate.calibration",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,121 +1,118 @@
-"""Measured efficiency replaces the published default (docs/design.md: time is an estimate with a source).
+"""Measured runs scale the step-time model's constants (docs/design.md: time is an estimate with a source).
 
 Every completed `apply` records what it measured (apply/calibrate.py) as one line of the
-calibration store (userfiles.py). A plan on the same hardware (same catalog entry, same
-GPUs per node and nodes) takes its utilisation from the measured run closest to it in
-FLOPs per token, and says which run that was:
+calibration store (userfiles.py), with the step the plan modelled for it split into
+the parts a calibration scales (plan/estimate/step_time/model.py):
+    work   : device work (matmuls, attention, memory-bound, optimizer): the class's
+             achievable fractions of peak and bandwidth;
+    fixed  : fixed costs (kernel launches, the Trainer, ZeRO-3 hooks): the per-kernel
+             and per-step constants;
+    other  : communication and offload, which the link figures price (not scaled).
+A plan on the same hardware (catalog entry, GPUs per node, nodes) replaces its class's
+constants by the measured ones: the work and fixed terms are multiplied by
 
-    utilisation = measured utilisation x default(this model) / default(measured model)
+    one run  : s = (measured step - other) / (work + fixed), both parts alike;
+    two runs or more of different work/fixed mixes: s_work and s_fixed fitted by least
+               squares on measured - other = s_work x work + s_fixed x fixed.
 
-For the spec that was measured the ratio is 1: the plan's step time is the measured
-one. For another spec the measured run's efficiency carries over through FLOPs per
-token (the step time scales with this spec's FLOPs), corrected by how the published
-default efficiency changes between the two model sizes (plan/efficiency.py).
-
-With runs of two or more different FLOPs per step on the hardware (and none of this
-spec's FLOPs per token), a fixed per-step overhead is fitted too, by least squares:
-
-    step time = overhead + FLOPs per step x seconds per FLOP
-
-which a single efficiency cannot express: small models, on a CPU above all, spend most
-of a step in framework overhead (benchmarks/RESULTS.md, "Time estimates (CPU)"). The
-plan keeps dividing FLOPs by a utilisation: the fitted step time is turned into the
-utilisation that gives it. Modelled slowdowns (cache emptying) are not separated in the
-fit. Pure.
+For the spec that was measured the plan's step time is then the measured one. What
+changes the step (the matmul dtype, the method, checkpointing, the memory savers) is
+part of the run's key: runs of this plan's key are used first; without one, the
+runs of other keys are carried across THROUGH THE MODEL'S TERMS, and the assumption
+says so. The terms already price what the key changes (the dtype's peak, QLoRA's
+dequantization, the recompute, a saver's cost), so a 300 tokens/s fp32 run scales
+the fp32 plan's terms, not a bf16 plan's peak 16x larger. Records written before the
+step-time model (no modelled parts) are not used. Pure.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.estimate.efficiency import default_efficiency
+
+WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
+FIXED_GROUPS = ("fixed costs",)
+
+
+def calibration_key(dtype: str, method: str, checkpointing: bool, savers: Iterable[str]) -> dict[str, Any]:
+    return {"dtype": dtype, "method": method, "gradient_checkpointing": bool(checkpointing),
+            "savers": sorted(savers)}
+
+
+def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
+    """The step's exposed seconds as work / fixed / other, without any calibration scale."""
+    scale = step_time.get("scale") or {}
+    parts = {"work": 0.0, "fixed": 0.0, "other": 0.0}
+    for t in step_time["terms"]:
+        part = "work" if t["group"] in WORK_GROUPS else "fixed" if t["group"] in FIXED_GROUPS else "other"
+        parts[part] += t["exposed_s"] / (scale.get(part, 1.0) if part != "other" else 1.0)
+    return parts
 
 
 def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:
     return [r for r in records
             if r.get("gpu") == gpu and r.get("count") == count and r.get("nodes", 1) == nodes
-            and isinstance(r.get("utilisation"), (int, float)) and 0 < r["utilisation"] <= 1
-            and r.get("flops_per_token")]
+            and isinstance(r.get("modelled_s"), Mapping) and r.get("step_time_s")]
 
 
-def fit_overhead(runs: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
-    """(overhead s, s per FLOP) fitted over runs of different FLOPs per step; None when impossible."""
-    pts = [(r["flops_per_token"] * r["tokens_per_step"], r["step_time_s"]) for r in runs
-           if r.get("tokens_per_step") and r.get("step_time_s")]
-    if len({x for x, _ in pts}) < 2:
+def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """(s_work, s_fixed) by least squares over runs of different mixes; None when singular."""
+    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], r["step_time_s"] - r["modelled_s"]["other"])
+           for r in runs]
+    a = sum(w * w for w, _, _ in pts)
+    b = sum(w * f for w, f, _ in pts)
+    c = sum(f * f for _, f, _ in pts)
+    det = a * c - b * b
+    if len(pts) < 2 or det <= 1e-12 * max(a * c, 1e-30):
         return None
-    n = len(pts)
-    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    overhead = my - slope * mx
-    if slope <= 0:
+    yw = sum(w * y for w, _, y in pts)
+    yf = sum(f * y for _, f, y in pts)
+    sw, sf = (c * yw - b * yf) / det, (a * yf - b * yw) / det
+    if sw <= 0 or sf <= 0:
         return None
-    if overhead < 0:  # no overhead to speak of: a line through the origin
-        overhead, slope = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
-    return overhead, slope
+    return {"work": sw, "fixed": sf}
 
 
-def calibrated_efficiency(records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int,
-                          *, n_params: int, flops_per_token: int, tokens_per_step: int | None = None,
-                          peak_tflops: float | None = None) -> tuple[float, dict[str, Any]] | None:
-    """(utilisation, the `throughput.calibration` section) from the measured runs, or None.
-
-    tokens_per_step and peak_tflops (this plan's) allow the overhead fit; without them
-    only the closest run is used.
-    """
+def calibrated_scale(records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int, *,
+                     key: Mapping[str, Any], modelled: Mapping[str, float]) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """(the scale of the work and fixed terms, the `throughput.calibration` section), or None."""
     runs = matching_runs(records, gpu.name, count, nodes)
     if not runs:
         return None
-    same = [r for r in runs if r["flops_per_token"] == flops_per_token]
-    fit = fit_overhead(runs) if not same and tokens_per_step and peak_tflops else None
-    if fit is not None and tokens_per_step and peak_tflops:
-        overhead, per_flop = fit
-        flops = flops_per_token * tokens_per_step
-        step = overhead + flops * per_flop
-        util = min(1.0, flops / (step * count * nodes * peak_tflops * 1e12))
-        latest = runs[-1]
-        return util, {
-            "run": latest.get("run"), "finished_at": latest.get("finished_at"), "spec_path": latest.get("spec_path"),
-            "measured": {k: latest.get(k) for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation",
-                                                     "flops_per_token", "n_params", "peak_memory_bytes")},
-            "fit": {"overhead_s": overhead, "s_per_tflop": per_flop * 1e12, "runs": len(runs),
-                    "from": [r.get("run") for r in runs]},
-            "same_flops_per_token": False, "size_scale": None, "utilisation": util,
-            "runs_on_this_hardware": len(runs),
-        }
-    # nearest in log FLOPs per token; among equals the most recent (records are in order)
-    best = min(enumerate(runs), key=lambda ir: (abs(math.log(flops_per_token / ir[1]["flops_per_token"])), -ir[0]))[1]
-    measured = float(best["utilisation"])
-    here, _ = default_efficiency(gpu, n_params)
-    there, _ = default_efficiency(gpu, int(best.get("n_params") or n_params))
-    scale = here / there if there else 1.0
-    util = min(1.0, measured * scale)
+    same = [r for r in runs if r.get("key") == dict(key)]
+    used = same or runs
+    carried = [] if same else _differences(used[-1].get("key") or {}, key)
+    scale = _fit(used)
+    latest = used[-1]
+    if scale is None:  # one run, or runs of one mix: a single scale of both parts
+        y = sum(r["step_time_s"] - r["modelled_s"]["other"] for r in used)
+        x = sum(r["modelled_s"]["work"] + r["modelled_s"]["fixed"] for r in used)
+        s = max(y / max(x, 1e-12), 1e-3)
+        scale = {"work": s, "fixed": s}
     section = {
-        "run": best.get("run"),
-        "finished_at": best.get("finished_at"),
-        "spec_path": best.get("spec_path"),
-        "measured": {k: best.get(k) for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation",
-                                               "flops_per_token", "n_params", "peak_memory_bytes")},
-        "same_flops_per_token": best["flops_per_token"] == flops_per_token,
-        "size_scale": scale,
-        "utilisation": util,
-        "runs_on_this_hardware": len(runs),
+        "run": latest.get("run"), "finished_at": latest.get("finished_at"), "spec_path": latest.get("spec_path"),
+        "measured": {k: latest.get(k) for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation",
+                                                 "flops_per_token", "n_params", "peak_memory_bytes")},
+        "scale": scale, "runs_used": len(used), "runs_on_this_hardware": len(runs),
+        "same_key": bool(same), "carried_across": carried,
+        "modelled_before": dict(modelled),
     }
-    return util, section
+    return scale, section
 
 
-def calibration_assumption(section: Mapping[str, Any], dtype: str) -> str:
-    m = section["measured"]
-    if section.get("fit"):
-        f = section["fit"]
-        return (f"{section['utilisation']:.1%} of peak dense {dtype} TFLOP/s, calibrated: step time fitted over "
-                f"{f['runs']} measured runs on this hardware = {f['overhead_s']:.3f} s overhead + "
-                f"{f['s_per_tflop']:.3g} s per TFLOP (latest: {section['run']})")
-    how = ("this spec's FLOPs per token" if section["same_flops_per_token"]
-           else f"scaled to this spec by FLOPs per token x {section['size_scale']:.2f} for model size")
-    return (f"{section['utilisation']:.1%} of peak dense {dtype} TFLOP/s, calibrated: measured "
-            f"{m['utilisation']:.1%} ({m['tokens_per_second']:,.0f} tokens/s) in {section['run']}; {how}")
+def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
+    return [f"{k} {theirs.get(k)!r} -> {ours.get(k)!r}" for k in ours if theirs.get(k) != ours.get(k)]
+
+
+def calibration_assumption(section: Mapping[str, Any]) -> str:
+    m, s = section["measured"], section["scale"]
+    how = (f"work x {s['work']:.2f}, fixed costs x {s['fixed']:.2f}" if abs(s["work"] - s["fixed"]) > 1e-9
+           else f"the model's terms x {s['work']:.2f}")
+    over = (f"fitted over {section['runs_used']} measured runs" if section["runs_used"] > 1
+            else f"measured {m['tokens_per_second']:,.0f} tokens/s in {section['run']}")
+    carried = ""
+    if section["carried_across"]:
+        carried = "; carried across " + ", ".join(section["carried_across"]) + " through the model's terms"
+    return f"step-time model, calibrated on this hardware: {how} ({over}){carried}"

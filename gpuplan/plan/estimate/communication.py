@@ -11,8 +11,8 @@ Per step, P parameters of b bytes (Rajbhandari et al. 2020, ZeRO, section 7):
                 every micro-batch                             3(N-1)/N * P*b * accum
 HYBRID_SHARD: ZeRO-3 inside a node, plus an all-reduce of each GPU's gradient shard
 across nodes. Bandwidth: NVLink (or PCIe) inside one node; across nodes the network,
-assuming one NIC per GPU as on HGX/DGX nodes. Time assumes no overlap with compute
-(an upper bound: DDP and FSDP overlap much of it with backward).
+assuming one NIC per GPU as on HGX/DGX nodes. The time here assumes no overlap with
+compute; the step-time model (plan/estimate/step_time/links.py) overlaps it as it says.
 """
 
 from __future__ import annotations
@@ -59,7 +59,18 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     accum = wl.gradient_accumulation_steps
     n = wl.shard_world_size if wl.zero_stage else world
     ring = (n - 1) / n
-    if wl.zero_stage <= 1:
+    if wl.adapters is not None and wl.zero_stage == 3:
+        # a sharded frozen base is all-gathered in forward and backward like any other
+        # parameter (4-bit where QLoRA quantized it); only the adapters' gradients are reduced
+        from gpuplan.plan.estimate.throughput import matmul_params
+
+        body = matmul_params(facts)[0] - matmul_params(facts)[1]
+        stored = DTYPE_BYTES[wl.weight_dtype]
+        base = (facts.n_params - body) * stored + body * (0.5 if wl.adapters.method == "qlora" else stored)
+        volume = ring * (2 * base + p_bytes) * accum
+        formula = ("all-gather of the frozen base in forward and backward + reduce-scatter of the adapters' "
+                   "gradients per micro-batch: (N-1)/N x (2 x base + adapters) x accum")
+    elif wl.zero_stage <= 1:
         volume, formula = 2 * ring * p_bytes, "all-reduce of gradients per step: 2(N-1)/N x P x b"
     elif wl.zero_stage == 2:
         volume = ring * p_bytes * (accum + 1)
@@ -75,11 +86,13 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
         time_s += cross / (cbw * 1e9)
         out["cross_node_bytes_per_gpu_per_step"] = int(cross)
         out["cross_node_link"] = clink
+        out["cross_link_gbyte_per_s"] = cbw
     if wl.engine == "fsdp" and wl.gradient_checkpointing:
         out["activation_checkpointing"] = ("FSDP's own (fsdp_config): each unit recomputes inside its backward, whose "
                                            "all-gather is counted above; no extra traffic")
     out["time_s"] = time_s
-    out["assumption"] = "ring collectives at the link's datasheet bandwidth, not overlapped with compute (upper bound)"
+    out["assumption"] = ("ring collectives at the link's datasheet bandwidth; the step time overlaps them with "
+                         "compute (plan/estimate/step_time/links.py)")
     return out
 
 

@@ -22,18 +22,21 @@ vocab_size x hidden_size is taken off n_params unless it is tied to an output he
 (causal-lm / masked-lm with tie_word_embeddings). Learned position embeddings
 (GPT-2, BERT) are lookups too but are left in: under 1% of N for those models.
 
-The step time divides the FLOPs the device executes (recomputation included) by
-utilisation x dense peak of the dtype the matmuls run in.
+The FLOPs are reported (and calibration records them); the step time is the
+step-time model's (plan/estimate/step_time), of which the matmuls are one term.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.efficiency import CPU_SOURCE, CPU_UTILISATION, default_efficiency
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
+from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.methods import FULL, LORA, method_of
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -92,21 +95,29 @@ def estimate_throughput(
     utilisation: float | None = None,
     assumption: str | None = None,
     tf32: bool = False,
-) -> dict[str, Any]:
-    """Tokens per optimizer step, step time and run time, JSON-ready.
+    comm: Mapping[str, Any] | None = None,
+    scale: Mapping[str, float] | None = None,
+    extra_terms: Sequence[Term] = (),
+) -> ThroughputSection:
+    """Tokens per optimizer step, step time and run time: the plan's throughput section
+    (build adds communication, calibration and cost to it with dataclasses.replace).
 
-    world_size: data-parallel ranks (GPUs x nodes); the gradient communication is added by
-    plan/build.py with_communication. tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
-    utilisation: the fraction of the dense peak reached (default: the published MFU
-    for this GPU generation and model size, plan/efficiency.py); `assumption` says
-    where a given one comes from (a calibration).
+    The step time is the step-time model's (plan/estimate/step_time: matmuls, attention,
+    memory-bound work, optimizer, fixed costs, communication and offload, combined
+    phase by phase); `step_time` carries its terms and `utilisation` is what it
+    implies (FLOPs / (step time x GPUs x peak)). world_size: data-parallel ranks;
+    comm: plan/estimate/communication.py's section, priced as the model's communication term;
+    scale: a calibration's multipliers of the model's terms (plan/estimate/calibration.py);
+    extra_terms: more named terms (a saver's cost, sharded adapters' gathers).
+    utilisation: a GIVEN fraction of the dense peak instead of the model (step time =
+    FLOPs / (utilisation x peak)); `assumption` says where it comes from.
+    tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    on_cpu = gpu.is_cpu or workload.device == "cpu"
     tokens = workload.per_device_batch * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base
@@ -119,13 +130,6 @@ def estimate_throughput(
         notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
         dtype = "fp32"
     peak = gpu.peak_tflops.get(dtype)
-    if utilisation is None:
-        util, source = (CPU_UTILISATION, CPU_SOURCE) if on_cpu else default_efficiency(gpu, facts.n_params)
-        where = "a nominal CPU fp32 peak" if on_cpu else f"peak dense {dtype} TFLOP/s"
-        assumption = f"{util:.0%} of {where}: {source}"
-    else:
-        util = utilisation
-        assumption = assumption or f"{util:.0%} of peak dense {dtype} TFLOP/s (given)"
 
     formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
     if workload.gradient_checkpointing:
@@ -137,22 +141,30 @@ def estimate_throughput(
     if frozen:
         formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
                    + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
-        if method.quantized_base:
-            notes.append("qlora: each 4-bit matmul first dequantizes its weight (memory-bound, not counted)")
     slowdowns: dict[str, float] = {}
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 
-    step_time = tokens_per_second = run_time = None
+    step_time = tokens_per_second = run_time = util = None
+    model = None
     if peak:
-        step_time = flops / (world_size * peak * 1e12 * util)
+        if utilisation is None:
+            model = step_time_model(facts, workload, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
+                                    scale=scale, extra=extra_terms)
+            step_time = model.step_s
+            assumption = assumption or (f"step-time model, {model.constants.name} constants "
+                                        f"({model.constants.source})")
+        else:
+            step_time = flops / (world_size * peak * 1e12 * utilisation)
+            assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
+        util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
-    return {
+    out = {
         "tokens_per_step": tokens,
         "model_flops_per_token": model_per_token,
         "flops_per_token": hw_per_token,
@@ -171,3 +183,6 @@ def estimate_throughput(
         "run_time_s": run_time,
         "notes": notes,
     }
+    if model is not None:
+        out["step_time"] = model.to_dict()
+    return ThroughputSection.from_dict(out)

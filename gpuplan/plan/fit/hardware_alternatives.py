@@ -117,7 +117,7 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loade
             if alts:
                 found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
             else:
-                found = (f"no catalog GPU fits at {spec.hardware.count * spec.hardware.nodes} GPU(s), "
+                found = (f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), "
                          f"nor up to {MAX_GPUS} x {gpu.name}")
             rest = nofit.fix_text(drop_hardware=bool(alts))
             out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)

@@ -28,5 +28,6 @@ QUANT_COMPUTE: Node[str] = Node("quantization.compute")  # the 4-bit compute dty
 
 
 def world_size(ctx: Resolver) -> int:
-    """GPUs in the run: per node times nodes, as the spec gives them."""
+    """GPUs in the run: per node times nodes, as the spec gives them (a rule's view of
+    HardwareSpec.world_size; the plan's is HardwareSection.world_size)."""
     return ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
