@@ -32,7 +32,7 @@ VERIFIED = "re-solved by the fit search with this one change"
 class Fix:
     """One change that makes the run fit, as spec lines."""
 
-    kind: str  # "saver" | "dtype" | "seq_len" | "gpus" | "gpu"
+    kind: str  # "saver" | "dtype" | "seq_len" | "gpus" | "gpu" | "host" (fit/host_memory.py)
     text: str  # the lines to set: 'training.optim = "auto"'
     verified: str = VERIFIED  # how the fit was checked
 
