@@ -43,7 +43,7 @@ def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | 
     if data is None:
         return {}
     values, fmt = data
-    out: dict[str, tuple[Any, str | None]] = {k: (v, None) for k, v in values.items()}
+    out: dict[str, tuple[Any, str | None]] = {k: (v, fmt.notes.get(k)) for k, v in values.items()}
     # The data's size is known only when apply reads it: passes over it, not a step count.
     out["training.max_steps"] = (None, None)
     out["training.num_train_epochs"] = (EPOCHS, f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
