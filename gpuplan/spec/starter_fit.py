@@ -108,12 +108,13 @@ def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
     except GpuplanError as e:
         kept = [d for d in e.diagnostics if d.severity != "note"]  # the notes are about a spec not written
         gpus = sorted(set(re.findall(r'hardware\.gpu = "([^"]+)"', " ".join(d.fix or "" for d in kept))))
+        # the plan's fixes name spec lines of a spec not written: said as init's options
+        other_gpu = ("run init again with " + " or ".join(f"--gpu {g}" for g in gpus)) if gpus else None
         if method != "auto":
-            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits"
-        elif gpus:
-            fix = "run init again with " + " or ".join(f"--gpu {g}" for g in gpus)
+            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits" + (
+                f"; or {other_gpu}" if other_gpu else "")
         else:
-            fix = None
+            fix = other_gpu
         raise GpuplanError([*kept, Diagnostic("note", None, f"gpuplan init writes only a spec that plans"
                                               f"{'' if method != 'auto' else ' (full, lora and qlora tried)'}: "
                                               "nothing was written", fix=fix)]) from None
