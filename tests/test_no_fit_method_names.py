@@ -38,3 +38,15 @@ def test_init_with_a_method_that_does_not_fit_names_the_gpu_as_an_init_option(tm
            f"with --gpu {gpu}" in r.stderr
     again = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", gpu, "--method", "full", "--out", out)
     assert again.returncode == 0, again.stderr  # the suggested option works
+
+
+def test_init_from_a_config_json_does_not_tell_to_apply_next(tmp_path):
+    """A config.json has no weights: apply refuses it, so init's "Next" line stops at plan
+    (it said "then: gpuplan apply" right under the line saying apply needs weights)."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    out = tmp_path / "c.toml"
+    r = gpuplan("init", MODELS / "tiny-llama-cpu.json", "--gpu", "cpu", "--data", data, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "apply needs weights" in r.stdout
+    assert f"Next: gpuplan plan {out}\n" in r.stdout and "then: gpuplan apply" not in r.stdout

@@ -132,7 +132,9 @@ def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> l
         scratch = "; or set model.from_scratch = true to train from random weights" if starter.method == "full" else ""
         lines.append(f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
                      f"or a Hub id (model.name_or_path) before `gpuplan apply {out}`{scratch}")
-    if data:
+    if data and source.key == "model.config":  # apply needs weights first: the line above says how
+        lines.append(f"Next: gpuplan plan {out}")
+    elif data:
         lines.append(f"Next: gpuplan plan {out}, then: gpuplan apply {out}")
     else:
         lines.append(f"Next: set data.train_files (or run init again with --data FILE), then: gpuplan plan {out}")
