@@ -110,6 +110,7 @@ def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
         gpus = sorted(set(re.findall(r'hardware\.gpu = "([^"]+)"', " ".join(d.fix or "" for d in kept))))
         # the plan's fixes name spec lines of a spec not written: said as init's options
         other_gpu = ("run init again with " + " or ".join(f"--gpu {g}" for g in gpus)) if gpus else None
+        fix: str | None
         if method != "auto":
             fix = "--method auto lets the planner choose full, lora or qlora, whichever fits" + (
                 f"; or {other_gpu}" if other_gpu else "")
