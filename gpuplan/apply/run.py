@@ -180,7 +180,7 @@ def execute(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # from here on, local files only: never reach for the Hub
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
-    from .engine import engine_of
+    from .engine import engine_of, four_bit_weights, fsdp_units
     from .interrupt import ApplyInterrupted, GracefulStop
 
     from .packages import check_packages
@@ -238,6 +238,7 @@ def execute(
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
             "engine": engine_of(trainer.model_wrapped),  # what wrapped the model (engine.py)
+            "fsdp_units": fsdp_units(trainer.model_wrapped),
             **peak_memory(device),
             **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,
@@ -246,6 +247,8 @@ def execute(
             "plan_trainable_params": plan.model.trainable_params,
             "merged_model_dir": merged_dir,
         }
+        if adapters.method(plan) == "qlora":
+            results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
         if state.enabled and not preference.uses_preference(plan):  # rank 0 measures for the whole run
             # (a dpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)
             from .calibrate import record_measurement
