@@ -1,4 +1,4 @@
-"""DPO / KTO step memory: the analytic estimate (gpuplan/plan/memory/preference.py) against the
+"""DPO / KTO step memory: the analytic estimate (gpuplan/plan/estimate/memory/preference.py) against the
 fake-tensor trace of the real step (gpuplan/trace/preference.py: TRL 1.16's fused log-prob head,
 the reference forward, the loss, backward, the optimizer), CUDA plans, two Llama sizes.
 
