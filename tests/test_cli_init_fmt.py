@@ -150,7 +150,19 @@ def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(
     comments = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("# "))  # notes wrap at 100 columns
     assert "Read from the rows: preference pairs (prompt, chosen, rejected)" in comments
     raw = tomllib.loads(text)
-    if "objective" not in raw.get("training", {}):  # no preference objective in this tree (issue 24 adds it)
-        assert "no preference objective (training.objective)" in comments
-        assert (raw["data"]["format"], raw["data"]["response_field"]) == ("instruction", "chosen")
+    assert raw["training"]["objective"] == "dpo" and "trained with DPO" in comments
     assert gpuplan("plan", out).returncode == 0
+
+
+def test_init_objective_option_is_written_and_the_spec_plans(tmp_path):
+    data = tmp_path / "kto.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "good" if i % 2 else "bad",
+                                        "label": bool(i % 2)}) + "\n" for i in range(4)))
+    out = tmp_path / "kto.toml"
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--objective", "kto", "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert tomllib.loads(text)["training"]["objective"] == "kto"
+    assert "# Set by init --objective kto." in text
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--objective", "orpo", "--out", tmp_path / "x.toml")
+    assert r.returncode != 0 and "invalid choice" in r.stderr and not (tmp_path / "x.toml").exists()

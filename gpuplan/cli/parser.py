@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="what is trained; auto (default): the planner picks full if it fits, else lora, else qlora")
     init.add_argument("--data", metavar="FILE", help="training data (a local file or a Hub dataset id); its format "
                                                      "(text, chat, instruction, preference) is read from the rows")
+    init.add_argument("--objective", choices=("sft", "dpo", "kto"), default=None,
+                      help="what the loss is (training.objective); default: read from the rows (preference pairs: dpo, "
+                           "else sft)")
     init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
     init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
     init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")

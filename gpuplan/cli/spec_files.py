@@ -21,7 +21,7 @@ def cmd_init(args) -> int:
     source = model_source(args.model)
     data = data_source(args.data, cwd=Path.cwd(), spec_dir=out.resolve().parent) if args.data else None
     starter = fitted_starter(source, args.gpu, task=args.task, spec_path=out.resolve(), method=args.method, data=data,
-                             plan=_planner(out))
+                             plan=_planner(out), objective=getattr(args, "objective", None))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -100,6 +100,8 @@ def detect_format(rows: Sequence[Any], source: str) -> DataFormat:
     chats = [c for c in cols if all(_is_messages(r[c]) for r in rows)]
     if all(c in cols for c in PREFERENCE):
         return preference_format(rows, cols, chats)
+    if all(c in cols for c in KTO) and all(isinstance(r["label"], bool) for r in rows):
+        return kto_format(cols, chats)
     if chats:
         c = "messages" if "messages" in chats else chats[0]
         return DataFormat("chat", {"data.format": "chat", "data.messages_field": c},
@@ -121,13 +123,31 @@ def detect_format(rows: Sequence[Any], source: str) -> DataFormat:
                 fix="rename the columns, or write the spec's data keys by hand (gpuplan init without --data)")
 
 
+KTO = ("prompt", "completion", "label")  # TRL's unpaired preference rows
+
+
+def kto_format(cols: list[str], chats: list[str]) -> DataFormat:
+    """prompt/completion/label rows: KTO's unpaired preference data."""
+    seen = "Read from the rows: labelled completions (prompt, completion, label)"
+    if SECTIONS["training"].model_fields.get("objective") is None:
+        raise _fail("--data", f"{seen}: KTO data, and this gpuplan has no training.objective",
+                    fix="write the spec's data keys by hand (gpuplan init without --data)")
+    chat = "completion" in chats
+    return DataFormat("preference", {"training.objective": "kto", "data.format": "chat" if chat else "text"},
+                      f"{seen}: trained with KTO" + (" (conversational, rendered with the chat template)." if chat
+                                                    else "."), objective="kto")
+
+
 def preference_format(rows: Sequence[Mapping[str, Any]], cols: list[str], chats: list[str]) -> DataFormat:
     """prompt/chosen/rejected rows. With a preference objective in the schema (training.objective),
     the spec trains on the pairs; without one, on prompt -> chosen, and the comment says so."""
     seen = "Read from the rows: preference pairs (prompt, chosen, rejected)"
     objectives = SECTIONS["training"].model_fields.get("objective")
     if objectives is not None:  # preference tuning exists: the pairs are what it reads
-        return DataFormat("preference", {"training.objective": "dpo"}, f"{seen}: trained with DPO.", objective="dpo")
+        values = {"training.objective": "dpo", **({"data.format": "chat"} if "chosen" in chats else {})}
+        return DataFormat("preference", values, f"{seen}: trained with DPO"
+                          + (" (conversational pairs, rendered with the chat template)." if "chosen" in chats else "."),
+                          objective="dpo")
     if "chosen" in chats:
         return DataFormat("preference", {"data.format": "chat", "data.messages_field": "chosen"},
                           f"{seen}. This gpuplan has no preference objective (training.objective): the spec trains "

@@ -67,13 +67,16 @@ def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | 
 
 
 def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path, method: str,
-                   data: tuple[dict[str, Any], DataFormat] | None, plan: Callable[[str], Any]) -> Starter:
+                   data: tuple[dict[str, Any], DataFormat] | None, plan: Callable[[str], Any],
+                   objective: str | None = None) -> Starter:
     """The starter with the planner's method and savers; raises GpuplanError (the plan's own
     errors, nothing written) when no method fits on `gpu`."""
     if method not in METHODS:
         raise GpuplanError([Diagnostic("error", "model.method", f"--method {method!r}: not a method",
                                        fix=f"use one of {', '.join(METHODS)}")])
     base = data_choices(source, data, task)
+    if objective is not None:  # --objective: the user's, over what the rows suggested
+        base["training.objective"] = (objective, f"Set by init --objective {objective}.")
     spec_dir = spec_path.parent
     asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
     first = _plan(plan, asked, method)
