@@ -77,7 +77,8 @@ def show(target: str) -> tuple[dict[str, Any], str]:
         if state is None:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
-        return state, render_run_state(str(path), state, read_metrics(path).loss)
+        metrics = read_metrics(path)
+        return state, render_run_state(str(path), state, metrics.loss, metrics.samples)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)

@@ -37,7 +37,7 @@ from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
 from gpuplan.units import GIB
 
-PATH_KEYS = ("model.config", "model.name_or_path", "output.dir")
+PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "eval.include_path")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
 
 
