@@ -3,7 +3,8 @@
 No torch: the commands find and check the run before anything heavy loads, so every
 refusal is quick and writes nothing. The plan is the one in gpuplan-state.json (what
 was trained, with the Hub commits it used), not a fresh plan of the spec: a spec
-edited since cannot change which model is loaded.
+edited since cannot change which model is loaded. Only its [eval] keys are read from the
+spec as it is now (with_eval_settings).
 """
 
 from __future__ import annotations
@@ -43,22 +44,23 @@ def _error(summary: str, fix: str | None = None, key: str | None = None) -> Gpup
     return GpuplanError([Diagnostic("error", key, summary, fix=fix)])
 
 
-def spec_output_dir(spec_path: str) -> str:
-    """output.dir as the spec resolves it (relative to the spec file), without planning."""
+def spec_settings(spec_path: str) -> dict[str, Any]:
+    """The spec's settings as written (paths resolved relative to the spec file), without planning."""
     from gpuplan.plan.build import flatten
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 
     loaded = load_toml(spec_path)
     spec = validate_spec(loaded.raw)
-    return str(flatten(spec, loaded.path.parent, loaded.path.stem)["output.dir"].value)
+    return flatten(spec, loaded.path.parent, loaded.path.stem)
 
 
 def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str) -> FinishedRun:
     """The completed run of `spec_path` (or its checkpoint-N); GpuplanError naming what is missing."""
     from gpuplan.cli.state import load_state
 
-    out = spec_output_dir(spec_path)
+    settings = spec_settings(spec_path)
+    out = str(settings["output.dir"].value)
     state = load_state(out)
     apply_cmd = f"gpuplan apply {spec_path} --yes"
     if state is None:
@@ -70,7 +72,7 @@ def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str)
         raise _error(f"{out}: the last apply is {status}{why}, so there is no final model",
                      fix=f"finish it: {apply_cmd}, or use a checkpoint with --checkpoint N "
                          f"(saved: {', '.join(map(str, checkpoints(out))) or 'none'})", key="output.dir")
-    plan = Plan.from_dict(state["plan"])
+    plan = with_eval_settings(Plan.from_dict(state["plan"]), settings)
     if checkpoint is not None:
         weights = os.path.join(out, f"checkpoint-{checkpoint}")
         if not os.path.isdir(weights):
@@ -89,6 +91,15 @@ def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str)
     run = FinishedRun(spec_path, out, state, plan, weights, checkpoint)
     check_base(run)
     return run
+
+
+def with_eval_settings(plan: Plan, settings: dict[str, Any]) -> Plan:
+    """The trained plan with the spec's [eval] keys as they are now: they score a run, not train it,
+    so a task added after the run counts. ([eval] sample_prompts of the run are in metrics.jsonl.)"""
+    import dataclasses
+
+    fresh = {k: v for k, v in settings.items() if k.startswith("eval.")}
+    return dataclasses.replace(plan, settings={**plan.settings, **fresh})
 
 
 def checkpoints(output_dir: str) -> list[int]:
