@@ -175,3 +175,62 @@ def test_commands_refuse_an_unfinished_run(run, tmp_path, capsys):
              "the last apply is interrupted (interrupted by the user at step 30)", capsys)
     r = _ok("generate", copy / "pattern.toml", "--prompt", "3456", "--checkpoint", "15", "--max-new-tokens", "3")
     assert r.stdout.startswith("> 3456\n")
+
+
+TASK = """\
+task: {name}
+dataset_path: {path}
+{kwargs}test_split: test
+output_type: multiple_choice
+target_delimiter: ""
+doc_to_text: "{{{{context}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+"""
+
+
+def _task_spec(spec, tasks: list[str]):
+    """A second spec for the same run, with [eval] tasks added after training (read from the spec as it is now)."""
+    from tests.helpers.after_runs import PATTERN_SPEC
+
+    extra = f"tasks = {json.dumps(tasks)}\ninclude_path = \"tasks\"\nlimit = 10\n"
+    other = spec.parent / "pattern-tasks.toml"
+    other.write_text(PATTERN_SPEC.format(eval_extra=extra))
+    tasks_dir = spec.parent / "tasks"
+    tasks_dir.mkdir(exist_ok=True)
+    # "<eos>" is one token: every training row starts after it (packing, apply/data.py); lm-eval takes an
+    # all-digit doc_to_text for an index into the choices, so the contexts are not all digits
+    docs = [{"context": "<eos>0123", "choices": ["4", "7"], "label": 0},
+            {"context": "<eos>012345", "choices": ["2", "6"], "label": 1},
+            {"context": "<eos>01234567", "choices": ["8", "0"], "label": 0},
+            {"context": "<eos>0123456789", "choices": ["3", "0"], "label": 1}]
+    (tasks_dir / "next.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    local = f"dataset_kwargs:\n  data_files:\n    test: {tasks_dir / 'next.jsonl'}\n"
+    (tasks_dir / "next.yaml").write_text(TASK.format(name="digits_next", path="json", kwargs=local))
+    (tasks_dir / "hub.yaml").write_text(TASK.format(name="hub_digits", path="someorg/digits", kwargs=""))
+    return other
+
+
+def test_eval_runs_a_local_lm_eval_task(run):
+    pytest.importorskip("lm_eval")
+    spec, out = run
+    e = json.loads(_ok("eval", _task_spec(spec, ["digits_next"]), "--json").stdout)
+    assert e["tasks"]["digits_next"]["acc"] == 1.0 and e["tasks"]["digits_next"]["examples"] == 4
+    assert e["eval_loss"] > 0  # the held-out loss too
+    assert "digits_next acc 1.0000" in _ok("show", out).stdout
+
+
+@pytest.mark.parametrize("task,expect", [
+    ("hub_digits", "task 'hub_digits' needs the dataset 'someorg/digits', which is not available offline"),
+    ("no_such_task", "'no_such_task' is no lm-eval task in "),
+])
+def test_eval_refuses_tasks_it_cannot_run_offline(run, task, expect):
+    pytest.importorskip("lm_eval")
+    spec, out = run
+    other = _task_spec(spec, [task])
+    before = tree(out)
+    r = gpuplan("eval", other)
+    assert r.returncode == 1 and expect in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and tree(out) == before
