@@ -11,3 +11,21 @@
     record.py       evaluations written into gpuplan-state.json
     export.py       a merged standalone safetensors model (gpuplan export)
 """
+
+from __future__ import annotations
+
+from gpuplan.lazy import lazy_exports
+
+_EXPORTS = {
+    "FinishedRun": "gpuplan.after.run",
+    "finished_run": "gpuplan.after.run",
+    "Loaded": "gpuplan.after.load",
+    "load_trained": "gpuplan.after.load",
+    "Prompting": "gpuplan.after.prompting",
+    "Generation": "gpuplan.after.generate",
+    "heldout_loss": "gpuplan.after.evaluate",
+    "run_tasks": "gpuplan.after.lmeval",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

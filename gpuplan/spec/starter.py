@@ -41,6 +41,7 @@ SECTION_COMMENTS = {
     "training": 'How it trains, in TrainingArguments names. "auto": gpuplan decides, and the plan says why.',
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
+    "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -59,6 +60,7 @@ ACTIVE = {
                  "dataloader_num_workers", "torch_compile"),
     "distributed": ("strategy",),
     "output": ("dir",),
+    "eval": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -87,6 +89,11 @@ EXAMPLES: dict[str, Any] = {
     "training.torch_compile_mode": "default",
     "training.run_name": "my-run",
     "distributed.master_addr": "10.0.0.1",
+    "eval.tasks": ["hellaswag"],
+    "eval.include_path": "eval-tasks",
+    "eval.num_fewshot": 0,
+    "eval.limit": 100,
+    "eval.sample_prompts": ["Write a haiku about GPUs."],
 }
 
 
