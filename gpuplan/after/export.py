@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any
 
 from gpuplan.errors import UserError
@@ -48,9 +49,7 @@ def export_dtype(run: FinishedRun, asked: str | None) -> str:
     if asked is not None:
         if asked not in DTYPES:
             raise UserError(f"--dtype {asked!r} is not one of {', '.join(DTYPES)}")
-        if run.method == "qlora" and asked == "float32":
-            return asked  # a wider copy than 16-bit is fine too; never the 4-bit one
-        return asked
+        return asked  # float32 for qlora is a wider copy than 16-bit: fine too, never the 4-bit one
     if run.method == "qlora":
         compute = run.plan.get("quantization.bnb_4bit_compute_dtype")
         return compute if compute in ("bfloat16", "float16") else "bfloat16"
@@ -83,14 +82,19 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
 
     base_dir = model_dir(plan)
     base = cls.from_pretrained(base_dir, **common)  # no quantization_config: the 16-bit (or wider) base
-    model = PeftModel.from_pretrained(base, run.weights_dir).merge_and_unload()
+    with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
+        warnings.simplefilter("ignore", FutureWarning)
+        model = PeftModel.from_pretrained(base, run.weights_dir).merge_and_unload()
     return model, f"adapter {run.weights_dir} merged into {base_dir} ({dtype})"
 
 
 def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     """Write the standalone model into `dest` (checked by check_destination); returns what was written."""
+    from gpuplan.apply.quiet import disable_progress_bars
+
     from .load import load_tokenizer_of
 
+    disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
     tokenizer = load_tokenizer_of(run)
     fmt = run.plan.get("data.format") or "text"
     if fmt == "chat":
