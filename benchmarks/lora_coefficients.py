@@ -1,4 +1,4 @@
-"""Re-derive the per-layer activation coefficients of LoRA / QLoRA (gpuplan/plan/memory/adapters.py).
+"""Re-derive the per-layer activation coefficients of LoRA / QLoRA (gpuplan/plan/estimate/memory/adapters.py).
 
 As benchmarks/memory_coefficients.py does for full fine-tuning: traces the forward of 1-
 and 2-layer peft models (FakeTensorMode, the real peft LoRA layers; qlora: the real
@@ -62,8 +62,8 @@ def fit(family: str, mode: str, method: str, targets: str, r: int = 8) -> dict[s
     import numpy as np
 
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.lora_targets import resolve_targets
-    from gpuplan.plan.memory.types import Adapters, Workload
+    from gpuplan.modelinfo.lora_targets import resolve_targets
+    from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
     gqa = family in ("llama", "gemma")
     variants = ([(64, 4, 16, 2, 96), (64, 4, 16, 2, 160), (96, 4, 16, 2, 96), (64, 4, 32, 2, 96),

@@ -13,7 +13,7 @@ from gpuplan.after.export import instruction_chat_template
 from gpuplan.after.prompting import Prompting, end_of_turn
 from gpuplan.apply.errors import ApplyError
 from gpuplan.modelinfo import model_facts, read_config
-from gpuplan.plan.memory.inference import inference_memory
+from gpuplan.plan.estimate.memory.inference import inference_memory
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from tests.helpers.apply_plans import REPO, cpu_plan
 

@@ -1,4 +1,4 @@
-"""One test per rule of DESIGN.md "Rules the planner must own", on real specs and model configs."""
+"""One test per rule of docs/design.md "Rules the planner must own", on real specs and model configs."""
 
 import pytest
 
@@ -95,7 +95,7 @@ def test_accumulation_kept_small_largest_batch_that_fits(tmp_path):
     import dataclasses
 
     from gpuplan.modelinfo import model_facts, read_config
-    from gpuplan.plan.memory.estimate import estimate_memory
+    from gpuplan.plan.estimate.memory.estimate import estimate_memory
 
     plan = plan_text(tmp_path, spec(training="bf16 = true\neffective_batch_size = 512"))
     b = plan.value("training.per_device_train_batch_size")

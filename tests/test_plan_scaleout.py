@@ -9,8 +9,8 @@ import pytest
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.types import PlanError
 from tests.helpers.planning import ENV, MODELS, SPECS, plan_text
 

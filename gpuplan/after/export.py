@@ -137,6 +137,6 @@ def serve_commands(dest: str, dtype: str, context: int) -> list[str]:
 
 def memory_for(dest: str, task: str, dtype: str, context: int, batch: int = 1) -> Any:
     from gpuplan.modelinfo import model_facts, read_config
-    from gpuplan.plan.memory.inference import inference_memory
+    from gpuplan.plan.estimate.memory.inference import inference_memory
 
     return inference_memory(model_facts(read_config(dest), task), dtype=dtype, context=context, batch=batch)

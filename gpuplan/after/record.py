@@ -2,7 +2,7 @@
 
 Each entry: {at (ISO 8601 UTC), step (of the weights scored), checkpoint (N or null),
 data (the eval files, or "the run's eval split"), eval_loss, perplexity, eval_sequences,
-tasks: {task: {metric: value}}}. Written under the run's lock (apply/lock.py) and
+tasks: {task: {metric: value}}}. Written under the run's lock (lifecycle/run_lock.py) and
 atomically, so an apply starting meanwhile waits its turn and a reader never sees half a
 file; a later apply of the same output dir starts a new state, without them.
 """
@@ -14,8 +14,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuplan.apply.lock import RunLock
-from gpuplan.apply.state import STATE_FILE, write_json_atomic
+from gpuplan.lifecycle.run_lock import RunLock
+from gpuplan.lifecycle.state import STATE_FILE, write_json_atomic
 
 from .run import FinishedRun
 

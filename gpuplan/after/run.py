@@ -57,7 +57,7 @@ def spec_settings(spec_path: str) -> dict[str, Any]:
 
 def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str) -> FinishedRun:
     """The completed run of `spec_path` (or its checkpoint-N); GpuplanError naming what is missing."""
-    from gpuplan.cli.state import load_state
+    from gpuplan.lifecycle.state import load_state
 
     settings = spec_settings(spec_path)
     out = str(settings["output.dir"].value)

@@ -28,8 +28,8 @@ from typing import Any
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
+from gpuplan.plan.methods import METHODS
 
-METHODS = ("full", "lora", "qlora")
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 MERGED_DIR = "merged"  # final/merged/: see save_final
@@ -151,7 +151,11 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
     from transformers import AutoConfig
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    config = AutoConfig.from_pretrained(plan.value("model.name_or_path"), local_files_only=True,
+    from .model import local_model_dir
+
+    # The model directory the weights load from: for a Hub id its snapshot at the planned
+    # model.commit, not the id itself (that would read whatever main points at in the cache).
+    config = AutoConfig.from_pretrained(local_model_dir(plan), local_files_only=True,
                                         trust_remote_code=bool(plan.value("model.trust_remote_code")))
     with torch.device("meta"):
         meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
@@ -192,8 +196,10 @@ def wrap(plan: Plan, model: Any) -> Any:
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if checkpointing:
-        # A frozen base gives the checkpointed blocks no input that requires grad; without
-        # this the adapters inside them would get no gradient under reentrant checkpointing.
+        # A frozen base gives the checkpointed blocks no input that requires grad. The
+        # non-reentrant checkpointing transformers 5.24 runs (use_reentrant=False) still
+        # passes the adapters their gradients; this keeps them flowing should a caller
+        # turn reentrant checkpointing on (tests/test_checkpoint_reentrancy.py).
         model.enable_input_require_grads()
     try:
         peft_model = get_peft_model(model, lora_config(plan))

@@ -63,11 +63,13 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
 
 
 def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: int) -> dict[str, Any]:
-    """Plain text, packed: documents (each + eos) concatenated and cut into seq_len blocks, all trained."""
+    """Plain text, packed: documents (BOS + each + eos) concatenated and cut into seq_len blocks, all trained."""
     from .examples import tokenize_rows
 
-    tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)
-    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    from .specials import affixes, document_tail
+
+    tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)  # each row led by the tokenizer's BOS, as data.py packs it
+    eos = document_tail(tokenizer, affixes(tokenizer)[1])
     lengths = [len(x) + len(eos) for x in tok["input_ids"] if x]
     total = sum(lengths)
     sequences = total // seq_len

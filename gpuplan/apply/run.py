@@ -1,6 +1,6 @@
 """execute(plan): train exactly what the plan says and record what happened.
 
-The executor reads only the Plan (DESIGN principle 1): no spec, no environment
+The executor reads only the Plan (docs/design.md principle 1): no spec, no environment
 probing beyond checking the device the plan was made for. Files written into
 `output.dir`: gpuplan-state.json (state.py), metrics.jsonl (metrics.py), Trainer
 checkpoints (checkpoint-N/), and the final model in safetensors under final/.
@@ -13,14 +13,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from gpuplan.errors import GpuplanError
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
 from gpuplan.after import fingerprint, samples
+from gpuplan.lifecycle.state import RunState
 
 from . import adapters
+from .attempts import Attempt, check_resume_point, run_results, train_within_memory
 from .errors import ApplyError
-from .state import RunState
 
 FINAL_DIR = "final"
 
@@ -39,7 +41,7 @@ class Prepared:
 
 def samples_per_step(plan: Plan) -> int:
     """Sequences per optimizer step on all ranks: per-device batch x accumulation x GPUs x nodes."""
-    ranks = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    ranks = plan.world_size
     return (
         int(plan.value("training.per_device_train_batch_size"))
         * int(plan.value("training.gradient_accumulation_steps"))
@@ -123,12 +125,8 @@ def build_trainer(
 
 def fetch_hub_files(plan: Plan) -> None:
     from gpuplan.hub.fetch import fetch_all
-    from gpuplan.hub.resolve import HubError
 
-    try:
-        fetch_all(plan)
-    except HubError as e:
-        raise ApplyError(e.message) from None
+    fetch_all(plan)  # a HubError is a GpuplanError: state "failed", reported with its fix
 
 
 def no_cache_while_training(model: Any) -> None:
@@ -249,7 +247,7 @@ def execute(
     except KeyboardInterrupt:
         state.finish("interrupted", partial_results(), error="interrupted by the user")
         raise
-    except ApplyError as e:
+    except GpuplanError as e:  # ApplyError, HubError, ...: what the user can fix
         state.finish("failed", partial_results(), error=e.message)
         raise
     except BaseException as e:
@@ -262,113 +260,3 @@ def execute(
         for line in summary_lines(results):
             echo(line)
     return results
-
-
-def check_resume_point(resume_from: str, output_dir: str) -> None:
-    """Refuse a directory that is not a complete Trainer checkpoint; trim metrics.jsonl back to its step."""
-    from .checkpoints import checkpoint_problem, checkpoint_step, trim_metrics
-
-    if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
-        raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it "
-                         "(not a Trainer checkpoint)")
-    if problem := checkpoint_problem(resume_from):
-        raise ApplyError(f"cannot resume from {resume_from}: {problem}",
-                         fix=f"rerun with --restart, or delete {resume_from} to resume from the one before")
-    if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
-        trim_metrics(output_dir, checkpoint_step(resume_from))
-
-
-@dataclass
-class Attempt:
-    """The one reference to the live Trainer and model of the training attempt running now."""
-
-    prepared: Prepared | None = None
-
-
-def train_within_memory(
-    plan: Plan,
-    attempt: Attempt,
-    *,
-    build: Callable[[Plan, str | None], Prepared],
-    stop: Any,
-    state: RunState,
-    device: str,
-    resume_from: str | None,
-    echo: Callable[[str], None],
-) -> tuple[Plan, Any]:
-    """Train; after running out of memory, re-plan to a smaller per-device batch (oom.py) and resume.
-
-    One pass, plus one per re-plan; each goes to a smaller batch, so the loop ends.
-    Returns the plan that trained and the Trainer's output; `attempt` holds its Trainer.
-    """
-    from .checkpoints import checkpoint_step, find_resumable, trim_metrics
-    from .oom import OOMRetry
-
-    output_dir = plan.value("output.dir")
-    while True:
-        attempt.prepared = build(plan, resume_from)
-        retry = None
-        try:
-            with stop:
-                return plan, _train(attempt.prepared.trainer, plan, resume_from)
-        except OOMRetry as e:  # leave the except block first: its traceback holds the model
-            retry = (e.plan, e.record, e.message)
-        attempt.prepared.metrics.close()
-        attempt.prepared = None  # the last reference to the model: now it can be freed
-        _release(device)
-        plan = retry[0]
-        resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
-        trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
-        state.replanned(plan, {**retry[1], "resumed_from": resume_from})
-        echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))
-
-
-def run_results(plan: Plan, prepared: Prepared, output: Any, started: float) -> dict[str, Any]:
-    """What the run measured, beside what the plan predicted."""
-    trainer, metrics = prepared.trainer, prepared.metrics
-    step = trainer.state.global_step
-    return {
-        "global_step": step,
-        # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
-        "input_tokens_seen": trainer.state.num_input_tokens_seen or None,
-        "start_step": metrics.start_step,  # > 0 when resumed from a checkpoint
-        "samples_seen": step * prepared.samples_per_step,
-        "tokens_per_step": metrics.tokens_per_step,
-        "tokens_per_second": metrics.tokens_per_second(step),
-        "steady_tokens_per_second": metrics.steady_tokens_per_second(),
-        "time_to_first_step_s": metrics.time_to_first_step_s,
-        "train_loss_first": metrics.first_loss,
-        "train_loss_last": metrics.last_loss,
-        "train_loss_mean": output.training_loss,
-        "eval_loss_last": metrics.last_eval_loss,
-        "runtime_s": time.perf_counter() - started,
-        "train_runtime_s": output.metrics.get("train_runtime"),
-        "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
-        "plan_tokens_per_second": plan.throughput.tokens_per_second,
-        "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
-        "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
-    }
-
-
-def _train(trainer: Any, plan: Plan, resume_from: str | None) -> Any:
-    import torch
-
-    from .oom import replan_after_oom
-
-    try:
-        return trainer.train(resume_from_checkpoint=resume_from)
-    except torch.OutOfMemoryError as e:
-        raise replan_after_oom(plan, trainer.state.global_step, e) from e
-
-
-def _release(device: str) -> None:
-    """Free the memory of an attempt that ran out of it. The caller drops its last reference
-    to the Trainer and model first: while any name binds them, nothing here can free them."""
-    import gc
-
-    gc.collect()  # the model, optimizer and Trainer reference each other: only the collector frees them
-    if device == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
-

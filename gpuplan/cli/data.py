@@ -18,6 +18,9 @@ def cmd_data(args) -> int:
         raise UserError(f"--examples {args.examples}: give 0 or more")
     plan = make_plan(args.spec, args)
     from gpuplan.apply.preview import preview
+    from gpuplan.notices import log_to
+
+    log_to(plan.value("output.dir"), load_libraries=True)
 
     if not sys.stderr.isatty():  # a log or a pipe: no carriage-return bars (as apply)
         from gpuplan.apply.quiet import disable_progress_bars

@@ -34,6 +34,9 @@ def cmd_eval(args) -> int:
 
         lmeval.check_installed()
         lmeval.check_local(lmeval.task_manager(plan), tasks)
+    from gpuplan.notices import log_to
+
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
     from gpuplan.after.evaluate import heldout_loss
     from gpuplan.after.load import load_trained
     from gpuplan.after.record import entry, record

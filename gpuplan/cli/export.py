@@ -34,6 +34,9 @@ def cmd_export(args) -> int:
     check_remote_code(run.plan, args.trust_remote_code)
     dtype = export_dtype(run, args.dtype)
     context = args.context or int(run.plan.value("data.seq_len"))
+    from gpuplan.notices import log_to
+
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
     written = export(run, dest, dtype)
     task = run.plan.value("model.task")
     mem = memory_for(dest, task, dtype, context)

@@ -1,8 +1,8 @@
 """`gpuplan generate` and `gpuplan chat`: talk to the model a finished run produced.
 
 Everything is checked before the model loads (the run, --checkpoint, the flags, the
-prompts file), so a mistake costs no load and writes nothing; these commands write
-nothing at all. The heavy part is gpuplan/after (imported lazily).
+prompts file), so a mistake costs no load and writes nothing; otherwise they write nothing but the
+notices of the libraries they load, into the run's gpuplan-debug.log (notices.py). The heavy part is gpuplan/after (imported lazily).
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ def _load(args, command: str) -> tuple[Any, Any, Any]:
     from gpuplan.after.generate import check_causal
 
     check_causal(run.plan.value("model.task"), command)
+    from gpuplan.notices import log_to
+
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the run's files are local: never reach for the Hub
     from gpuplan.after.load import load_trained
     from gpuplan.after.prompting import prompting

@@ -32,6 +32,8 @@ COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": 
             "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration,
             "data": cmd_data, "lock": cmd_lock,
             "generate": cmd_generate, "chat": cmd_chat, "eval": cmd_eval, "export": cmd_export}
+# the commands that import libraries that talk (notices.py)
+QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuplan.apply.interrupt import ApplyInterrupted  # stdlib only: no torch
 
     try:
-        return COMMANDS[args.command](args)
+        if args.command not in QUIET:
+            return COMMANDS[args.command](args)
+        from gpuplan.notices import captured  # library notices to output.dir's debug log (notices.py)
+
+        with captured():
+            return COMMANDS[args.command](args)
     except GpuplanError as e:  # every user-fixable failure: spec, plan, state, apply, lock, flags
         report(e.diagnostics, args)
         return 1

@@ -13,7 +13,7 @@ EXAMPLES = {
     "schema": "example: gpuplan schema > gpuplan.schema.json",
     "gpus": "example: gpuplan gpus",
     "show": "example: gpuplan show runs/tiny --plot tiny.png   (or: gpuplan show run.plan.json --json)",
-    "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
+    "init": "example: gpuplan init meta-llama/Llama-3.1-8B --gpu RTX-4090 --data chat.jsonl --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
     "compare": "example: gpuplan compare specs/llama-8b-a100.toml --gpus A100-80GB,H100-80GB --counts 1,8",
     "calibration": "example: gpuplan calibration   (or: gpuplan calibration --clear)",
@@ -79,8 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--clear", action="store_true", help="delete every measured run")
     cal.add_argument("--json", action="store_true")
 
-    init = cmd("init", "Write a commented starter spec for a model config and a GPU.")
-    init.add_argument("model_config", metavar="MODEL_CONFIG", help="a config.json, or a model directory holding one")
+    init = cmd("init", "Write a commented starter spec for a model and a GPU that plans cleanly there.")
+    init.add_argument("model", metavar="MODEL", help="a Hub id (org/name, read from the cache first), a model "
+                                                     "directory, or a config.json")
+    init.add_argument("--method", default="auto", choices=("full", "lora", "qlora", "auto"),
+                      help="what is trained; auto (default): the planner picks full if it fits, else lora, else qlora")
+    init.add_argument("--data", metavar="FILE", help="training data (a local file or a Hub dataset id); its format "
+                                                     "(text, chat, instruction, preference) is read from the rows")
     init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
     init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
     init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")

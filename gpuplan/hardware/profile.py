@@ -1,4 +1,4 @@
-"""GPUProfile: the hardware as an input to planning (DESIGN principle 4)."""
+"""GPUProfile: the hardware as an input to planning (docs/design.md principle 4)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ class GPUProfile:
     memory_bandwidth_gbps: float  # GB/s
     interconnect: Mapping[str, float] = field(default_factory=dict)  # "nvlink"/"pcie" -> GB/s per direction
     aliases: tuple[str, ...] = ()
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
 
     @property
     def is_cuda(self) -> bool:

@@ -16,26 +16,30 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.hub.ids import is_hub_id
 from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.advice import auto_resolved_to_cpu, long_run
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.fingerprint import fingerprint
-from gpuplan.plan.graph import rule_order, writers
-from gpuplan.plan.inputs import data_file_problems
+from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.lifecycle.fingerprint import fingerprint
+from gpuplan.plan.engine.graph import rule_order, writers
+from gpuplan.plan.checks.data_files import data_file_problems
+from gpuplan.plan.checks.fixed_costs import fixed_costs_advice, fixed_share
 from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, INTERNAL, LORA_COUNT
+from gpuplan.plan.engine.graph import Node
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
-from gpuplan.plan.communication import communication
-from gpuplan.plan.solve import saver_cost
-from gpuplan.plan.sources import resolve_sources, source_settings
-from gpuplan.plan.solve import workload as solve_workload
-from gpuplan.plan.calibration import calibrated_efficiency, calibration_assumption
-from gpuplan.plan.throughput import estimate_throughput
+from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.fit.savers import saver_cost
+from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
+from gpuplan.plan.inputs.sources import resolve_sources, source_settings
+from gpuplan.plan.fit.search import workload as solve_workload
+from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
+from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
-from gpuplan.spec.load import LoadedSpec, load_toml
+from gpuplan.spec.load import LoadedSpec, load_toml, table
 from gpuplan.spec.schema import SECTIONS, Spec
 from gpuplan.spec.validate import validate_spec
 from gpuplan.units import GIB
+from gpuplan.plan.methods import method_named
 
 PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "eval.include_path")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
@@ -60,8 +64,7 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
                 value = str((spec_dir / value).resolve())
             elif key in PATH_LIST_KEYS:
                 value = [str((spec_dir / v).resolve()) for v in value]
-            source = "user" if name in obj.model_fields_set else "default"
-            out[key] = Setting(value, source)
+            out[key] = Setting(value, "user" if name in obj.model_fields_set else "default")
     if out["output.dir"].value is None:
         out["output.dir"] = Setting(str((Path.cwd() / "runs" / spec_stem).resolve()), "default")
     if out["training.run_name"].value is None:  # trackers name the run after the spec
@@ -69,7 +72,7 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
     return out
 
 
-SOURCE_REFS = INTERNAL + "sources"  # Hub ids resolved to commits (plan/sources.py), for assemble
+SOURCE_REFS: Node[dict[str, Any]] = Node("sources")  # Hub ids resolved to commits (inputs/sources.py), for assemble
 
 
 def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfile:
@@ -86,7 +89,7 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
                 gpu = dataclasses.replace(gpu, memory_bytes=int(hw.memory_gib * GIB))
             return gpu
         gpu = lookup(hw.gpu, hw.memory_gib)
-        if gpu.vendor == "cpu" and hw.memory_gib is None:
+        if gpu.is_cpu and hw.memory_gib is None:
             from gpuplan.hardware.detect import cpu_profile  # this host's RAM and cores: no torch
 
             gpu = cpu_profile()[0]
@@ -106,7 +109,7 @@ def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, A
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
 
 
-def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: Mapping[str, Any],
+def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: EnvironmentLike,
             strict: bool = False) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
     """Validate, look up, and walk every rule; the Resolver holds the outcome, errors included."""
     spec = validate_spec(loaded.raw)
@@ -114,7 +117,7 @@ def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, envi
     gpu = resolve_gpu(spec, detect)
     refs = resolve_sources(settings, loaded.path)  # Hub ids -> commits; {} without any
     facts = load_facts(settings, spec, refs)
-    ctx = Resolver(settings, gpu, facts, strict=strict, environment=dict(environment),
+    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment),
                    written_by=writers(ALL_RULES))
     for rule in rule_order(ALL_RULES):
         ctx.rule = rule
@@ -130,7 +133,7 @@ def plan_spec(
     loaded: LoadedSpec,
     *,
     detect: Callable[[], GPUProfile] | None,
-    environment: Mapping[str, Any],
+    environment: EnvironmentLike,
     strict: bool = False,
     prices: Mapping[str, tuple[float, str]] | None = None,
     calibrations: Sequence[Mapping[str, Any]] | None = None,
@@ -142,11 +145,11 @@ def plan_spec(
     spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
     if ctx.has_errors:
         errors = [d for d in ctx.diagnostics if d.severity == "error"]
-        sol = ctx.internal.get(FIT_SOLUTION)
-        if alternatives and sol is not None and not sol.fits:
-            from gpuplan.plan.alternatives import with_hardware_alternatives
+        nofit = ctx.internal.get(NO_FIT)
+        if alternatives and nofit is not None:
+            from gpuplan.plan.fit.hardware_alternatives import with_hardware_alternatives
 
-            errors = with_hardware_alternatives(errors, loaded, spec, gpu, plan=lambda raw: _try_plan(
+            errors = with_hardware_alternatives(errors, nofit, loaded, spec, gpu, plan=lambda raw: _try_plan(
                 raw, loaded, detect=detect, environment=environment, strict=strict))
         raise PlanError(errors + [d for d in ctx.diagnostics if d.severity != "error"])
     return assemble(loaded, spec, settings, gpu, facts, ctx, environment=environment, prices=prices,
@@ -162,7 +165,7 @@ def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | N
 
 
 def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gpu: GPUProfile, facts: ModelFacts,
-             ctx: Resolver, *, environment: Mapping[str, Any],
+             ctx: Resolver, *, environment: EnvironmentLike,
              prices: Mapping[str, tuple[float, str]] | None = None,
              calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
     """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
@@ -174,29 +177,31 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
     final = sol.estimate
     hw = spec.hardware
-    world = hw.count * hw.nodes
+    world = hw.world_size
     wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
     tf32 = resolved["training.tf32"].value
-    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32)
-    calibrated = None
-    if calibrations:
-        calibrated = calibrated_efficiency(calibrations, gpu, hw.count, hw.nodes, n_params=facts.n_params,
-                                           flops_per_token=throughput["flops_per_token"],
-                                           tokens_per_step=throughput["tokens_per_step"],
-                                           peak_tflops=throughput["peak_tflops"])
-    if calibrated:
-        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
-                                         tf32=tf32, utilisation=calibrated[0])
     comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
                          network=hw.network, networks=load_interconnects())
+    # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
+    extra_terms: list = []
+    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
+                                     comm=comm, extra_terms=extra_terms)
+    calibrated = None
+    if calibrations and throughput.get("step_time"):
+        key = calibration_key(throughput["peak_dtype"], resolved["model.method"].value, wl.gradient_checkpointing,
+                              sol.savers)
+        calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key,
+                                      modelled=modelled_parts(throughput["step_time"]))
     if calibrated:
-        throughput["assumption"] = calibration_assumption(calibrated[1], throughput["peak_dtype"])
-        comm = {**comm, "time_s": 0.0, "note": "included in the measured step time (calibration)"}
+        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
+                                         tf32=tf32, comm=comm, scale=calibrated[0], extra_terms=extra_terms,
+                                         assumption=calibration_assumption(calibrated[1]))
     throughput = with_communication(throughput, comm)
     throughput = {**throughput, "calibration": calibrated[1] if calibrated else None,
                   **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices)}
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
-    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.vendor == "cpu")]
+    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu),
+              step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm)]
     model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts,
                                                    wl.gradient_checkpointing)}
     plan = Plan(
@@ -210,7 +215,22 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
         memory=dataclasses.replace(memory, workload=wl, method=final.method),
         throughput=ThroughputSection.from_dict(throughput),
     )
-    return dataclasses.replace(plan, fingerprint=fingerprint(plan, environment))
+    return dataclasses.replace(plan, fingerprint=fingerprint(plan, Environment.of(environment)))
+
+
+def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
+    """The fixed-costs advice (plan/checks/fixed_costs.py), checked with the same memory and step models."""
+    from gpuplan.plan.fit.search import _fits, price
+
+    def share_at(new):
+        return fixed_share(estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput["world_size"],
+                                               tf32=tf32, comm=comm).get("step_time"))
+
+    packing = resolved["data.packing"].value if "data.packing" in resolved else None
+    return fixed_costs_advice(throughput.get("step_time"), wl, user_batch=problem.user_batch,
+                              user_accumulation=problem.user_accumulation,
+                              samples_per_device=problem.samples_per_device, packing=packing,
+                              fits=lambda b: _fits(price(problem, b, sol.knobs), problem), share_at=share_at)
 
 
 def cost_section(throughput: Mapping[str, Any], gpu_name: str, world: int, *, spec_price: float | None,
@@ -229,7 +249,7 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
     """model.method, model.trainable_params and model.total_params (as peft's
     get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
     count = resolved[0] if resolved else None
-    if method not in ("lora", "qlora") or count is None:
+    if not method_named(method).frozen_base or count is None:
         return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
     return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,
             # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad
@@ -237,16 +257,20 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
 
 
 def with_communication(throughput: dict[str, Any], comm: dict[str, Any]) -> dict[str, Any]:
-    """Add the data-parallel communication time to the compute time of a step."""
-    compute = throughput["step_time_s"]
-    step = compute + comm["time_s"]
-    out = {**throughput, "compute_step_time_s": compute, "step_time_s": step, "communication": comm,
-           "tokens_per_second": throughput["tokens_per_step"] / step}
-    if comm["time_s"]:
-        out["notes"] = [*throughput["notes"], f"the step time includes {comm['time_s']:.3g} s of data-parallel "
-                        "communication, not overlapped with compute (an upper bound)"]
-    if throughput.get("max_steps"):
-        out["run_time_s"] = step * throughput["max_steps"]
+    """Attach the data-parallel communication section; the step-time model already priced
+    it (plan/estimate/step_time/links.py), so compute_step_time_s is the step without what of it
+    compute does not hide."""
+    step = throughput["step_time_s"]
+    if step is None:
+        return {**throughput, "compute_step_time_s": None, "communication": comm}
+    terms = (throughput.get("step_time") or {}).get("terms", [])
+    exposed = sum(t["exposed_s"] for t in terms if t["group"] == "communication")
+    out = {**throughput, "compute_step_time_s": step - exposed, "communication": comm}
+    if comm.get("time_s"):
+        out["notes"] = [*throughput["notes"], (f"the step time includes {exposed:.3g} s of data-parallel "
+                        "communication that compute does not hide" if exposed else
+                        f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
+                        "(overlapped: plan/estimate/step_time/links.py)")]
     return out
 
 
@@ -269,7 +293,7 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
 
 
 def plan_file(path: str | Path, *, detect: Callable[[], GPUProfile] | None = None,
-              environment: Mapping[str, Any], strict: bool = False,
+              environment: EnvironmentLike, strict: bool = False,
               overrides: Mapping[str, Mapping[str, Any]] | None = None,
               prices: Mapping[str, tuple[float, str]] | None = None,
               calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
@@ -285,6 +309,5 @@ def with_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Mapping[str, 
     """`raw` (a spec dict) with `overrides` ({"hardware": {"gpu": "H100"}}) in place of its keys."""
     out = dict(raw)
     for section, values in overrides.items():
-        table = out.get(section)
-        out[section] = {**(table if isinstance(table, dict) else {}), **values}
+        out[section] = {**table(raw, section), **values}
     return out

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpuplan.render.run_metrics import RunMetrics
+from gpuplan.units import GIB
 
-GIB = 1024**3
 MEASURED, PLANNED, EVALUATED = "#1f77b4", "#ff7f0e", "#2ca02c"
 
 

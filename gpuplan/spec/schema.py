@@ -120,6 +120,11 @@ class HardwareSpec(_Section):
         None, gt=0, le=10_000, description="USD per GPU-hour for the cost; default: your prices.toml, else the catalog's."
     )
 
+    @property
+    def world_size(self) -> int:
+        """Processes the run has: GPUs per node x nodes (the one place outside the plan that multiplies them)."""
+        return self.count * self.nodes
+
 
 class DataSpec(_Section):
     train_files: list[PathStr] = Field(default_factory=list, max_length=10_000,
@@ -133,6 +138,9 @@ class DataSpec(_Section):
     dataset: str | None = Field(None, min_length=1, max_length=200,
                                 description="A Hub dataset id (org/name) instead of train_files.")
     revision: str = Field("main", min_length=1, max_length=200, description="Branch, tag or commit of data.dataset.")
+    split: str = Field("train", min_length=1, max_length=200,
+                       description="data.dataset: the split to train on, as the dataset card's configs name it "
+                                   "(else by file names: train, test, ...).")
     format: Literal["text", "chat", "instruction"] = Field(
         "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows.")
     messages_field: str = Field("messages", min_length=1, max_length=200,
@@ -239,7 +247,7 @@ class Spec(_Section):
     eval: EvalSpec = Field(default_factory=EvalSpec)
 
 
-SECTIONS = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSpec,
     "lora": LoraSpec,
     "quantization": QuantizationSpec,

@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Mapping
 
-from gpuplan.plan.memory.overhead import overhead_bytes
-from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
 
 __all__ = ["trace_memory"]
 

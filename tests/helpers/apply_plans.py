@@ -111,7 +111,11 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.train_on_prompt": False,
         "data.dataset": None,
         "data.revision": "main",
+        "data.split": "train",
+        "training.report_to": "none",
         "model.revision": "main",
+        "model.commit": None,  # derived for Hub ids only (plan/inputs/sources.py)
+        "data.commit": None,
         # parameter-efficient fine-tuning (issue 12); "full" ignores the rest
         "model.method": "full",
         "lora.r": 8,

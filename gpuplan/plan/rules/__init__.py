@@ -4,7 +4,7 @@ ALL_RULES is what the planner walks; find_rule turns the `rule` of a Change back
 into the Rule that wrote it (rule `x.y` lives in rules/x.py).
 """
 
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules import (
     attention,
     batch,

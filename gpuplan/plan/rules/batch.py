@@ -7,11 +7,11 @@ effective batch, and the effective batch itself when it was derived.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.units import GIB
-from gpuplan.plan.solve import price, tensor_core_multiple
+from gpuplan.plan.fit.search import price, tensor_core_multiple
 from gpuplan.plan.wording import matrix_units
 
 KEYS = (
@@ -24,7 +24,7 @@ KEYS = (
 
 def split(ctx: Resolver) -> None:
     sol, p = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
-    if sol is None:
+    if sol is None or p is None:
         for k in KEYS:
             ctx.keep(k)
         return
@@ -32,11 +32,11 @@ def split(ctx: Resolver) -> None:
     b, a = sol.per_device_batch, sol.accumulation
     e = b * a * world
     m = p.tensor_multiple
-    where = f"{world} GPU(s)" if ctx.gpu.vendor != "cpu" else "the CPU"
+    where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
             why = (f"per_device_train_batch_size x gradient_accumulation_steps x "
-                   f"{'GPUs' if ctx.gpu.vendor != 'cpu' else 'CPU processes'} = {b} x {a} x {world}")
+                   f"{'GPUs' if not ctx.gpu.is_cpu else 'CPU processes'} = {b} x {a} x {world}")
         else:
             why = (f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device "
                    f"x {world} device(s)")

@@ -6,8 +6,9 @@ Recomputing activations in the backward pass costs about 20% speed (the guide,
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.fit.savers import CHECKPOINTING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
 
@@ -22,7 +23,7 @@ def checkpointing(ctx: Resolver) -> None:
         return
     on = sol.knobs.gradient_checkpointing
     if on:
-        saved = sol.saved_bytes.get("gradient checkpointing", 0) / GIB
+        saved = sol.saved_bytes.get(CHECKPOINTING.name, 0) / GIB
         why = f"does not fit without it: recomputing activations saves {saved:.1f} GiB (about 20% slower)"
     else:
         why = "fits without it (it would cost about 20% speed)"

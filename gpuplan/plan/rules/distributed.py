@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import FIT_SOLUTION
-from gpuplan.plan.solve import Sharding
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.fit.search import Sharding
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import BNB_OPTIMIZERS
 from gpuplan.units import GIB
 
@@ -68,10 +68,10 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
-    if ctx.gpu.vendor == "cpu" and world > 1 and asked == "deepspeed":
+    if ctx.gpu.is_cpu and world > 1 and asked == "deepspeed":
         ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
                   "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
-    if ctx.gpu.vendor == "cpu" and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
+    if ctx.gpu.is_cpu and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
         ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
                   "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
     if sol is None:
@@ -156,7 +156,7 @@ def _host_memory(ctx: Resolver, sol) -> None:
         return
     have = (ctx.spec("hardware.host_memory_gib") or 0) * GIB
     if not have and is_local(ctx.spec):
-        have = ctx.environment.get("host_memory_bytes")
+        have = ctx.environment.host_memory_bytes
     if not have:  # another machine's RAM is not this one's
         ctx.note("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
                  f"({ctx.spec('hardware.count')} GPUs); the training hosts' RAM is not known",

@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
-from gpuplan.plan.memory.types import Adapters
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
+from gpuplan.plan.methods import method_named
+from gpuplan.units import gib
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
 
@@ -40,7 +42,7 @@ def lora_config(ctx: Resolver) -> None:
         ctx.warn(f"lora.{user_set[0]}", '[lora] is set but model.method = "full": the adapters settings are not used',
                  fix='set model.method = "lora" (or "qlora"), or remove [lora]')
     strategy = ctx.spec("distributed.strategy")
-    if method in ("lora", "qlora") and strategy in ("fsdp", "deepspeed"):
+    if strategy in ("fsdp", "deepspeed") and strategy not in method_named(method).engines:
         ctx.error("distributed.strategy",
                   f'distributed.strategy = "{strategy}" with model.method = "{method}": sharded adapters are not '
                   "planned (the adapter memory model covers one device and DDP replicas)",
@@ -58,7 +60,7 @@ def lora_config(ctx: Resolver) -> None:
     saved = default_modules_to_save(ctx.facts, asked_save)
     if saved != asked_save and record:
         ctx.resolve("lora.modules_to_save", saved,
-                    f"sequence classification: the new head {', '.join(s for s in saved if s not in (asked_save or []))} "
+                    f"sequence classification: the new head {', '.join(s for s in saved or [] if s not in (asked_save or []))} "
                     "trains in full beside the adapters (peft's SEQ_CLS task saves it too)")
     else:
         ctx.keep("lora.modules_to_save")
@@ -118,7 +120,7 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
     )
 
 
-RULES = (
+RULES: tuple[Rule, ...] = (
     Rule("lora.config",
          reads=("spec:model.method", "spec:distributed.strategy", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
                 "spec:lora.use_dora", "spec:lora.modules_to_save"),
@@ -141,11 +143,10 @@ def select_method(ctx: Resolver) -> None:
         ctx.keep("model.method")
         return
     chosen, tried = fit
-    gib = 1024**3
     why = []
     for method, sol in tried:
         need = sol.estimate.reserved_peak_bytes if sol.fits else sol.smallest_bytes
-        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({need / gib:.1f} GiB)")
+        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({gib(need)})")
     ctx.resolve("model.method", chosen, 'model.method = "auto": ' + ", ".join(why)
                 + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"))
 

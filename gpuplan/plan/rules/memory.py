@@ -10,25 +10,29 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.types import Workload
-from gpuplan.plan.nofit import savers_on, verified_fixes
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.errors import Diagnostic
+from gpuplan.plan.fit.fixes import NoFit, no_fit_fix, savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
     FIT_SOLUTION,
     LORA_COUNT,
+    NO_FIT,
     QUANT_COMPUTE,
     TRAINER_DEFAULT_BATCH,
     world_size,
 )
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
-from gpuplan.plan.method_alternatives import adapter_alternatives
+from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
-from gpuplan.plan.target import target_packages
+from gpuplan.plan.fit.savers import SAVERS
+from gpuplan.plan.methods import METHODS
+from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.inputs.target import target_packages
 from gpuplan.units import GIB
 
 
@@ -40,7 +44,7 @@ def _nearest_multiples(value: int, step: int) -> str:
 
 def ranks(ctx: Resolver, world: int) -> str:
     """The processes the batch splits over, named for the device the plan is for."""
-    if ctx.gpu.vendor == "cpu":
+    if ctx.gpu.is_cpu:
         return f"{world} CPU process" + ("es" if world != 1 else "")
     return f"{world} GPU(s)"
 
@@ -63,7 +67,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if b is not None and a is not None and b * a != s:
         ctx.error("training.effective_batch_size",
                   f"training.effective_batch_size = {e} but per_device_train_batch_size x "
-                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.vendor == 'cpu' else 'GPUs'} = "
+                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.is_cpu else 'GPUs'} = "
                   f"{b} x {a} x {world} = {b * a * world}",
                   fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
                        else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
@@ -71,7 +75,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if a is not None and s % a:
         ctx.error("training.gradient_accumulation_steps",
                   f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
-                  f"{'process' if ctx.gpu.vendor == 'cpu' else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
+                  f"{'process' if ctx.gpu.is_cpu else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
                   fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
                       f"{_nearest_multiples(e, a * world)}")
         return None
@@ -86,6 +90,7 @@ def fit(ctx: Resolver) -> None:
         ctx.set_internal(FIT_SOLUTION, None)
         ctx.set_internal(FIT_PROBLEM, None)
         ctx.set_internal(FIT_METHOD, None)
+        ctx.set_internal(NO_FIT, None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -95,7 +100,7 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.get("packages", {})  # this machine's: for what gpuplan chooses itself
+    packages = ctx.environment.packages  # this machine's: for what gpuplan chooses itself
     asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
@@ -105,7 +110,7 @@ def fit(ctx: Resolver) -> None:
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
-        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
+        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.is_cpu else empty),
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     base = Workload(
@@ -116,7 +121,7 @@ def fit(ctx: Resolver) -> None:
         attn_implementation=ctx.get("model.attn_implementation"),
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
-        device="cpu" if gpu.vendor == "cpu" else "cuda",
+        device="cpu" if gpu.is_cpu else "cuda",
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -125,19 +130,20 @@ def fit(ctx: Resolver) -> None:
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
         tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
-        eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
+        eight_bit_available=bool(packages.get("bitsandbytes")) and not gpu.is_cpu,
+        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
     tried = []
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
-    for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
+    for method in (tuple(METHODS) if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
-        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
-            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
-            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
+        engines = METHODS[method].engines  # adapters replicate (DDP); sharding them is not planned
+        planned = tuple(sh for sh in shardings if sh.engine in engines)
+        if planned != shardings:
+            problem = dataclasses.replace(problem, shardings=planned or shardings[:1])
         sol = solve(problem)
         tried.append((method, sol))
         if sol.fits:
@@ -145,6 +151,7 @@ def fit(ctx: Resolver) -> None:
     ctx.set_internal(FIT_SOLUTION, sol)
     ctx.set_internal(FIT_PROBLEM, problem)
     ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
+    ctx.set_internal(NO_FIT, None)
     if not sol.fits:
         _report_no_fit(ctx, problem, sol, method)
 
@@ -153,7 +160,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    user_set = {s.knob for s in SAVERS if ctx.is_user(s.setting)}
     fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
                            count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
                            headroom=ctx.spec("hardware.headroom"),
@@ -162,22 +169,20 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
     what = "" if method == "full" else f"{method} "
-    alternatives = adapter_alternatives(ctx, p) if method == "full" else []
+    alternatives = adapter_alternatives(ctx, p) if not METHODS[method].frozen_base else []
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
-    parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if alternatives else []
-    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
-        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
-    fix = "; or ".join(parts) or None
-    ctx.error(
-        "hardware.gpu",
+    error = Diagnostic(
+        "error", "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {cap:.0f} GiB ({p.usable_bytes / GIB:.1f} usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
                + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
                   "seq_len, more GPUs, a larger GPU) makes it fit"),
-        fix=fix,
+        fix=no_fit_fix(tuple(fixes), tuple(alternatives)),
     )
+    ctx.diagnostics.append(error)
+    ctx.set_internal(NO_FIT, NoFit(method, sol, tuple(fixes), tuple(alternatives), error))
 
 
 RULES = (
@@ -196,7 +201,7 @@ RULES = (
             QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
         ),
-        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD),
+        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, NO_FIT),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),

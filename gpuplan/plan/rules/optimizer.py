@@ -1,4 +1,4 @@
-"""Optimizer choice (guide: "Optimizers"; DESIGN rules).
+"""Optimizer choice (guide: "Optimizers"; docs/design.md rules).
 
 auto: adamw_torch_fused (one fused kernel per step, CUDA and CPU);
 under memory pressure the fit search may pick bitsandbytes' 8-bit AdamW, then
@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Mapping
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, EIGHT_BIT_OPTIMIZER
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.target import install_note, is_local, target_packages
+from gpuplan.plan.inputs.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
 
@@ -80,10 +81,11 @@ def select(ctx: Resolver) -> None:
         ctx.resolve("training.optim", chosen, why)
         return
     if asked == "auto":
-        if "Adafactor" in sol.savers:
-            why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
-        elif "8-bit optimizer" in sol.savers:
-            why = f"memory: bitsandbytes 8-bit AdamW saves {gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
+        if ADAFACTOR_OPTIMIZER.name in sol.savers:
+            why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get(ADAFACTOR_OPTIMIZER.name))} (slower convergence)"
+        elif EIGHT_BIT_OPTIMIZER.name in sol.savers:
+            saved = gib(sol.saved_bytes.get(EIGHT_BIT_OPTIMIZER.name))
+            why = f"memory: bitsandbytes 8-bit AdamW saves {saved} of optimizer states"
         else:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
             problem = ctx.get(FIT_PROBLEM)

@@ -1,0 +1,283 @@
+"""Peak memory of LoRA / QLoRA steps: a frozen base, trainable adapters, part by part.
+
+From the code paths of peft 0.21 and bitsandbytes 0.50 (what apply runs):
+- Frozen base (lora): every parameter in model.dtype. (qlora): the linear layers as
+  bitsandbytes 4-bit blocks (memory/quant4.py), the rest (embeddings, norms, biases,
+  the LM or classification head) in fp32: peft's prepare_model_for_kbit_training
+  casts every 16-bit parameter that is not Params4bit to fp32.
+- Adapters in fp32 whatever the base dtype: get_peft_model(autocast_adapter_dtype=True)
+  upcasts bf16/fp16 adapter weights (tuners_utils.py cast_adapter_dtype). Their
+  gradients are fp32; AdamW keeps two fp32 states per adapter value. Saved modules
+  (modules_to_save) train a copy of the module in its own dtype (fp32 under qlora).
+- Activations: a frozen linear layer keeps no input for a weight gradient; lora_A
+  keeps its input (cast to the adapter's dtype or, under autocast, to 16 bits) and
+  lora_B keeps lora_A's output (r values per token). The per-layer bytes per token are
+  measured per block style, mode and target set by tracing the real peft model
+  (benchmarks/lora_coefficients.py; integer coefficients, zero residual) and
+  tabulated below; r enters as n_targets x r x (bytes of lora_A's output).
+- Under autocast, frozen fp32 weights are not in autocast's weight cache (it caches
+  only leaves that require grad: aten autocast_mode.cpp cached_cast), but each matmul's
+  16-bit copy of the weight is saved for the input gradient: 2 bytes per castable
+  parameter, as full fine-tuning's cache. A 4-bit weight is never cast: bitsandbytes'
+  MatMul4Bit saves the packed weight and dequantizes it again in backward
+  (autograd/_functions.py), a transient of 2 bytes per value of one layer.
+- No gradient of any frozen weight exists; the head's weight gradient is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from math import prod
+
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
+from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
+from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
+from gpuplan.plan.estimate.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
+
+MLP_LAYERS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "fc1", "fc2", "c_fc", "dense_h_to_4h",
+                        "dense_4h_to_h", "dense"})
+
+# (style, mode, method, targets) -> (c_h, c_q, c_kv, c_i, c_a, c_1) per token per layer, the
+# r term excluded (it is n_targets x r x bytes). Fitted by benchmarks/lora_coefficients.py over
+# 5-7 widths x 2 sequence lengths: integer coefficients, residual 0 (qlora rows of families with
+# biased linears and gemma: under 200 bytes per layer, the 16-bit bias casts). Mode "half" is
+# lora on bf16/fp16 weights; qlora runs "amp" (fp32 parts under autocast) or "fp32". A target
+# list with any MLP layer uses the all-linear row, else the attention row.
+_LORA: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {
+    ('llama', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 8),
+    ('llama', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 8),
+    ('llama', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 8),
+    ('llama', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 8),
+    ('llama', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 8),
+    ('llama', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 8),
+    ('llama', 'fp32', 'qlora', 'all-linear'): (16, 16, 0, 16, 4, 8),
+    ('llama', 'fp32', 'qlora', 'attention'): (12, 16, 0, 12, 4, 8),
+    ('gpt2', 'amp', 'lora', 'all-linear'): (24, 0, 0, 10, 4, 16),
+    ('gpt2', 'amp', 'lora', 'attention'): (20, 0, 0, 8, 4, 16),
+    ('gpt2', 'half', 'lora', 'all-linear'): (26, 0, 0, 12, 4, 8),
+    ('gpt2', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 8),
+    ('gpt2', 'amp', 'qlora', 'all-linear'): (24, 0, 0, 18, 4, 6),
+    ('gpt2', 'amp', 'qlora', 'attention'): (20, 0, 0, 16, 4, 6),
+    ('gpt_neox', 'amp', 'lora', 'all-linear'): (22, 0, 0, 4, 4, 16),
+    ('gpt_neox', 'amp', 'lora', 'attention'): (18, 0, 0, 2, 4, 16),
+    ('gpt_neox', 'half', 'lora', 'all-linear'): (26, 0, 0, 6, 4, 8),
+    ('gpt_neox', 'half', 'lora', 'attention'): (18, 0, 0, 2, 4, 8),
+    ('gpt_neox', 'amp', 'qlora', 'all-linear'): (18, 0, 0, 6, 4, 6),
+    ('gpt_neox', 'amp', 'qlora', 'attention'): (14, 0, 0, 4, 4, 6),
+    ('opt', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
+    ('opt', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
+    ('opt', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
+    ('opt', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
+    ('opt', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
+    ('opt', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
+    ('bert', 'amp', 'lora', 'all-linear'): (28, 0, 0, 4, 4, 16),
+    ('bert', 'amp', 'lora', 'attention'): (22, 0, 0, 2, 4, 16),
+    ('bert', 'half', 'lora', 'all-linear'): (34, 0, 0, 6, 4, 8),
+    ('bert', 'half', 'lora', 'attention'): (22, 0, 0, 2, 4, 8),
+    ('bert', 'amp', 'qlora', 'all-linear'): (28, 0, 0, 6, 4, 6),
+    ('bert', 'amp', 'qlora', 'attention'): (22, 0, 0, 4, 4, 6),
+    ('phi', 'amp', 'lora', 'all-linear'): (22, 0, 0, 10, 4, 8),
+    ('phi', 'amp', 'lora', 'attention'): (16, 0, 0, 8, 4, 8),
+    ('phi', 'half', 'lora', 'all-linear'): (30, 0, 0, 12, 4, 4),
+    ('phi', 'half', 'lora', 'attention'): (18, 0, 0, 8, 4, 4),
+    ('phi', 'amp', 'qlora', 'all-linear'): (22, 0, 0, 18, 4, -2),
+    ('phi', 'amp', 'qlora', 'attention'): (16, 0, 0, 16, 4, -2),
+    ('gemma', 'amp', 'lora', 'all-linear'): (18, 6, 4, 8, 4, 2),
+    ('gemma', 'amp', 'lora', 'attention'): (12, 4, 4, 6, 4, 2),
+    ('gemma', 'half', 'lora', 'all-linear'): (28, 8, 4, 10, 4, 2),
+    ('gemma', 'half', 'lora', 'attention'): (16, 4, 4, 6, 4, 2),
+    ('gemma', 'amp', 'qlora', 'all-linear'): (18, 6, 4, 14, 4, 2),
+    ('gemma', 'amp', 'qlora', 'attention'): (12, 4, 4, 12, 4, 2),
+    ('llama', 'fp32', 'lora', 'all-linear'): (16, 16, 0, 16, 4, 8),
+    ('llama', 'fp32', 'lora', 'attention'): (12, 16, 0, 12, 4, 8),
+    ('gpt2', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 20, 4, 16),
+    ('gpt2', 'fp32', 'lora', 'attention'): (30, 0, 0, 16, 4, 16),
+    ('gpt_neox', 'fp32', 'lora', 'all-linear'): (36, 0, 0, 8, 4, 16),
+    ('gpt_neox', 'fp32', 'lora', 'attention'): (32, 0, 0, 4, 4, 16),
+    ('opt', 'fp32', 'lora', 'all-linear'): (34, 0, 0, 4, 4, 16),
+    ('opt', 'fp32', 'lora', 'attention'): (30, 0, 0, 4, 4, 16),
+    ('gpt2', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 20, 4, 6),
+    ('gpt2', 'fp32', 'qlora', 'attention'): (30, 0, 0, 16, 4, 6),
+    ('gpt_neox', 'fp32', 'qlora', 'all-linear'): (36, 0, 0, 8, 4, 6),
+    ('gpt_neox', 'fp32', 'qlora', 'attention'): (32, 0, 0, 4, 4, 6),
+    ('opt', 'fp32', 'qlora', 'all-linear'): (34, 0, 0, 4, 4, 6),
+    ('opt', 'fp32', 'qlora', 'attention'): (30, 0, 0, 4, 4, 6),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterLayout:
+    adapter_params: int
+    adapter_shapes: tuple  # (name, shape) of every trainable tensor
+    saved_params: int
+    targets_per_layer: int
+    targets_class: str  # "all-linear" | "attention": which measured row applies
+    largest_target: int
+
+
+@lru_cache(maxsize=256)
+def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
+    saved = list(a.modules_to_save)
+    shapes: list[tuple[str, tuple[int, ...]]] = []
+    per_layer = 0
+    mlp_hit = False
+    largest = 0
+    layers = max(facts.num_layers, 1)
+    for name, _, fan_in, fan_out in _candidates(facts, saved):
+        hit = next((t for t in a.target_modules if peft_matches(name, t)), None)
+        if hit is None:
+            continue
+        shapes += [(f"{name}.lora_A", (a.r, fan_in)), (f"{name}.lora_B", (fan_out, a.r))]
+        if a.use_dora:
+            shapes.append((f"{name}.lora_magnitude_vector", (fan_out,)))
+        per_layer += 1
+        mlp_hit = mlp_hit or (name.rsplit(".", 1)[-1] in MLP_LAYERS and "attn" not in name and "attention" not in name)
+        largest = max(largest, fan_in * fan_out)
+    adapter = sum(prod(s) for _, s in shapes)
+    saved_params = 0
+    for m in saved_modules(facts, saved):
+        own = [(name, s) for name, s in facts.param_shapes if name.startswith(m + ".")]
+        if not own and m == "lm_head":  # a tied head: its saved copy is a matrix of its own
+            own = [("lm_head.weight", (facts.vocab_size, facts.hidden_size))]
+        for name, s in own:
+            shapes.append((f"{name}.copy", s))
+            saved_params += prod(s) if s else 1
+    return AdapterLayout(adapter, tuple(shapes), saved_params, per_layer // layers,
+                         "all-linear" if mlp_hit else "attention", largest)
+
+
+def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
+    a = wl.adapters
+    assert a is not None
+    notes: list[str] = []
+    lay = adapter_layout(facts, a)
+    qlora = a.method == "qlora"
+    wb = DTYPE_BYTES[wl.weight_dtype]
+    n_base = facts.n_params
+    if qlora:
+        q_bytes, q_values, rest, largest4 = base_4bit_split(facts, a.double_quant)
+        base = q_bytes + 4 * rest
+        saved_b = 4
+        notes.append(f"qlora: {q_values / 1e9:.2f}B linear weights in 4-bit {a.quant_type} blocks of 64"
+                     f"{' with double-quantized absmax' if a.double_quant else ''} ({q_bytes / 1024**3:.2f} GiB); "
+                     f"prepare_model_for_kbit_training upcasts the other {rest / 1e6:.0f}M parameters (embeddings, "
+                     f"norms, head) to fp32 ({4 * rest / 1024**3:.2f} GiB)")
+    else:
+        base = wb * n_base
+        saved_b = wb
+        largest4 = 0
+    adapter_w = 4 * lay.adapter_params  # fp32: autocast_adapter_dtype
+    if largest4:
+        notes.append(f"qlora: each 4-bit matmul dequantizes its weight to {a.compute_dtype} in forward and again in "
+                     f"backward (bitsandbytes MatMul4Bit): up to {2 * largest4 / 1024**2:.0f} MiB transient per layer")
+    if not qlora:
+        notes.append(f"lora: frozen base in {wl.weight_dtype} ({base / 1024**3:.2f} GiB), no gradients for it")
+    notes.append(f"adapters: {lay.adapter_params / 1e6:.1f}M values in fp32 whatever the base dtype (peft's "
+                 f"autocast_adapter_dtype): {adapter_w / 1024**2:.0f} MiB weights + {adapter_w / 1024**2:.0f} MiB "
+                 f"gradients + optimizer states")
+    saved_w = saved_b * lay.saved_params
+    weights = base + adapter_w + saved_w
+    grads = adapter_w + saved_w
+    kind, note = optimizer_kind(wl.optim)
+    if note:
+        notes.append(note)
+    n_train = lay.adapter_params + lay.saved_params
+    if kind in ("adamw", "adamw_fused"):
+        states = 2 * grads + 4 * len(lay.adapter_shapes)
+    else:
+        states = optimizer_state_bytes(kind, n_train, len(lay.adapter_shapes), lay.adapter_shapes, 4)
+    step_temp = optimizer_step_temp_bytes(kind, n_train, max((prod(s) for _, s in lay.adapter_shapes), default=0), 4)
+    if kind.startswith("bnb8") or kind == "adafactor":
+        adam = 2 * grads
+        notes.append(f"adapters: {wl.optim} keeps {states / 1024**2:.0f} MiB of optimizer states where AdamW "
+                     f"would keep {adam / 1024**2:.0f} MiB: little to gain with {n_train / 1e6:.1f}M trainable values")
+
+    # activations: the base's parts (embeddings, loss path, MLP gradients) from the full model,
+    # the layers from the measured LoRA rows
+    awl = dataclasses.replace(wl, weight_dtype="float32") if qlora else wl
+    parts = activation_parts(facts, awl)
+    mode = mode_of(awl)
+    style = STYLE_OF.get(facts.model_type, "llama")
+    tokens = wl.per_device_batch * wl.seq_len
+    rb = 2 if mode == "amp" else 4  # lora_A's output: 16-bit under autocast, else fp32 (the adapter's dtype)
+    row = _LORA.get((style, mode, a.method, lay.targets_class))
+    if row is None:
+        row = _LORA.get((style, mode, "lora", lay.targets_class))
+    h, i = facts.hidden_size, facts.intermediate_size
+    if row is not None:
+        c_h, c_q, c_kv, c_i, c_a, c_1 = row
+        per_token = (c_h * h + c_q * facts.num_attention_heads * facts.head_dim
+                     + c_kv * facts.num_key_value_heads * facts.head_dim + c_i * i + c_a * facts.num_attention_heads
+                     + c_1)
+        per_layer = tokens * (per_token + lay.targets_per_layer * a.r * rb)
+    else:
+        per_layer = parts.per_layer + tokens * lay.targets_per_layer * a.r * rb
+        notes.append(f"no measured LoRA activation row for {style} ({mode}, {lay.targets_class}): "
+                     "full fine-tuning's per-layer activations plus the adapters' are used")
+    layers = facts.num_layers
+    layout = model_layout(facts)
+    amp = wl.amp is not None
+    adapter_casts = 2 * lay.adapter_params if amp else 0
+    if amp and qlora:
+        base_casts = 2 * max(layout.cast_params - base_4bit_split(facts, a.double_quant)[1], 0)
+    elif amp and wl.weight_dtype == "float32":
+        base_casts = 2 * layout.cast_params
+    else:
+        base_casts = 0
+    head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
+    # the logits' gradient in the head's compute dtype
+    grad_logits = tokens * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
+    dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
+    if wl.gradient_checkpointing:
+        # outside the checkpointed layers only the final norm's input (residual dtype) and the
+        # int64 positions stay saved (measured against the trace, benchmarks/lora_memory_accuracy.py)
+        resid = 2 if mode == "half" else 4
+        saved_acts = layers * parts.per_layer_checkpointed + tokens * (resid * h + 8)
+        fwd_casts = adapter_casts + head_casts  # per-op casts of checkpointed layers are not kept
+        bwd_casts = head_casts  # autocast's cache is gone once forward leaves autocast
+        recompute = per_layer + (base_casts - head_casts) // max(layers, 1) + adapter_casts // max(layers, 1)
+    else:
+        # measured (benchmarks/lora_memory_accuracy.py): with frozen embeddings and no input
+        # gradients, nothing outside the layers stays saved at the backward peak
+        saved_acts = layers * per_layer
+        fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
+        recompute = 0
+    acc = grads if wl.gradient_accumulation_steps > 1 else 0
+
+    # DDP's reducer keeps flat bucket copies of the trainable gradients (memory/sharding.py, DDP)
+    buckets = grads if wl.engine == "ddp" else 0
+
+    def moment(g: int, act: int, logits: int, temp: int = 0) -> dict[str, int]:
+        return {"weights": weights, "gradients": g + buckets, "optimizer_states": states, "activations": act,
+                "logits_loss": logits, "temporaries": temp}
+
+    first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
+             else per_layer + bwd_casts // max(layers, 1))
+    moments = [
+        moment(acc, saved_acts + fwd_casts, parts.logits_fwd),
+        moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start),
+        moment(acc, saved_acts + bwd_casts, grad_logits),
+        moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant),
+        moment(max(acc, grads), first, 0, parts.layer_backward + dequant),
+        moment(grads, 0, 0, step_temp),
+    ]
+    peak = max(moments, key=lambda c: sum(c.values()))
+    allocated = sum(peak.values())
+    cc = gpu.compute_capability if gpu is not None else None
+    overhead = overhead_bytes(allocated, wl.device, cc)
+    components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
+    components["overhead"] = overhead
+    if wl.gradient_checkpointing:
+        # transformers 5.24 modeling_utils._activation_checkpointing_enable: {"use_reentrant": False}
+        # unless the caller passes kwargs (the Trainer passes gradient_checkpointing_kwargs = None)
+        notes.append("checkpointing a frozen base: transformers checkpoints non-reentrantly (use_reentrant=False), "
+                     "so the adapters inside checkpointed blocks get gradients though the layer inputs do not "
+                     "require grad; apply also calls enable_input_require_grads(), which only reentrant "
+                     "checkpointing would need")
+    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes))

@@ -1,0 +1,42 @@
+"""When full fine-tuning does not fit: which of lora and qlora would, priced by the same model.
+
+Called by the memory.fit error (plan/rules/fit.py). Each method is solved exactly as the
+plan would solve it with those lines added (same batch, savers and hardware; the [lora]
+and [quantization] tables as the spec gives them, their defaults when absent), and listed
+only when it fits, with its memory and the exact spec lines to add. A frozen fp32 base
+is 4 bytes per weight: when lora fits only with 16-bit weights on a GPU with bf16, the
+lines say so (model.dtype is the user's choice, so it is a suggestion, never a change).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.rules.lora import adapters_for
+from gpuplan.plan.fit.search import FitProblem, solve
+from gpuplan.plan.methods import ADAPTER_METHODS
+from gpuplan.units import GIB
+
+
+
+def adapter_alternatives(ctx: Resolver, problem: FitProblem) -> list[str]:
+    """One line per fitting method: memory and the lines to add under [model]."""
+    out: list[str] = []
+    for method in (m.name for m in ADAPTER_METHODS):
+        adapters = adapters_for(method, ctx)
+        if adapters is None:
+            return out
+        base = dataclasses.replace(problem.base, adapters=adapters)
+        lines = [f'method = "{method}"']
+        sol = solve(dataclasses.replace(problem, base=base))
+        if not sol.fits and method == "lora" and base.weight_dtype == "float32" and ctx.gpu.bf16:
+            sol = solve(dataclasses.replace(problem, base=dataclasses.replace(base, weight_dtype="bfloat16")))
+            lines.append('dtype = "bfloat16"')
+        if not sol.fits:
+            continue
+        savers = f", {', '.join(sol.savers)}" if sol.savers else ""
+        out.append(f"{method} needs {sol.estimate.reserved_peak_bytes / GIB:.1f} GiB of "
+                   f"{problem.usable_bytes / GIB:.1f} usable (per-device batch {sol.per_device_batch}{savers}): "
+                   f"add under [model]: {'; '.join(lines)}")
+    return out
