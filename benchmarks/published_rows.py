@@ -154,7 +154,7 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
                          networks=load_interconnects())
     world = run.count * run.nodes
     return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm,
-                               scale=scale)
+                               scale=scale).to_dict()
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

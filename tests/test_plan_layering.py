@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gpuplan"
 
 LEAVES = ("gpuplan.errors", "gpuplan.units", "gpuplan.hardware.profile", "gpuplan.lazy", "gpuplan.fsutil")
-DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods")
+# the plan's data types; Workload (estimate/memory/types.py) is the memory section's record of the run
+DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods", "gpuplan.plan.estimate.memory.types")
 HIGHER = ("gpuplan.plan.engine", "gpuplan.plan.rules", "gpuplan.plan.fit", "gpuplan.plan.checks",
           "gpuplan.plan.build", "gpuplan.plan.compare", "gpuplan.plan.inputs")
 

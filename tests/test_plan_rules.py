@@ -187,7 +187,8 @@ def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
     assert plan.value("training.optim") == "adamw_bnb_8bit"
     assert plan.value("training.gradient_checkpointing") is True
     names = [s.name for s in plan.memory.savers]
-    assert names == ["8-bit optimizer", "gradient checkpointing"]
+    # cheapest slowdown first: 8-bit states (none), the chunked loss (a few %), then checkpointing (20%)
+    assert names == ["8-bit optimizer", "chunked cross-entropy", "gradient checkpointing"]
     assert all(s.saved_bytes > 0 for s in plan.memory.savers)
     assert "does not fit without it" in change(plan, "training.gradient_checkpointing").reason
 

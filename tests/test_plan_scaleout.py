@@ -57,9 +57,11 @@ def test_70b_on_8_h100_is_fully_sharded_with_offload(plan70b):
     assert "full_shard" in reason and "CPU offload" in reason and "host RAM" in reason
     mem = plan70b.memory
     assert mem.fits and mem.reserved_peak_bytes <= mem.usable_bytes
-    # the states live on the host; on the GPU: the gathered tail unit (bf16 lm_head + norm)
+    # the states live on the host; on the GPU only gathered units (a few layers' bf16 parameters)
     assert mem.components["optimizer_states"] == 0 and mem.components["gradients"] == 0
-    assert mem.components["weights"] == 2 * (128256 * 8192 + 8192)
+    assert 0 < mem.components["weights"] < 0.05 * 2 * plan70b.model.n_params
+    # the loss is chunked (cheaper than checkpointing alone at this batch): no [tokens, vocab] logits at the peak
+    assert plan70b.value("training.loss_chunk_size") == 1024 and mem.components["logits_loss"] == 0
     assert plan70b.memory.workload.shard_world_size == 8
 
 
@@ -104,10 +106,12 @@ def test_8b_ddp_when_asked_needs_savers(tmp_path):
     """DDP replicates the states: only the 8-bit optimizer (and checkpointing) make it fit."""
     plan = plan_text(tmp_path, _spec(dist='strategy = "ddp"'))
     assert plan.value("distributed.strategy") == "ddp"
-    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "gradient checkpointing"]
+    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "chunked cross-entropy", "gradient checkpointing"]
     c = plan.memory.components
     assert c["weights"] == 2 * 8_030_261_248
-    assert c["gradients"] == 2 * 2 * 8_030_261_248  # the gradients + DDP's bucket copy of them
+    # DDP's bucket copy of the gradients beside the gradients themselves (at batch 8, with the loss
+    # chunked, the peak is inside the first layer's backward: all but its own and the embedding's)
+    assert 2 * 8_030_261_248 < c["gradients"] <= 2 * 2 * 8_030_261_248
 
 
 def test_two_nodes_shard_over_16_and_cross_the_network(tmp_path):

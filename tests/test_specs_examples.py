@@ -33,7 +33,8 @@ def test_8b_on_a100_uses_bf16_and_fits():
 
 def test_24gb_card_needs_8bit_and_checkpointing():
     plan = plan_file(SPECS / "phi-2-24gb.toml", environment=ENV)
-    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "gradient checkpointing"]
+    # the chunked loss (a few %) before checkpointing (20%): cheapest slowdown first
+    assert [s.name for s in plan.memory.savers] == ["8-bit optimizer", "chunked cross-entropy", "gradient checkpointing"]
 
 
 def test_every_plan_round_trips_through_its_typed_sections(shipped_plans):

@@ -40,16 +40,16 @@ STEP_TIME = 12.66892104310154
 
 def test_llama_8b_on_a100_bf16():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1000, utilisation=0.4)
-    assert out["tokens_per_step"] == TOKENS
-    assert out["model_flops_per_token"] == out["flops_per_token"] == PER_TOKEN
-    assert out["flops_per_step"] == out["model_flops_per_step"] == STEP_FLOPS
-    assert (out["peak_dtype"], out["peak_tflops"], out["utilisation"]) == ("bf16", 312.0, 0.4)
-    assert out["assumption"] == "40% of peak dense bf16 TFLOP/s (given)"
-    assert out["step_time_s"] == pytest.approx(STEP_TIME, rel=1e-12)
-    assert out["tokens_per_second"] == pytest.approx(2586.49, abs=0.01)  # 312e12 * 0.4 / 48_250_773_504
-    assert out["run_time_s"] == pytest.approx(12668.92, abs=0.01)
-    assert out["slowdowns"] == {} and out["notes"] == []
-    json.dumps(out)  # JSON-ready
+    assert out.tokens_per_step == TOKENS
+    assert out.model_flops_per_token == out.flops_per_token == PER_TOKEN
+    assert out.flops_per_step == out.model_flops_per_step == STEP_FLOPS
+    assert (out.peak_dtype, out.peak_tflops, out.utilisation) == ("bf16", 312.0, 0.4)
+    assert out.assumption == "40% of peak dense bf16 TFLOP/s (given)"
+    assert out.step_time_s == pytest.approx(STEP_TIME, rel=1e-12)
+    assert out.tokens_per_second == pytest.approx(2586.49, abs=0.01)  # 312e12 * 0.4 / 48_250_773_504
+    assert out.run_time_s == pytest.approx(12668.92, abs=0.01)
+    assert out.slowdowns == {} and out.notes == ()
+    json.dumps(out.to_dict())  # the typed section serialises to JSON
 
 
 def test_gradient_checkpointing_adds_recomputed_forward():
@@ -58,29 +58,29 @@ def test_gradient_checkpointing_adds_recomputed_forward():
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    gradient_checkpointing=True)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=None, utilisation=0.4)
-    assert out["model_flops_per_token"] == PER_TOKEN
-    assert out["flops_per_token"] == 63_283_691_520
-    assert out["step_time_s"] == pytest.approx(63_283_691_520 * TOKENS / (312e12 * 0.4))
-    assert out["run_time_s"] is None and out["max_steps"] is None
-    assert "Korthikanti" in out["flops_formula"]
+    assert out.model_flops_per_token == PER_TOKEN
+    assert out.flops_per_token == 63_283_691_520
+    assert out.step_time_s == pytest.approx(63_283_691_520 * TOKENS / (312e12 * 0.4))
+    assert out.run_time_s is None and out.max_steps is None
+    assert "Korthikanti" in out.flops_formula
 
 
 def test_empty_cache_costs_ten_percent():
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    torch_empty_cache_steps=4)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=10, utilisation=0.4)
-    assert out["slowdowns"] == {"torch_empty_cache_steps": 0.10}
-    assert out["step_time_s"] == pytest.approx(STEP_TIME * 1.1)
-    assert out["flops_per_step"] == STEP_FLOPS
+    assert out.slowdowns == {"torch_empty_cache_steps": 0.10}
+    assert out.step_time_s == pytest.approx(STEP_TIME * 1.1)
+    assert out.flops_per_step == STEP_FLOPS
 
 
 def test_data_parallel_ranks_multiply_tokens_not_step_time():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, world_size=8, utilisation=0.4)
-    assert out["tokens_per_step"] == 8 * TOKENS
-    assert out["step_time_s"] == pytest.approx(STEP_TIME)
-    assert out["tokens_per_second"] == pytest.approx(8 * TOKENS / STEP_TIME)
+    assert out.tokens_per_step == 8 * TOKENS
+    assert out.step_time_s == pytest.approx(STEP_TIME)
+    assert out.tokens_per_second == pytest.approx(8 * TOKENS / STEP_TIME)
     # compute only: plan/build.py with_communication adds the communication (and says so)
-    assert not any("not included" in n for n in out["notes"])
+    assert not any("not included" in n for n in out.notes)
 
 
 @pytest.mark.parametrize(
@@ -98,41 +98,41 @@ def test_data_parallel_ranks_multiply_tokens_not_step_time():
 def test_peak_dtype(gpu, workload_kw, tf32, dtype, peak):
     run = Workload(per_device_batch=2, seq_len=512, **workload_kw)
     out = estimate_throughput(LLAMA_8B, run, lookup(gpu), max_steps=1, tf32=tf32, utilisation=0.4)
-    assert (out["peak_dtype"], out["peak_tflops"]) == (dtype, peak)
-    assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (peak * 1e12 * 0.4))
+    assert (out.peak_dtype, out.peak_tflops) == (dtype, peak)
+    assert out.step_time_s == pytest.approx(out.flops_per_step / (peak * 1e12 * 0.4))
 
 
 def test_missing_dtype_falls_back_to_fp32_with_note():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, lookup("V100-32GB"), max_steps=1)
-    assert (out["peak_dtype"], out["peak_tflops"]) == ("fp32", 15.7)
-    assert out["notes"] == ["V100-32GB has no bf16 peak in the catalog; the fp32 peak is used"]
+    assert (out.peak_dtype, out.peak_tflops) == ("fp32", 15.7)
+    assert out.notes == ("V100-32GB has no bf16 peak in the catalog; the fp32 peak is used",)
 
 
 def test_cpu_is_priced_by_the_step_time_model_with_its_own_constants():
     run = Workload(per_device_batch=1, seq_len=128, device="cpu")
     out = estimate_throughput(LLAMA_8B, run, lookup("cpu"), max_steps=3)
-    assert out["peak_dtype"] == "fp32" and out["step_time"]["arch_class"] == "cpu"
-    assert out["assumption"].startswith("step-time model, cpu constants")
+    assert out.peak_dtype == "fp32" and out.step_time["arch_class"] == "cpu"
+    assert out.assumption.startswith("step-time model, cpu constants")
     # one processor launches and computes: the step is the sum of its terms
-    terms = out["step_time"]["terms"]
-    assert out["step_time_s"] == pytest.approx(sum(t["seconds"] for t in terms if t["per"] == "step")
+    terms = out.step_time["terms"]
+    assert out.step_time_s == pytest.approx(sum(t["seconds"] for t in terms if t["per"] == "step")
                                                + sum(t["seconds"] for t in terms if t["per"] == "micro-batch"))
 
 
 def test_default_is_the_step_time_model_and_names_its_constants():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1)
-    assert out["assumption"].startswith("step-time model, ampere-dc constants (fitted: benchmarks/fit_step_time.py")
-    st = out["step_time"]
+    assert out.assumption.startswith("step-time model, ampere-dc constants (fitted: benchmarks/fit_step_time.py")
+    st = out.step_time
     assert st["bound_by"] == "matmuls" and sum(st["shares"].values()) == pytest.approx(1.0)
     # the utilisation is what the model's step time implies
-    assert out["utilisation"] == pytest.approx(STEP_FLOPS / (out["step_time_s"] * 312e12))
-    assert 0.3 < out["utilisation"] < 0.9
+    assert out.utilisation == pytest.approx(STEP_FLOPS / (out.step_time_s * 312e12))
+    assert 0.3 < out.utilisation < 0.9
 
 
 def test_utilisation_override_and_validation():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, utilisation=0.5)
-    assert out["step_time_s"] == pytest.approx(STEP_TIME * 0.4 / 0.5)
-    assert out["assumption"] == "50% of peak dense bf16 TFLOP/s (given)"
+    assert out.step_time_s == pytest.approx(STEP_TIME * 0.4 / 0.5)
+    assert out.assumption == "50% of peak dense bf16 TFLOP/s (given)"
     with pytest.raises(ValueError, match="utilisation must be in"):
         estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, utilisation=1.5)
     with pytest.raises(ValueError, match="world_size must be >= 1"):

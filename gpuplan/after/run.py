@@ -46,7 +46,7 @@ def _error(summary: str, fix: str | None = None, key: str | None = None) -> Gpup
 
 def spec_settings(spec_path: str) -> dict[str, Any]:
     """The spec's settings as written (paths resolved relative to the spec file), without planning."""
-    from gpuplan.plan.build import flatten
+    from gpuplan.plan.inputs.spec_settings import flatten
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 

@@ -66,6 +66,7 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         # memory savers
         "activation_checkpointing": bool(v("training.gradient_checkpointing")),
         "torch_empty_cache_steps": int(empty_cache) if empty_cache else None,
+        "use_liger_kernel": bool(plan.get("training.use_liger_kernel")),  # plan/estimate/memory/liger.py
         # precision
         "bf16": bool(v("training.bf16")),
         "fp16": bool(v("training.fp16")),

@@ -32,6 +32,8 @@ def needed_packages(plan: Plan) -> list[tuple[str, str]]:
         out.append(("training.optim", "bitsandbytes"))
     elif optim in NEEDS_PACKAGE:
         out.append(("training.optim", NEEDS_PACKAGE[optim]))
+    if plan.get("training.use_liger_kernel"):
+        out.append(("training.use_liger_kernel", "liger_kernel"))
     if plan.get("model.attn_implementation") == "flash_attention_2":
         out.append(("model.attn_implementation", "flash_attn"))
     backend = plan.get("training.torch_compile_backend") if plan.get("training.torch_compile") else None

@@ -91,6 +91,14 @@ def build_trainer(
         no_cache_while_training(model)
     if adapters.uses_adapters(plan):
         model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
+    if chunk := int(plan.get("training.loss_chunk_size") or 0):
+        from .chunked_loss import install
+
+        install(model, chunk)  # the head + loss over chunks of tokens (plan/estimate/memory/loss_chunking.py)
+    if plan.get("training.activation_offloading"):
+        from .activation_offload import install as offload
+
+        offload(model)  # saved tensors in pinned host RAM (plan/estimate/memory/offload_activations.py)
     args = training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)

@@ -61,7 +61,7 @@ def cmd_lock(args) -> int:
         render_lock,
     )
     from gpuplan.hub.resolve import README, HubError, resolve, snapshot
-    from gpuplan.plan.build import flatten
+    from gpuplan.plan.inputs.spec_settings import flatten
     from gpuplan.plan.inputs.sources import hub_keys
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec

@@ -62,7 +62,7 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
                     calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
-    precision = precision_label(s, profile.bf16 or profile.vendor == "cpu")
+    precision = precision_label(s, profile.bf16 or profile.is_cpu)
     return {
         **row,
         "fits": True,

@@ -208,6 +208,7 @@ class ThroughputSection:
     utilisation: float | None = None
     assumption: str | None = None
     slowdowns: Mapping[str, float] | None = None
+    saver_seconds: Mapping[str, float] | None = None  # memory saver -> seconds it adds per step
     step_time_s: float | None = None  # compute plus communication
     tokens_per_second: float | None = None
     max_steps: int | None = None
@@ -222,8 +223,8 @@ class ThroughputSection:
     step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/estimate/step_time)
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict,
-                      "step_time": _dict}
+    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "saver_seconds": _dict, "communication": _dict,
+                      "calibration": _dict, "step_time": _dict}
 
     @property
     def empty(self) -> bool:

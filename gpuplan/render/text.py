@@ -109,6 +109,8 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     if t.step_time:
         out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
+    for name, seconds in (t.saver_seconds or {}).items():
+        out.append(f"  {name}: +{seconds:.3g} s/step (included)")
     if t.cost_usd is not None:
         out.append(f"Cost: ~${t.cost_usd:,.2f} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")
     return out

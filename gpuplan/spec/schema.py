@@ -192,6 +192,13 @@ class TrainingSpec(_Section):
     torch_compile_backend: Literal[COMPILE_BACKENDS] | None = Field(None, description="torch._dynamo backend; default inductor.")  # type: ignore[valid-type]
     torch_compile_mode: Literal[COMPILE_MODES] | None = Field(None, description="torch.compile mode.")  # type: ignore[valid-type]
     torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
+    loss_chunk_size: Union[Annotated[int, Field(ge=0, le=2**20)], Auto] = Field(
+        "auto", description="Output head + loss over chunks of N tokens, recomputed in backward; 0 = off; "
+                            "auto: only when the run needs it to fit.")
+    activation_offloading: bool = Field(False, description="Tensors saved for backward in pinned host RAM, copied "
+                                                           "back in backward (GPUs; not with gradient checkpointing).")
+    use_liger_kernel: bool = Field(False, description="Liger's Triton kernels (fused linear cross-entropy, RMSNorm, "
+                                                      "SwiGLU, RoPE); CUDA/ROCm GPUs, the families Liger patches.")
     report_to: Union[Literal[("none", "all") + TRACKER_NAMES], list[Literal[TRACKER_NAMES]]] = Field(  # type: ignore[valid-type]
         "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.')
     run_name: str | None = Field(None, min_length=1, max_length=200,

@@ -83,6 +83,10 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
         from gpuplan.trace.adapters import apply_adapters
 
         model = apply_adapters(model, wl)
+    if wl.loss_chunk_size and wl.task == "causal-lm":
+        from gpuplan.apply.chunked_loss import install
+
+        install(model, wl.loss_chunk_size)  # as apply runs it: the trace sees one chunk's logits at a time
     return model
 
 

@@ -92,6 +92,9 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "training.torch_compile": False,
         "training.torch_compile_backend": "inductor",
         "training.torch_empty_cache_steps": 0,
+        "training.loss_chunk_size": 0,
+        "training.use_liger_kernel": False,
+        "training.activation_offloading": False,
         "output.dir": str(tmp_path / "run"),
         # keys the planner adds beyond the first contract; read with plan.get() and a default
         "training.warmup_ratio": None,

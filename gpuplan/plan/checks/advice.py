@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
 
 from gpuplan.hardware.profile import GPUProfile
+from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.types import Diagnostic
 
 WEEK_S = 7 * 24 * 3600
@@ -26,8 +26,8 @@ def auto_resolved_to_cpu(requested: str, gpu: GPUProfile) -> Diagnostic | None:
             "or pass --gpu A100-80GB to `gpuplan plan`")
 
 
-def long_run(throughput: Mapping[str, Any], on_cpu: bool) -> Diagnostic | None:
-    run_s, step_s = throughput.get("run_time_s"), throughput.get("step_time_s")
+def long_run(throughput: ThroughputSection, on_cpu: bool) -> Diagnostic | None:
+    run_s, step_s = throughput.run_time_s, throughput.step_time_s
     if run_s is None or run_s <= WEEK_S or not step_s:
         return None
     days = run_s / 86400
@@ -36,6 +36,6 @@ def long_run(throughput: Mapping[str, Any], on_cpu: bool) -> Diagnostic | None:
               else "raise hardware.count, or plan for a faster GPU (`gpuplan gpus`)")
     return Diagnostic(
         "warning", "training.max_steps",
-        f"the run is estimated at {days:,.1f} days ({throughput.get('max_steps'):,} steps at ~{step_s:,.2f} s/step), "
+        f"the run is estimated at {days:,.1f} days ({throughput.max_steps or 0:,} steps at ~{step_s:,.2f} s/step), "
         "more than a week",
         fix=f"{device}, or set training.max_steps = {steps_in_a_week} or fewer to finish within a week")

@@ -2,7 +2,7 @@
 
 A missing data file used to pass `plan` and `validate` and fail seconds into `apply`,
 leaving a failed run state behind; the plan now refuses it. Paths were already
-resolved against the spec's directory (build.flatten), so a spec plans the same from
+resolved against the spec's directory (inputs/spec_settings.py flatten), so a spec plans the same from
 any working directory. This reads the file system and nothing else: no torch.
 """
 

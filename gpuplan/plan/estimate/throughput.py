@@ -34,8 +34,11 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
+from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.methods import FULL, LORA, method_of
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
@@ -97,8 +100,9 @@ def estimate_throughput(
     comm: Mapping[str, Any] | None = None,
     scale: Mapping[str, float] | None = None,
     extra_terms: Sequence[Term] = (),
-) -> dict[str, Any]:
-    """Tokens per optimizer step, step time and run time, JSON-ready.
+) -> ThroughputSection:
+    """Tokens per optimizer step, step time and run time: the plan's throughput section
+    (build adds communication, calibration and cost to it with dataclasses.replace).
 
     The step time is the step-time model's (plan/estimate/step_time: matmuls, attention,
     memory-bound work, optimizer, fixed costs, communication and offload, combined
@@ -140,21 +144,29 @@ def estimate_throughput(
         formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
                    + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
     slowdowns: dict[str, float] = {}
+    if workload.liger_kernel:
+        notes.append(liger.speedup_note())
     if workload.torch_empty_cache_steps > 0:
         slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
 
     step_time = tokens_per_second = run_time = util = None
     model = None
+    saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
     if peak:
+        savers = saver_terms(facts, workload, gpu, peak * 1e12)
         if utilisation is None:
             model = step_time_model(facts, workload, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
-                                    scale=scale, extra=extra_terms)
+                                    scale=scale, extra=[*extra_terms, *savers])
             step_time = model.step_s
+            saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
             assumption = assumption or (f"step-time model, {model.constants.name} constants "
                                         f"({model.constants.source})")
         else:
             step_time = flops / (world_size * peak * 1e12 * utilisation)
             assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
+            accumulation = workload.gradient_accumulation_steps
+            saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
+            step_time += sum(saver_seconds.values())
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
         util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
@@ -175,6 +187,7 @@ def estimate_throughput(
         "utilisation": util,
         "assumption": assumption,
         "slowdowns": slowdowns,
+        "saver_seconds": saver_seconds,
         "step_time_s": step_time,
         "tokens_per_second": tokens_per_second,
         "max_steps": max_steps,
@@ -183,4 +196,4 @@ def estimate_throughput(
     }
     if model is not None:
         out["step_time"] = model.to_dict()
-    return out
+    return ThroughputSection.from_dict(out)

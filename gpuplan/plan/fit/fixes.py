@@ -3,7 +3,8 @@
 Issue 11 item 11: a fix is printed only if re-solving the fit problem with it (plan/solve.py,
 the model that refused the plan) finds a split that fits, and never a setting the spec
 already has. Each candidate changes one thing:
-- a memory saver the spec fixed (gradient checkpointing, the optimizer) set to "auto";
+- a memory saver the spec fixed (gradient checkpointing, the optimizer, chunked cross-entropy)
+  set to "auto";
 - model.dtype = "bfloat16" (on a GPU with bf16; float32 weights only);
 - data.seq_len halved, down to 128;
 - more GPUs of the same kind, fully sharded (FSDP FULL_SHARD; strategy "auto" or "fsdp");
@@ -20,6 +21,7 @@ from gpuplan.errors import Diagnostic
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.plan.fit.savers import KNOBS, SAVERS, user_saver_label
 from gpuplan.plan.fit.search import FitProblem, FitSolution, Sharding, solve
+from gpuplan.units import GIB
 
 MAX_GPUS_PER_NODE = 8  # HGX/DGX nodes
 ONE_KEY_HEAD = "any one of these fits (checked with the same memory model): "
@@ -79,6 +81,34 @@ def savers_on(sol: FitSolution, user_set: set[str]) -> str:
     return ("every saver on (" if len(sol.savers) > 1 else "") + ", ".join(on) + (")" if len(sol.savers) > 1 else "")
 
 
+def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
+    """Savers the spec can switch on that the fit search does not choose itself (Liger's kernels,
+    activation offloading), each checked by solving again with it on."""
+    from gpuplan.plan.estimate.memory import liger, offload_activations
+
+    fixes = []
+    base, gpu = p.base, p.gpu
+    if not base.liger_kernel and not liger.unavailable(p.facts.model_type, base.task, gpu.vendor, gpu.name):
+        q = dataclasses.replace(p, base=dataclasses.replace(base, liger_kernel=True, loss_chunk_size=0),
+                                auto=p.auto - {"loss_chunk_size"},
+                                fixed=dataclasses.replace(p.fixed, loss_chunk_size=0))
+        if _fits(q):
+            fixes.append(Fix("saver", "training.use_liger_kernel = true (Liger's fused linear cross-entropy; "
+                             "pip install liger-kernel)"))
+    ckpt_fixed = "gradient_checkpointing" in user_set and p.fixed.gradient_checkpointing
+    link = gpu.interconnect.get("pcie") or 0.0
+    if not base.offload_activations and not offload_activations.unavailable(base.device, ckpt_fixed, link):
+        q = dataclasses.replace(p, base=dataclasses.replace(base, offload_activations=True),
+                                auto=p.auto - {"gradient_checkpointing"},
+                                fixed=dataclasses.replace(p.fixed, gradient_checkpointing=False))
+        if sol := _fits(q):
+            moved = sol.estimate.offloaded_activation_bytes
+            seconds = offload_activations.transfer_seconds(moved, sol.accumulation, link)
+            fixes.append(Fix("saver", f"training.activation_offloading = true ({moved / GIB:.0f} GiB of host RAM "
+                             f"per GPU, {seconds:.2g} s per step over the host link)"))
+    return fixes
+
+
 def _fits(p: FitProblem) -> FitSolution | None:
     sol = solve(p)
     return sol if sol.fits else None
@@ -91,6 +121,7 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
     for knob, key in dict((s.knob, s.setting) for s in SAVERS).items():
         if knob in user_set and _fits(dataclasses.replace(p, auto=p.auto | {knob})):
             fixes.append(Fix("saver", f'{key} = "auto"'))
+    fixes += saver_fixes(p, user_set)
     # bf16 weights
     if p.base.weight_dtype == "float32" and p.gpu.bf16 and p.base.device == "cuda":
         base = dataclasses.replace(p.base, weight_dtype="bfloat16", amp="bf16" if p.base.amp else None)

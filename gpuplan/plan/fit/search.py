@@ -4,7 +4,7 @@ Pure: every candidate is priced by gpuplan.plan.estimate.memory.estimate_memory.
 
 Order of preference (the guide: larger per-device batches are faster, many
 accumulation steps slow training, checkpointing costs ~20%, emptying the cache
-~10%):
+~10%; chunked cross-entropy a few %, estimate/memory/loss_chunking.py; fit/savers.py):
   1. no memory saver if any batch fits without one; otherwise the shortest prefix
      of the saver ladder that makes some batch fit, cheapest slowdown first;
   2. within that, the largest per-device batch that fits and is a tensor-core
@@ -53,6 +53,7 @@ class Knobs:
     optim: str
     torch_empty_cache_steps: int
     sharding: Sharding = Sharding()
+    loss_chunk_size: int = 0  # tokens per chunk of the head + loss; 0 = off (estimate/memory/loss_chunking.py)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...
     k = dataclasses.replace(p.fixed, sharding=sharding)
     steps: list[tuple[tuple[str, ...], Knobs]] = [((), k)]
     names: tuple[str, ...] = ()
-    for saver in SAVERS:
+    for saver in sorted(SAVERS, key=lambda sv: sv.slowdown(p)):  # cheapest slowdown first (stable)
         if saver.knob in p.auto and saver.available(p, sharding):
             names = tuple(n for n in names if n not in saver.supersedes) + (saver.name,)
             k = dataclasses.replace(k, **{saver.knob: saver.value})
@@ -143,6 +144,7 @@ def workload(p: FitProblem, batch: int, knobs: Knobs) -> Workload:
         gradient_checkpointing=knobs.gradient_checkpointing,
         optim=knobs.optim,
         torch_empty_cache_steps=knobs.torch_empty_cache_steps,
+        loss_chunk_size=knobs.loss_chunk_size,
         engine=cast(Any, sh.engine),  # Sharding holds the same names Workload's Literal lists
         zero_stage=cast(Any, sh.zero_stage),
         shard_world_size=sh.shard_world_size,
@@ -170,6 +172,9 @@ def _choose(p: FitProblem, fitting: list[int]) -> tuple[int, bool]:
         pool = multiples or fitting
         best = min(pool, key=lambda b: (abs(b - ub), -b))  # nearest, ties to the larger
         return best, best % m == 0
+    if p.base.offload_activations:  # host RAM grows with the batch: the smallest (memory/offload_activations.py)
+        pool = multiples or fitting
+        return pool[-1], pool[-1] % m == 0
     if multiples:
         return multiples[0], True
     return fitting[0], fitting[0] % m == 0

@@ -16,11 +16,11 @@ from typing import Any
 WATCHED = (
     "torch", "transformers", "accelerate", "bitsandbytes", "flash_attn", "deepspeed", "datasets",
     "torchao", "galore_torch", "apollo_torch", "lomo_optim", "grokadamw", "schedulefree",
-    "torch_optimi", "torchdistx", "tvm",
+    "torch_optimi", "torchdistx", "tvm", "liger_kernel",
 )
 # The pip (distribution) name of each watched module where the two differ: what `pip install` takes.
 PIP_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
-             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi"}
+             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi", "liger_kernel": "liger-kernel"}
 
 
 def package_versions() -> dict[str, str | None]:

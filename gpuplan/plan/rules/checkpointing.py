@@ -22,6 +22,10 @@ def checkpointing(ctx: Resolver) -> None:
         ctx.resolve("training.gradient_checkpointing", False, "off: the batch split did not resolve")
         return
     on = sol.knobs.gradient_checkpointing
+    if ctx.spec("training.activation_offloading"):
+        ctx.resolve("training.gradient_checkpointing", False, "off: activation offloading keeps the activations in "
+                    "host RAM instead (training.activation_offloading)")
+        return
     if on:
         saved = sol.saved_bytes.get(CHECKPOINTING.name, 0) / GIB
         why = f"does not fit without it: recomputing activations saves {saved:.1f} GiB (about 20% slower)"
@@ -31,7 +35,7 @@ def checkpointing(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing"),
+    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing", "spec:training.activation_offloading"),
          writes=("training.gradient_checkpointing",), apply=checkpointing,
          doc="on only when the run does not fit without it."),
 )

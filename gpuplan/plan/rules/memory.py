@@ -12,6 +12,7 @@ import dataclasses
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.loss_chunking import unavailable as chunking_unavailable
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.errors import Diagnostic
 from gpuplan.plan.fit.fixes import NoFit, no_fit_fix, savers_on, verified_fixes
@@ -104,13 +105,22 @@ def fit(ctx: Resolver) -> None:
     asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
+    # refused on CPU (rules/offload_activations.py): not priced there
+    offload = bool(ctx.spec("training.activation_offloading")) and not gpu.is_cpu
+    if offload and ckpt == "auto":
+        ckpt = False  # offloading replaces checkpointing (estimate/memory/offload_activations.py); rules/offload_activations.py says so
     empty = ctx.spec("training.torch_empty_cache_steps")
+    chunk = ctx.spec("training.loss_chunk_size")
+    liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
+    if liger or chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
+        chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
-                                   ("torch_empty_cache_steps", empty)) if v == "auto")
+                                   ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk)) if v == "auto")
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
         torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.is_cpu else empty),
+        loss_chunk_size=0 if chunk == "auto" else chunk,
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     base = Workload(
@@ -122,6 +132,8 @@ def fit(ctx: Resolver) -> None:
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
         device="cpu" if gpu.is_cpu else "cuda",
+        liger_kernel=liger,
+        offload_activations=offload,
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -194,7 +206,8 @@ RULES = (
             "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
             "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
-            "spec:training.optim", "spec:training.torch_empty_cache_steps",
+            "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
+            "spec:training.use_liger_kernel", "spec:training.activation_offloading",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",

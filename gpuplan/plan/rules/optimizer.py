@@ -14,6 +14,7 @@ from typing import Mapping
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.paging import is_paged, paged_share, paging_wording
 from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, EIGHT_BIT_OPTIMIZER
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.inputs.target import install_note, is_local, target_packages
@@ -97,9 +98,22 @@ def select(ctx: Resolver) -> None:
         return
     _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
     ctx.resolve("training.optim", chosen, reason)
+    if is_paged(chosen):  # what paging does and does not save (memory/paging.py)
+        problem = ctx.get(FIT_PROBLEM)
+        paged = int(sol.estimate.components.get("optimizer_states", 0) * paged_share(_trainable_shapes(problem)))
+        ctx.note("training.optim", paging_wording(chosen, paged, ctx.gpu.interconnect.get("pcie"), ctx.gpu.is_cpu))
     package = "bitsandbytes" if chosen in BNB_OPTIMIZERS else NEEDS_PACKAGE.get(chosen)
     if package and not is_local(ctx.spec):
         install_note(ctx, "training.optim", package, f'training.optim = "{chosen}"')
+
+
+def _trainable_shapes(problem) -> list:
+    """The shapes of the tensors the optimizer holds states for: the adapters', or every parameter."""
+    if problem.base.adapters is not None:
+        from gpuplan.plan.estimate.memory.adapters import adapter_layout
+
+        return [s for _, s in adapter_layout(problem.facts, problem.base.adapters).adapter_shapes]
+    return [s for _, s in problem.facts.param_shapes]
 
 
 RULES = (

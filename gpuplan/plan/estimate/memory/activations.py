@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.liger import flce_bytes
+from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.types import Workload
 
 # model_type -> block style
@@ -201,6 +203,8 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     if wl.gradient_checkpointing:
         outside += tokens * 8  # int64 positions the checkpointed calls keep
     half = 4 if mode == "fp32" else 2
+    # chunked cross-entropy keeps the loss path of one chunk of tokens at a time
+    lt = loss_tokens(tokens, wl.loss_chunk_size)
     if wl.task == "seq-cls":
         logits_fwd = logits_bwd = 0
     else:
@@ -214,18 +218,24 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
             # .float()): in 16-bit weights log_softmax and its gradients stay 16-bit;
             # under autocast cross_entropy runs in fp32 (autocast fp32 op list)
             e = 4 if mode != "half" else 2
-            logits_fwd = tokens * v * (half + (4 if mode == "amp" else 0) + e)
-            logits_bwd = tokens * v * 3 * e
+            logits_fwd = lt * v * (half + (4 if mode == "amp" else 0) + e)
+            logits_bwd = lt * v * 3 * e
             if mode == "amp":
                 # CUDA autocast has no cross_entropy_loss kernel: it decomposes to log_softmax
                 # (float32 by dtype=) and nll_loss; the trace under CUDA's policy keeps 10
                 # bytes per logit at the start of backward, not CPU autocast's 12 (measured:
                 # traced logits_loss over vocab_size 4000 -> 8000 at 512 and 2048 tokens,
                 # BERT h=256: 10 per logit + the head's 16-bit decoder weight copy, 2hv)
-                logits_bwd = tokens * v * 10
+                logits_bwd = lt * v * 10
         else:
-            logits_fwd = tokens * v * (half + (4 if half == 2 else 0) + 4)
-            logits_bwd = tokens * v * 12
+            logits_fwd = lt * v * (half + (4 if half == 2 else 0) + 4)
+            logits_bwd = lt * v * 12
+        if wl.liger_kernel and wl.task == "causal-lm":
+            # Liger's fused linear cross-entropy (memory/liger.py): one chunk's logits in forward,
+            # the input's and the head's gradients held from forward to backward
+            frozen = wl.adapters is not None and "lm_head" not in wl.adapters.modules_to_save
+            head_bytes = 0 if frozen else (4 if wl.weight_dtype == "float32" else 2)
+            logits_fwd, logits_bwd = flce_bytes(tokens, h, v, half, head_bytes)
         if wl.task == "masked-lm":
             # BERT's prediction transform (dense, GELU, LayerNorm) before the decoder
             outside += tokens * h * 3 * half

@@ -35,6 +35,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
 from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
 from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
@@ -232,7 +233,9 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         base_casts = 0
     head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
     # the logits' gradient in the head's compute dtype
-    grad_logits = tokens * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
+    # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
+    lt = 0 if wl.liger_kernel else loss_tokens(tokens, wl.loss_chunk_size)
+    grad_logits = lt * facts.vocab_size * (2 if amp or (not qlora and wb == 2) else 4) if wl.task != "seq-cls" else 0
     dequant = 2 * largest4  # one layer's dequantized weight in its matmul (compute dtype)
     if wl.gradient_checkpointing:
         # outside the checkpointed layers only the final norm's input (residual dtype) and the
@@ -248,6 +251,11 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         saved_acts = layers * per_layer
         fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
         recompute = 0
+    offloaded = 0
+    if wl.offload_activations and not wl.gradient_checkpointing:
+        # memory/offload_activations.py: one layer on the GPU at a time, the rest in pinned host RAM
+        offloaded = saved_acts + bwd_casts
+        saved_acts, bwd_casts = per_layer, bwd_casts // max(layers, 1)
     acc = grads if wl.gradient_accumulation_steps > 1 else 0
 
     # DDP's reducer keeps flat bucket copies of the trainable gradients (memory/sharding.py, DDP)
@@ -258,7 +266,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
                 "logits_loss": logits, "temporaries": temp}
 
     first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
-             else per_layer + bwd_casts // max(layers, 1))
+             else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1)))
     moments = [
         moment(acc, saved_acts + fwd_casts, parts.logits_fwd),
         moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start),
@@ -280,4 +288,5 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
                      "so the adapters inside checkpointed blocks get gradients though the layer inputs do not "
                      "require grad; apply also calls enable_input_require_grads(), which only reentrant "
                      "checkpointing would need")
-    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes))
+    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes),
+                          host_bytes=int(offloaded), offloaded_activation_bytes=int(offloaded))

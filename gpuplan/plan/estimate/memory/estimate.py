@@ -25,6 +25,8 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.activations import activation_parts, mode_of
 from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
+from gpuplan.plan.estimate.memory.offload_activations import offloaded_bytes
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.sharding import sharded_states
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
@@ -76,7 +78,9 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     buckets = st.buckets
     tokens = wl.per_device_batch * wl.seq_len
     # the head's backward: gradient of the logits in the model's compute dtype
-    grad_logits = tokens * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
+    # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
+    lt = 0 if wl.liger_kernel else loss_tokens(tokens, wl.loss_chunk_size)
+    grad_logits = lt * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
 
     if wl.gradient_checkpointing:
         saved = layers * parts.per_layer_checkpointed + parts.outside_layers
@@ -97,15 +101,26 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         fwd_casts = bwd_casts = casts
         recompute = 0
 
+    offloaded = 0
+    if wl.offload_activations and not wl.gradient_checkpointing:
+        # memory/offload_activations.py: one layer's saved tensors on the GPU at a time, the rest
+        # (and the autocast copies backward keeps) in pinned host RAM
+        offloaded = offloaded_bytes(parts.per_layer, layers, parts.outside_layers) + bwd_casts
+        saved, bwd_casts = parts.per_layer, bwd_casts // max(layers, 1)
+
     def moment(gradients: int, activations: int, logits: int, temporaries: int = 0,
                gathered: int = 0) -> dict[str, int]:
         # gathered (unsharded) parameters count as weights, communication buckets as gradients
         return {"weights": weights + gathered, "gradients": gradients + buckets, "optimizer_states": states,
                 "activations": activations, "logits_loss": logits, "temporaries": temporaries}
 
+    # chunked cross-entropy: each chunk's backward makes its own head weight gradient (compute
+    # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/test_chunked_loss.py)
+    chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
+    chunk_grad = layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
     moments = [
         moment(acc, saved + fwd_casts, parts.logits_fwd, gathered=st.gathered_forward),
-        moment(acc, saved + bwd_casts, parts.logits_bwd_start, gathered=st.gathered_forward),
+        moment(acc, saved + bwd_casts, parts.logits_bwd_start, chunk_grad, gathered=st.gathered_forward),
         moment(acc or head_grad, saved + bwd_casts, grad_logits, gathered=st.gathered_head),
         moment(st.grads_step, 0, 0, step_temp),
     ]
@@ -118,6 +133,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
                           gathered=st.gathered_last_layer))
     if wl.gradient_checkpointing:
         first = parts.outside_layers + parts.per_layer_checkpointed + recompute
+    elif offloaded:
+        first = parts.per_layer + bwd_casts
     else:
         first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
     moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward,
@@ -134,5 +151,6 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         components=components,
         method="analytic",
         notes=tuple(notes),
-        host_bytes=int(st.host_bytes),
+        host_bytes=int(st.host_bytes + offloaded),
+        offloaded_activation_bytes=int(offloaded),
     )

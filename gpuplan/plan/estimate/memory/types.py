@@ -63,6 +63,9 @@ class Workload:
     num_labels: int = 2
     device: Literal["cuda", "cpu"] = "cuda"
     torch_empty_cache_steps: int = 0
+    loss_chunk_size: int = 0  # tokens per chunk of the head + loss (memory/loss_chunking.py); 0 = off
+    liger_kernel: bool = False  # Liger's fused linear cross-entropy and kernels (memory/liger.py)
+    offload_activations: bool = False  # saved tensors in pinned host RAM (memory/offload_activations.py)
     # Scale-out: what the data-parallel ranks share. ZeRO (Rajbhandari et al. 2020)
     # stage 1 shards optimizer states, stage 2 also gradients, stage 3 also parameters;
     # FSDP SHARD_GRAD_OP ~ stage 2, FULL_SHARD ~ stage 3 (HYBRID_SHARD: within a node).
@@ -98,6 +101,7 @@ class MemoryEstimate:
     method: Literal["analytic", "traced"]
     notes: tuple[str, ...] = field(default_factory=tuple)
     host_bytes: int = 0  # offloaded to host RAM (scale-out offload); not in the device figures
+    offloaded_activation_bytes: int = 0  # of host_bytes: activations per micro-batch (memory/offload_activations.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,4 +111,5 @@ class MemoryEstimate:
             "method": self.method,
             "notes": list(self.notes),
             "host_bytes": self.host_bytes,
+            "offloaded_activation_bytes": self.offloaded_activation_bytes,
         }

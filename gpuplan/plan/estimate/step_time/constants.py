@@ -95,7 +95,7 @@ CPU = ArchConstants("cpu", 0.9, 3e-5, "CPU: peak and bandwidth measured by hardw
 
 def arch_class(gpu: GPUProfile) -> str:
     """The architecture class of a catalog entry: by compute capability (NVIDIA) or generation (AMD)."""
-    if gpu.vendor == "cpu":
+    if gpu.is_cpu:
         return "cpu"
     if gpu.vendor == "amd":
         return "cdna3" if gpu.fp8 else "cdna2"

@@ -18,6 +18,8 @@ from functools import lru_cache
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
+from gpuplan.plan.methods import method_of
 
 LAYER_KERNELS_FWD = 44
 BACKWARD_KERNEL_RATIO = 1.95
@@ -83,16 +85,17 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     from gpuplan.plan.estimate.throughput import matmul_params  # the 6N term's N, one definition
 
     n, head = matmul_params(facts)
-    frozen = wl.adapters is not None
+    method = method_of(wl.adapters)
+    frozen = method.frozen_base
     trainable, quantized, per_layer, io = facts.n_params, 0, 0, 0
-    if frozen:
+    if frozen and wl.adapters is not None:
         trainable, per_layer, io = _adapter_counts(facts, wl.adapters)
-        if wl.adapters.method == "qlora":
+        if method.quantized_base:
             quantized = n - head
     layer_linears = sum(1 for name, *_ in facts.linear_layers if ".0." in name or name.startswith("0."))
-    weight_dtype_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[wl.weight_dtype]
+    weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
     act = BYTES.get(compute_dtype, 4)
-    on_cpu = gpu.vendor == "cpu" or wl.device == "cpu"
+    on_cpu = gpu.is_cpu or wl.device == "cpu"
     attention = "eager" if wl.attn_implementation == "eager" else "flash"
     return StepShape(
         tokens=wl.per_device_batch * wl.seq_len, seq_len=wl.seq_len, batch=wl.per_device_batch,
