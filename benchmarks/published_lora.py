@@ -58,7 +58,7 @@ LEFT_OUT = [
     ("277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3-mini, LitGPT)",
      "LitGPT's `lora_head` puts an adapter on the LM head; gpuplan plans LoRA on the layers peft's all-linear "
      "takes (the head excluded); Gemma-2-9B also has no shipped config"),
-    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded QLoRA (FSDP over a 4-bit base) is not planned"),
+    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded: in the fsdp_adapters section (benchmarks/fsdp_adapters.py)"),
     ("209, 210, 212-216, 251-262, 332-335", "DoRA-only / AdaLoRA / GaLore / LISA / LLaMA-Pro / LLaMA-Adapter / "
      "unspecified fine-tunes: not LoRA or QLoRA as peft's LoraConfig states it"),
 ]

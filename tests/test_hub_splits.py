@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli
 
@@ -102,3 +103,25 @@ def test_data_split_without_a_hub_dataset_is_a_warning(tmp_path):
                                     training="effective_batch_size = 16"))
     [d] = [d for d in plan.diagnostics if d.key == "data.split"]
     assert d.severity == "warning" and "read only with data.dataset" in d.summary
+
+
+def test_init_data_from_a_card_without_a_train_split_writes_its_train_split_and_reads_its_rows(tmp_path):
+    """ultrachat_200k's layout: init --data picks train_sft (the card maps no "train"), writes data.split
+    with the reason, and reads the format from train_sft's rows, not from the first file of the snapshot
+    (test_gen here holds instruction rows); the spec then plans as written. Before, init read test_gen and
+    ended in plan's "set data.split", a key init cannot set, with nothing written."""
+    cache = tmp_path / "cache"
+    pairs = b"".join(json.dumps({"prompt": f"q{i}", "response": f"a{i}"}).encode() + b"\n" for i in range(3))
+    add_repo(cache, "acme/ultra", {"README.md": ULTRACHAT_CARD, "data/train_sft-00000-of-00001.jsonl": chat_rows(6),
+                                   "data/test_gen-00000-of-00001.jsonl": pairs}, repo_type="dataset")
+    out = tmp_path / "init.toml"
+    r = run_cli(["init", str(REPO / "specs" / "models" / "tiny-llama-cpu.json"), "--gpu", "cpu", "--data",
+                 "acme/ultra", "--out", str(out)], cache)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    raw = tomllib.loads(text)
+    assert raw["data"]["split"] == "train_sft" and raw["data"]["format"] == "chat"
+    note = " ".join(ln.removeprefix("# ") for ln in text.split("\nsplit = ")[0].splitlines()[-2:])
+    assert 'maps no "train" split (it has train_sft, test_sft, train_gen, test_gen)' in note
+    plan = run_cli(["plan", str(out)], cache)
+    assert plan.returncode == 0, plan.stderr

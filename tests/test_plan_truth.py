@@ -279,7 +279,9 @@ def test_a_plan_for_other_machines_does_not_inherit_this_one(tmp_path):  # item 
     # the target's facts, when the spec gives them, are checked
     small = TWO_NODES_ZERO3.replace("nodes = 2", "nodes = 2\ncpu_count = 16\nhost_memory_gib = 16")
     errs = errors_of(tmp_path, small, env=LOCAL_ENV)
-    assert errs[0].key == "hardware.host_memory_gib"
+    # the fit search rejects the offload the 16 GiB host cannot hold (plan/estimate/memory/host.py), and says so
+    assert errs[0].key == "hardware.gpu" and "but its host RAM does not" in errs[0].detail
+    assert "usable (hardware.host_memory_gib)" in errs[0].detail
 
 
 def test_a_plan_for_this_machine_uses_its_facts(tmp_path):  # item 16

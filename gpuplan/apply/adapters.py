@@ -16,6 +16,13 @@ What the libraries do, as installed (peft 0.21, transformers 5.24, bitsandbytes 
   loading, and bitsandbytes 0.50 runs Linear4bit forward and backward on the uint8
   Params4bit weights (its CPU backend; without the optional `kernels` package it logs
   once that it falls back from the kernels-community gemm).
+- Sharded (FSDP or DeepSpeed over several ranks): bnb_4bit_quant_storage = the compute dtype, so
+  FSDP2 shards the packed weights (accelerate 1.15 fsdp_utils.py fsdp2_prepare_model puts a
+  uint8 Params4bit in ignored_params, whole on every rank; torch's fully_shard itself shards a
+  uint8 one on CPU too); with CPU offload on GPUs the base loads into host RAM and only the
+  QuantStates move to the rank's GPU (place_quant_states). FSDP2's units are the model's
+  _no_split_modules (transformers' TRANSFORMER_BASED_WRAP, the class set of peft's
+  fsdp_auto_wrap_policy); the Trainer saves FSDP checkpoints adapter_only.
 - A sequence-classification PeftModel adds the head ("classifier", "score") to
   modules_to_save (peft_model.py PeftModelForSequenceClassification): the head trains in full.
 """
@@ -107,6 +114,20 @@ def lora_config(plan: Plan) -> Any:
         raise ApplyError(f"the plan's [lora] settings were refused by peft: {e}") from e
 
 
+def sharded(plan: Plan) -> bool:
+    """FSDP or DeepSpeed over several ranks: the frozen base is sharded with the adapters."""
+    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    return world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed")
+
+
+def loads_on_host(plan: Plan, device: str) -> bool:
+    """QLoRA under FSDP with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
+    there), never whole on one GPU; plan/estimate/memory/host.py counts it. Under DeepSpeed the base loads
+    onto each GPU as without sharding (device_map), and the plan counts that load on the GPU."""
+    fsdp_offload = plan.get("distributed.strategy") == "fsdp" and plan.get("distributed.fsdp_cpu_offload")
+    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(fsdp_offload)
+
+
 def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:
     """transformers' BitsAndBytesConfig for the frozen 4-bit base of a QLoRA run.
 
@@ -125,12 +146,17 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
         raise ApplyError(
             f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}"
         )
+    # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
+    # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
+    # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
+    storage = {"bnb_4bit_quant_storage": getattr(torch, compute)} if sharded(plan) else {}
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quant,
         bnb_4bit_use_double_quant=bool(double),
         bnb_4bit_compute_dtype=getattr(torch, compute),
         llm_int8_skip_modules=unquantized,
+        **storage,
     )
 
 
@@ -176,9 +202,24 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
     keep = trained_in_full(plan)
     unquantized = sorted(set(default_unquantized(plan, cls)) | set(keep)) if keep else None
     kwargs: dict[str, Any] = {"quantization_config": quantization_config(plan, unquantized)}
-    if device == "cuda":
+    if loads_on_host(plan, device):
+        kwargs["device_map"] = {"": "cpu"}  # place_quant_states moves the QuantStates to this rank's GPU
+    elif device == "cuda":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     return kwargs
+
+
+def place_quant_states(plan: Plan, model: Any, device: str) -> None:
+    """After a host load (loads_on_host): each QuantState to this rank's GPU. FSDP moves parameters and
+    buffers (and keeps the shards in host RAM with offload) but not a QuantState, an attribute of the
+    Params4bit and of its Linear4bit (bitsandbytes nn/modules.py), which its GPU matmul reads."""
+    if not loads_on_host(plan, device):
+        return
+    target = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    for module in model.modules():
+        for state in {id(s): s for s in (getattr(getattr(module, "weight", None), "quant_state", None),
+                                         getattr(module, "quant_state", None)) if s is not None}.values():
+            state.to(target)
 
 
 def wrap(plan: Plan, model: Any) -> Any:
@@ -188,6 +229,7 @@ def wrap(plan: Plan, model: Any) -> Any:
     m = method(plan)
     checkpointing = bool(plan.value("training.gradient_checkpointing"))
     if m == "qlora":
+        place_quant_states(plan, model, "cpu" if plan.hardware.vendor == "cpu" else "cuda")
         keep_training_layout(model)
         # use_reentrant=False: what the Trainer passes when it enables checkpointing again
         # (transformers 5.24 modeling_utils._activation_checkpointing_enable).

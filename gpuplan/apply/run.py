@@ -175,7 +175,7 @@ def execute(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # from here on, local files only: never reach for the Hub
     from .checkpoints import checkpoint_problem
     from .device import check_device, peak_memory, reset_peak_memory, world_size
-    from .engine import engine_of
+    from .engine import engine_of, four_bit_weights, fsdp_units
     from .interrupt import ApplyInterrupted, GracefulStop
 
     from .packages import check_packages
@@ -235,6 +235,7 @@ def execute(
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
             "engine": engine_of(trainer.model_wrapped),  # what wrapped the model (engine.py)
+            "fsdp_units": fsdp_units(trainer.model_wrapped),
             **peak_memory(device),
             **run_results(plan, prepared, output, started),
             "final_model_dir": final_dir,
@@ -244,6 +245,8 @@ def execute(
             "merged_model_dir": merged_dir,
             "base_files": base,
         }
+        if adapters.method(plan) == "qlora":
+            results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
         if state.enabled:  # rank 0 measures for the whole run
             from .calibrate import record_measurement
 

@@ -145,7 +145,7 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     resolved.update(commits)  # model.commit / data.commit, only for Hub ids
     order = [*settings, *commits]
     sol = ctx.internal[FIT_SOLUTION]
-    memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom)
+    memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom, count=spec.hardware.count)
     final = sol.estimate
     hw = spec.hardware
     world = hw.world_size
@@ -245,9 +245,15 @@ def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> T
     return out
 
 
-def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySection:
+def memory_section(sol, problem, gpu: GPUProfile, headroom: float, count: int = 1) -> MemorySection:
     """The memory section of the solution's estimate; build adds the workload and method."""
+    from gpuplan.plan.estimate.memory.host import host_memory
+
     est = sol.estimate.to_dict()
+    host = None
+    if gpu.vendor != "cpu":  # host RAM per node (CPU ranks: the host is the device)
+        host = host_memory(problem.facts, solve_workload(problem, sol.per_device_batch, sol.knobs), est["host_bytes"],
+                           est["host_pinned_bytes"], count).to_dict()
     return MemorySection(
         allocated_peak_bytes=est["allocated_peak_bytes"],
         reserved_peak_bytes=est["reserved_peak_bytes"],
@@ -257,6 +263,7 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float) -> MemorySect
         fits=sol.fits,
         components=est["components"],
         host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
+        host=host,
         layout=sol.knobs.sharding.label,
         savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype, problem))
                      for n in sol.savers),

@@ -75,6 +75,7 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
         "gradient_checkpointing": s["training.gradient_checkpointing"].value,
         "savers": [x.name for x in mem.savers],
         "sharding": mem.layout,
+        "host_ram_per_node_bytes": (mem.host or {}).get("peak_bytes"),  # plan/estimate/memory/host.py
         "allocated_peak_bytes": mem.allocated_peak_bytes,
         "reserved_peak_bytes": mem.reserved_peak_bytes,
         "capacity_bytes": mem.capacity_bytes,

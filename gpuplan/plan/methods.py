@@ -38,8 +38,10 @@ class Method:
 
 ADAPTER_SECTIONS = ("lora", "quantization")
 FULL = Method("full", False, False, 6, frozenset({"none", "ddp", "fsdp", "deepspeed"}), ())
-LORA = Method("lora", True, False, 4, frozenset({"none", "ddp"}), ("lora",))
-QLORA = Method("qlora", True, True, 4, frozenset({"none", "ddp"}), ("lora", "quantization"))
+# adapters shard like full models: the frozen base and the adapters' states part by part under FSDP
+# and DeepSpeed ZeRO (estimate/memory/adapters_sharded.py)
+LORA = Method("lora", True, False, 4, frozenset({"none", "ddp", "fsdp", "deepspeed"}), ("lora",))
+QLORA = Method("qlora", True, True, 4, frozenset({"none", "ddp", "fsdp", "deepspeed"}), ("lora", "quantization"))
 
 METHODS: dict[str, Method] = {m.name: m for m in (FULL, LORA, QLORA)}
 ADAPTER_METHODS: tuple[Method, ...] = tuple(m for m in METHODS.values() if m.frozen_base)

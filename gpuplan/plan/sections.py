@@ -171,6 +171,7 @@ class MemorySection:
     fits: bool | None = None
     components: Mapping[str, int] | None = None  # see gpuplan.plan.estimate.memory.types.COMPONENTS
     host_bytes: int | None = None  # offloaded to host RAM, per GPU
+    host: Mapping[str, Any] | None = None  # host RAM per node: plan/estimate/memory/host.py HostMemory.to_dict
     layout: str | None = None  # "single device", "FSDP full shard over 8" ...
     savers: tuple[Saver, ...] = ()
     notes: tuple[str, ...] = ()
@@ -180,10 +181,10 @@ class MemorySection:
 
     _IN: ClassVar = {"savers": _savers_in, "notes": _tuple, "workload": _workload_in}
     _OUT: ClassVar = {"savers": _savers_out, "notes": _list, "workload": Workload.to_dict,
-                      "components": _dict, "traced": _dict}
+                      "components": _dict, "traced": _dict, "host": _dict}
 
     def to_dict(self) -> dict[str, Any]:
-        return _dump(self, self._OUT, omit_none=("traced",))
+        return _dump(self, self._OUT, omit_none=("traced", "host"))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MemorySection":

@@ -43,7 +43,7 @@ def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | 
     if data is None:
         return {}
     values, fmt = data
-    out: dict[str, tuple[Any, str | None]] = {k: (v, None) for k, v in values.items()}
+    out: dict[str, tuple[Any, str | None]] = {k: (v, fmt.notes.get(k)) for k, v in values.items()}
     # The data's size is known only when apply reads it: passes over it, not a step count.
     out["training.max_steps"] = (None, None)
     out["training.num_train_epochs"] = (EPOCHS, f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
@@ -108,12 +108,14 @@ def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
     except GpuplanError as e:
         kept = [d for d in e.diagnostics if d.severity != "note"]  # the notes are about a spec not written
         gpus = sorted(set(re.findall(r'hardware\.gpu = "([^"]+)"', " ".join(d.fix or "" for d in kept))))
+        # the plan's fixes name spec lines of a spec not written: said as init's options
+        other_gpu = ("run init again with " + " or ".join(f"--gpu {g}" for g in gpus)) if gpus else None
+        fix: str | None
         if method != "auto":
-            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits"
-        elif gpus:
-            fix = "run init again with " + " or ".join(f"--gpu {g}" for g in gpus)
+            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits" + (
+                f"; or {other_gpu}" if other_gpu else "")
         else:
-            fix = None
+            fix = other_gpu
         raise GpuplanError([*kept, Diagnostic("note", None, f"gpuplan init writes only a spec that plans"
                                               f"{'' if method != 'auto' else ' (full, lora and qlora tried)'}: "
                                               "nothing was written", fix=fix)]) from None
@@ -131,7 +133,9 @@ def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> l
         scratch = "; or set model.from_scratch = true to train from random weights" if starter.method == "full" else ""
         lines.append(f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
                      f"or a Hub id (model.name_or_path) before `gpuplan apply {out}`{scratch}")
-    if data:
+    if data and source.key == "model.config":  # apply needs weights first: the line above says how
+        lines.append(f"Next: gpuplan plan {out}")
+    elif data:
         lines.append(f"Next: gpuplan plan {out}, then: gpuplan apply {out}")
     else:
         lines.append(f"Next: set data.train_files (or run init again with --data FILE), then: gpuplan plan {out}")

@@ -46,6 +46,9 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     world = count * nodes
     if world == 1 or wl.engine == "none":
         return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
+    if wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"):
+        return _sharded_adapters(facts, wl, gpu, count=count, nodes=nodes, interconnect=interconnect,
+                                 network=network, networks=networks)
     p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
     if method_of(wl.adapters).frozen_base:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
@@ -91,3 +94,22 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
     out["assumption"] = ("ring collectives at the link's datasheet bandwidth; the step time overlaps them with "
                          "compute (plan/estimate/step_time/links.py)")
     return out
+
+
+def _sharded_adapters(facts: ModelFacts, wl: Workload, gpu: GPUProfile, **link: Any) -> dict[str, Any]:
+    """LoRA/QLoRA under FSDP or ZeRO-3: the frozen base is gathered too (estimate/sharded_time.py, named terms)."""
+    from gpuplan.plan.estimate.sharded_time import _volumes, describe, sharded_step_terms
+
+    terms = sharded_step_terms(facts, wl, gpu, **link)
+    n = max(wl.shard_world_size, 1)
+    gathered, grads, _, _ = _volumes(facts, wl)
+    accum = max(wl.gradient_accumulation_steps, 1)
+    volume = accum * (n - 1) / n * ((gathered if wl.engine == "fsdp" or wl.zero_stage == 3 else 0) + grads)
+    bw, name = bandwidth_gbps(gpu, 1 if n <= link["count"] else link["nodes"], link.get("interconnect", "auto"),
+                              link.get("network", "auto"), link.get("networks") or {})
+    return {"bytes_per_gpu_per_step": int(volume), "link": name, "link_gbyte_per_s": bw,
+            "formula": "all-gathers of the frozen base and adapters per unit + reduce-scatter of the adapters' "
+                       "gradients, every micro-batch; with offload the host-link copies and the CPU optimizer step",
+            "terms": terms, "time_s": sum(terms.values()),
+            "assumption": "ring collectives at the link's datasheet bandwidth, host copies at the PCIe figure, "
+                          f"no overlap (upper bound): {describe(terms) or 'none'}"}

@@ -32,7 +32,7 @@ VERIFIED = "re-solved by the fit search with this one change"
 class Fix:
     """One change that makes the run fit, as spec lines."""
 
-    kind: str  # "saver" | "dtype" | "seq_len" | "gpus" | "gpu"
+    kind: str  # "saver" | "dtype" | "seq_len" | "gpus" | "gpu" | "host" (fit/host_memory.py)
     text: str  # the lines to set: 'training.optim = "auto"'
     verified: str = VERIFIED  # how the fit was checked
 
@@ -59,7 +59,9 @@ class NoFit:
 def no_fit_fix(fixes: tuple[Fix, ...], method_alternatives: tuple[str, ...], *, drop_hardware: bool = False) -> str | None:
     """The no-fit error's fix: the fitting methods, then the one-key fixes (without the hardware
     ones when the caller lists the hardware that fits, each planned in full)."""
-    parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if method_alternatives else []
+    names = [a.split(" ", 1)[0] for a in method_alternatives]  # each line starts with its method (method_alternatives.py)
+    which = "the fitting method above" if len(names) == 1 else "one of the fitting methods above"
+    parts = [f"add the lines of {which} ({' or '.join(names)})"] if names else []
     kept = [f.text for f in fixes if not (drop_hardware and f.hardware)]
     if kept:
         parts.append(ONE_KEY_HEAD + "; ".join(kept))

@@ -72,6 +72,8 @@ class FitProblem:
     eight_bit_available: bool
     shardings: tuple[Sharding, ...] = (Sharding(),)  # candidates, cheapest communication first
     gemm_multiple: int = 1  # tensor_core_multiple: what GEMM dimensions should be a multiple of
+    host_limit_bytes: int | None = None  # usable host RAM per node, when known (plan/fit/host_memory.py)
+    ranks_per_node: int = 1
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,19 @@ def price(p: FitProblem, batch: int, knobs: Knobs) -> MemoryEstimate:
     return estimate_memory(p.facts, workload(p, batch, knobs), p.gpu)
 
 
-def _fits(est: MemoryEstimate, p: FitProblem) -> bool:
-    return est.reserved_peak_bytes <= p.usable_bytes
+def _fits(est: MemoryEstimate, p: FitProblem, batch: int | None = None, knobs: Knobs | None = None) -> bool:
+    return est.reserved_peak_bytes <= p.usable_bytes and (batch is None or host_fits(p, est, batch, knobs))
+
+
+def host_fits(p: FitProblem, est: MemoryEstimate, batch: int, knobs: Knobs | None) -> bool:
+    """A candidate that keeps states in host RAM (offload) fits only in the host RAM known:
+    loading and offloaded states per node (plan/estimate/memory/host.py)."""
+    if p.host_limit_bytes is None or not est.host_bytes or knobs is None:
+        return True
+    from gpuplan.plan.estimate.memory.host import host_memory
+
+    hm = host_memory(p.facts, workload(p, batch, knobs), est.host_bytes, est.host_pinned_bytes, p.ranks_per_node)
+    return hm.peak <= p.host_limit_bytes
 
 
 def _choose(p: FitProblem, fitting: list[int]) -> tuple[int, bool]:
@@ -184,7 +197,7 @@ def solve(p: FitProblem) -> FitSolution:
     candidates = batch_candidates(p)
     steps = ladder(p)
     for names, knobs in steps:
-        fitting = [b for b in candidates if _fits(price(p, b, knobs), p)]
+        fitting = [b for b in candidates if _fits(price(p, b, knobs), p, b, knobs)]
         if not fitting:
             continue
         batch, on_multiple = _choose(p, fitting)
@@ -209,7 +222,7 @@ def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> t
     offload = knobs.sharding.offload_optimizer or knobs.sharding.offload_params
     for name in (names if offload else names[:-1]):
         without = _undo(name, knobs, p.fixed)
-        if _fits(price(p, batch, without), p):
+        if _fits(price(p, batch, without), p, batch, without):
             names = tuple(n for n in names if n != name)
             knobs = without
     return names, knobs

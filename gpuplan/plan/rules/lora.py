@@ -20,7 +20,6 @@ from gpuplan.plan.engine.graph import Rule
 from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
 from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
-from gpuplan.plan.methods import method_named
 from gpuplan.units import gib
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
@@ -41,12 +40,6 @@ def lora_config(ctx: Resolver) -> None:
     if method == "full" and user_set:
         ctx.warn(f"lora.{user_set[0]}", '[lora] is set but model.method = "full": the adapters settings are not used',
                  fix='set model.method = "lora" (or "qlora"), or remove [lora]')
-    strategy = ctx.spec("distributed.strategy")
-    if strategy in ("fsdp", "deepspeed") and strategy not in method_named(method).engines:
-        ctx.error("distributed.strategy",
-                  f'distributed.strategy = "{strategy}" with model.method = "{method}": sharded adapters are not '
-                  "planned (the adapter memory model covers one device and DDP replicas)",
-                  fix='set distributed.strategy = "ddp" (adapter states are small enough to replicate)')
     asked_save = ctx.spec("lora.modules_to_save")
     try:
         check_saved(ctx.facts, asked_save)
@@ -122,7 +115,7 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
 
 RULES: tuple[Rule, ...] = (
     Rule("lora.config",
-         reads=("spec:model.method", "spec:distributed.strategy", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
+         reads=("spec:model.method", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
                 "spec:lora.use_dora", "spec:lora.modules_to_save"),
          writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
          apply=lora_config,

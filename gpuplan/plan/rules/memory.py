@@ -15,7 +15,7 @@ from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.estimate.memory.loss_chunking import unavailable as chunking_unavailable
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.errors import Diagnostic
-from gpuplan.plan.fit.fixes import NoFit, no_fit_fix, savers_on, verified_fixes
+from gpuplan.plan.fit.fixes import Fix, NoFit, no_fit_fix, savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
@@ -30,6 +30,7 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
+from gpuplan.plan.fit.host_memory import HOST_VERIFIED, host_fixes, host_limit, host_needs
 from gpuplan.plan.fit.savers import SAVERS
 from gpuplan.plan.methods import METHODS
 from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
@@ -144,6 +145,7 @@ def fit(ctx: Resolver) -> None:
         tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and not gpu.is_cpu,
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
+        host_limit_bytes=host_limit(ctx), ranks_per_node=ctx.spec("hardware.count"),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
@@ -152,7 +154,7 @@ def fit(ctx: Resolver) -> None:
     for method in (tuple(METHODS) if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters))
-        engines = METHODS[method].engines  # adapters replicate (DDP); sharding them is not planned
+        engines = METHODS[method].engines  # lora/qlora shard too (estimate/memory/adapters_sharded.py)
         planned = tuple(sh for sh in shardings if sh.engine in engines)
         if planned != shardings:
             problem = dataclasses.replace(problem, shardings=planned or shardings[:1])
@@ -184,6 +186,11 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     alternatives = adapter_alternatives(ctx, p) if not METHODS[method].frozen_base else []
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
+    if sol.estimate.reserved_peak_bytes <= p.usable_bytes and p.host_limit_bytes is not None:
+        # the GPUs hold it only with offload, and the offloaded states do not fit the host RAM known
+        hint = (f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
+                f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
+        fixes = [Fix("host", f, HOST_VERIFIED) for f in host_fixes(ctx, sol, p)] + list(fixes)
     error = Diagnostic(
         "error", "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
@@ -204,7 +211,7 @@ RULES = (
             "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
             "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
             "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
-            "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
+            "spec:hardware.host_memory_gib", "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
             "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
             "spec:training.use_liger_kernel", "spec:training.activation_offloading",

@@ -92,7 +92,9 @@ def select(ctx: Resolver) -> None:
             problem = ctx.get(FIT_PROBLEM)
             if problem is not None and problem.base.adapters is not None:
                 states = sol.estimate.components.get("optimizer_states", 0)
-                why += (f"; the adapters' AdamW states are {states / 1024**2:.0f} MiB, so an 8-bit optimizer or "
+                where = (f"{states / 1024**2:.0f} MiB" if states or not sol.estimate.host_bytes
+                         else "in host RAM (CPU offload)")
+                why += (f"; the adapters' AdamW states are {where}, so an 8-bit optimizer or "
                         "Adafactor would buy almost nothing and is not used for memory")
         ctx.resolve("training.optim", chosen, why)
         return

@@ -33,6 +33,7 @@ from math import prod
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
+from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
 from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
 from gpuplan.plan.estimate.memory.layout import model_layout
 from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
@@ -232,6 +233,8 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     else:
         base_casts = 0
     head_casts = 2 * layout.head_params if amp and (qlora or wb == 4) else 0
+    if wl.engine in ("fsdp", "deepspeed"):  # the engine gathers 16-bit parameters: autocast casts none
+        adapter_casts = base_casts = head_casts = 0
     # the logits' gradient in the head's compute dtype
     # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
     lt = 0 if wl.liger_kernel else loss_tokens(tokens, wl.loss_chunk_size)
@@ -260,21 +263,35 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
 
     # DDP's reducer keeps flat bucket copies of the trainable gradients (memory/sharding.py, DDP)
     buckets = grads if wl.engine == "ddp" else 0
+    gathered = dict.fromkeys(("fwd", "head", "last", "first"), 0)
+    host = pinned = 0
+    if wl.engine in ("fsdp", "deepspeed"):  # the base and the adapters' states sharded (memory/adapters_sharded.py)
+        sh = sharded_adapter_states(facts, wl, lay.adapter_params, lay.saved_params, lay.adapter_shapes, kind)
+        weights, grads, states, step_temp, acc, buckets = (sh.weights, sh.grads, sh.states, sh.step_temp,
+                                                           sh.accumulated, sh.buckets)
+        gathered = {"fwd": sh.gathered_forward, "head": sh.gathered_head, "last": sh.gathered_last_layer,
+                    "first": sh.gathered_first_layer}
+        host, pinned = sh.host_bytes, sh.pinned_bytes
+        notes.extend(sh.notes)
 
-    def moment(g: int, act: int, logits: int, temp: int = 0) -> dict[str, int]:
-        return {"weights": weights, "gradients": g + buckets, "optimizer_states": states, "activations": act,
-                "logits_loss": logits, "temporaries": temp}
+    def moment(g: int, act: int, logits: int, temp: int = 0, at: str = "") -> dict[str, int]:
+        return {"weights": weights + gathered.get(at, 0), "gradients": g + buckets, "optimizer_states": states,
+                "activations": act, "logits_loss": logits, "temporaries": temp}
 
     first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
              else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1)))
     moments = [
-        moment(acc, saved_acts + fwd_casts, parts.logits_fwd),
-        moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start),
-        moment(acc, saved_acts + bwd_casts, grad_logits),
-        moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant),
-        moment(max(acc, grads), first, 0, parts.layer_backward + dequant),
+        moment(acc, saved_acts + fwd_casts, parts.logits_fwd, at="fwd"),
+        moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start, at="fwd"),
+        moment(acc, saved_acts + bwd_casts, grad_logits, at="head"),
+        moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant, at="last"),
+        moment(max(acc, grads), first, 0, parts.layer_backward + dequant, at="first"),
         moment(grads, 0, 0, step_temp),
     ]
+    if qlora and (wl.engine == "deepspeed" or (wl.engine == "fsdp" and not wl.offload_params)):
+        # loaded whole onto each GPU before the engine shards it (memory/host.py): the 4-bit base + its fp32 rest
+        moments.append({"weights": base, "gradients": 0, "optimizer_states": 0, "activations": 0, "logits_loss": 0,
+                        "temporaries": 0})
     peak = max(moments, key=lambda c: sum(c.values()))
     allocated = sum(peak.values())
     cc = gpu.compute_capability if gpu is not None else None
@@ -289,4 +306,5 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
                      "require grad; apply also calls enable_input_require_grads(), which only reentrant "
                      "checkpointing would need")
     return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes),
-                          host_bytes=int(offloaded), offloaded_activation_bytes=int(offloaded))
+                          host_bytes=int(host + offloaded), host_pinned_bytes=int(pinned + offloaded),
+                          offloaded_activation_bytes=int(offloaded))

@@ -152,5 +152,6 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         method="analytic",
         notes=tuple(notes),
         host_bytes=int(st.host_bytes + offloaded),
+        host_pinned_bytes=int(st.host_pinned + offloaded),  # offloaded activations sit in pinned host RAM
         offloaded_activation_bytes=int(offloaded),
     )

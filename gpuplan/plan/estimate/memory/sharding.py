@@ -86,6 +86,7 @@ class ShardedStates:
     host_bytes: int  # offloaded to host RAM
     autocast_casts: bool  # autocast still copies fp32 weights (False: 16-bit params in flight)
     notes: tuple[str, ...] = ()
+    host_pinned: int = 0  # of host_bytes, page-locked (FSDP2 CPUOffloadPolicy pins the parameter shards)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -178,6 +179,7 @@ def _fsdp(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) -> Sh
         first = cb * (embed + layer) + cb * 2 * layer
     offload = wl.offload_params or wl.offload_optimizer
     host = weights + grads + states if offload else 0
+    pinned = weights if offload else 0
     # between micro-batches: the sharded gradients (sync each batch; on the host with offload),
     # or, under no_sync, every unit's unsharded gradient
     accumulated = (0 if offload else grads) if FSDP_SYNC_EACH_BATCH else full
@@ -188,7 +190,7 @@ def _fsdp(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) -> Sh
         step_temp=step_temp, accumulated_grads=accumulated if wl.gradient_accumulation_steps > 1 else 0,
         buckets=0, gathered_forward=fwd, gathered_head=head, gathered_last_layer=last,
         gathered_first_layer=first, host_bytes=host, autocast_casts=False,
-        notes=_fsdp_notes(wl, n, mb, cb, host),
+        notes=_fsdp_notes(wl, n, mb, cb, host), host_pinned=pinned,
     )
 
 
@@ -240,7 +242,7 @@ def _deepspeed(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) 
         step_temp=step_temp, accumulated_grads=grads if wl.gradient_accumulation_steps > 1 else 0,
         buckets=buckets, gathered_forward=fwd, gathered_head=head, gathered_last_layer=last,
         gathered_first_layer=first, host_bytes=host, autocast_casts=False,
-        notes=_ds_notes(wl, n, half, host),
+        notes=_ds_notes(wl, n, half, host), host_pinned=host,  # apply's config: pin_memory = true
     )
 
 

@@ -102,6 +102,7 @@ class MemoryEstimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
     host_bytes: int = 0  # offloaded to host RAM (scale-out offload); not in the device figures
     offloaded_activation_bytes: int = 0  # of host_bytes: activations per micro-batch (memory/offload_activations.py)
+    host_pinned_bytes: int = 0  # of host_bytes, page-locked
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,4 +113,5 @@ class MemoryEstimate:
             "notes": list(self.notes),
             "host_bytes": self.host_bytes,
             "offloaded_activation_bytes": self.offloaded_activation_bytes,
+            "host_pinned_bytes": self.host_pinned_bytes,
         }
