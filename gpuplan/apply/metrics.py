@@ -56,7 +56,10 @@ class MetricsCallback(TrainerCallback):
     # -- Trainer events -------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:  # one metrics.jsonl per run, written by rank 0
-            self.file = open(self.path, "a" if self.append else "w", encoding="utf-8")
+            if not self.append:
+                open(self.path, "w").close()  # a new run starts the file empty
+            # O_APPEND: lines others append meanwhile ([eval] sample_at_eval, after/samples.py) are kept
+            self.file = open(self.path, "a", encoding="utf-8")
         self.train_start = time.perf_counter()
         self.start_step = state.global_step  # > 0 when resuming from a checkpoint
         self._mark = (state.global_step, self.train_start)

@@ -17,6 +17,7 @@ from gpuplan.errors import GpuplanError
 from gpuplan.plan.types import Plan
 from gpuplan.render.state import summary_lines
 
+from gpuplan.after import fingerprint, samples
 from gpuplan.lifecycle.state import RunState
 
 from . import adapters, preference
@@ -190,6 +191,7 @@ def execute(
     adapters.check(plan)  # adapter settings refused before anything is written or loaded
     if preference.uses_preference(plan):  # every preference row usable, before anything is written
         preference.check_before_run(plan)
+    samples.check(plan)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
@@ -203,11 +205,12 @@ def execute(
     if resume_from is not None:
         check_resume_point(resume_from, output_dir)
     state = RunState(plan, output_dir, resumed_from=resume_from)
+    base = fingerprint.base_files(plan)  # later commands refuse a base that changed since (after/)
     attempt = Attempt()
     stop = GracefulStop()
 
     def partial_results() -> dict[str, Any]:
-        res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device)}
+        res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device), "base_files": base}
         if attempt.prepared is not None:
             m = attempt.prepared.metrics
             res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss,
@@ -216,7 +219,8 @@ def execute(
 
     def build(plan: Plan, resume_from: str | None) -> Prepared:
         return build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress, started=started,
-                             resuming=resume_from is not None, extra_callbacks=[stop.callback()])
+                             resuming=resume_from is not None,
+                             extra_callbacks=[stop.callback(), *samples.callbacks(plan, echo)])
 
     try:
         plan, output = train_within_memory(plan, attempt, build=build, stop=stop, state=state, device=device,
@@ -234,6 +238,7 @@ def execute(
         # safetensors weights + config + tokenizer (no pickle); for lora/qlora peft's adapter files (adapters.py)
         trainable = adapters.trainable_params(prepared.model)  # before a merge folds the adapters away
         merged_dir = adapters.save_final(plan, trainer, final_dir)
+        samples.at_end(plan, trainer.model, prepared.tokenizer, step, echo)  # [eval] sample_prompts
         results = {
             "device": device,
             "world_size": world_size(),  # processes torchrun started (1 without it)
@@ -246,6 +251,7 @@ def execute(
             "trainable_params": trainable,
             "plan_trainable_params": plan.model.trainable_params,
             "merged_model_dir": merged_dir,
+            "base_files": base,
         }
         if adapters.method(plan) == "qlora":
             results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)

@@ -62,7 +62,7 @@ def show(target: str) -> tuple[dict[str, Any], str]:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
         metrics = read_metrics(path)
-        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards)
+        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)

@@ -13,7 +13,9 @@ never sees half a file, even when the run is killed mid-write. Shape (format 1):
      results: {peak_allocated_bytes, peak_reserved_bytes (CUDA) | peak_rss_bytes (CPU),
                tokens_per_second, train_loss_first, train_loss_last, runtime_s,
                method, trainable_params (measured, as peft counts them), plan_trainable_params,
-               final_model_dir, merged_model_dir (lora with output.merge_adapter, else null), ...}}
+               final_model_dir, merged_model_dir (lora with output.merge_adapter, else null),
+               base_files ({file: {size, sha256}} of a pretrained base, after/fingerprint.py), ...},
+     evaluations: [...] (appended by `gpuplan eval`, after/record.py; absent until then)}
 """
 
 from __future__ import annotations

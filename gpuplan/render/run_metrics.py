@@ -18,10 +18,11 @@ class RunMetrics:
     eval_loss: list[float] = field(default_factory=list)
     # dpo / kto: TRL's rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies -> [(step, value)]
     rewards: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)  # [eval] sample_prompts: {step, at, prompt, completion}
 
 
 def read_metrics(output_dir: str | Path) -> RunMetrics:
-    """The train and eval lines of output_dir/metrics.jsonl; lines that do not parse are skipped
+    """The train, eval and sample lines of output_dir/metrics.jsonl; lines that do not parse are skipped
     (a run killed mid-write leaves half a line)."""
     m = RunMetrics()
     path = Path(output_dir) / METRICS_FILE
@@ -47,4 +48,6 @@ def read_metrics(output_dir: str | Path) -> RunMetrics:
         elif r.get("event") == "eval" and isinstance(r.get("eval_loss"), (int, float)):
             m.eval_steps.append(int(r["step"]))
             m.eval_loss.append(float(r["eval_loss"]))
+        elif r.get("event") == "sample" and isinstance(r.get("completion"), str):
+            m.samples.append(r)
     return m

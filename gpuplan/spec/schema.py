@@ -272,6 +272,23 @@ class OutputSpec(_Section):
     merge_adapter: bool = Field(False, description="lora: also save the model with the adapter merged into the base weights.")
 
 
+class EvalSpec(_Section):
+    """After training: held-out loss (always), lm-evaluation-harness tasks, sample generations."""
+
+    tasks: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000,
+        description="lm-evaluation-harness task names for `gpuplan eval` (needs the `eval` extra: lm-eval).")
+    include_path: PathStr | None = Field(
+        None, description="A folder of local lm-eval task YAML files, relative to the spec (offline tasks).")
+    num_fewshot: int | None = Field(None, ge=0, le=1000, description="lm-eval: few-shot examples per prompt.")
+    limit: int | None = Field(None, ge=1, le=2**31, description="lm-eval: at most this many examples per task.")
+    sample_prompts: list[Annotated[str, Field(min_length=1, max_length=10_000)]] = Field(
+        default_factory=list, max_length=100,
+        description="Prompts generated at the end of apply (written to metrics.jsonl), in the training's template.")
+    sample_max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens generated per sample prompt.")
+    sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
+
+
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
@@ -284,6 +301,7 @@ class Spec(_Section):
     preference: PreferenceSpec = Field(default_factory=PreferenceSpec)
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
 
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -296,4 +314,5 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "preference": PreferenceSpec,
     "distributed": DistributedSpec,
     "output": OutputSpec,
+    "eval": EvalSpec,
 }

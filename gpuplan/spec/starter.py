@@ -44,6 +44,7 @@ SECTION_COMMENTS = {
     "preference": 'Preference tuning (TRL DPOConfig / KTOConfig names), read when training.objective is "dpo" or "kto".',
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
+    "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -63,6 +64,7 @@ ACTIVE = {
     "preference": (),
     "distributed": ("strategy",),
     "output": ("dir",),
+    "eval": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -96,6 +98,11 @@ EXAMPLES: dict[str, Any] = {
     "preference.max_length": 2048,
     "preference.max_prompt_length": 1024,
     "preference.reference_model": "/models/my-reference",
+    "eval.tasks": ["hellaswag"],
+    "eval.include_path": "eval-tasks",
+    "eval.num_fewshot": 0,
+    "eval.limit": 100,
+    "eval.sample_prompts": ["Write a haiku about GPUs."],
 }
 
 

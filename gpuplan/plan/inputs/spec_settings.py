@@ -13,7 +13,7 @@ from gpuplan.plan.types import Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from gpuplan.spec.schema import SECTIONS, Spec
 
-PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "preference.reference_model")
+PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "preference.reference_model", "eval.include_path")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
 
 
