@@ -91,7 +91,7 @@ def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int
 def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, steps: int):
     from gpuplan.cli.common import detect_hardware
     from gpuplan.plan.build import plan_file
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
 
     if case["method"] in ADAPTER_METHODS:
         cfg = save_base(case["family"], work.parent / f"base-{case['family']}", device=device)

@@ -1,4 +1,4 @@
-"""Re-derive the per-layer activation coefficients of LoRA / QLoRA (gpuplan/plan/memory/lora_activations.py).
+"""Re-derive the per-layer activation coefficients of LoRA / QLoRA (gpuplan/plan/estimate/memory/lora_activations.py).
 
 As benchmarks/memory_coefficients.py does for full fine-tuning: traces the forward of 1-
 and 2-layer peft models (FakeTensorMode, the real peft LoRA layers; qlora: the real
@@ -85,9 +85,9 @@ def fit(family: str, mode: str, method: str) -> dict[str, float]:
     import numpy as np
 
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.lora_targets import resolve_targets
-    from gpuplan.plan.memory.lora_activations import adapter_inputs, targets_of_layer
-    from gpuplan.plan.memory.types import Adapters, Workload
+    from gpuplan.modelinfo.lora_targets import resolve_targets
+    from gpuplan.plan.estimate.memory.lora_activations import adapter_inputs, targets_of_layer
+    from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
     gqa = family in ("llama", "gemma")
     variants = ([(64, 4, 16, 2, 96), (64, 4, 16, 2, 160), (96, 4, 16, 2, 96), (64, 4, 32, 2, 96),

@@ -2,7 +2,7 @@
 
 Each case traces two real training steps of the real peft model under FakeTensorMode
 (qlora: the real bitsandbytes 4-bit layers and quant states, gpuplan/trace/adapters.py)
-and compares the analytic estimate (gpuplan/plan/memory/adapters.py). Ranks 8-64,
+and compares the analytic estimate (gpuplan/plan/estimate/memory/adapters.py). Ranks 8-64,
 attention-only and all-linear targets, checkpointing on and off, bf16 autocast over
 fp32 or bf16 weights or plain fp32, lora and qlora. Writes the `lora_memory_accuracy` section of
 benchmarks/RESULTS.md.
@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_accuracy import MODELS, precision_name  # noqa: E402
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.lora_targets import resolve_targets  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 
 FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "opt")
 ATTENTION = {"gpt2": ["c_attn"], "gpt_neox": ["query_key_value"], "bert": ["query", "value"]}
@@ -106,7 +106,7 @@ def render(rows: list[dict], summary: dict) -> str:
     lines = [
         "Each case: tensor peak of two training steps of the real peft model traced under FakeTensorMode "
         "(qlora: real bitsandbytes 4-bit layers with their quant state) against the analytic estimate "
-        "(gpuplan/plan/memory/adapters.py). Error = (analytic - traced) / traced. "
+        "(gpuplan/plan/estimate/memory/adapters.py). Error = (analytic - traced) / traced. "
         "Target: median |error| <= 3%, max <= 10%. Precision amp-bf16 = fp32 weights under bf16 autocast "
         "(for qlora: the fp32 parts prepare_model_for_kbit_training leaves); bf16 = bf16 weights.",
         "",

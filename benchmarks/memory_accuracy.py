@@ -1,6 +1,6 @@
 """Analytic vs traced memory estimate over a matrix of small models; accelerate's formula beside.
 
-Plans each case both ways (gpuplan.plan.memory.estimate_memory and
+Plans each case both ways (gpuplan.plan.estimate.memory.estimate_memory and
 gpuplan.trace.trace_memory: two real training steps under FakeTensorMode) and
 writes the `memory_accuracy` section of benchmarks/RESULTS.md: per case the
 analytic error against the trace, and the error of accelerate's `estimate-memory`
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Workload  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Workload  # noqa: E402
 
 # Small configs, one per family (hidden sizes in the hundreds).
 MODELS = {
@@ -155,7 +155,7 @@ def run(quick: bool = False, write: bool = True) -> dict:
 def render(rows: list[dict], summary: dict) -> str:
     lines = [
         "Each case: tensor peak (`allocated_peak_bytes`) of two training steps traced under FakeTensorMode "
-        "(gpuplan.trace, CUDA's autocast cast policy) against the analytic estimate (gpuplan.plan.memory) and against accelerate's "
+        "(gpuplan.trace, CUDA's autocast cast policy) against the analytic estimate (plan.estimate.memory) and against accelerate's "
         "`estimate-memory` \"Training using Adam\" formula (weights/grads/Adam states only). "
         "Error = (estimate - traced) / traced. Target: analytic median |error| <= 3%, max <= 10%.",
         "",

@@ -1,4 +1,4 @@
-"""Re-derive the per-layer activation coefficients of gpuplan/plan/memory/activations.py.
+"""Re-derive the per-layer activation coefficients of gpuplan/plan/estimate/memory/activations.py.
 
 For one family and mode, traces the forward of 1- and 2-layer models (FakeTensorMode,
 gpuplan.trace) at several widths and two sequence lengths, takes the bytes one more
@@ -74,7 +74,7 @@ def forward_activation_bytes(config: dict, wl) -> int:
 def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
     import numpy as np
 
-    from gpuplan.plan.memory.types import Workload
+    from gpuplan.plan.estimate.memory.types import Workload
 
     gqa = family in ("llama", "gemma")
     variants = ([(64, 4, 16, 2, 96), (64, 4, 16, 2, 160), (96, 4, 16, 2, 96), (64, 4, 32, 2, 96),
@@ -99,7 +99,7 @@ def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    from gpuplan.plan.memory.activations import _SDPA, STYLE_OF
+    from gpuplan.plan.estimate.memory.activations import _SDPA, STYLE_OF
 
     fam, mode = sys.argv[1], sys.argv[2]
     attn = sys.argv[3] if len(sys.argv) > 3 else "sdpa"

@@ -3,7 +3,7 @@
 For tiny Mixtral variants (E experts, top-k, hidden h, intermediate i; bf16 weights) the
 trace of Mixtral minus the trace of the same-width Llama is the MoE block's extra bytes per
 token and layer; a least-squares fit over (hk, ik, h, i, E, k, 1) gives the formula in
-gpuplan/plan/memory/activations.py moe_extra_per_token, and the analytic estimate is then
+gpuplan/plan/estimate/memory/activations.py moe_extra_per_token, and the analytic estimate is then
 compared with the trace of the whole model.
 
     python benchmarks/moe_activations.py   # about a minute on 2 cores
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuplan.modelinfo import model_facts
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.trace import trace_memory
 
 BASE = dict(model_type="mixtral", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=2000)

@@ -1,8 +1,7 @@
 """The plan against the published LoRA / QLoRA memory figures the shipped model configs can express.
 
-Rows of /work/shared/reference/published-memory.json (../shared/reference from the repo's
-parent) whose model has a config in specs/models/ and whose setup gpuplan can state as a
-spec: each is priced by the analytic estimate (gpuplan.plan.memory.estimate_memory, the
+Rows of docs/reference/published-memory.json whose model has a config in specs/models/ and whose setup gpuplan can state as a
+spec: each is priced by the analytic estimate (gpuplan.plan.estimate.memory.estimate_memory, the
 numbers `gpuplan plan` prints) and compared with the published figure. Writes the
 `published_lora` section of benchmarks/RESULTS.md, with the rows left out and why.
 
@@ -21,12 +20,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpuplan.modelinfo import model_facts, read_config  # noqa: E402
-from gpuplan.plan.lora_targets import resolve_targets  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.units import GIB  # noqa: E402
 
-PUBLISHED = Path("/work/shared/reference/published-memory.json")
-GIB = 1024**3
+PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
 QV = ("q_proj", "v_proj")
 ALL = "all-linear"
 # index -> (config, method, r, targets, Workload fields, measure, note)
@@ -59,7 +58,7 @@ LEFT_OUT = [
     ("277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3-mini, LitGPT)",
      "LitGPT's `lora_head` puts an adapter on the LM head; gpuplan plans LoRA on the layers peft's all-linear "
      "takes (the head excluded); Gemma-2-9B also has no shipped config"),
-    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded QLoRA (FSDP over a 4-bit base) is not planned"),
+    ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded: in the fsdp_adapters section (benchmarks/fsdp_adapters.py)"),
     ("209, 210, 212-216, 251-262, 332-335", "DoRA-only / AdaLoRA / GaLore / LISA / LLaMA-Pro / LLaMA-Adapter / "
      "unspecified fine-tunes: not LoRA or QLoRA as peft's LoraConfig states it"),
 ]

@@ -60,6 +60,8 @@ class Example:
 
 
 EXAMPLES: dict[str, Example] = {
+    "init-4090": Example(("init", "specs/models/llama-3.1-8b.json", "--gpu", "RTX-4090", "--data", "specs/data/chat.jsonl",
+                          "--out", "runs/llama-4090.toml", "--force"), prompt=True),
     "tiny-apply": Example(("apply", "specs/tiny.toml", "--yes", "--restart"), select=tail_of_apply, trains=True),
     "a100-plan": Example(("plan", "specs/a100-fp16.toml"), prompt=True),
     "two-nodes": Example(("apply", "specs/llama-8b-2nodes.toml"), select=from_line("This plan runs")),

@@ -2,11 +2,13 @@
 
 For three sizes of a from-scratch Llama (the tiny-corpus byte vocabulary, seq_len 128,
 16 sequences per step), on this machine's CPU:
-  1. `gpuplan plan` with an empty calibration store: the default estimate;
+  1. `gpuplan plan` with an empty calibration store: the default estimate (the step-time
+     model with this CPU's matmul rate and bandwidth measured by hardware/cpu_probe.py,
+     into a fresh probe file at the start of this script);
   2. `gpuplan apply` twice (run A, run B), each into its own calibration store;
   3. `gpuplan plan` calibrated by run A of the same size ("self"), by run A of the
      smallest size only ("from smallest": the FLOPs-per-token scaling across specs), and
-     by runs A of the two OTHER sizes ("fit": overhead + FLOPs fitted over them);
+     by runs A of the two OTHER sizes ("fit": the work and fixed-cost scales fitted over them);
   4. both compared with run B, a run the calibration never saw.
 Writes its section of benchmarks/RESULTS.md.
 
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+PROBE = str(Path(tempfile.mkdtemp(prefix="gpuplan-probe-")) / "cpu-probe.json")  # measured by the first plan
 BASE = json.loads((ROOT / "specs" / "models" / "tiny-llama-cpu.json").read_text())
 SIZES = {  # name: (hidden, layers, heads, kv heads, intermediate)
     "S": (64, 2, 2, 1, 172),
@@ -55,7 +58,7 @@ dir = "{out}"
 
 
 def gpuplan(args: list[str], store: Path) -> str:
-    env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": str(ROOT), "GPUPLAN_CPU_PROBE_FILE": PROBE}
     return subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True).stdout
 
@@ -98,6 +101,9 @@ def main() -> None:
         others.write_text("".join((tmp / f"A-{o}.jsonl").read_text() for o in SIZES if o != name))
         rows[name]["fit"] = plan_step(spec, others)[0]
 
+    figures = json.loads(Path(PROBE).read_text())["machines"][-1]
+    probe = f"{figures['fp32_tflops']:.3f} TFLOP/s fp32 matmul, {figures['gbyte_per_s']:.1f} GB/s copy"
+
     def err(est: float, measured: float) -> str:
         return f"{est:.3f} ({(est / measured - 1) * 100:+.0f}%)"
 
@@ -115,11 +121,12 @@ def main() -> None:
             "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
             f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
             "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
-            "\"default\" uses the CPU default efficiency (gpuplan/plan/efficiency.py CPU_UTILISATION, 29%, measured "
-            "on this machine when it was quiet: README, The main job); "
+            f"\"default\" is the uncalibrated step-time model (plan/estimate/step_time, cpu constants) with this CPU's "
+            f"figures measured by hardware/cpu_probe.py at the start ({probe}); "
             "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
-            "model only (FLOPs-per-token scaling to another spec); \"fitted\" the plan after runs A of the two "
-            "other sizes (per-step overhead + FLOPs, least squares: plan/calibration.py).\n\n" + "\n".join(lines))
+            "model only (carried to another spec through the model's terms); \"fitted\" the plan after runs A of "
+            "the two "
+            "other sizes (work and fixed-cost scales, least squares: plan/estimate/calibration.py).\n\n" + "\n".join(lines))
     print(body)
     write_section("time_accuracy", "Time estimates (CPU)", body)
 

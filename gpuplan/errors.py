@@ -10,6 +10,7 @@ and a library's refusal is translated into what to do next (accelerate's estimat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
@@ -79,21 +80,29 @@ class GpuplanError(Exception):
     def message(self) -> str:
         return str(self)
 
+    def diagnostic(self, **fields: Any) -> Diagnostic:
+        """The first diagnostic, with `fields` (key, summary, fix ...) replaced: a boundary that
+        knows more (which spec key was being read) says so without re-wording the error."""
+        return dataclasses.replace(self.diagnostics[0], **fields)
 
-class _OneProblem(GpuplanError):
-    """Base of the errors raised for a single problem: summary first, the rest by name."""
+
+class OneProblem(GpuplanError):
+    """Base of the errors raised for a single problem: summary first, the rest by name.
+
+    The library-level errors (the catalog's, the Hub's, the lock file's, a model config's,
+    a user file's) are of this kind too, so every failure reaches the CLI as a GpuplanError."""
 
     def __init__(self, summary: str, *, key: str | None = None, detail: str | None = None, fix: str | None = None):
         super().__init__([Diagnostic("error", key, summary, detail, fix)])
 
 
-class UserError(_OneProblem):
+class UserError(OneProblem):
     """A CLI-level mistake: a bad flag combination, no terminal to confirm on, a file that cannot be written."""
 
 
-class ApplyError(_OneProblem):
+class ApplyError(OneProblem):
     """A user-fixable failure while applying a plan: bad file, field, weights or device."""
 
 
-class LockError(_OneProblem):
-    """The output directory is in use by another apply (gpuplan/apply/lock.py)."""
+class LockError(OneProblem):
+    """The output directory is in use by another apply (gpuplan/lifecycle/run_lock.py)."""

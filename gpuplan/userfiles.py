@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gpuplan.errors import OneProblem
+
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -23,7 +25,7 @@ PRICES_ENV = "GPUPLAN_PRICES_FILE"
 CALIBRATION_ENV = "GPUPLAN_CALIBRATION_FILE"
 
 
-class UserFileError(ValueError):
+class UserFileError(OneProblem, ValueError):
     """A user file is malformed: the message names the file, the key, the value and the fix."""
 
 

@@ -4,11 +4,11 @@ when they change what the run trains (full plans carry both sections' defaults t
 from __future__ import annotations
 
 from tests.helpers.apply_plans import cpu_plan
-from gpuplan.plan.drift import resume_conflicts
+from gpuplan.lifecycle.drift import resume_conflicts
 
 
 def _pair(tmp_path, before: dict, after: dict) -> list[str]:
-    return resume_conflicts(cpu_plan(tmp_path, **before).to_dict(), cpu_plan(tmp_path, **after).to_dict())
+    return resume_conflicts(cpu_plan(tmp_path, **before), cpu_plan(tmp_path, **after))
 
 
 def test_switching_method_breaks_resume(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
-from gpuplan.apply.state import RunState, write_json_atomic
-from gpuplan.cli.state import load_state as read_state
+from gpuplan.lifecycle.state import RunState, write_json_atomic
+from gpuplan.lifecycle.state import load_state as read_state
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -17,7 +17,7 @@ from tests.helpers.cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spe
 from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
-from gpuplan.cli.state import load_state as read_state
+from gpuplan.lifecycle.state import load_state as read_state
 from gpuplan.plan.types import PlanError
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -162,7 +162,7 @@ def test_out_of_memory_at_batch_one_stops_instead_of_looping(tmp_path, monkeypat
 
 
 def test_incomplete_and_corrupt_checkpoints(tmp_path):
-    from gpuplan.cli.apply import latest_checkpoint, set_aside_incomplete
+    from gpuplan.apply.session import latest_checkpoint, set_aside_incomplete
 
     plan = cpu_plan(tmp_path, **{"training.max_steps": 4, "training.save_steps": 2, "training.save_total_limit": 3,
                                  "data.seq_len": 32})

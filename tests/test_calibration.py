@@ -1,4 +1,4 @@
-"""Calibration: a measured run replaces the published efficiency; prices from the user and the spec."""
+"""Calibration: measured runs scale the step-time model's terms; prices from the user and the spec."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from tests.helpers.cli_runs import tiny_spec
 from gpuplan.cli.main import main
 from gpuplan.hardware.catalog import lookup
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.calibration import calibrated_efficiency
-from gpuplan.plan.efficiency import default_efficiency
-from gpuplan.plan.environment import local_environment
+from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption
+from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.userfiles import (
     UserFileError,
     append_calibration,
@@ -26,45 +25,58 @@ ROOT = Path(__file__).resolve().parent.parent
 A100 = lookup("A100-80GB")
 
 
+KEY = {"dtype": "bf16", "method": "lora", "gradient_checkpointing": True, "savers": []}
+
+
 def _record(**kw):
     rec = {"gpu": "A100-80GB", "count": 1, "nodes": 1, "utilisation": 0.3, "flops_per_token": 6e9,
-           "n_params": 1_000_000_000, "tokens_per_second": 1000.0, "step_time_s": 2.0, "mfu": 0.3, "run": "/r/one"}
+           "n_params": 1_000_000_000, "tokens_per_second": 1000.0, "step_time_s": 3.1, "mfu": 0.3, "run": "/r/one",
+           "modelled_s": {"work": 1.0, "fixed": 0.5, "other": 0.1}, "key": KEY}
     return {**rec, **kw}
 
 
-def test_same_spec_takes_the_measured_utilisation():
-    util, section = calibrated_efficiency([_record()], A100, 1, 1, n_params=1_000_000_000, flops_per_token=6e9)
-    assert util == 0.3 and section["same_flops_per_token"] and section["run"] == "/r/one"
+def test_the_measured_spec_lands_on_its_measured_step():
+    # (3.1 - 0.1) / (1.0 + 0.5) = 2: both parts x 2, so the plan of that spec is 2 x 1.5 + 0.1 = 3.1 s
+    scale, section = calibrated_scale([_record()], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
+    assert scale == {"work": 2.0, "fixed": 2.0}
+    assert section["run"] == "/r/one" and section["same_key"] and section["carried_across"] == []
+    assert calibration_assumption(section).startswith("step-time model, calibrated on this hardware: the model's "
+                                                      "terms x 2.00 (measured 1,000 tokens/s in /r/one)")
 
 
-def test_other_sizes_scale_by_the_published_curve():
-    util, section = calibrated_efficiency([_record()], A100, 1, 1, n_params=7_000_000_000, flops_per_token=42e9)
-    ratio = default_efficiency(A100, 7_000_000_000)[0] / default_efficiency(A100, 1_000_000_000)[0]
-    assert util == pytest.approx(0.3 * ratio) and section["size_scale"] == pytest.approx(ratio)
+def test_an_fp32_run_carries_to_a_bf16_plan_through_the_terms():
+    # a 300 tokens/s fp32 run the model priced right (scale 1) leaves a bf16 plan at the model's own bf16
+    # time: the dtype's 16x larger peak is in the terms already, nothing is multiplied by it
+    fp32 = {**KEY, "dtype": "fp32"}
+    run = _record(key=fp32, tokens_per_second=300.0, step_time_s=1.6)
+    scale, section = calibrated_scale([run], A100, 1, 1, key=KEY, modelled={"work": 0.2, "fixed": 0.1})
+    assert scale == {"work": pytest.approx(1.0), "fixed": pytest.approx(1.0)}
+    assert not section["same_key"] and section["carried_across"] == ["dtype 'fp32' -> 'bf16'"]
+    assert "carried across dtype 'fp32' -> 'bf16' through the model's terms" in calibration_assumption(section)
 
 
-def test_nearest_run_in_flops_and_same_hardware_only():
-    records = [_record(run="/far", flops_per_token=1e12), _record(run="/near", flops_per_token=7e9),
-               _record(run="/other-count", count=8, flops_per_token=6e9), _record(run="/h100", gpu="H100-80GB")]
-    _, section = calibrated_efficiency(records, A100, 1, 1, n_params=10**9, flops_per_token=6e9)
-    assert section["run"] == "/near" and section["runs_on_this_hardware"] == 2
-    assert calibrated_efficiency(records, lookup("B200"), 1, 1, n_params=10**9, flops_per_token=6e9) is None
+def test_a_qlora_run_does_not_set_a_lora_plan_when_a_lora_run_exists():
+    qlora = _record(run="/q", key={**KEY, "method": "qlora"}, step_time_s=6.1)
+    lora = _record(run="/l")
+    scale, section = calibrated_scale([lora, qlora], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
+    assert section["run"] == "/l" and section["runs_used"] == 1 and section["runs_on_this_hardware"] == 2
+    assert scale["work"] == pytest.approx(2.0)
 
 
-def test_runs_of_two_sizes_fit_a_per_step_overhead():
-    # measured: 1 s overhead + 1e-12 s per FLOP, at 4e12 and 8e12 FLOPs per step (1000 tokens per step)
-    runs = [_record(run="/s", flops_per_token=4e9, tokens_per_step=1000, step_time_s=5.0),
-            _record(run="/l", flops_per_token=8e9, tokens_per_step=1000, step_time_s=9.0)]
-    util, section = calibrated_efficiency(runs, A100, 1, 1, n_params=10**9, flops_per_token=6e9,
-                                          tokens_per_step=1000, peak_tflops=312.0)
-    assert section["fit"]["overhead_s"] == pytest.approx(1.0) and section["fit"]["runs"] == 2
-    step = 1.0 + 6e12 * 1e-12  # what the fitted line says for this spec
-    assert util == pytest.approx(6e12 / (step * 312e12))
-    assert section["fit"]["from"] == ["/s", "/l"]
-    # a run of this very spec wins over the fit
-    _, section = calibrated_efficiency([*runs, _record(run="/same", flops_per_token=6e9)], A100, 1, 1,
-                                       n_params=10**9, flops_per_token=6e9, tokens_per_step=1000, peak_tflops=312.0)
-    assert section["run"] == "/same" and "fit" not in section
+def test_runs_of_two_mixes_fit_work_and_fixed_apart():
+    # s_w x 1 + s_f x 1 = 3 and s_w x 2 + s_f x 0.5 = 4.5  ->  s_w = 2, s_f = 1
+    runs = [_record(run="/a", modelled_s={"work": 1.0, "fixed": 1.0, "other": 0.0}, step_time_s=3.0),
+            _record(run="/b", modelled_s={"work": 2.0, "fixed": 0.5, "other": 0.0}, step_time_s=4.5)]
+    scale, section = calibrated_scale(runs, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 1.0})
+    assert scale == {"work": pytest.approx(2.0), "fixed": pytest.approx(1.0)}
+    assert "work x 2.00, fixed costs x 1.00 (fitted over 2 measured runs)" in calibration_assumption(section)
+
+
+def test_same_hardware_only_and_records_before_the_model_are_not_used():
+    records = [_record(run="/other-count", count=8), _record(run="/h100", gpu="H100-80GB"),
+               {k: v for k, v in _record(run="/old").items() if k != "modelled_s"}]
+    assert calibrated_scale(records, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5}) is None
+    assert calibrated_scale(records, lookup("H100-80GB"), 1, 1, key=KEY, modelled={})[1]["run"] == "/h100"
 
 
 def test_store_skips_broken_lines(tmp_path):
@@ -115,7 +127,7 @@ def test_plan_apply_plan_calibrates_the_time(tmp_path, capsys):
     spec = tiny_spec(tmp_path / "tiny.toml", tmp_path / "run", max_steps=30, seq_len=64, batch=8, save_steps=1000)
     assert main(["plan", str(spec), "--json"]) == 0
     before = json.loads(capsys.readouterr().out)["throughput"]
-    assert before["calibration"] is None and "measured on a 2-core CPU" in before["assumption"]
+    assert before["calibration"] is None and before["assumption"].startswith("step-time model, cpu constants")
 
     assert main(["apply", str(spec), "--yes"]) == 0
     out = capsys.readouterr().out
@@ -130,7 +142,8 @@ def test_plan_apply_plan_calibrates_the_time(tmp_path, capsys):
     after = json.loads(capsys.readouterr().out)["throughput"]
     assert after["calibration"]["run"] == str(tmp_path / "run")
     assert after["calibration"]["measured"]["tokens_per_second"] == measured["tokens_per_second"]
-    assert after["assumption"].startswith(f"{measured['utilisation']:.1%} of peak dense fp32 TFLOP/s, calibrated")
+    assert after["assumption"].startswith("step-time model, calibrated on this hardware")
+    assert measured["key"] == {"dtype": "fp32", "method": "full", "gradient_checkpointing": False, "savers": []}
     assert after["step_time_s"] == pytest.approx(measured["step_time_s"], rel=0.20)
     assert after["run_time_s"] == pytest.approx(30 * measured["step_time_s"], rel=0.20)
 

@@ -1,5 +1,7 @@
 """`gpuplan init` and `gpuplan fmt` as a user runs them: a real subprocess, files, exit codes."""
 
+import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -87,3 +89,80 @@ def test_fmt_invalid_toml_reports_file_line_col_and_formats_the_rest(tmp_path):
     assert bad.read_text() == '[model]\nconfig = \n'
     r = gpuplan("fmt", "-", stdin="[model\n")
     assert r.returncode == 1 and "<stdin>:1:" in r.stderr
+
+
+def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_why(tmp_path):
+    """The newcomer's first goal: Llama-3.1-8B on an RTX-4090 with their own chat file. A full
+    fine-tune needs 36 GiB: the planner picks lora (and gradient checkpointing); the spec says
+    why above each line, and `gpuplan plan` of it exits 0 with no edit."""
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(5)))
+    out = tmp_path / "llama.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--data", data, "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    raw = tomllib.loads(text)
+    assert raw["model"]["method"] == "lora"
+    assert raw["training"]["gradient_checkpointing"] is True
+    assert raw["data"]["format"] == "chat" and raw["data"]["train_files"] == ["chat.jsonl"]
+    lines = text.splitlines()
+    above = lines[lines.index(next(ln for ln in lines if ln.startswith("method = "))) - 2:][:2]
+    assert "Chosen by the plan on RTX-4090" in above[0] and "full does not fit" in " ".join(above)
+    assert 'model.method = "lora": full does not fit' in r.stdout
+    assert re.search(r"^Plan: \d+ to add, 0 to change\. .* of 24\.0 GiB$", r.stdout, re.M)
+    plan = gpuplan("plan", out, "--no-color")
+    assert plan.returncode == 0, plan.stderr
+    assert "does not fit" not in plan.stdout + plan.stderr
+    assert re.search(r"^Plan: .*$", r.stdout, re.M).group(0) in plan.stdout  # init printed the plan's own summary
+    assert gpuplan("fmt", "--check", out).returncode == 0  # the notes above keys are fmt's layout already
+
+
+def test_init_method_full_that_does_not_fit_writes_nothing_and_names_the_fix(tmp_path):
+    out = tmp_path / "full.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--method", "full", "--out", out)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "does not fit" in r.stderr and "--method auto" in r.stderr and "nothing was written" in r.stderr
+    assert not out.exists()
+
+
+def test_init_when_no_method_fits_names_a_gpu_that_does_and_that_fix_works(tmp_path):
+    out = tmp_path / "70b.toml"
+    r = gpuplan("init", MODELS / "llama-3.1-70b.json", "--gpu", "RTX-4090", "--out", out)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and not out.exists()
+    assert "qlora does not fit" in r.stderr and "(full, lora and qlora tried): nothing was written" in r.stderr
+    gpu = re.search(r"fix: run init again with --gpu (\S+)", r.stderr).group(1)
+    r = gpuplan("init", MODELS / "llama-3.1-70b.json", "--gpu", gpu, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(out.read_text())["model"]["method"] == "qlora"
+    assert gpuplan("plan", out).returncode == 0
+
+
+def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(tmp_path):
+    data = tmp_path / "prefs.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "good", "rejected": "bad"}) + "\n"
+                            for i in range(3)))
+    out = tmp_path / "prefs.toml"
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    comments = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("# "))  # notes wrap at 100 columns
+    assert "Read from the rows: preference pairs (prompt, chosen, rejected)" in comments
+    raw = tomllib.loads(text)
+    assert raw["training"]["objective"] == "dpo" and "trained with DPO" in comments
+    assert gpuplan("plan", out).returncode == 0
+
+
+def test_init_objective_option_is_written_and_the_spec_plans(tmp_path):
+    data = tmp_path / "kto.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "good" if i % 2 else "bad",
+                                        "label": bool(i % 2)}) + "\n" for i in range(4)))
+    out = tmp_path / "kto.toml"
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--objective", "kto", "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert tomllib.loads(text)["training"]["objective"] == "kto"
+    assert "# Set by init --objective kto." in text
+    r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--objective", "orpo", "--out", tmp_path / "x.toml")
+    assert r.returncode != 0 and "invalid choice" in r.stderr and not (tmp_path / "x.toml").exists()

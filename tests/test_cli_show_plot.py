@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.helpers.cli_runs import gpuplan
-from gpuplan.apply.state import STATE_FILE
+from gpuplan.lifecycle.state import STATE_FILE
 from gpuplan.render.run_metrics import METRICS_FILE, read_metrics
 from gpuplan.render.sparkline import BLOCKS, sparkline
 from tests.helpers.planning import plan_text, spec

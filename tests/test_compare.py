@@ -11,7 +11,7 @@ import pytest
 from gpuplan.cli.main import main
 from gpuplan.plan.build import plan_file, plan_spec, with_overrides
 from gpuplan.plan.compare import compare, default_gpus, sort_rows
-from gpuplan.plan.environment import local_environment
+from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.load import load_toml
 
@@ -113,3 +113,18 @@ def test_no_alternative_is_advised_when_nothing_fits(tmp_path):
         plan_file(spec, environment=ENV, overrides={"hardware": {"gpu": "T4"}})
     fixes = [d.fix or "" for d in e.value.diagnostics]
     assert any("no catalog GPU fits at 1 GPU(s), nor up to 64 x T4" in f for f in fixes)
+
+
+def test_compare_times_come_from_the_step_time_model():
+    """compare's step and run time are the plan's, from the step-time model, and say what bounds them;
+    FSDP CPU offload over PCIe is priced (its copies and the CPU optimizer step), not free."""
+    rows = compare(load_toml(LLAMA_8B), gpus=["A100-80GB", "RTX-3090"], counts=[1, 2], environment=ENV)
+    by = {(r["gpu"], r["count"]): r for r in rows}
+    one = by[("A100-80GB", 1)]
+    plan = plan_file(LLAMA_8B, environment=ENV)
+    assert one["step_time_s"] == pytest.approx(plan.throughput.step_time_s)
+    assert one["bound_by"] == plan.throughput.step_time["bound_by"] == "matmuls"
+    assert sum(one["step_shares"].values()) == pytest.approx(1.0)
+    offload = by[("RTX-3090", 2)]
+    assert offload["sharding"].endswith("CPU offload")
+    assert offload["step_shares"].get("offload", 0) > 0.05

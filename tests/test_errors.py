@@ -7,7 +7,7 @@ import pytest
 from tests.helpers.apply_plans import cpu_plan
 from gpuplan.apply.convert import training_arguments
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.lock import LockError
+from gpuplan.lifecycle.run_lock import LockError
 from gpuplan.cli.common import UserError
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.types import PlanError

@@ -195,7 +195,7 @@ def test_malformed_table_names_entry():
 
 def test_catalog_and_throughput_do_not_import_torch():
     code = (
-        "import sys, gpuplan.hardware.catalog as c, gpuplan.hardware.detect, gpuplan.plan.throughput;"
+        "import sys, gpuplan.hardware.catalog as c, gpuplan.hardware.detect, gpuplan.plan.estimate.throughput;"
         "c.lookup('h100');"
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules];"
         "assert not bad, bad"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
 
-from gpuplan.plan.drift import resume_conflicts
+from gpuplan.lifecycle.drift import resume_conflicts
 
 SPEC = """\
 [model]
@@ -113,8 +114,13 @@ def test_lock_pins_commit_and_file_hashes_and_a_moved_ref_is_reported(hub, tmp_p
 
 
 def test_changed_commit_breaks_resume():
-    old = {"settings": {"model.commit": {"value": "a" * 40}}}
-    new = {"settings": {"model.commit": {"value": "b" * 40}}}
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.types import Setting
+    from tests.helpers.planning import ENV, SPECS
+
+    plan = plan_file(SPECS / "tiny.toml", environment=ENV)
+    old, new = (dataclasses.replace(plan, settings={**plan.settings, "model.commit": Setting(c * 40, "derived")})
+                for c in "ab")
     assert resume_conflicts(old, new) == [f"model.commit: {'a' * 40!r} -> {'b' * 40!r} changes the model (its Hub commit)"]
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from gpuplan.modelinfo import TASKS, model_facts, read_config
 from gpuplan.modelinfo.registry import FAMILIES
-from gpuplan.plan.lora_targets import TargetError, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.modelinfo.lora_targets import TargetError, count_adapters, default_modules_to_save, resolve_targets
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -98,7 +98,7 @@ def test_saved_lm_head_counts_equal_peft_tied_or_not(stem):
 
 
 def test_unknown_saved_module_gets_a_did_you_mean():
-    from gpuplan.plan.lora_targets import check_saved
+    from gpuplan.modelinfo.lora_targets import check_saved
 
     facts = model_facts(read_config(MODELS / "llama-3.1-8b.json"))
     check_saved(facts, ["lm_head", "embed_tokens"])

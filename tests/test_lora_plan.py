@@ -126,6 +126,24 @@ def test_ddp_replicates_adapters_and_all_reduces_only_their_gradients(tmp_path):
     assert plan.memory.layout == "DDP"
     # 41,943,040 fp32 adapter gradients, ring all-reduce over 4 GPUs: 2 x 3/4 x 4 bytes each
     assert plan.throughput.communication["bytes_per_gpu_per_step"] == int(2 * 0.75 * 4 * 41_943_040)
-    with pytest.raises(PlanError, match="sharded adapters are not planned"):
-        plan_text(tmp_path, spec(extra='method = "qlora"', training="") .replace("[hardware]\n", "[hardware]\ncount = 2\n")
-                  + "[distributed]\nstrategy = \"fsdp\"\n")
+    # sharded adapters are planned too (tests/test_sharded_adapters_plan.py): FSDP is kept when asked
+    fsdp = plan_text(tmp_path, spec(extra='method = "qlora"', training="").replace("[hardware]\n", "[hardware]\ncount = 2\n")
+                     + "[distributed]\nstrategy = \"fsdp\"\n")
+    assert fsdp.memory.layout == "FSDP full_shard"
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "qlora"])
+def test_no_fit_error_lists_the_hardware_planned_in_full_for_every_method(tmp_path, method):
+    # issue 19: the alternatives found the no-fit error by its summary's first words, and
+    # rules/memory.py prefixes the method ("lora does not fit"), so adapter plans lost the
+    # hardware planned in full; the error is now found through the no-fit record
+    text = spec("llama-3.1-8b", "T4", data="seq_len = 8192", training="effective_batch_size = 8\nmax_steps = 10",
+                extra=f'method = "{method}"\ndtype = "bfloat16"')
+    with pytest.raises(PlanError) as e:
+        plan_text(tmp_path, text)
+    err = next(d for d in e.value.diagnostics if d.key == "hardware.gpu" and d.severity == "error")
+    assert "does not fit" in err.summary and (method == "full" or err.summary.startswith(f"{method} does not fit"))
+    assert err.fix.startswith("what fits (each planned in full):\n    a larger GPU: hardware.gpu = ")
+    # following the suggestion plans a fit
+    gpu = re.search(r'a larger GPU: hardware.gpu = "([^"]+)"', err.fix).group(1)
+    assert plan_text(tmp_path, text.replace('gpu = "T4"', f'gpu = "{gpu}"')).memory.fits

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gpuplan.modelinfo import model_facts
-from gpuplan.plan.lora_targets import resolve_targets
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.quant4 import linear4bit_bytes
-from gpuplan.plan.memory.types import Adapters, Workload
+from gpuplan.modelinfo.lora_targets import resolve_targets
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.quant4 import linear4bit_bytes
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from tests.helpers.planning import plan_text, spec
 
 pytest.importorskip("peft")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpuplan.modelinfo import model_facts
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.states import adafactor_state_bytes, bnb_state_bytes, optimizer_kind
-from gpuplan.plan.memory.types import COMPONENTS, Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.states import adafactor_state_bytes, bnb_state_bytes, optimizer_kind
+from gpuplan.plan.estimate.memory.types import COMPONENTS, Workload
 
 MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
 
@@ -121,7 +121,7 @@ def test_adafactor_layout_by_hand():
 
 def test_eight_bit_keeps_embeddings_at_32_bit_states_as_the_trainer_does():
     from gpuplan.modelinfo import model_facts, read_config
-    from gpuplan.plan.memory.states import bnb_state_bytes, is_embedding
+    from gpuplan.plan.estimate.memory.states import bnb_state_bytes, is_embedding
 
     from pathlib import Path
 

@@ -21,8 +21,8 @@ pytest.importorskip("peft")
 pytest.importorskip("bitsandbytes")
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Adapters, Workload  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from tests.helpers.memory_guard import FAMILIES, METHODS, TARGETS, check, sample  # noqa: E402
 from tests.helpers.planning import write_spec  # noqa: E402
 

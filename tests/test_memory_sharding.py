@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpuplan.modelinfo import model_facts
-from gpuplan.plan.memory.estimate import estimate_memory
-from gpuplan.plan.memory.layout import model_layout
-from gpuplan.plan.memory.sharding import DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET, sharded_states
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.sharding import DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET, sharded_states
+from gpuplan.plan.estimate.memory.types import Workload
 
 MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
 N = 8

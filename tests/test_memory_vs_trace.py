@@ -14,8 +14,8 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow  # each case traces a (tiny) real model: about a second
 
 from gpuplan.modelinfo import model_facts  # noqa: E402
-from gpuplan.plan.memory.estimate import estimate_memory  # noqa: E402
-from gpuplan.plan.memory.types import Workload  # noqa: E402
+from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
+from gpuplan.plan.estimate.memory.types import Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
 LLAMA = dict(model_type="llama", hidden_size=128, intermediate_size=352, num_hidden_layers=2,

@@ -71,7 +71,10 @@ def test_spec_count_equals_meta_device(stem, task):
 # Published totals (model cards, HF safetensors metadata) for the base model.
 PUBLISHED = {
     ("llama-3.1-8b", "causal-lm"): 8_030_261_248,
+    ("llama-2-7b", "causal-lm"): 6_738_415_616,  # the Llama 2 paper's 7B and 13B, as the hub repos count them
+    ("llama-2-13b", "causal-lm"): 13_015_864_320,
     ("llama-3.1-70b", "causal-lm"): 70_553_706_496,
+    ("llama-2-70b", "causal-lm"): 68_976_648_192,
     ("llama-3.2-1b", "causal-lm"): 1_235_814_400,
     ("mistral-7b-v0.3", "causal-lm"): 7_248_023_552,
     ("qwen2.5-0.5b", "causal-lm"): 494_032_768,

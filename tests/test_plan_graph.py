@@ -1,6 +1,6 @@
 import pytest
 
-from gpuplan.plan.graph import GraphError, Rule, build_graph, rule_order
+from gpuplan.plan.engine.graph import GraphError, Rule, build_graph, rule_order
 from gpuplan.plan.rules import ALL_RULES
 
 
@@ -72,8 +72,8 @@ def test_every_change_of_every_shipped_spec_names_a_rule_a_reader_can_find(shipp
 def test_solver_nodes_cannot_be_mistaken_for_spec_keys():
     g = build_graph(ALL_RULES)
     internal = [n for n in g.nodes if g.nodes[n]["kind"] == "internal"]
-    assert sorted(internal) == ["internal:fit.method", "internal:fit.problem", "internal:fit.solution",
-                              "internal:lora.count", "internal:quantization.compute"]
+    assert sorted(internal) == ["internal:fit.method", "internal:fit.no_fit", "internal:fit.problem",
+                              "internal:fit.solution", "internal:lora.count", "internal:quantization.compute"]
     assert all(":" not in n for n in g.nodes if g.nodes[n]["kind"] == "setting")
 def test_light_order_is_networkx_lexicographic_order():
     import networkx as nx

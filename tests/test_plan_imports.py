@@ -1,4 +1,4 @@
-"""DESIGN principle 3: `gpuplan plan` on a known architecture imports neither torch nor transformers."""
+"""docs/design.md principle 3: `gpuplan plan` on a known architecture imports neither torch nor transformers."""
 
 import subprocess
 import sys

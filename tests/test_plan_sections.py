@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.sections import HardwareSection, MemorySection, Saver, ThroughputSection
 
 

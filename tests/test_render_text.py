@@ -56,3 +56,18 @@ def test_colour_only_when_enabled():
     coloured = render_changes(PLAN["changes"], Style(True))
     assert "\033[33m" in coloured[0]  # yellow ~
     assert "\033[32m" in coloured[2]  # green +
+
+
+def test_throughput_prints_the_step_time_by_term_and_what_bounds_it():
+    from gpuplan.plan.sections import ThroughputSection
+    from gpuplan.render.text import render_throughput
+
+    t = ThroughputSection.from_dict({
+        "tokens_per_step": 4096, "step_time_s": 2.0, "tokens_per_second": 2048.0, "max_steps": 10, "run_time_s": 20.0,
+        "assumption": "step-time model, ampere-dc constants (fitted)",
+        "step_time": {"summary": "matmuls 58%, memory-bound 21%, optimizer 9%, fixed costs 12%", "bound_by": "matmuls"}})
+    assert render_throughput(t) == [
+        "Throughput: 4,096 tokens/step, ~2.00 s/step, ~2,048 tokens/s, ~20 s for 10 steps",
+        "  step time by term: matmuls 58%, memory-bound 21%, optimizer 9%, fixed costs 12%; bound by matmuls",
+        "  assumption: step-time model, ampere-dc constants (fitted)",
+    ]

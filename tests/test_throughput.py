@@ -1,4 +1,4 @@
-"""Throughput estimate: FLOPs per step over an assumed fraction of the dense peak."""
+"""Throughput estimate: FLOPs per step, and the step time from the step-time model (or a given utilisation)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,10 @@ import json
 
 import pytest
 
-from gpuplan.plan.efficiency import CPU_UTILISATION, default_efficiency
-
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.memory.types import Workload
-from gpuplan.plan.throughput import estimate_throughput, flops_per_token, matmul_params
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.throughput import estimate_throughput, flops_per_token, matmul_params
 
 # Llama-3.1-8B (config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim
 # 128, intermediate 14336, vocab 128256, untied). Parameters by hand:
@@ -42,16 +40,16 @@ STEP_TIME = 12.66892104310154
 
 def test_llama_8b_on_a100_bf16():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1000, utilisation=0.4)
-    assert out["tokens_per_step"] == TOKENS
-    assert out["model_flops_per_token"] == out["flops_per_token"] == PER_TOKEN
-    assert out["flops_per_step"] == out["model_flops_per_step"] == STEP_FLOPS
-    assert (out["peak_dtype"], out["peak_tflops"], out["utilisation"]) == ("bf16", 312.0, 0.4)
-    assert out["assumption"] == "40% of peak dense bf16 TFLOP/s (given)"
-    assert out["step_time_s"] == pytest.approx(STEP_TIME, rel=1e-12)
-    assert out["tokens_per_second"] == pytest.approx(2586.49, abs=0.01)  # 312e12 * 0.4 / 48_250_773_504
-    assert out["run_time_s"] == pytest.approx(12668.92, abs=0.01)
-    assert out["slowdowns"] == {} and out["notes"] == []
-    json.dumps(out)  # JSON-ready
+    assert out.tokens_per_step == TOKENS
+    assert out.model_flops_per_token == out.flops_per_token == PER_TOKEN
+    assert out.flops_per_step == out.model_flops_per_step == STEP_FLOPS
+    assert (out.peak_dtype, out.peak_tflops, out.utilisation) == ("bf16", 312.0, 0.4)
+    assert out.assumption == "40% of peak dense bf16 TFLOP/s (given)"
+    assert out.step_time_s == pytest.approx(STEP_TIME, rel=1e-12)
+    assert out.tokens_per_second == pytest.approx(2586.49, abs=0.01)  # 312e12 * 0.4 / 48_250_773_504
+    assert out.run_time_s == pytest.approx(12668.92, abs=0.01)
+    assert out.slowdowns == {} and out.notes == ()
+    json.dumps(out.to_dict())  # the typed section serialises to JSON
 
 
 def test_gradient_checkpointing_adds_recomputed_forward():
@@ -60,29 +58,29 @@ def test_gradient_checkpointing_adds_recomputed_forward():
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    gradient_checkpointing=True)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=None, utilisation=0.4)
-    assert out["model_flops_per_token"] == PER_TOKEN
-    assert out["flops_per_token"] == 63_283_691_520
-    assert out["step_time_s"] == pytest.approx(63_283_691_520 * TOKENS / (312e12 * 0.4))
-    assert out["run_time_s"] is None and out["max_steps"] is None
-    assert "Korthikanti" in out["flops_formula"]
+    assert out.model_flops_per_token == PER_TOKEN
+    assert out.flops_per_token == 63_283_691_520
+    assert out.step_time_s == pytest.approx(63_283_691_520 * TOKENS / (312e12 * 0.4))
+    assert out.run_time_s is None and out.max_steps is None
+    assert "Korthikanti" in out.flops_formula
 
 
 def test_empty_cache_costs_ten_percent():
     run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
                    torch_empty_cache_steps=4)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=10, utilisation=0.4)
-    assert out["slowdowns"] == {"torch_empty_cache_steps": 0.10}
-    assert out["step_time_s"] == pytest.approx(STEP_TIME * 1.1)
-    assert out["flops_per_step"] == STEP_FLOPS
+    assert out.slowdowns == {"torch_empty_cache_steps": 0.10}
+    assert out.step_time_s == pytest.approx(STEP_TIME * 1.1)
+    assert out.flops_per_step == STEP_FLOPS
 
 
 def test_data_parallel_ranks_multiply_tokens_not_step_time():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, world_size=8, utilisation=0.4)
-    assert out["tokens_per_step"] == 8 * TOKENS
-    assert out["step_time_s"] == pytest.approx(STEP_TIME)
-    assert out["tokens_per_second"] == pytest.approx(8 * TOKENS / STEP_TIME)
+    assert out.tokens_per_step == 8 * TOKENS
+    assert out.step_time_s == pytest.approx(STEP_TIME)
+    assert out.tokens_per_second == pytest.approx(8 * TOKENS / STEP_TIME)
     # compute only: plan/build.py with_communication adds the communication (and says so)
-    assert not any("not included" in n for n in out["notes"])
+    assert not any("not included" in n for n in out.notes)
 
 
 @pytest.mark.parametrize(
@@ -100,56 +98,41 @@ def test_data_parallel_ranks_multiply_tokens_not_step_time():
 def test_peak_dtype(gpu, workload_kw, tf32, dtype, peak):
     run = Workload(per_device_batch=2, seq_len=512, **workload_kw)
     out = estimate_throughput(LLAMA_8B, run, lookup(gpu), max_steps=1, tf32=tf32, utilisation=0.4)
-    assert (out["peak_dtype"], out["peak_tflops"]) == (dtype, peak)
-    assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (peak * 1e12 * 0.4))
+    assert (out.peak_dtype, out.peak_tflops) == (dtype, peak)
+    assert out.step_time_s == pytest.approx(out.flops_per_step / (peak * 1e12 * 0.4))
 
 
 def test_missing_dtype_falls_back_to_fp32_with_note():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, lookup("V100-32GB"), max_steps=1)
-    assert (out["peak_dtype"], out["peak_tflops"]) == ("fp32", 15.7)
-    assert out["notes"] == ["V100-32GB has no bf16 peak in the catalog; the fp32 peak is used"]
+    assert (out.peak_dtype, out.peak_tflops) == ("fp32", 15.7)
+    assert out.notes == ("V100-32GB has no bf16 peak in the catalog; the fp32 peak is used",)
 
 
-def test_cpu_uses_its_measured_default():
+def test_cpu_is_priced_by_the_step_time_model_with_its_own_constants():
     run = Workload(per_device_batch=1, seq_len=128, device="cpu")
     out = estimate_throughput(LLAMA_8B, run, lookup("cpu"), max_steps=3)
-    assert (out["peak_dtype"], out["utilisation"]) == ("fp32", CPU_UTILISATION)
-    assert out["assumption"].startswith(f"{CPU_UTILISATION:.0%} of a nominal CPU fp32 peak: measured on a 2-core CPU")
-    assert out["step_time_s"] == pytest.approx(out["flops_per_step"] / (1.0e12 * CPU_UTILISATION))
+    assert out.peak_dtype == "fp32" and out.step_time["arch_class"] == "cpu"
+    assert out.assumption.startswith("step-time model, cpu constants")
+    # one processor launches and computes: the step is the sum of its terms
+    terms = out.step_time["terms"]
+    assert out.step_time_s == pytest.approx(sum(t["seconds"] for t in terms if t["per"] == "step")
+                                               + sum(t["seconds"] for t in terms if t["per"] == "micro-batch"))
 
 
-@pytest.mark.parametrize("gpu, n_params, expected, source", [
-    ("A100-80GB", 7e9, 0.6423, "published A100 MFU at 7B (llm-foundry)"),  # MPT-7B row, exactly
-    ("A100-40GB", 50e6, 0.4479, "published A100 MFU at 50M"),  # below the smallest row: MPT-125M's
-    ("H100-80GB", 1e9, 0.4182, "published H100 MFU at 1B"),
-    ("H200", 500e9, 0.4257, "published H100 MFU"),  # above the largest row: MPT-70B's
-    ("B200", 7e9, 0.4644, "no published Blackwell bf16 MFU, Hopper's used"),
-    ("RTX-4090", 124e6, 0.29 * 312 / 165.2, "published RTX 4090 MFU, GPT-2 124M"),
-    ("MI300X", 7e9, 0.4644 * 0.514 / 0.803, "MI300X/H100 measured matmul ceiling"),
-    ("MI250X", 7e9, 166 / 362.1, "published MI250 MFU"),
-    ("V100-32GB", 7e9, 0.6423, "no published row for this generation"),
-])
-def test_default_efficiency_from_published_rows(gpu, n_params, expected, source):
-    util, where = default_efficiency(lookup(gpu), int(n_params))
-    assert util == pytest.approx(expected)
-    assert source in where
-
-
-def test_default_efficiency_interpolates_in_log_params():
-    # halfway between MPT-1B (59.86%) and MPT-7B (64.23%) in log(params): sqrt(7)B
-    util, _ = default_efficiency(lookup("A100-80GB"), int(7**0.5 * 1e9))
-    assert util == pytest.approx((0.5986 + 0.6423) / 2, abs=1e-4)
-
-
-def test_default_assumption_names_its_source():
+def test_default_is_the_step_time_model_and_names_its_constants():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1)
-    assert out["assumption"].startswith(f"{out['utilisation']:.0%} of peak dense bf16 TFLOP/s: published A100 MFU at 8B")
+    assert out.assumption.startswith("step-time model, ampere-dc constants (fitted: benchmarks/fit_step_time.py")
+    st = out.step_time
+    assert st["bound_by"] == "matmuls" and sum(st["shares"].values()) == pytest.approx(1.0)
+    # the utilisation is what the model's step time implies
+    assert out.utilisation == pytest.approx(STEP_FLOPS / (out.step_time_s * 312e12))
+    assert 0.3 < out.utilisation < 0.9
 
 
 def test_utilisation_override_and_validation():
     out = estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, utilisation=0.5)
-    assert out["step_time_s"] == pytest.approx(STEP_TIME * 0.4 / 0.5)
-    assert out["assumption"] == "50% of peak dense bf16 TFLOP/s (given)"
+    assert out.step_time_s == pytest.approx(STEP_TIME * 0.4 / 0.5)
+    assert out.assumption == "50% of peak dense bf16 TFLOP/s (given)"
     with pytest.raises(ValueError, match="utilisation must be in"):
         estimate_throughput(LLAMA_8B, BF16_RUN, A100, max_steps=1, utilisation=1.5)
     with pytest.raises(ValueError, match="world_size must be >= 1"):

@@ -1,5 +1,5 @@
 """The trace's autocast is CUDA's: per op of each list of the torch AMP documentation for CUDA
-(../shared/reference/cuda-autocast.md: lower precision, float32, promote), the dtype of the
+(docs/reference/cuda-autocast.md: lower precision, float32, promote), the dtype of the
 op's output on fake CPU tensors under gpuplan.trace.cuda_autocast is the one CUDA autocast
 gives, for fp16 and bf16. Plain CPU autocast gets several of them wrong (checked too)."""
 

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow  # each case traces a (tiny) real model: about a second
 
-from gpuplan.plan.memory.types import COMPONENTS, Workload  # noqa: E402
+from gpuplan.plan.estimate.memory.types import COMPONENTS, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
 LLAMA = dict(model_type="llama", hidden_size=128, intermediate_size=352, num_hidden_layers=2,
@@ -64,7 +64,7 @@ def test_bnb_layout_matches_real_bitsandbytes_init_state():
     pytest.importorskip("bitsandbytes")
     import bitsandbytes as bnb
 
-    from gpuplan.plan.memory.states import bnb_state_bytes
+    from gpuplan.plan.estimate.memory.states import bnb_state_bytes
 
     bnb.optim.GlobalOptimManager.get_instance().initialize()  # no overrides left by earlier optimizers
     params = [torch.nn.Parameter(torch.zeros(s)) for s in ((300, 200), (4095,), (4096,), (1000, 77))]

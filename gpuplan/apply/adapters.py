@@ -16,6 +16,13 @@ What the libraries do, as installed (peft 0.21, transformers 5.24, bitsandbytes 
   loading, and bitsandbytes 0.50 runs Linear4bit forward and backward on the uint8
   Params4bit weights (its CPU backend; without the optional `kernels` package it logs
   once that it falls back from the kernels-community gemm).
+- Sharded (FSDP or DeepSpeed over several ranks): bnb_4bit_quant_storage = the compute dtype, so
+  FSDP2 shards the packed weights (accelerate 1.15 fsdp_utils.py fsdp2_prepare_model puts a
+  uint8 Params4bit in ignored_params, whole on every rank; torch's fully_shard itself shards a
+  uint8 one on CPU too); with CPU offload on GPUs the base loads into host RAM and only the
+  QuantStates move to the rank's GPU (place_quant_states). FSDP2's units are the model's
+  _no_split_modules (transformers' TRANSFORMER_BASED_WRAP, the class set of peft's
+  fsdp_auto_wrap_policy); the Trainer saves FSDP checkpoints adapter_only.
 - A sequence-classification PeftModel adds the head ("classifier", "score") to
   modules_to_save (peft_model.py PeftModelForSequenceClassification): the head trains in full.
 """
@@ -28,8 +35,8 @@ from typing import Any
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
+from gpuplan.plan.methods import METHODS
 
-METHODS = ("full", "lora", "qlora")
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 MERGED_DIR = "merged"  # final/merged/: see save_final
@@ -107,6 +114,20 @@ def lora_config(plan: Plan) -> Any:
         raise ApplyError(f"the plan's [lora] settings were refused by peft: {e}") from e
 
 
+def sharded(plan: Plan) -> bool:
+    """FSDP or DeepSpeed over several ranks: the frozen base is sharded with the adapters."""
+    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    return world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed")
+
+
+def loads_on_host(plan: Plan, device: str) -> bool:
+    """QLoRA under FSDP with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
+    there), never whole on one GPU; plan/estimate/memory/host.py counts it. Under DeepSpeed the base loads
+    onto each GPU as without sharding (device_map), and the plan counts that load on the GPU."""
+    fsdp_offload = plan.get("distributed.strategy") == "fsdp" and plan.get("distributed.fsdp_cpu_offload")
+    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(fsdp_offload)
+
+
 def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:
     """transformers' BitsAndBytesConfig for the frozen 4-bit base of a QLoRA run.
 
@@ -125,12 +146,17 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
         raise ApplyError(
             f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}"
         )
+    # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
+    # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
+    # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
+    storage = {"bnb_4bit_quant_storage": getattr(torch, compute)} if sharded(plan) else {}
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=quant,
         bnb_4bit_use_double_quant=bool(double),
         bnb_4bit_compute_dtype=getattr(torch, compute),
         llm_int8_skip_modules=unquantized,
+        **storage,
     )
 
 
@@ -151,7 +177,11 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
     from transformers import AutoConfig
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    config = AutoConfig.from_pretrained(plan.value("model.name_or_path"), local_files_only=True,
+    from .model import local_model_dir
+
+    # The model directory the weights load from: for a Hub id its snapshot at the planned
+    # model.commit, not the id itself (that would read whatever main points at in the cache).
+    config = AutoConfig.from_pretrained(local_model_dir(plan), local_files_only=True,
                                         trust_remote_code=bool(plan.value("model.trust_remote_code")))
     with torch.device("meta"):
         meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
@@ -177,18 +207,56 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
     # load dequantizes every layer to fp32 and casts (3x the planned transient); the unquantized
     # parts are cast to fp32 by prepare_model_for_kbit_training either way (plan/rules/base_dtype.py)
     kwargs: dict[str, Any] = {"quantization_config": config, "dtype": config.bnb_4bit_compute_dtype}
-    if device == "cuda":
+    if loads_on_host(plan, device):
+        kwargs["device_map"] = {"": "cpu"}  # place_quant_states moves the QuantStates to this rank's GPU
+    elif device == "cuda":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     return kwargs
 
 
+def place_quant_states(plan: Plan, model: Any, device: str) -> None:
+    """After a host load (loads_on_host): each QuantState to this rank's GPU. FSDP moves parameters and
+    buffers (and keeps the shards in host RAM with offload) but not a QuantState, an attribute of the
+    Params4bit and of its Linear4bit (bitsandbytes nn/modules.py), which its GPU matmul reads."""
+    if not loads_on_host(plan, device):
+        return
+    target = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    for module in model.modules():
+        for state in {id(s): s for s in (getattr(getattr(module, "weight", None), "quant_state", None),
+                                         getattr(module, "quant_state", None)) if s is not None}.values():
+            state.to(target)
+
+
 def wrap(plan: Plan, model: Any) -> Any:
     """The PeftModel whose only trainable parameters are the adapters (and modules_to_save)."""
-    from peft import get_peft_model, prepare_model_for_kbit_training
+    from peft import get_peft_model
+
+    model = prepare_base(plan, model)
+    try:
+        peft_model = get_peft_model(model, lora_config(plan))
+    except ValueError as e:  # "Target modules {...} not found in the base model"
+        raise target_error(plan, model, e) from e
+    trainable, _ = peft_model.get_nb_trainable_parameters()
+    if trainable == 0:
+        raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")
+    return peft_model
+
+
+def target_error(plan: Plan, model: Any, e: Exception) -> ApplyError:
+    names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
+    return ApplyError(f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
+                      f"Its linear layers are named: {', '.join(names)}")
+
+
+def prepare_base(plan: Plan, model: Any) -> Any:
+    """The base as get_peft_model needs it: qlora's kbit preparation, input grads for checkpointing.
+    (TRL's preference trainers wrap it themselves from lora_config, apply/preference.py.)"""
+    from peft import prepare_model_for_kbit_training
 
     m = method(plan)
     checkpointing = bool(plan.value("training.gradient_checkpointing"))
     if m == "qlora":
+        place_quant_states(plan, model, "cpu" if plan.hardware.vendor == "cpu" else "cuda")
         keep_training_layout(model)
         # use_reentrant=False: what the Trainer passes when it enables checkpointing again
         # (transformers 5.24 modeling_utils._activation_checkpointing_enable).
@@ -197,21 +265,12 @@ def wrap(plan: Plan, model: Any) -> Any:
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if checkpointing:
-        # A frozen base gives the checkpointed blocks no input that requires grad; without
-        # this the adapters inside them would get no gradient under reentrant checkpointing.
+        # A frozen base gives the checkpointed blocks no input that requires grad. The
+        # non-reentrant checkpointing transformers 5.24 runs (use_reentrant=False) still
+        # passes the adapters their gradients; this keeps them flowing should a caller
+        # turn reentrant checkpointing on (tests/test_checkpoint_reentrancy.py).
         model.enable_input_require_grads()
-    try:
-        peft_model = get_peft_model(model, lora_config(plan))
-    except ValueError as e:  # "Target modules {...} not found in the base model"
-        names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
-        raise ApplyError(
-            f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
-            f"Its linear layers are named: {', '.join(names)}"
-        ) from e
-    trainable, _ = peft_model.get_nb_trainable_parameters()
-    if trainable == 0:
-        raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")
-    return peft_model
+    return model
 
 
 def keep_training_layout(model: Any) -> None:

@@ -1,4 +1,4 @@
-"""What a finished run measured, as a calibration record (plan/calibration.py reads it).
+"""What a finished run measured, as a calibration record (plan/estimate/calibration.py reads it).
 
     utilisation = FLOPs per token (executed, recomputation included) x tokens/s x
                   (1 + the plan's modelled slowdowns) / (GPUs x dense peak of the dtype)
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuplan.plan.estimate.calibration import calibration_key, modelled_parts
 from gpuplan.plan.types import Plan
 
 
@@ -33,8 +34,15 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
     capacity = world * peak * 1e12
     utilisation = t.flops_per_token * tps * slowdown / capacity
     if not 0 < utilisation <= 1:
-        return None  # a measurement past the peak means the peak is wrong (a nominal CPU figure): not used
+        return None  # a measurement past the peak means the peak is wrong: not used
     peak_memory = results.get("peak_allocated_bytes", results.get("peak_rss_bytes"))
+    model = {}
+    if t.step_time:  # the parts a later plan scales (plan/estimate/calibration.py), and what changes the step
+        model = {"modelled_s": modelled_parts(t.step_time),
+                 "key": calibration_key(t.peak_dtype, plan.value("model.method"),
+                                        plan.value("training.gradient_checkpointing"),
+                                        [s.name for s in plan.memory.savers]),
+                 "arch_class": t.step_time.get("arch_class")}
     return {
         "run": plan.value("output.dir"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -59,6 +67,7 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
         "plan_step_time_s": t.step_time_s,
         "peak_memory_bytes": peak_memory,
         "peak_memory_kind": "allocated (CUDA)" if "peak_allocated_bytes" in results else "process RSS (CPU)",
+        **model,
     }
 
 

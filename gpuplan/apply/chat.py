@@ -132,11 +132,38 @@ def text_formatter(field: str) -> Formatter:
 
 
 def tokenize_segments(segments: Segments, tokenizer: Any) -> tuple[list[int], list[bool]]:
-    """Token ids of the segments, each tokenized on its own, and whether each id is trained."""
-    ids: list[int] = []
+    """Token ids of the segments' text tokenized once, and whether each id is trained.
+
+    One tokenization of the whole rendered text gives the ids apply_chat_template(tokenize=True)
+    gives: tokenizing each segment on its own would let a SentencePiece / Metaspace tokenizer
+    (Llama-2, Mistral, TinyLlama) prepend "▁" at every segment start. A token is trained when
+    its characters overlap a trained span, the rule of transformers' return_assistant_tokens_mask
+    (char_to_token of a span's first and last character, tokenization_utils_base.apply_chat_template).
+    """
+    text = "".join(t for t, _ in segments)
+    flags: list[bool] = []  # per character: inside a trained segment
+    for t, on in segments:
+        flags += [on] * len(t)
+    if not text:
+        return [], []
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        trained = [any(flags[s:e]) if e > s else flags[min(s, len(flags) - 1)] for s, e in enc["offset_mapping"]]
+        return ids, trained
+    return _by_prefixes(segments, text, tokenizer)
+
+
+def _by_prefixes(segments: Segments, text: str, tokenizer: Any) -> tuple[list[int], list[bool]]:
+    """A slow tokenizer (no offsets): the token count of the text up to each segment end marks the spans."""
+    def encode(t: str) -> list[int]:
+        return list(tokenizer(t, add_special_tokens=False)["input_ids"])
+
+    ids = encode(text)
     trained: list[bool] = []
-    for text, on in segments:
-        part = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids += part
-        trained += [on] * len(part)
-    return ids, trained
+    end = 0
+    for t, on in segments:
+        end += len(t)
+        upto = len(encode(text[:end])) if end < len(text) else len(ids)
+        trained += [on] * max(0, min(upto, len(ids)) - len(trained))
+    return ids, trained + [False] * (len(ids) - len(trained))

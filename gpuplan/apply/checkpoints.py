@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .state import write_json_atomic
+from gpuplan.lifecycle.state import write_json_atomic
 
 MARKER = "gpuplan-checkpoint.json"
 PREFIX = "checkpoint-"  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR

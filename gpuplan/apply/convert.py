@@ -1,7 +1,7 @@
 """Plan -> TrainingArguments keyword arguments and torch dtypes.
 
 This is the ONLY place where plan values become TrainingArguments fields or torch
-dtypes (DESIGN: "dtypes stay strings until the one place they are used"). The rest of
+dtypes (docs/design.md: "dtypes stay strings until the one place they are used"). The rest of
 `apply` passes these results along and never reads a `training.*` precision key itself.
 
 Field names follow transformers 5.24 `training_args.py`:
@@ -26,8 +26,8 @@ _TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float
 
 
 def uses_cpu(plan: Plan) -> bool:
-    """True when the plan was made for hardware "cpu" (GPUProfile.vendor == "cpu")."""
-    return plan.hardware.vendor == "cpu"
+    """True when the plan was made for hardware "cpu" (GPUProfile.is_cpu)."""
+    return plan.hardware.is_cpu
 
 
 def has_eval(plan: Plan) -> bool:
@@ -66,6 +66,7 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         # memory savers
         "activation_checkpointing": bool(v("training.gradient_checkpointing")),
         "torch_empty_cache_steps": int(empty_cache) if empty_cache else None,
+        "use_liger_kernel": bool(plan.get("training.use_liger_kernel")),  # plan/estimate/memory/liger.py
         # precision
         "bf16": bool(v("training.bf16")),
         "fp16": bool(v("training.fp16")),
@@ -178,7 +179,7 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
       is false (runtime/engine.py), so training.optim is then DeepSpeed's AdamW.
     """
     strategy = plan.get("distributed.strategy") or "none"
-    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    world = plan.world_size
     kwargs: dict[str, Any] = {}
     if world > 1:
         kwargs["include_num_input_tokens_seen"] = "all"

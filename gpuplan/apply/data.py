@@ -98,13 +98,16 @@ def label_names_of(ds: Any, label_field: str) -> list[str]:
 
 
 def _tokenize_lm(ds: Any, tokenizer: Any, field: str, seq_len: int, packing: bool) -> Any:
-    eos = tokenizer.eos_token_id
+    from .specials import affixes, document_tail
+
+    lead, suffix = affixes(tokenizer)
+    tail = document_tail(tokenizer, suffix)
 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
         texts = [t for t in batch[field] if isinstance(t, str) and t.strip()]
-        if packing:
+        if packing:  # each document as tokenizer(text) would frame it (BOS first), then its end token
             ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-            return {"input_ids": [x + [eos] if eos is not None else x for x in ids]}
+            return {"input_ids": [lead + x + tail for x in ids]}
         enc = tokenizer(texts, truncation=True, max_length=seq_len, padding="max_length")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
@@ -166,12 +169,8 @@ def train_paths(plan: Plan) -> list[str]:
     """data.train_files, or the data files of the data.dataset snapshot (fetched through gpuplan.hub)."""
     if plan.get("data.dataset"):
         from gpuplan.hub.fetch import dataset_files
-        from gpuplan.hub.resolve import HubError
 
-        try:
-            return dataset_files(plan)
-        except HubError as e:
-            raise ApplyError(e.message) from None
+        return dataset_files(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
     return list(plan.value("data.train_files"))
 
 
@@ -200,7 +199,11 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
         _, ev, _ = build(raw_eval, fmt, tokenizer, seq_len, packing)
         if len(ev) == 0:
             raise ApplyError("the eval split has no row with a trained token; raise data.eval_fraction")
-    return PreparedData(train, ev, default_data_collator, None, stats)
+    from .flatten import flatten_micro_batch, needs_flattening
+
+    collator = flatten_micro_batch if needs_flattening(plan.get("model.attn_implementation"), packing) \
+        else default_data_collator
+    return PreparedData(train, ev, collator, None, stats)
 
 
 def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:

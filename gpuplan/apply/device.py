@@ -1,6 +1,6 @@
 """The device a plan runs on, checked before anything loads, and its memory counters.
 
-DESIGN principle 1 and issue item 7: what the hardware cannot honour is resolved at
+docs/design.md principle 1 and issue item 7: what the hardware cannot honour is resolved at
 plan time. The executor therefore refuses a plan whose values this device would drop
 silently (Trainer turns pin memory off under `use_cpu`; accelerate runs "fp16" on CPU
 without autocast) instead of training something other than what the plan printed.
@@ -25,7 +25,7 @@ def check_device(plan: Plan) -> str:
     """"cpu" or "cuda" after checking the plan against this process; ApplyError otherwise."""
     import torch
 
-    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    world = plan.world_size
     launched = world_size()
     if uses_cpu(plan):
         problems = []

@@ -29,3 +29,24 @@ def engine_of(model: Any) -> str:
     # the root unit follows torch's reshard heuristic (accelerate fsdp_utils.py); the layers follow the plan
     groups = [g for m in units[1:] or units for g in m._get_fsdp_state()._fsdp_param_groups]
     return "fsdp2 full_shard" if any(g._reshard_after_forward for g in groups) else "fsdp2 shard_grad_op"
+
+
+def fsdp_units(model: Any) -> int:
+    """How many fully_shard units wrap the model (0 without FSDP2): decoder layers, embedding, tail, root."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return 0
+    return sum(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def four_bit_weights(model: Any) -> dict[str, int]:
+    """{"sharded": n, "whole": m}: bitsandbytes Linear4bit weights FSDP turned into DTensor shards, and
+    those left whole (a uint8 quant storage is put in FSDP's ignored_params: accelerate fsdp_utils.py)."""
+    from torch.distributed.tensor import DTensor
+
+    out = {"sharded": 0, "whole": 0}
+    for m in model.modules():
+        if type(m).__name__ == "Linear4bit" and type(m).__module__.startswith("bitsandbytes"):  # not peft's wrapper
+            out["sharded" if isinstance(m.weight, DTensor) else "whole"] += 1
+    return out

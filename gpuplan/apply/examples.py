@@ -9,7 +9,9 @@ and no attention_mask is passed, so transformers' masking_utils.find_packed_sequ
 turns the position resets into a block-diagonal causal mask (no attention across
 examples), the scheme of transformers' DataCollatorWithFlattening, including its -100 on
 each example's first label. The block's unused tail is padding with its own positions and
-no labels. Unpacked: each example is padded to seq_len with an attention_mask.
+no labels. Under flash_attention_2 the collator lays a micro-batch's blocks in one row
+(flatten.py): its varlen path reads the position ids only in a one-row batch.
+Unpacked: each example is padded to seq_len with an attention_mask.
 """
 
 from __future__ import annotations
@@ -42,13 +44,22 @@ class DataStats:
 
 
 def tokenize_rows(ds: Any, fmt: Formatter, tokenizer: Any, seq_len: int) -> Any:
-    """Columns input_ids, trained (bool per token) and truncated, one row per input row."""
+    """Columns input_ids, trained (bool per token) and truncated, one row per input row.
+
+    Instruction and text rows start with the ids the tokenizer's post-processor puts first
+    (BOS: specials.py), never trained; a chat template writes its own BOS.
+    """
+    from .specials import affixes
+
+    lead = [] if fmt.fmt == "chat" else affixes(tokenizer)[0]
 
     def tokenize(batch: dict[str, list], indices: list[int]) -> dict[str, list]:
         out: dict[str, list] = {"input_ids": [], "trained": [], "truncated": []}
         for n, i in enumerate(indices):
             row = {k: v[n] for k, v in batch.items()}
             ids, trained = tokenize_segments(fmt.segments(row, i), tokenizer)
+            if ids and lead:
+                ids, trained = lead + ids, [False] * len(lead) + trained
             out["input_ids"].append(ids[:seq_len])
             out["trained"].append(trained[:seq_len])
             out["truncated"].append(len(ids) > seq_len)

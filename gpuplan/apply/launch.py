@@ -45,7 +45,7 @@ class Launch:
 def decide(plan: Plan, node_rank: int | None, env: Mapping[str, str]) -> Launch | None:
     """None: train in this process (one process, or already a torchrun rank: WORLD_SIZE is set)."""
     nodes = int(plan.value("hardware.nodes"))
-    if world_size(plan) == 1 or "WORLD_SIZE" in env:
+    if plan.world_size == 1 or "WORLD_SIZE" in env:
         if node_rank not in (None, 0):
             raise ApplyError(f"--node-rank {node_rank}: the plan runs on one node (hardware.nodes = {nodes})")
         return None
@@ -66,7 +66,7 @@ def decide(plan: Plan, node_rank: int | None, env: Mapping[str, str]) -> Launch 
 
 def save_launch_plan(plan: Plan) -> str:
     """Write the plan every rank executes into output.dir (atomically); its path."""
-    from .state import write_json_atomic
+    from gpuplan.lifecycle.state import write_json_atomic
 
     out = plan.value("output.dir")
     try:
@@ -92,11 +92,6 @@ def run_torchrun(argv: list[str], echo=print) -> int:
             proc.kill()
             proc.wait()
         return 130
-
-
-def world_size(plan: Plan) -> int:
-    """Processes the plan runs as: hardware.count per node x hardware.nodes."""
-    return int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
 
 
 def first_host(nodelist: str) -> str:

@@ -56,7 +56,10 @@ class MetricsCallback(TrainerCallback):
     # -- Trainer events -------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:  # one metrics.jsonl per run, written by rank 0
-            self.file = open(self.path, "a" if self.append else "w", encoding="utf-8")
+            if not self.append:
+                open(self.path, "w").close()  # a new run starts the file empty
+            # O_APPEND: lines others append meanwhile ([eval] sample_at_eval, after/samples.py) are kept
+            self.file = open(self.path, "a", encoding="utf-8")
         self.train_start = time.perf_counter()
         self.start_step = state.global_step  # > 0 when resuming from a checkpoint
         self._mark = (state.global_step, self.train_start)
@@ -89,6 +92,8 @@ class MetricsCallback(TrainerCallback):
                 "elapsed_s": now - (self.train_start or now),
                 "samples_seen": step * self.samples_per_step,
             }
+            # dpo / kto: TRL's implicit rewards (rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies)
+            record.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
             self._mark = (step, now)
             if self.first_loss is None:
                 self.first_loss = float(logs["loss"])
@@ -107,6 +112,8 @@ class MetricsCallback(TrainerCallback):
                 tps = record["tokens_per_second"]
                 self.echo(
                     f"step {step}/{state.max_steps}  loss {record['loss']:.4f}"
+                    + (f"  margin {record['rewards/margins']:.3f}" if "rewards/margins" in record else "")
+                    + (f"  accuracy {record['rewards/accuracies']:.2f}" if "rewards/accuracies" in record else "")
                     + (f"  {tps:,.0f} tokens/s" if tps else "")
                 )
 

@@ -125,12 +125,8 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
 def local_model_dir(plan: Plan) -> str | None:
     """model.name_or_path, or for a Hub id its snapshot in the cache at model.commit (gpuplan.hub.fetch)."""
     from gpuplan.hub.fetch import model_dir
-    from gpuplan.hub.resolve import HubError
 
-    try:
-        return model_dir(plan)
-    except HubError as e:
-        raise ApplyError(e.message) from None
+    return model_dir(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
 
 
 def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common: Mapping[str, Any]) -> Any:

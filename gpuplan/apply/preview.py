@@ -44,6 +44,12 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     tokenizer = load_tokenizer(local_model_dir(plan), task=task,
                                from_scratch=bool(plan.value("model.from_scratch")),
                                trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    from .preference import uses_preference
+
+    if uses_preference(plan):  # chosen and rejected, as TRL tokenizes them (preference_preview.py)
+        from .preference_preview import preview_preference
+
+        return preview_preference(plan, tokenizer, n_examples)
     paths = train_paths(plan)
     raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
     fmt = formatter(plan, tokenizer)
@@ -63,11 +69,13 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
 
 
 def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: int) -> dict[str, Any]:
-    """Plain text, packed: documents (each + eos) concatenated and cut into seq_len blocks, all trained."""
+    """Plain text, packed: documents (BOS + each + eos) concatenated and cut into seq_len blocks, all trained."""
     from .examples import tokenize_rows
 
-    tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)
-    eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    from .specials import affixes, document_tail
+
+    tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)  # each row led by the tokenizer's BOS, as data.py packs it
+    eos = document_tail(tokenizer, affixes(tokenizer)[1])
     lengths = [len(x) + len(eos) for x in tok["input_ids"] if x]
     total = sum(lengths)
     sequences = total // seq_len

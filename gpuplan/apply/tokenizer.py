@@ -18,7 +18,6 @@ from typing import Any
 
 from .errors import ApplyError
 
-BYTE_VOCAB_SIZE = 256
 PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 256, 257, 258, 259, 260
 SPECIAL_TOKENS = {"<pad>": PAD_ID, "<bos>": BOS_ID, "<eos>": EOS_ID, "<unk>": UNK_ID}
 

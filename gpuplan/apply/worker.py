@@ -39,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:  # one summary for the run, not one per rank
             print(line, flush=True)
 
+    from gpuplan.notices import captured, log_to
+
     try:
-        execute(plan, echo=echo, progress=args.progress, resume_from=args.resume_from)
+        with captured(summary=rank == 0):  # library notices to output.dir/gpuplan-debug.log, as in `apply`
+            log_to(plan.value("output.dir"), load_libraries=True)
+            execute(plan, echo=echo, progress=args.progress, resume_from=args.resume_from)
     except ApplyError as e:
         print(f"Error (rank {rank}): {e.message}", file=sys.stderr)
         return 1

@@ -34,7 +34,7 @@ def detect_hardware():
 
 def make_plan(spec_path: str, args):
     from gpuplan.plan.build import plan_file
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
 
     overrides = {"hardware": {"gpu": args.gpu}} if args.gpu else None
     prices, calibrations = user_files()

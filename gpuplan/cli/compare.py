@@ -7,10 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuplan.cli.common import UserError, user_files
+from gpuplan.units import GIB
 
-SAVER_SHORT = {"8-bit optimizer": "8bit-adam", "gradient checkpointing": "ckpt", "cache emptying": "empty-cache",
-               "Adafactor": "adafactor"}
-GIB = 1024**3
 
 
 def _parse_counts(text: str | None) -> list[int]:
@@ -47,7 +45,7 @@ def _parse_gpus(text: str | None) -> list[str] | None:
 
 def cmd_compare(args) -> int:
     from gpuplan.plan.compare import compare
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
     from gpuplan.render.json import dumps
     from gpuplan.spec.load import load_toml
 
@@ -85,7 +83,9 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
                if r.get("needs_bytes") else (r.get("error") or "does not plan"))
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
-    savers = "+".join(SAVER_SHORT.get(s, s) for s in r["savers"]) or "-"
+    from gpuplan.plan.fit.savers import short_name
+
+    savers = "+".join(short_name(s) for s in r["savers"]) or "-"
     cost = "no price" if r.get("cost_usd") is None else (
         "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
     t = r["step_time_s"]
@@ -119,6 +119,11 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
                    + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""))
     else:
         out.append("Nothing fits: try more GPUs (--counts 16,32) or a smaller setup.")
+    warned: dict[str, list[str]] = {}  # the plans' own warnings (emulated bf16, ...), once each, with their rows
+    for r in fits:
+        for w in r.get("warnings") or []:
+            warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
+    out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
     out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; "
                "step (c): calibrated from a measured run")
     out.append("cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "

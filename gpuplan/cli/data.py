@@ -18,6 +18,9 @@ def cmd_data(args) -> int:
         raise UserError(f"--examples {args.examples}: give 0 or more")
     plan = make_plan(args.spec, args)
     from gpuplan.apply.preview import preview
+    from gpuplan.notices import log_to
+
+    log_to(plan.value("output.dir"), load_libraries=True)
 
     if not sys.stderr.isatty():  # a log or a pipe: no carriage-return bars (as apply)
         from gpuplan.apply.quiet import disable_progress_bars
@@ -42,7 +45,8 @@ def render_data(shown: dict[str, Any], fmt: str, style: Style) -> str:
         trained = sum(1 for _ in ex["segments"] if _["trained"])
         note = ", truncated" if ex["truncated"] else ""
         lines.append("")
-        lines.append(style(f"--- example {i}: {ex['tokens']} tokens{note}, {trained} trained part(s) ---", "cyan"))
+        kind = f" (row {ex['row']}, {ex['kind']})" if ex.get("kind") else ""  # dpo: chosen / rejected
+        lines.append(style(f"--- example {i}{kind}: {ex['tokens']} tokens{note}, {trained} trained part(s) ---", "cyan"))
         parts = []
         for seg in ex["segments"]:
             if style.enabled:

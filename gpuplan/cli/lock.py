@@ -37,8 +37,22 @@ def hashes(folder: str, patterns: list[str]) -> dict[str, str]:
     return out
 
 
+def _data_patterns(ref: Any, split: str) -> list[str]:
+    """The files apply fetches for data.split: the card's (gpuplan/hub/splits.py), else every data file."""
+    from gpuplan.hub.fetch import DATA_PATTERNS
+    from gpuplan.hub.resolve import README, HubError
+    from gpuplan.hub.splits import SplitError, card_patterns, fetch_patterns
+
+    readme = os.path.join(ref.path, README)
+    try:
+        card = card_patterns(readme, split) if os.path.isfile(readme) else None
+    except SplitError as e:
+        raise HubError("data.split", str(e), fix=e.fix) from None
+    return DATA_PATTERNS if card is None else fetch_patterns(card)
+
+
 def cmd_lock(args) -> int:
-    from gpuplan.hub.fetch import DATA_PATTERNS, MODEL_PATTERNS, PICKLE_PATTERNS
+    from gpuplan.hub.fetch import model_fetch_patterns
     from gpuplan.hub.lockfile import (
         LockFileError,
         lock_path,
@@ -47,8 +61,8 @@ def cmd_lock(args) -> int:
         render_lock,
     )
     from gpuplan.hub.resolve import README, HubError, resolve, snapshot
-    from gpuplan.plan.build import flatten
-    from gpuplan.plan.sources import hub_keys
+    from gpuplan.plan.inputs.spec_settings import flatten
+    from gpuplan.plan.inputs.sources import hub_keys
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 
@@ -69,13 +83,13 @@ def cmd_lock(args) -> int:
     for key, rev_key, _, kind in keys:
         repo_id, revision = settings[key].value, settings[rev_key].value
         entry = locked_entry(old, key, repo_id, kind, revision)
-        patterns = (MODEL_PATTERNS + (PICKLE_PATTERNS if spec.model.allow_pickle_weights else [])
-                    if kind == "model" else DATA_PATTERNS + [README])
         try:
             ref = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
+            patterns = (model_fetch_patterns(repo_id, ref.commit, spec.model.allow_pickle_weights, local_only=False)
+                        if kind == "model" else _data_patterns(ref, spec.data.split) + [README])
             folder = snapshot(key, repo_id, kind, ref.commit, patterns)
         except HubError as e:
-            raise UserError(e.message) from None
+            raise UserError(e.message, key=e.key, fix=e.fix) from None
         files = hashes(folder, patterns)
         if entry:
             bad = [f for f, h in (entry.get("files") or {}).items() if f in files and files[f] != h]

@@ -1,9 +1,10 @@
-"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration, data, lock.
+"""The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration, data, lock,
+and after a run: generate, chat, eval, export.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
-nowhere else. Heavy imports (torch, transformers) happen only inside `apply` and
-`plan --trace`.
+nowhere else. Heavy imports (torch, transformers) happen only inside `apply`,
+`plan --trace` and the after-run commands (gpuplan/after).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from gpuplan.cli.calibration import cmd_calibration
 from gpuplan.cli.compare import cmd_compare
 from gpuplan.cli.common import report
 from gpuplan.cli.data import cmd_data
+from gpuplan.cli.eval import cmd_eval
+from gpuplan.cli.export import cmd_export
+from gpuplan.cli.generate import cmd_chat, cmd_generate
 from gpuplan.cli.lock import cmd_lock
 from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
@@ -26,7 +30,10 @@ from gpuplan.errors import GpuplanError
 
 COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
             "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration,
-            "data": cmd_data, "lock": cmd_lock}
+            "data": cmd_data, "lock": cmd_lock,
+            "generate": cmd_generate, "chat": cmd_chat, "eval": cmd_eval, "export": cmd_export}
+# the commands that import libraries that talk (notices.py)
+QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuplan.apply.interrupt import ApplyInterrupted  # stdlib only: no torch
 
     try:
-        return COMMANDS[args.command](args)
+        if args.command not in QUIET:
+            return COMMANDS[args.command](args)
+        from gpuplan.notices import captured  # library notices to output.dir's debug log (notices.py)
+
+        with captured():
+            return COMMANDS[args.command](args)
     except GpuplanError as e:  # every user-fixable failure: spec, plan, state, apply, lock, flags
         report(e.diagnostics, args)
         return 1

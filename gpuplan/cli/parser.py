@@ -13,12 +13,16 @@ EXAMPLES = {
     "schema": "example: gpuplan schema > gpuplan.schema.json",
     "gpus": "example: gpuplan gpus",
     "show": "example: gpuplan show runs/tiny --plot tiny.png   (or: gpuplan show run.plan.json --json)",
-    "init": "example: gpuplan init specs/models/llama-3.1-8b.json --gpu A100-80GB --out llama.toml",
+    "init": "example: gpuplan init meta-llama/Llama-3.1-8B --gpu RTX-4090 --data chat.jsonl --out llama.toml",
     "fmt": "example: gpuplan fmt --check specs/*.toml",
     "compare": "example: gpuplan compare specs/llama-8b-a100.toml --gpus A100-80GB,H100-80GB --counts 1,8",
     "calibration": "example: gpuplan calibration   (or: gpuplan calibration --clear)",
     "data": "example: gpuplan data specs/tiny-chat.toml --examples 2",
     "lock": "example: gpuplan lock specs/chat-hub.toml --upgrade",
+    "generate": 'example: gpuplan generate specs/tiny-chat.toml --prompt "What is a GPU?" --max-new-tokens 48',
+    "chat": "example: gpuplan chat specs/tiny-chat.toml   (or: printf 'hi\\nand then?\\n' | gpuplan chat SPEC)",
+    "eval": "example: gpuplan eval specs/tiny.toml --json   (or: gpuplan eval SPEC --data heldout.jsonl)",
+    "export": "example: gpuplan export specs/tiny.toml --to exported/tiny --context 4096",
 }
 
 
@@ -75,8 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--clear", action="store_true", help="delete every measured run")
     cal.add_argument("--json", action="store_true")
 
-    init = cmd("init", "Write a commented starter spec for a model config and a GPU.")
-    init.add_argument("model_config", metavar="MODEL_CONFIG", help="a config.json, or a model directory holding one")
+    init = cmd("init", "Write a commented starter spec for a model and a GPU that plans cleanly there.")
+    init.add_argument("model", metavar="MODEL", help="a Hub id (org/name, read from the cache first), a model "
+                                                     "directory, or a config.json")
+    init.add_argument("--method", default="auto", choices=("full", "lora", "qlora", "auto"),
+                      help="what is trained; auto (default): the planner picks full if it fits, else lora, else qlora")
+    init.add_argument("--data", metavar="FILE", help="training data (a local file or a Hub dataset id); its format "
+                                                     "(text, chat, instruction, preference) is read from the rows")
+    init.add_argument("--objective", choices=("sft", "dpo", "kto"), default=None,
+                      help="what the loss is (training.objective); default: read from the rows (preference pairs: dpo, "
+                           "else sft)")
     init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
     init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
     init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")
@@ -95,7 +107,37 @@ def build_parser() -> argparse.ArgumentParser:
     lock = cmd("lock", "Pin every Hub id of a spec to a commit and file hashes, in <spec>.lock.json beside it.")
     lock.add_argument("spec", help="spec file (TOML)")
     lock.add_argument("--upgrade", action="store_true", help="move every pin to where its revision points now")
+    _after_commands(cmd)
     return p
+
+
+def _after_commands(cmd) -> None:
+    """generate, chat, eval, export: the commands that use what a finished apply produced."""
+    gen = cmd("generate", "Generate text with a finished run's model, in the template it trained on.")
+    chat = cmd("chat", "Talk to a finished run's model in the terminal; the turns are kept, Ctrl-D ends it.")
+    for c in (gen, chat):
+        c.add_argument("spec", help="spec file (TOML) of the run")
+        c.add_argument("--max-new-tokens", type=int, metavar="N", help="tokens to generate per answer (default 64)")
+        c.add_argument("--temperature", type=float, metavar="T", help="0 (default): greedy; above 0: sample")
+        c.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    gen.add_argument("--prompt", metavar="TEXT", help="one prompt")
+    gen.add_argument("--prompts", metavar="FILE", help="prompts, one per line (.txt) or {\"prompt\": ...} per line (.jsonl)")
+    gen.add_argument("--json", action="store_true", help='print {"generations": [{"prompt", "text", "completion"}]}')
+    ev = cmd("eval", "Score a finished run: held-out loss and perplexity, and [eval] tasks with lm-eval.")
+    ev.add_argument("spec", help="spec file (TOML) of the run")
+    ev.add_argument("--data", metavar="FILE", help="held-out rows in the training data's format (default: the run's eval split)")
+    ev.add_argument("--json", action="store_true", help="print the evaluation as JSON")
+    exp = cmd("export", "Write a finished run as a standalone safetensors model (adapters merged) and say how to serve it.")
+    exp.add_argument("spec", help="spec file (TOML) of the run")
+    exp.add_argument("--to", metavar="DIR", required=True, help="new folder for the model")
+    exp.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
+                     help="weights of the export (default: model.dtype; qlora: a 16-bit copy of the base)")
+    exp.add_argument("--context", type=int, metavar="N", help="context length for the memory estimate (default data.seq_len)")
+    exp.add_argument("--json", action="store_true")
+    for c in (gen, chat, ev, exp):
+        c.add_argument("--checkpoint", type=int, metavar="N", help="use checkpoint-N instead of final/")
+        c.add_argument("--trust-remote-code", action="store_true",
+                       help="allow model code from the model directory (the spec must allow it too)")
 
 
 def _plan_flags(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,10 @@ def cmd_plan(args) -> int:
 
     plan = make_plan(args.spec, args)
     if args.trace:
+        from gpuplan.notices import log_to
         from gpuplan.trace.plan import trace_plan
+
+        log_to(plan.value("output.dir"), load_libraries=True)
 
         plan = trace_plan(plan)
     data = plan.to_dict()
@@ -36,7 +39,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from gpuplan.plan.inputs import data_file_problems
+    from gpuplan.plan.checks.data_files import data_file_problems
     from gpuplan.plan.types import PlanError
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec

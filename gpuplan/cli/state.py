@@ -1,7 +1,7 @@
 """The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, `gpuplan show`.
 
 Reads files (the spec, gpuplan-state.json) and probes the device; the decisions
-themselves are pure functions in gpuplan.plan.fingerprint and gpuplan.plan.drift.
+themselves are pure functions in gpuplan.lifecycle.fingerprint and gpuplan.lifecycle.drift.
 """
 
 from __future__ import annotations
@@ -12,32 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuplan.apply.state import STATE_FILE  # apply/state.py imports nothing heavy
-from gpuplan.plan.drift import diff_plans
-from gpuplan.plan.fingerprint import stale_reasons
+from gpuplan.lifecycle.state import STATE_FILE, load_state
+from gpuplan.lifecycle.drift import diff_plans
+from gpuplan.lifecycle.fingerprint import stale_reasons
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.plan.types import Plan
 
 
-def load_state(output_dir: str | Path) -> dict[str, Any] | None:
-    """The last apply's state in output_dir; None if never applied; GpuplanError if corrupt."""
-    path = Path(output_dir) / STATE_FILE
-    if not path.is_file():
-        return None
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(state, dict) or "plan" not in state or "settings" not in state["plan"]:
-            raise ValueError("no plan in it")
-        return state
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise GpuplanError([Diagnostic(
-            "error", "output.dir", f"{path} is corrupt ({e})",
-            fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched")]) from None
-
-
 def check_saved_plan(plan: Plan, detect) -> None:
     """Refuse a saved plan that no longer matches the spec, the hardware or the packages."""
-    from gpuplan.plan.environment import local_environment
+    from gpuplan.plan.inputs.environment import local_environment
 
     spec_hash = None
     if plan.spec_path:
@@ -46,7 +30,7 @@ def check_saved_plan(plan: Plan, detect) -> None:
         except OSError:
             spec_hash = None
     hardware_now = None
-    if plan.hardware.vendor != "cpu":
+    if not plan.hardware.is_cpu:
         hardware_now = detect().to_dict()
     reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
                             environment_now=local_environment())
@@ -60,7 +44,7 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
     state = load_state(plan.value("output.dir"))
     if state is None:
         return None
-    changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(state["plan"], plan.to_dict())]
+    changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(Plan.from_dict(state["plan"]), plan)]
     return {"status": state.get("status"), "finished_at": state.get("finished_at"),
             "started_at": state.get("started_at"), "changes": changes}
 
@@ -77,7 +61,8 @@ def show(target: str) -> tuple[dict[str, Any], str]:
         if state is None:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
                                         fix="give a saved plan (.json) or a run's output dir")])
-        return state, render_run_state(str(path), state, read_metrics(path).loss)
+        metrics = read_metrics(path)
+        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)

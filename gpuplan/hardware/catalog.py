@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from gpuplan.hardware.profile import GIB, GPUProfile
+from gpuplan.errors import OneProblem
 
 try:  # Python 3.11+
     import tomllib
@@ -26,7 +27,7 @@ _VENDORS = ("nvidia", "amd", "cpu")
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon")
 
 
-class UnknownGPUError(ValueError):
+class UnknownGPUError(OneProblem, ValueError):
     """A GPU name matches nothing in the catalog."""
 
     def __init__(self, name: str, suggestions: list[str], known: list[str] | None = None):
@@ -36,11 +37,12 @@ class UnknownGPUError(ValueError):
         hint = f" Did you mean {' or '.join(repr(s) for s in self.suggestions)}?" if self.suggestions else ""
         super().__init__(
             f"unknown GPU {name!r}.{hint} Known GPUs: {', '.join(self.known)}. "
-            'Use one of these names, or gpu = "auto" to detect the GPU of this machine.'
+            'Use one of these names, or gpu = "auto" to detect the GPU of this machine.',
+            key="hardware.gpu",
         )
 
 
-class AmbiguousGPUError(ValueError):
+class AmbiguousGPUError(OneProblem, ValueError):
     """A GPU name matches more than one catalog entry."""
 
     def __init__(self, name: str, candidates: list[str]):
@@ -48,11 +50,12 @@ class AmbiguousGPUError(ValueError):
         self.candidates = list(candidates)
         super().__init__(
             f"GPU name {name!r} is ambiguous: it matches {', '.join(self.candidates)}. "
-            "Use one of these names."
+            "Use one of these names.",
+            key="hardware.gpu",
         )
 
 
-class CatalogError(ValueError):
+class CatalogError(OneProblem, ValueError):
     """catalog.toml itself is malformed (a bug in gpuplan, not a user error)."""
 
 

@@ -1,4 +1,4 @@
-"""Find the accelerator of this machine (the CLI edge only; DESIGN principle 4).
+"""Find the accelerator of this machine (the CLI edge only; docs/design.md principle 4).
 
 Order: NVML (the `pynvml` module of nvidia-ml-py, if importable), then torch.cuda
 (if torch is installed; imported inside the function), then the CPU. The plan path
@@ -86,16 +86,27 @@ def _has_avx512() -> bool:
 
 
 def cpu_profile() -> tuple[GPUProfile, str]:
-    """The catalog "cpu" entry with this host's RAM and an fp32 peak from its CPU count."""
+    """The catalog "cpu" entry with this host's RAM, and the fp32 peak and memory bandwidth
+    measured on it (hardware/cpu_probe.py, cached); the nominal per-CPU figure without torch."""
+    from gpuplan.hardware.cpu_probe import cpu_figures
+
     n = _cpu_count()
-    per_cpu = _CPU_TFLOPS_AVX512 if _has_avx512() else _CPU_TFLOPS_AVX2
     memory = host_memory_bytes()
+    figures = cpu_figures(n)
+    if figures is not None:
+        profile = dataclasses.replace(load_catalog()["cpu"], memory_bytes=memory,
+                                      peak_tflops={"fp32": round(figures["fp32_tflops"], 4)},
+                                      memory_bandwidth_gbps=round(figures["gbyte_per_s"], 1))
+        return profile, (f"no GPU found: CPU, {memory / GIB:.1f} GiB host RAM; fp32 matmul "
+                         f"{figures['fp32_tflops']:.3f} TFLOP/s and {figures['gbyte_per_s']:.1f} GB/s measured on "
+                         f"{n} CPUs (gpuplan cpu probe, cached)")
+    per_cpu = _CPU_TFLOPS_AVX512 if _has_avx512() else _CPU_TFLOPS_AVX2
     profile = dataclasses.replace(
         load_catalog()["cpu"], memory_bytes=memory, peak_tflops={"fp32": round(n * per_cpu, 3)}
     )
     how = (
         f"no GPU found: CPU, {memory / GIB:.1f} GiB host RAM; fp32 peak {n} CPUs x "
-        f"{per_cpu} TFLOP/s ({'AVX-512' if per_cpu == _CPU_TFLOPS_AVX512 else 'AVX2'}, nominal)"
+        f"{per_cpu} TFLOP/s ({'AVX-512' if per_cpu == _CPU_TFLOPS_AVX512 else 'AVX2'}, nominal: torch not installed)"
     )
     return profile, how
 
@@ -127,7 +138,7 @@ def profile_from_detected(report: DeviceReport, bf16: bool | None = None) -> tup
     """
     catalog = load_catalog()
     cc = report.compute_capability
-    gpus = [p for p in catalog.values() if p.vendor != "cpu"]
+    gpus = [p for p in catalog.values() if not p.is_cpu]
     if report.vendor == "nvidia" and cc is not None:
         has = {"bf16": cc >= (8, 0), "tf32": cc >= (8, 0), "fp8": cc >= (8, 9)}
         pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [

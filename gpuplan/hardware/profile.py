@@ -1,4 +1,4 @@
-"""GPUProfile: the hardware as an input to planning (DESIGN principle 4)."""
+"""GPUProfile: the hardware as an input to planning (docs/design.md principle 4)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ class GPUProfile:
         if self.datasheet_gb is None or abs(self.datasheet_gb - gib) < 0.05:
             return f"{gib:.0f} GiB" if abs(gib - round(gib)) < 0.05 else f"{gib:.1f} GiB"
         return f"{gib:.1f} GiB usable ({self.datasheet_gb:g} GB datasheet)"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
 
     @property
     def is_cuda(self) -> bool:

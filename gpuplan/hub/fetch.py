@@ -3,7 +3,8 @@
 A plan keeps Hub ids as written (local paths are absolute), with the commit in
 model.commit / data.commit. `fetch_all` runs once at the start of apply (with progress
 bars, into the standard cache); afterwards everything is read with local_files_only.
-Weights: safetensors only, unless model.allow_pickle_weights.
+Weights: safetensors only, unless model.allow_pickle_weights; with an index, only the shards
+it names (weights.py).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import os
 
 from gpuplan.plan.types import Plan
 
-from .resolve import HubError, snapshot
+from .resolve import README, HubError, snapshot
+from .weights import BASE_PATTERNS, weight_patterns
 
-MODEL_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth", "*.ckpt"]
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES]
 
@@ -25,8 +25,10 @@ def is_hub_value(value: str | None) -> bool:
     return value is not None and not os.path.isabs(value)
 
 
-def model_patterns(plan: Plan) -> list[str]:
-    return MODEL_PATTERNS + (PICKLE_PATTERNS if plan.get("model.allow_pickle_weights") else [])
+def model_fetch_patterns(repo_id: str, commit: str, allow_pickle: bool, *, local_only: bool = True) -> list[str]:
+    """The small files, then the weights the index names (every weight file without one): weights.py."""
+    base = snapshot("model.name_or_path", repo_id, "model", commit, BASE_PATTERNS, local_only=local_only)
+    return BASE_PATTERNS + weight_patterns(base, allow_pickle)
 
 
 def _commit(plan: Plan, key: str) -> str:
@@ -42,31 +44,67 @@ def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
     value = plan.get("model.name_or_path")
     if not is_hub_value(value):
         return value
-    return snapshot("model.name_or_path", value, "model", _commit(plan, "model.commit"), model_patterns(plan),
-                    local_only=local_only)
+    commit = _commit(plan, "model.commit")
+    patterns = model_fetch_patterns(value, commit, bool(plan.get("model.allow_pickle_weights")), local_only=local_only)
+    return snapshot("model.name_or_path", value, "model", commit, patterns, local_only=local_only)
+
+
+def dataset_split(plan: Plan) -> str:
+    from .splits import DEFAULT_SPLIT
+
+    return plan.get("data.split") or DEFAULT_SPLIT
+
+
+def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
+    """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
+    from .splits import SplitError, card_patterns
+
+    folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README],
+                      local_only=local_only)
+    readme = os.path.join(folder, README)
+    if not os.path.isfile(readme):
+        return None
+    try:
+        return card_patterns(readme, dataset_split(plan))
+    except SplitError as e:
+        raise HubError("data.split", str(e), fix=e.fix) from None
 
 
 def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
+    """The dataset snapshot with the files of data.split (all data files when the card maps no splits)."""
+    from .splits import fetch_patterns
+
+    card = dataset_card_patterns(plan, local_only=local_only)
+    patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
     return snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"),
-                    DATA_PATTERNS, local_only=local_only)
+                    patterns + [README], local_only=local_only)
 
 
 def data_files_in(folder: str) -> list[str]:
-    """The data files of a dataset snapshot: those naming "train" when some do, else all of them."""
+    """Every data file of a snapshot (by suffix), in path order."""
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found += [os.path.join(root, f) for f in sorted(files) if f.endswith(DATA_SUFFIXES)]
-    train = [f for f in found if "train" in os.path.relpath(f, folder).lower()]
-    return train or found
+    return found
 
 
 def dataset_files(plan: Plan) -> list[str]:
+    """The data files of data.split: by the card's configs, else by datasets' split keywords in file names."""
+    from .splits import SplitError, by_file_names, matching
+
     folder = dataset_dir(plan)
-    files = data_files_in(folder)
+    found = data_files_in(folder)
+    card = dataset_card_patterns(plan)
+    split = dataset_split(plan)
+    try:
+        files = [] if not found else matching(folder, found, card) if card is not None \
+            else by_file_names(folder, found, split)
+    except SplitError as e:
+        raise HubError("data.split", str(e), fix=e.fix) from None
     if not files:
         raise HubError("data.dataset", f"{plan.value('data.dataset')} at {plan.get('data.commit')} holds no data "
-                                       f"files ({', '.join(DATA_SUFFIXES)}) in {folder}")
+                                       f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}")
     return files
 
 

@@ -12,12 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpuplan.errors import OneProblem
+
 FORMAT_VERSION = 1
 SUFFIX = ".lock.json"
 
 
-class LockFileError(Exception):
-    pass
+class LockFileError(OneProblem):
+    """The lock file beside a spec cannot be read or does not match the spec."""
 
 
 def lock_path(spec_path: str | Path) -> Path:

@@ -12,19 +12,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from gpuplan.errors import Diagnostic, GpuplanError
+
 # The CLI of huggingface_hub 1.x / 2.x is `hf` (`huggingface-cli` before 1.0).
 CLI = "hf"
 README = "README.md"
 
 
-class HubError(Exception):
-    """A Hub id that cannot be resolved; the message names the id, the revision and the fix."""
+class HubError(GpuplanError):
+    """A Hub id that cannot be resolved; the summary names the id and the revision, the fix the
+    command that fixes it, when there is one."""
 
     def __init__(self, key: str, message: str, fix: str | None = None):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = f"{key}: {message}"
-        self.fix = fix  # a command that fixes it, when there is one
+        super().__init__([Diagnostic("error", key, f"{key}: {message}", None, fix)])
+
+    @property
+    def message(self) -> str:
+        return self.summary
 
 
 @dataclass(frozen=True)

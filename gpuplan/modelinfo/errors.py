@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuplan.errors import OneProblem
 
-class ModelConfigError(ValueError):
+
+class ModelConfigError(OneProblem, ValueError):
     """A config.json (or config mapping) that cannot be read or counted.
 
     `path` is the file the problem is in, or None for a mapping that did not
@@ -14,5 +16,5 @@ class ModelConfigError(ValueError):
 
     def __init__(self, path: str | Path | None, message: str) -> None:
         self.path = None if path is None else str(path)
-        self.message = message
+        self.reason = message  # the problem without the path
         super().__init__(f"{self.path}: {message}" if self.path else message)

@@ -27,7 +27,7 @@ _EXPORTS = {
     "ModelSection": "gpuplan.plan.sections",
     "Saver": "gpuplan.plan.sections",
     "ThroughputSection": "gpuplan.plan.sections",
-    "local_environment": "gpuplan.plan.environment",
+    "local_environment": "gpuplan.plan.inputs.environment",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -16,26 +16,29 @@ from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
+from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.load import table
 from gpuplan.spec.load import LoadedSpec
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
 
 
 def default_gpus() -> list[str]:
-    return [n for n, g in load_catalog().items() if g.vendor != "cpu"]
+    return [n for n, g in load_catalog().items() if not g.is_cpu]
 
 
 def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) -> dict[str, Any]:
-    hw = raw.get("hardware") if isinstance(raw.get("hardware"), dict) else {}
+    hw = table(raw, "hardware")
     values: dict[str, Any] = {"gpu": gpu, "count": per_node, "nodes": nodes}
     if hw.get("gpu") != gpu:  # a memory or price override describes the spec's own GPU
         values.update(memory_gib=None, price_per_hour=None)
     return with_overrides(raw, {"hardware": values})
 
 
-def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Mapping[str, Any],
+def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: EnvironmentLike,
                 detect: Callable[[], GPUProfile] | None = None,
                 prices: Mapping[str, tuple[float, str]] | None = None,
                 calibrations: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -59,19 +62,20 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Mappin
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
                     calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
-    precision = "bf16" if s["training.bf16"].value else "fp16" if s["training.fp16"].value else (
-        "tf32" if s["training.tf32"].value else "fp32")
+    precision = precision_label(s, profile.bf16 or profile.is_cpu)
     return {
         **row,
         "fits": True,
         "per_device_train_batch_size": s["training.per_device_train_batch_size"].value,
         "gradient_accumulation_steps": s["training.gradient_accumulation_steps"].value,
         "precision": precision,
+        "warnings": [d.summary for d in plan.diagnostics if d.severity == "warning"],
         "weight_dtype": s["model.dtype"].value,
         "optim": s["training.optim"].value,
         "gradient_checkpointing": s["training.gradient_checkpointing"].value,
         "savers": [x.name for x in mem.savers],
         "sharding": mem.layout,
+        "host_ram_per_node_bytes": (mem.host or {}).get("peak_bytes"),  # plan/estimate/memory/host.py
         "allocated_peak_bytes": mem.allocated_peak_bytes,
         "reserved_peak_bytes": mem.reserved_peak_bytes,
         "capacity_bytes": mem.capacity_bytes,
@@ -79,6 +83,8 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Mappin
         "run_time_s": t.run_time_s,
         "tokens_per_second": t.tokens_per_second,
         "utilisation": t.utilisation,
+        "bound_by": (t.step_time or {}).get("bound_by"),  # the step-time model's largest term
+        "step_shares": (t.step_time or {}).get("shares"),
         "calibrated": t.calibration is not None,
         "price_per_gpu_hour": t.price_per_gpu_hour,
         "price_source": t.price_source,
@@ -100,7 +106,7 @@ def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, An
 
 
 def compare(loaded: LoadedSpec, *, gpus: Sequence[str] | None = None, counts: Sequence[int] = DEFAULT_COUNTS,
-            sort: str = "cost", environment: Mapping[str, Any], detect: Callable[[], GPUProfile] | None = None,
+            sort: str = "cost", environment: EnvironmentLike, detect: Callable[[], GPUProfile] | None = None,
             prices: Mapping[str, tuple[float, str]] | None = None,
             calibrations: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every (gpu, count) row, sorted; the cheapest (or fastest) fit first and marked `best`."""

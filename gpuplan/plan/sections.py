@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Mapping
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 
 def _load(cls, d: Mapping[str, Any], convert: Mapping[str, Any]) -> Any:
@@ -74,6 +74,10 @@ class HardwareSection:
 
     _IN: ClassVar = {"compute_capability": _tuple, "aliases": _tuple}
     _OUT: ClassVar = {"compute_capability": _list, "aliases": _list, "peak_tflops": _dict, "interconnect": _dict}
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.vendor == "cpu"
 
     @property
     def world_size(self) -> int:
@@ -166,8 +170,9 @@ class MemorySection:
     usable_bytes: int | None = None  # capacity less headroom
     headroom: float | None = None  # fraction of capacity kept free
     fits: bool | None = None
-    components: Mapping[str, int] | None = None  # see gpuplan.plan.memory.types.COMPONENTS
+    components: Mapping[str, int] | None = None  # see gpuplan.plan.estimate.memory.types.COMPONENTS
     host_bytes: int | None = None  # offloaded to host RAM, per GPU
+    host: Mapping[str, Any] | None = None  # host RAM per node: plan/estimate/memory/host.py HostMemory.to_dict
     layout: str | None = None  # "single device", "FSDP full shard over 8" ...
     savers: tuple[Saver, ...] = ()
     notes: tuple[str, ...] = ()
@@ -177,10 +182,10 @@ class MemorySection:
 
     _IN: ClassVar = {"savers": _savers_in, "notes": _tuple, "workload": _workload_in}
     _OUT: ClassVar = {"savers": _savers_out, "notes": _list, "workload": Workload.to_dict,
-                      "components": _dict, "traced": _dict}
+                      "components": _dict, "traced": _dict, "host": _dict}
 
     def to_dict(self) -> dict[str, Any]:
-        return _dump(self, self._OUT, omit_none=("traced",))
+        return _dump(self, self._OUT, omit_none=("traced", "host"))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MemorySection":
@@ -189,7 +194,7 @@ class MemorySection:
 
 @dataclass(frozen=True)
 class ThroughputSection:
-    """Step time and tokens per second (gpuplan.plan.throughput, gpuplan.plan.communication)."""
+    """Step time and tokens per second (gpuplan.plan.estimate.throughput, gpuplan.plan.estimate.communication)."""
 
     SECTION: ClassVar[str] = "throughput"
 
@@ -205,6 +210,7 @@ class ThroughputSection:
     utilisation: float | None = None
     assumption: str | None = None
     slowdowns: Mapping[str, float] | None = None
+    saver_seconds: Mapping[str, float] | None = None  # memory saver -> seconds it adds per step
     step_time_s: float | None = None  # compute plus communication
     tokens_per_second: float | None = None
     max_steps: int | None = None
@@ -212,13 +218,15 @@ class ThroughputSection:
     notes: tuple[str, ...] = ()
     compute_step_time_s: float | None = None
     communication: Mapping[str, Any] | None = None  # data-parallel traffic per step; keys vary by layout
-    calibration: Mapping[str, Any] | None = None  # the measured run the efficiency came from (plan/calibration.py)
+    calibration: Mapping[str, Any] | None = None  # the measured run the efficiency came from (plan/estimate/calibration.py)
     price_per_gpu_hour: float | None = None  # USD, on demand (hardware/prices.py)
     price_source: str | None = None
     cost_usd: float | None = None  # run time x GPUs x price
+    step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/estimate/step_time)
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "communication": _dict, "calibration": _dict}
+    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "saver_seconds": _dict, "communication": _dict,
+                      "calibration": _dict, "step_time": _dict}
 
     @property
     def empty(self) -> bool:

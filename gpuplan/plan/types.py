@@ -88,6 +88,11 @@ class Plan:
         s = self.settings.get(key)
         return default if s is None else s.value
 
+    @property
+    def world_size(self) -> int:
+        """Processes the plan runs as: hardware.count per node x hardware.nodes (its settings)."""
+        return int(self.value("hardware.count")) * int(self.value("hardware.nodes"))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version,

@@ -1,4 +1,4 @@
-"""Text and JSON drawn from a plan's dict (DESIGN principle 7: the two never drift).
+"""Text and JSON drawn from a plan's dict (docs/design.md principle 7: the two never drift).
 
     render_plan(plan.to_dict(), style) -> str   (text.py)
     dumps(plan.to_dict()) -> str                 (json.py: what --json prints)

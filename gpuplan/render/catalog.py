@@ -29,7 +29,7 @@ def catalog_rows() -> list[list[str]]:
             f"{g.memory_bytes / GIB:.1f}" if g.memory_bytes % GIB else f"{g.memory_bytes / GIB:.0f}", cc,
             *(_num(g.peak_tflops.get(d)) for d in DTYPES),
             f"{g.memory_bandwidth_gbps:,.0f}",
-            str(gpus_per_node(name)) if g.vendor != "cpu" else "-",
+            str(gpus_per_node(name)) if not g.is_cpu else "-",
             f"{price.usd_per_gpu_hour:.2f}" if price else "-",
         ])
     return rows

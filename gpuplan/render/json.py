@@ -1,4 +1,4 @@
-"""The plan as JSON: the format-1 contract of DESIGN.md "Plan output"."""
+"""The plan as JSON: the format-1 contract of docs/design.md "Plan output"."""
 
 from __future__ import annotations
 

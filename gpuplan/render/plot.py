@@ -1,6 +1,6 @@
 """A picture of a run for `gpuplan show OUTPUT_DIR --plot FILE.png` (matplotlib, the `plot` extra).
 
-Four panels: training and eval loss against step; tokens/s against step with the
+Four panels: training and eval loss against step (with `gpuplan eval` results as stars); tokens/s against step with the
 plan's estimate as a line; peak memory measured beside the plan's estimate; mean
 throughput measured beside the plan's. matplotlib is imported here only, through its
 object API (Figure + the Agg canvas): no pyplot state, no display needed.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gpuplan.render.run_metrics import RunMetrics
+from gpuplan.units import GIB
 
-GIB = 1024**3
-MEASURED, PLANNED = "#1f77b4", "#ff7f0e"
+MEASURED, PLANNED, EVALUATED = "#1f77b4", "#ff7f0e", "#2ca02c"
 
 
 def draw_run(state: Mapping[str, Any], metrics: RunMetrics, title: str) -> Any:
@@ -26,21 +26,34 @@ def draw_run(state: Mapping[str, Any], metrics: RunMetrics, title: str) -> Any:
     FigureCanvasAgg(fig)
     axes = fig.subplots(2, 2)
     fig.suptitle(title, fontsize=11)
-    _loss(axes[0][0], metrics)
+    _loss(axes[0][0], metrics, state.get("evaluations") or [])
     _throughput(axes[0][1], metrics, plan.get("throughput", {}).get("tokens_per_second"))
     _memory(axes[1][0], plan, results)
     _mean_throughput(axes[1][1], plan, results)
     return fig
 
 
-def _loss(ax, m: RunMetrics) -> None:
+def _loss(ax, m: RunMetrics, evaluations: list) -> None:
     if m.loss:
         ax.plot(m.train_steps, m.loss, color=MEASURED, marker="." if len(m.loss) < 50 else None, label="train loss")
     if m.eval_loss:
         ax.plot(m.eval_steps, m.eval_loss, color=PLANNED, marker="o", label="eval loss")
+    scored = [(e["step"], e["eval_loss"]) for e in evaluations
+              if isinstance(e.get("step"), int) and isinstance(e.get("eval_loss"), (int, float))]
+    if scored:  # `gpuplan eval` results (gpuplan-state.json "evaluations")
+        steps, losses = zip(*scored)
+        ax.scatter(steps, losses, color=EVALUATED, marker="*", s=120, zorder=3, label="gpuplan eval (held-out)")
     ax.set(title="Loss", xlabel="step", ylabel="loss")
     _integer_steps(ax)
-    _legend_or_empty(ax, bool(m.loss or m.eval_loss), "no loss logged")
+    _legend_or_empty(ax, bool(m.loss or m.eval_loss or scored), "no loss logged")
+    if m.rewards.get("margins"):  # dpo / kto: the reward margin (and accuracy) on a second axis
+        twin = ax.twinx()
+        for name, color in (("margins", PLANNED), ("accuracies", "#2ca02c")):
+            if m.rewards.get(name):
+                steps, values = zip(*m.rewards[name])
+                twin.plot(steps, values, color=color, linestyle=":", label=f"reward {name}")
+        twin.set(ylabel="reward margin / accuracy")
+        twin.legend(loc="center right", fontsize=8)
 
 
 def _throughput(ax, m: RunMetrics, planned: float | None) -> None:

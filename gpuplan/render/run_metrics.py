@@ -16,10 +16,13 @@ class RunMetrics:
     tokens_per_second: list[tuple[int, float]] = field(default_factory=list)  # (step, tokens/s)
     eval_steps: list[int] = field(default_factory=list)
     eval_loss: list[float] = field(default_factory=list)
+    # dpo / kto: TRL's rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies -> [(step, value)]
+    rewards: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)  # [eval] sample_prompts: {step, at, prompt, completion}
 
 
 def read_metrics(output_dir: str | Path) -> RunMetrics:
-    """The train and eval lines of output_dir/metrics.jsonl; lines that do not parse are skipped
+    """The train, eval and sample lines of output_dir/metrics.jsonl; lines that do not parse are skipped
     (a run killed mid-write leaves half a line)."""
     m = RunMetrics()
     path = Path(output_dir) / METRICS_FILE
@@ -37,9 +40,14 @@ def read_metrics(output_dir: str | Path) -> RunMetrics:
         if r.get("event") == "train" and isinstance(r.get("loss"), (int, float)):
             m.train_steps.append(int(r["step"]))
             m.loss.append(float(r["loss"]))
+            for k, v in r.items():
+                if k.startswith("rewards/") and isinstance(v, (int, float)):
+                    m.rewards.setdefault(k.removeprefix("rewards/"), []).append((int(r["step"]), float(v)))
             if isinstance(r.get("tokens_per_second"), (int, float)):
                 m.tokens_per_second.append((int(r["step"]), float(r["tokens_per_second"])))
         elif r.get("event") == "eval" and isinstance(r.get("eval_loss"), (int, float)):
             m.eval_steps.append(int(r["step"]))
             m.eval_loss.append(float(r["eval_loss"]))
+        elif r.get("event") == "sample" and isinstance(r.get("completion"), str):
+            m.samples.append(r)
     return m

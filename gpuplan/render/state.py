@@ -21,10 +21,14 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
-def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = ()) -> str:
+def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = (),
+                     rewards: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+                     samples: Sequence[Mapping[str, Any]] = ()) -> str:
     """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan.
 
-    `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss."""
+    `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss;
+    `rewards` (dpo / kto: TRL's rewards/margins and rewards/accuracies by step) one line each;
+    `samples` (its [eval] sample_prompts lines) the last generation of each prompt."""
     p, r = state.get("progress", {}), state.get("results", {}) or {}
     plan = state["plan"]
     lines = [f"Run in {path}: {state.get('status')}",
@@ -46,7 +50,31 @@ def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
     if len(losses) > 1:
         lines.append(f"  loss {sparkline(losses)} {min(losses):.4f}..{max(losses):.4f} over {len(losses)} logged steps")
+    for name in ("margins", "accuracies"):
+        values = [v for _, v in (rewards or {}).get(name, ())]
+        if len(values) > 1:
+            lines.append(f"  reward {name} {sparkline(values)} {values[0]:.3f} -> {values[-1]:.3f}")
+    lines += evaluation_lines(state.get("evaluations") or [])
+    last = {s.get("prompt"): s for s in samples}  # the newest generation of each prompt
+    lines += [f"  sample at step {s.get('step')}: {s.get('prompt')!r} -> {s.get('completion')!r}" for s in last.values()]
     return "\n".join(lines) + "\n\n" + render_plan(plan)
+
+
+def evaluation_lines(evaluations: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per `gpuplan eval` recorded in the state (after/record.py), oldest first."""
+    out = []
+    for e in evaluations:
+        parts = []
+        if e.get("eval_loss") is not None:
+            parts.append(f"held-out loss {e['eval_loss']:.4f}"
+                         + (f", perplexity {e['perplexity']:.4f}" if e.get("perplexity") is not None else ""))
+        for task, metrics in (e.get("tasks") or {}).items():
+            parts.append(task + " " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                                                 if k != "examples" and isinstance(v, (int, float))))
+        data = e.get("data")
+        where = data if isinstance(data, str) else ", ".join(data or [])
+        out.append(f"  eval at step {e.get('step')} ({e.get('at')}, {where}): " + "; ".join(parts))
+    return out
 
 
 def _ratio(measured: float | None, planned: float | None) -> str:

@@ -1,4 +1,4 @@
-"""Human text drawn from the plan's JSON dict (DESIGN principle 7: they never drift).
+"""Human text drawn from the plan's JSON dict (docs/design.md principle 7: they never drift).
 
 The dict's sections are read through their typed form (gpuplan.plan.sections).
 
@@ -27,7 +27,7 @@ def shown(v: Any) -> str:
 
 
 def on_cpu(hardware: HardwareSection) -> bool:
-    return hardware.vendor == "cpu"
+    return hardware.is_cpu
 
 
 def ranks(hardware: HardwareSection) -> str:
@@ -72,6 +72,10 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
     )
     if memory.host_bytes:
         lines.append(f"  {'host RAM (offload)':<18} {gib(memory.host_bytes):>10}   per GPU, outside the device figures")
+    host = memory.host
+    if host and (host.get("offloaded_bytes") or memory.host_bytes or "4-bit base into host" in host.get("loading", "")):
+        lines.append(f"  {'host RAM per node':<18} {gib(host['peak_bytes']):>10}   loading {gib(host['loading_bytes'])} "
+                     f"({host['loading']}), offloaded {gib(host['offloaded_bytes'])} ({gib(host['pinned_bytes'])} pinned)")
     traced = memory.traced
     if traced:
         lines.append(f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "
@@ -106,7 +110,11 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     run = t.run_time_s
     out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
            + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
+    if t.step_time:
+        out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
+    for name, seconds in (t.saver_seconds or {}).items():
+        out.append(f"  {name}: +{seconds:.3g} s/step (included)")
     if t.cost_usd is not None:
         out.append(f"Cost: ~${t.cost_usd:,.2f} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")
     return out

@@ -11,7 +11,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,6 +31,12 @@ class LoadedSpec:
     path: Path  # absolute
     raw: dict[str, Any]
     sha256: str
+
+
+def table(raw: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """The [section] table of a spec dict, or {} when it is absent or not a table."""
+    value = raw.get(section)
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _fail(path: Path, summary: str, fix: str | None = None, pos: str = "") -> GpuplanError:

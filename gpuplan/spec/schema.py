@@ -31,6 +31,21 @@ def _no_nul(path: str) -> str:
 PathStr = Annotated[str, AfterValidator(_no_nul)]
 
 
+def _known_objective(name: str) -> str:
+    from gpuplan.plan.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
+
+    if name in OBJECTIVES:
+        return name
+    if name in EXPERIMENTAL_IN_TRL:
+        raise ValueError(f'"{name}" is not planned: {EXPERIMENTAL_IN_TRL[name]}; set training.objective = "dpo"')
+    import difflib
+
+    close = difflib.get_close_matches(name, list(OBJECTIVES), n=1, cutoff=0.5)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    raise ValueError(f'"{name}" is not an objective; {hint}set training.objective = '
+                     f'{" or ".join(chr(34) + o + chr(34) for o in OBJECTIVES)}')
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
@@ -120,6 +135,11 @@ class HardwareSpec(_Section):
         None, gt=0, le=10_000, description="USD per GPU-hour for the cost; default: your prices.toml, else the catalog's."
     )
 
+    @property
+    def world_size(self) -> int:
+        """Processes the run has: GPUs per node x nodes (the one place outside the plan that multiplies them)."""
+        return self.count * self.nodes
+
 
 class DataSpec(_Section):
     train_files: list[PathStr] = Field(default_factory=list, max_length=10_000,
@@ -133,6 +153,9 @@ class DataSpec(_Section):
     dataset: str | None = Field(None, min_length=1, max_length=200,
                                 description="A Hub dataset id (org/name) instead of train_files.")
     revision: str = Field("main", min_length=1, max_length=200, description="Branch, tag or commit of data.dataset.")
+    split: str = Field("train", min_length=1, max_length=200,
+                       description="data.dataset: the split to train on, as the dataset card's configs name it "
+                                   "(else by file names: train, test, ...).")
     format: Literal["text", "chat", "instruction"] = Field(
         "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows.")
     messages_field: str = Field("messages", min_length=1, max_length=200,
@@ -184,10 +207,51 @@ class TrainingSpec(_Section):
     torch_compile_backend: Literal[COMPILE_BACKENDS] | None = Field(None, description="torch._dynamo backend; default inductor.")  # type: ignore[valid-type]
     torch_compile_mode: Literal[COMPILE_MODES] | None = Field(None, description="torch.compile mode.")  # type: ignore[valid-type]
     torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
+    loss_chunk_size: Union[Annotated[int, Field(ge=0, le=2**20)], Auto] = Field(
+        "auto", description="Output head + loss over chunks of N tokens, recomputed in backward; 0 = off; "
+                            "auto: only when the run needs it to fit.")
+    activation_offloading: bool = Field(False, description="Tensors saved for backward in pinned host RAM, copied "
+                                                           "back in backward (GPUs; not with gradient checkpointing).")
+    use_liger_kernel: bool = Field(False, description="Liger's Triton kernels (fused linear cross-entropy, RMSNorm, "
+                                                      "SwiGLU, RoPE); CUDA/ROCm GPUs, the families Liger patches.")
     report_to: Union[Literal[("none", "all") + TRACKER_NAMES], list[Literal[TRACKER_NAMES]]] = Field(  # type: ignore[valid-type]
         "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.')
     run_name: str | None = Field(None, min_length=1, max_length=200,
                                  description="The run's name in the trackers; default: the spec's file name.")
+    objective: Annotated[str, AfterValidator(_known_objective)] = Field(
+        "sft", description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
+                           "(labelled completions), with TRL's trainers; independent of model.method.")
+
+
+class PreferenceSpec(_Section):
+    """TRL DPOConfig / KTOConfig names (trl 1.16) for training.objective = "dpo" or "kto"."""
+
+    beta: float | None = Field(None, gt=0, le=100,
+                               description="Strength of the pull towards the reference; default: TRL's 0.1.")
+    loss_type: str = Field("auto", min_length=1, max_length=100,
+                           description='A TRL loss_type (dpo: sigmoid, ipo, hinge, ...; kto: kto, apo_zero_unpaired); '
+                                       'auto: sigmoid for dpo, kto for kto.')
+    max_length: int | None = Field(None, ge=8, le=1_048_576,
+                                   description="Tokens of prompt + answer per sequence; default: data.seq_len.")
+    max_prompt_length: int | None = Field(
+        None, ge=1, le=1_048_576,
+        description="Rows whose prompt has more tokens are reported unusable; default: max_length - 1.")
+    reference: Literal["auto", "precomputed", "model"] = Field(
+        "auto", description="The reference: auto (lora/qlora: the base with adapters disabled; full: a frozen copy "
+                            "in the compute dtype, or precomputed log-probs when that alone fits), precomputed "
+                            "(log-probs computed once before training), model (preference.reference_model).")
+    reference_model: PathStr | None = Field(
+        None, description="A local model directory to use as the reference (reference = \"model\"; with "
+                           "reference = \"auto\" setting it chooses it).")
+
+    @model_validator(mode="after")
+    def _model_has_a_path(self):
+        if self.reference == "model" and self.reference_model is None:
+            raise ValueError('preference.reference = "model" needs preference.reference_model (a model directory)')
+        if self.reference == "precomputed" and self.reference_model is not None:
+            raise ValueError('preference.reference = "precomputed" computes the reference log-probs with the '
+                             'starting weights, not preference.reference_model; remove one of the two')
+        return self
 
 
 class DistributedSpec(_Section):
@@ -208,6 +272,23 @@ class OutputSpec(_Section):
     merge_adapter: bool = Field(False, description="lora: also save the model with the adapter merged into the base weights.")
 
 
+class EvalSpec(_Section):
+    """After training: held-out loss (always), lm-evaluation-harness tasks, sample generations."""
+
+    tasks: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=1000,
+        description="lm-evaluation-harness task names for `gpuplan eval` (needs the `eval` extra: lm-eval).")
+    include_path: PathStr | None = Field(
+        None, description="A folder of local lm-eval task YAML files, relative to the spec (offline tasks).")
+    num_fewshot: int | None = Field(None, ge=0, le=1000, description="lm-eval: few-shot examples per prompt.")
+    limit: int | None = Field(None, ge=1, le=2**31, description="lm-eval: at most this many examples per task.")
+    sample_prompts: list[Annotated[str, Field(min_length=1, max_length=10_000)]] = Field(
+        default_factory=list, max_length=100,
+        description="Prompts generated at the end of apply (written to metrics.jsonl), in the training's template.")
+    sample_max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens generated per sample prompt.")
+    sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
+
+
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
@@ -217,17 +298,21 @@ class Spec(_Section):
     hardware: HardwareSpec = Field(default_factory=HardwareSpec)
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    preference: PreferenceSpec = Field(default_factory=PreferenceSpec)
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
 
 
-SECTIONS = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelSpec,
     "lora": LoraSpec,
     "quantization": QuantizationSpec,
     "hardware": HardwareSpec,
     "data": DataSpec,
     "training": TrainingSpec,
+    "preference": PreferenceSpec,
     "distributed": DistributedSpec,
     "output": OutputSpec,
+    "eval": EvalSpec,
 }

@@ -9,27 +9,29 @@ an example for a key without a default). Values that change the training itself
 
 from __future__ import annotations
 
-import os
+import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic.fields import FieldInfo
 
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.modelinfo import ModelConfigError, model_facts, read_config
+from gpuplan.modelinfo import ModelConfigError, model_facts
 from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.spec.model_source import ModelSource, model_source
 from gpuplan.spec.schema import SECTIONS
 from gpuplan.toml_value import toml_value
 from gpuplan.units import GIB
 
+NOTE_WIDTH = 100  # a note above a key wraps at this width, in comment lines
 SEQ_LEN_CAP = 2048  # longer contexts are a deliberate choice, not a starting point
 TOKENS_PER_STEP = 2**17  # ~131k tokens per optimizer step: a common fine-tuning scale
 SEQ_CLS_BATCH = 32  # Devlin et al. 2019 (BERT), appendix A.3: fine-tuning batch 16 or 32
 # fp32 weights 4 + fp32 grads 4 + AdamW exp_avg and exp_avg_sq 8 bytes per parameter
-# (DESIGN.md "Memory model"; ZeRO paper, Rajbhandari et al. 2020, section 3.1).
+# (docs/design.md "Memory model"; ZeRO paper, Rajbhandari et al. 2020, section 3.1).
 FP32_ADAMW_BYTES_PER_PARAM = 16
 
 SECTION_COMMENTS = {
@@ -39,8 +41,10 @@ SECTION_COMMENTS = {
     "hardware": "Where it runs. gpuplan plans for this GPU; it need not be the machine you plan on.",
     "data": "What it reads.",
     "training": 'How it trains, in TrainingArguments names. "auto": gpuplan decides, and the plan says why.',
+    "preference": 'Preference tuning (TRL DPOConfig / KTOConfig names), read when training.objective is "dpo" or "kto".',
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
+    "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -57,8 +61,10 @@ ACTIVE = {
                  "gradient_checkpointing", "bf16", "fp16", "tf32", "optim", "learning_rate", "max_steps",
                  "lr_scheduler_type", "logging_steps", "save_steps", "seed", "dataloader_pin_memory",
                  "dataloader_num_workers", "torch_compile"),
+    "preference": (),
     "distributed": ("strategy",),
     "output": ("dir",),
+    "eval": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -80,6 +86,7 @@ EXAMPLES: dict[str, Any] = {
     "data.label_field": "label",
     "data.dataset": "HuggingFaceH4/ultrachat_200k",
     "data.chat_template": "chatml",
+    "training.max_steps": 1000,
     "training.warmup_ratio": 0.03,
     "training.save_total_limit": 2,
     "training.eval_steps": 500,
@@ -87,40 +94,56 @@ EXAMPLES: dict[str, Any] = {
     "training.torch_compile_mode": "default",
     "training.run_name": "my-run",
     "distributed.master_addr": "10.0.0.1",
+    "preference.beta": 0.1,
+    "preference.max_length": 2048,
+    "preference.max_prompt_length": 1024,
+    "preference.reference_model": "/models/my-reference",
+    "eval.tasks": ["hellaswag"],
+    "eval.include_path": "eval-tasks",
+    "eval.num_fewshot": 0,
+    "eval.limit": 100,
+    "eval.sample_prompts": ["Write a haiku about GPUs."],
 }
 
 
-def starter_spec(model_config: Path, gpu: str, *, task: str = "causal-lm", spec_dir: Path) -> str:
-    """A commented spec (format 1) for `model_config` (config.json or model directory) on `gpu`.
+def starter_spec(model: Path | ModelSource, gpu: str, *, task: str = "causal-lm", spec_dir: Path,
+                 choices: Mapping[str, tuple[Any, str | None]] | None = None) -> str:
+    """A commented spec (format 1) for `model` (config.json, model directory, or a resolved
+    ModelSource: spec/model_source.py) on `gpu`.
 
-    `gpu` is a catalog name (forgiving: "a100 80gb"), "auto" or "cpu". The model path is
-    written relative to `spec_dir`, where the spec will live. Raises GpuplanError for an
+    `gpu` is a catalog name (forgiving: "a100 80gb"), "auto" or "cpu". A model path is
+    written relative to `spec_dir`, where the spec will live. `choices` ({key: (value, note)})
+    are values chosen outside the schema's defaults (init's --data and the planner's method),
+    each written active with its note as the comment above it. Raises GpuplanError for an
     unknown GPU, an unreadable model config or a task the model cannot do.
     """
-    model_config = Path(model_config)
+    source = model if isinstance(model, ModelSource) else model_source(Path(model))
     tasks = typing.get_args(SECTIONS["model"].model_fields["task"].annotation)
     if task not in tasks:
         raise GpuplanError([Diagnostic("error", "model.task", f"task {task!r}: not a task gpuplan knows; "
                                     f"allowed: {', '.join(tasks)}", fix=f"use --task {tasks[0]}")])
     profile = _gpu(gpu)
-    try:
-        config = read_config(model_config)
-    except ModelConfigError as e:
-        raise GpuplanError([Diagnostic("error", "model.config", f"model config: {e}",
-                                    fix="give the path of a config.json or of a model directory")]) from None
-    facts = _facts(config, task)
-    values, notes = _values(model_config, profile, gpu, task, config, facts, Path(spec_dir))
-    name = _model_name(model_config)
+    facts = _facts(source.config, task)
+    values, notes = _values(source, profile, gpu, task, source.config, facts, Path(spec_dir))
+    for key, (value, note) in (choices or {}).items():
+        if value is None:  # written commented out, as a key the spec leaves at its default
+            values.pop(key, None)
+            continue
+        values[key] = value
+        if note:
+            notes[key] = note
+    if "data.dataset" in (choices or {}):
+        values.pop("data.train_files", None)  # one source of data: plan refuses both
     where = profile.name if profile is not None else gpu
     lines = [
-        f"# gpuplan spec (format 1) for {name} on {where}, written by `gpuplan init`.",
+        f"# gpuplan spec (format 1) for {source.name} on {where}, written by `gpuplan init`.",
         '# "auto" asks gpuplan to decide; `gpuplan plan <this file>` shows every decision and the memory.',
         "# Commented-out keys are rarely needed; each shows its default or an example.",
     ]
-    for section, model in SECTIONS.items():
+    for section, schema in SECTIONS.items():
         lines += ["", f"# {SECTION_COMMENTS.get(section, section)}", f"[{section}]"]
         rows = []  # (note line above or None, key line, comment)
-        for key, info in model.model_fields.items():
+        for key, info in schema.model_fields.items():
             full = f"{section}.{key}"
             active = full in values
             value = values[full] if active else _example(full, info)
@@ -129,7 +152,7 @@ def starter_spec(model_config: Path, gpu: str, *, task: str = "causal-lm", spec_
         width = min(max(len(t) for _, t, _ in rows) + 2, 44)
         for note, text, comment in rows:
             if note:
-                lines.append(f"# {note}")
+                lines += [f"# {part}" for part in textwrap.wrap(note, NOTE_WIDTH, break_on_hyphens=False)]
             lines.append(f"{text:<{width}}# {comment}" if len(text) < width else f"{text}  # {comment}")
     return "\n".join(lines) + "\n"
 
@@ -154,7 +177,7 @@ def _facts(config: dict[str, Any], task: str):
         raise GpuplanError([Diagnostic("error", "model.task", f"model.task = {task!r}: {e}")]) from None
 
 
-def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any],
+def _values(source: ModelSource, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any],
             facts, spec_dir: Path) -> tuple[dict[str, Any], dict[str, str]]:
     """The active keys' values, and a note for each value the starter chose for this model."""
     values: dict[str, Any] = {}
@@ -162,12 +185,9 @@ def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str,
         for key in keys:
             values[f"{section}.{key}"] = _default(SECTIONS[section].model_fields[key])
     notes: dict[str, str] = {}
-    rel = _relative(model_config, spec_dir)
-    if model_config.is_dir():  # a model directory: fine-tune its weights
+    if source.key == "model.name_or_path":  # a model directory or a Hub id: fine-tune its weights
         del values["model.config"]
-        values["model.name_or_path"] = rel
-    else:
-        values["model.config"] = rel
+    values[source.key] = source.value(spec_dir)
     values["model.task"] = task
     values["hardware.gpu"] = profile.name if profile is not None else gpu
     if task == "seq-cls":
@@ -189,7 +209,7 @@ def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str,
         notes["training.effective_batch_size"] = (f"Starter value: about {TOKENS_PER_STEP // 1024}k tokens"
                                                   " per step at this seq_len.")
     values["training.max_steps"] = 1000
-    values["output.dir"] = f"runs/{_model_name(model_config)}"
+    values["output.dir"] = f"runs/{source.name}"
     if facts is not None and profile is not None and profile.bf16:
         need = facts.n_params * FP32_ADAMW_BYTES_PER_PARAM
         usable = profile.memory_bytes * (1 - SECTIONS["hardware"].model_fields["headroom"].default)
@@ -200,28 +220,12 @@ def _values(model_config: Path, profile: GPUProfile | None, gpu: str, task: str,
     return values, notes
 
 
-def _model_name(model_config: Path) -> str:
-    """llama-3.1-8b for models/llama-3.1-8b.json, my-model for my-model/ or my-model/config.json."""
-    return model_config.parent.name if model_config.name == "config.json" else model_config.stem
-
-
 def _config_positions(config: dict[str, Any]) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
-
-
-def _relative(path: Path, spec_dir: Path) -> str:
-    """`path` relative to the spec's directory (the pair moves together), absolute when they share only the root."""
-    target, base = path.resolve(), spec_dir.resolve()
-    try:
-        if Path(os.path.commonpath([target, base])) == Path(target.anchor):
-            return target.as_posix()
-        return Path(os.path.relpath(target, base)).as_posix()
-    except ValueError:  # another drive on Windows
-        return target.as_posix()
 
 
 def _default(info: FieldInfo) -> Any:

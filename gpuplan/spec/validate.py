@@ -117,7 +117,7 @@ MAX_UNKNOWN_PER_TABLE = 20
 
 
 def _translate(err: ValidationError, raw: Mapping[str, Any]) -> list[Diagnostic]:
-    grouped: dict[tuple, list[dict]] = {}
+    grouped: dict[tuple, list[Any]] = {}
     unknown: list[Diagnostic] = []
     extra: dict[tuple, list] = {}  # table path -> its unknown keys
     for e in err.errors(include_url=False):

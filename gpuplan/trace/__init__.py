@@ -17,8 +17,8 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Mapping
 
-from gpuplan.plan.memory.overhead import overhead_bytes
-from gpuplan.plan.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
 
 __all__ = ["trace_memory"]
 
@@ -68,6 +68,15 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
     # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
     ops = cuda_like_ops() if wl.device == "cuda" else nullcontext()
+    from gpuplan.plan.objectives import objective
+
+    obj = objective(wl.objective)
+    if obj.is_preference:
+        from gpuplan.trace import preference
+
+        head_kernels = preference.cuda_head_kernels(wl.device == "cuda")
+    else:
+        head_kernels = nullcontext()
     # flash_attention_2 reads packed position ids as varlen boundaries (no mask): traced unpacked
     packed = wl.packed and wl.attn_implementation != "flash_attention_2"
     dequant = nullcontext()
@@ -75,8 +84,12 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
         from gpuplan.trace.adapters import fake_4bit_dequant
 
         dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
-    with _unpacked_sequences(packed), ops, dequant, FakeTensorMode(allow_non_fake_inputs=True):
+    with _unpacked_sequences(packed), ops, head_kernels, dequant, FakeTensorMode(allow_non_fake_inputs=True):
         model = build_model(config, wl)
+        ref = None
+        if obj.fused_head:
+            preference.add_head(model)
+            ref = preference.build_reference(config, wl)
         cfg = model.config
         vocab = getattr(cfg, "vocab_size", 0) or 0
         if getattr(model, "_gpuplan_note", None):
@@ -85,29 +98,36 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
         if note:
             notes.append(note)
         logits_dims = (vocab,) if wl.task != "seq-cls" else ()
+        if obj.fused_head:  # the head's [4096, 32768] logits tiles (trl kernels/chunked_logprob.py)
+            logits_dims += (32768,)
         tracker = StorageTracker(logits_last_dims=logits_dims)
         tracker.track_model(model)
+        if obj.fused_head:
+            tracker.track_fused_head(model, ref)
         try:
             with tracker:
                 for step in range(steps):
                     tracker.step_index = step
                     for _ in range(wl.gradient_accumulation_steps):
-                        batch = make_batch(wl, vocab)
+                        batch = None if obj.is_preference else make_batch(wl, vocab)
                         tracker.phase = "forward"
                         tracker.in_head = False
-                        if amp_dtype is not None:
-                            # CPU autocast; for a CUDA plan with CUDA's cast policy (cuda_autocast.py)
-                            with torch.autocast("cpu", dtype=amp_dtype):
-                                out = model(**batch)
+                        if batch is None:
+                            loss = preference.preference_loss(model, ref, wl, vocab, amp_dtype)
                         else:
-                            out = model(**batch)
-                        loss = out.loss
-                        del out
+                            if amp_dtype is not None:
+                                # CPU autocast; for a CUDA plan with CUDA's cast policy (cuda_autocast.py)
+                                with torch.autocast("cpu", dtype=amp_dtype):
+                                    out = model(**batch)
+                            else:
+                                out = model(**batch)
+                            loss = out.loss
+                            del out, batch
                         if wl.gradient_accumulation_steps > 1:
                             loss = loss / wl.gradient_accumulation_steps  # Trainer.training_step
                         tracker.phase = "backward"
                         loss.backward()
-                        del loss, batch
+                        del loss
                     tracker.phase = "optimizer"
                     # Trainer default max_grad_norm=1.0
                     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

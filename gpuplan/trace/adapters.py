@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
 
 _TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS"}
 

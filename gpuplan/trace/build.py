@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 import torch
 
-from gpuplan.plan.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.methods import method_of
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _AUTO_CLASSES = {
@@ -59,7 +60,7 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
     # dtype at construction, as from_pretrained(dtype=...) loads it; .to() would try to
     # swap fake parameters in place, which torch refuses for tensor subclasses
     # qlora: the unquantized parts end in fp32 whatever the load dtype (trace/adapters.py)
-    dtype = TORCH_DTYPES["float32" if wl.adapters is not None and wl.adapters.method == "qlora" else wl.weight_dtype]
+    dtype = TORCH_DTYPES["float32" if method_of(wl.adapters).quantized_base else wl.weight_dtype]
     try:
         model = auto.from_config(cfg, dtype=dtype)
     except ValueError as e:
@@ -82,6 +83,10 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
         from gpuplan.trace.adapters import apply_adapters
 
         model = apply_adapters(model, wl)
+    if wl.loss_chunk_size and wl.task == "causal-lm":
+        from gpuplan.apply.chunked_loss import install
+
+        install(model, wl.loss_chunk_size)  # as apply runs it: the trace sees one chunk's logits at a time
     return model
 
 

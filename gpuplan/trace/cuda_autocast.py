@@ -2,7 +2,7 @@
 
 The trace runs on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda
 tensors: trace/build.py), so plain CPU autocast would decide the dtypes. The two policies
-differ (../shared/reference/cuda-autocast.md): CUDA runs softmax, log_softmax, layer_norm,
+differ (docs/reference/cuda-autocast.md): CUDA runs softmax, log_softmax, layer_norm,
 pow, rsqrt, exp, sum, cumsum and more in float32 and casts einsum, addmv, mv, addr to half;
 CPU does neither, and promotes cat/stack/index_copy, which CUDA leaves to the op.
 

@@ -28,7 +28,13 @@ def trace_plan(plan: Plan) -> Plan:
         # From the second micro-batch on, every micro-batch of a step holds the same
         # tensors (gradients live across them), so two show the peak of any number.
         wl = dataclasses.replace(wl, gradient_accumulation_steps=2)
+    liger = wl.liger_kernel
+    wl = dataclasses.replace(wl, liger_kernel=False)
     traced = trace_memory(config, wl, compute_capability=plan.hardware.compute_capability)
+    if liger:  # memory/liger.py: Triton kernels, CUDA/ROCm only
+        traced = dataclasses.replace(traced, notes=(*traced.notes, "Liger's kernels are Triton GPU kernels and cannot "
+                                                    "run on fake CPU tensors: traced with transformers' own loss and "
+                                                    "layers (the plan counts Liger's fused loss)"))
     analytic = plan.memory.allocated_peak_bytes
     diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
     memory = dataclasses.replace(plan.memory, traced={**traced.to_dict(), "analytic_minus_traced_fraction": diff})

@@ -144,6 +144,29 @@ class StorageTracker(TorchDispatchMode):
             hooks.append(head.register_forward_pre_hook(enter_head))
         self._hooks = tuple(hooks)
 
+    def track_fused_head(self, model: torch.nn.Module, ref: torch.nn.Module | None) -> None:
+        """TRL's fused head never calls the output embedding module: its part starts when a
+        backbone returns. A frozen reference's parameters are weights (they get no gradient)."""
+        def enter(_m, _a):
+            self.in_head = False
+
+        def leave(_m, _a, _o):
+            self.in_head = True
+
+        hooks = list(getattr(self, "_hooks", ()))
+        for m in (model, ref):
+            if m is None:
+                continue
+            base = m.get_base_model() if hasattr(m, "get_base_model") else m
+            backbone = base.base_model
+            hooks += [backbone.register_forward_pre_hook(enter), backbone.register_forward_hook(leave)]
+        if ref is not None:
+            for p in ref.parameters():
+                self._add(p.untyped_storage(), "weights")
+            for b in ref.buffers():
+                self._add(b.untyped_storage(), "weights")
+        self._hooks = tuple(hooks)
+
     def close(self) -> None:
         for h in getattr(self, "_hooks", ()):
             h.remove()

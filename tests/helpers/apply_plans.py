@@ -92,6 +92,9 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "training.torch_compile": False,
         "training.torch_compile_backend": "inductor",
         "training.torch_empty_cache_steps": 0,
+        "training.loss_chunk_size": 0,
+        "training.use_liger_kernel": False,
+        "training.activation_offloading": False,
         "output.dir": str(tmp_path / "run"),
         # keys the planner adds beyond the first contract; read with plan.get() and a default
         "training.warmup_ratio": None,
@@ -111,7 +114,11 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "data.train_on_prompt": False,
         "data.dataset": None,
         "data.revision": "main",
+        "data.split": "train",
+        "training.report_to": "none",
         "model.revision": "main",
+        "model.commit": None,  # derived for Hub ids only (plan/inputs/sources.py)
+        "data.commit": None,
         # parameter-efficient fine-tuning (issue 12); "full" ignores the rest
         "model.method": "full",
         "lora.r": 8,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from gpuplan.plan.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
 # Small models, one per block style the analytic model tabulates (plan/memory/activations.py
 # STYLE_OF); widths differ from the coefficient fits' so the guard is not the fit's own data.
@@ -83,7 +83,7 @@ class Case:
 def sample(seed: int, n: int, methods: tuple[str, ...] = METHODS) -> list[Case]:
     """n cases drawn by a seeded generator: the same seed, the same cases."""
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.lora_targets import resolve_targets
+    from gpuplan.modelinfo.lora_targets import resolve_targets
 
     rng = random.Random(seed)
     out = []
@@ -112,7 +112,7 @@ def sample(seed: int, n: int, methods: tuple[str, ...] = METHODS) -> list[Case]:
 def check(case: Case) -> tuple[int, int, float]:
     """(traced, analytic, error) allocated peak bytes of one case; error = (analytic - traced) / traced."""
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.memory.estimate import estimate_memory
+    from gpuplan.plan.estimate.memory.estimate import estimate_memory
     from gpuplan.trace import trace_memory
 
     cfg = FAMILIES[case.family]

@@ -4,7 +4,7 @@ ALL_RULES is what the planner walks; find_rule turns the `rule` of a Change back
 into the Rule that wrote it (rule `x.y` lives in rules/x.py).
 """
 
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules import (
     attention,
     batch,
@@ -13,11 +13,15 @@ from gpuplan.plan.rules import (
     data,
     dataloader,
     distributed,
+    liger,
     lora,
+    loss_chunking,
     memory,
     memory_savers,
+    offload_activations,
     optimizer,
     precision,
+    preference,
     quantization,
     schedule,
     tracking,
@@ -34,11 +38,15 @@ ALL_RULES = (
     *batch.RULES,
     *optimizer.RULES,
     *checkpointing.RULES,
+    *loss_chunking.RULES,
+    *liger.RULES,
     *memory_savers.RULES,
+    *offload_activations.RULES,
     *distributed.RULES,
     *tracking.RULES,
     *lora.RULES,
     *quantization.RULES,
+    *preference.RULES,
 )
 
 __all__ = ["ALL_RULES", "find_rule"]

@@ -13,9 +13,9 @@ supports: sdpa (linear attention memory), else eager.
 from __future__ import annotations
 
 from gpuplan.modelinfo.attention import attention_support, support_source
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import install_note, is_local, target_packages
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.inputs.target import install_note, is_local, target_packages
 
 
 def _flash_problems(ctx: Resolver, half: bool) -> list[str]:

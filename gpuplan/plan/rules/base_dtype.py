@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
+from gpuplan.plan.engine.resolver import Resolver
 
 GIB = 1024**3
 

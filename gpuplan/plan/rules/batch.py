@@ -7,11 +7,12 @@ effective batch, and the effective batch itself when it was derived.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.objectives import objective
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.units import GIB
-from gpuplan.plan.solve import price, tensor_core_multiple
+from gpuplan.plan.fit.search import price, tensor_core_multiple
 from gpuplan.plan.wording import matrix_units
 
 KEYS = (
@@ -24,7 +25,7 @@ KEYS = (
 
 def split(ctx: Resolver) -> None:
     sol, p = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
-    if sol is None:
+    if sol is None or p is None:
         for k in KEYS:
             ctx.keep(k)
         return
@@ -32,11 +33,11 @@ def split(ctx: Resolver) -> None:
     b, a = sol.per_device_batch, sol.accumulation
     e = b * a * world
     m = p.tensor_multiple
-    where = f"{world} GPU(s)" if ctx.gpu.vendor != "cpu" else "the CPU"
+    where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
             why = (f"per_device_train_batch_size x gradient_accumulation_steps x "
-                   f"{'GPUs' if ctx.gpu.vendor != 'cpu' else 'CPU processes'} = {b} x {a} x {world}")
+                   f"{'GPUs' if not ctx.gpu.is_cpu else 'CPU processes'} = {b} x {a} x {world}")
         else:
             why = (f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device "
                    f"x {world} device(s)")
@@ -49,6 +50,7 @@ def split(ctx: Resolver) -> None:
     usable = p.usable_bytes / GIB
     user_b = ctx.spec("training.per_device_train_batch_size")
     g, seq, s = p.gemm_multiple, p.base.seq_len, b * a
+    seq *= objective(p.base.objective).grad_sequences  # dpo: an example is chosen + rejected, 2 x seq_len tokens
     cores = matrix_units(ctx.gpu)
     if user_b != "auto" and user_b != b:
         user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
@@ -155,7 +157,8 @@ def gemm_shapes(ctx: Resolver) -> None:
                         "(the tokenizer never produces the new ids); gpuplan does not resize for you",
                  fix=f"before training: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD})")
     seq = ctx.spec("data.seq_len")
-    if ctx.get("data.packing") is False and seq % g:
+    # dpo / kto: TRL pads each batch to its longest sequence, not to data.seq_len: no padded length to suggest
+    if ctx.get("data.packing") is False and seq % g and ctx.spec("training.objective") == "sft":
         up = -(-seq // g) * g
         ctx.note("data.seq_len", f"examples are padded to data.seq_len = {seq}, not a multiple of {g} ({cores}): "
                  "the padded length is an attention GEMM dimension",
@@ -170,7 +173,8 @@ RULES = (
          writes=KEYS, apply=split, explains=("batch.tensor_core_multiple", "batch.fit"),
          doc="effective = per-device x accumulation x GPUs; tensor-core multiples; accumulation kept small."),
     Rule("batch.gemm_shapes", reads=("training.bf16", "training.fp16", "training.tf32", "data.packing",
-                                     "spec:model.dtype", "spec:model.task", "spec:data.seq_len"),
+                                     "spec:model.dtype", "spec:model.task", "spec:data.seq_len",
+                                     "spec:training.objective"),
          writes=(), apply=gemm_shapes,
          doc="suggest a vocabulary and padded length in multiples of the tensor-core shape."),
 )

@@ -3,7 +3,8 @@
 Packing whole examples with position ids restarting per example keeps them from
 attending to each other only where the model builds its causal mask through
 transformers.masking_utils (find_packed_sequence_indices, used when no attention_mask
-is passed; flash_attention_2 reads the same position ids). PACKED_POSITION_FAMILIES lists
+is passed; flash_attention_2 reads the same position ids, in one row: apply flattens
+each micro-batch, gpuplan/apply/flatten.py). PACKED_POSITION_FAMILIES lists
 the model types checked against transformers 5.24 (tests/test_chat_data.py reads their
 modeling files); other families get one padded example per sequence instead.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from gpuplan.plan.context import Resolver
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 
 PACKED_POSITION_FAMILIES = frozenset({
@@ -29,6 +30,13 @@ def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
     can = family in PACKED_POSITION_FAMILIES
     if packing is False:
         ctx.keep("data.packing")
+    elif can and ctx.get("model.attn_implementation") == "flash_attention_2":
+        # transformers 5.24 takes flash-attn's varlen path only for a one-row batch
+        # (modeling_flash_attention_utils._is_packed_sequence): gpuplan/apply/flatten.py
+        ctx.resolve("data.packing", True,
+                    f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example; "
+                    "each micro-batch's blocks are laid end to end in one row, so flash_attention_2's varlen "
+                    f"kernel (sequence bounds from the position ids) keeps {family}'s examples apart")
     elif can:
         ctx.resolve("data.packing", True,
                     f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example "

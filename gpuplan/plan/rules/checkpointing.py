@@ -6,8 +6,9 @@ Recomputing activations in the backward pass costs about 20% speed (the guide,
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.fit.savers import CHECKPOINTING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
 
@@ -21,8 +22,12 @@ def checkpointing(ctx: Resolver) -> None:
         ctx.resolve("training.gradient_checkpointing", False, "off: the batch split did not resolve")
         return
     on = sol.knobs.gradient_checkpointing
+    if ctx.spec("training.activation_offloading"):
+        ctx.resolve("training.gradient_checkpointing", False, "off: activation offloading keeps the activations in "
+                    "host RAM instead (training.activation_offloading)")
+        return
     if on:
-        saved = sol.saved_bytes.get("gradient checkpointing", 0) / GIB
+        saved = sol.saved_bytes.get(CHECKPOINTING.name, 0) / GIB
         why = f"does not fit without it: recomputing activations saves {saved:.1f} GiB (about 20% slower)"
     else:
         why = "fits without it (it would cost about 20% speed)"
@@ -30,7 +35,7 @@ def checkpointing(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing"),
+    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing", "spec:training.activation_offloading"),
          writes=("training.gradient_checkpointing",), apply=checkpointing,
          doc="on only when the run does not fit without it."),
 )

@@ -8,9 +8,9 @@ gpuplan/spec/names.py). inductor on CPU needs a C++ compiler; on GPU, triton.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import COMPILE_BACKEND_PACKAGES
 
 
@@ -52,12 +52,12 @@ def compile_settings(ctx: Resolver) -> None:
                   fix='remove training.torch_compile_mode or set training.torch_compile_backend = "inductor"')
     package = COMPILE_BACKEND_PACKAGES.get(backend)
     if on and package:
-        if is_local(ctx.spec) and not ctx.environment.get("packages", {}).get(package):
+        if is_local(ctx.spec) and not ctx.environment.has(package):
             ctx.error("training.torch_compile_backend", f'the "{backend}" backend needs the {package} package, which is not installed',
                       fix=f'pip install {package}, or set training.torch_compile_backend = "inductor"')
         elif not is_local(ctx.spec):
             install_note(ctx, "training.torch_compile_backend", package, f'the "{backend}" compile backend')
-    if on and backend == "cudagraphs" and ctx.gpu.vendor == "cpu":
+    if on and backend == "cudagraphs" and ctx.gpu.is_cpu:
         ctx.error("training.torch_compile_backend", 'the "cudagraphs" backend needs a CUDA GPU; hardware is cpu',
                   fix='set training.torch_compile_backend = "inductor"')
 

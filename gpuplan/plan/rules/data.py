@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.chat_data import chat_checks, supervised_packing
 
 # Families whose positions are a learned table of max_position_embeddings rows.
@@ -37,7 +37,13 @@ def data_checks(ctx: Resolver) -> None:
                      fix=f"set data.seq_len = {maxpos} or configure rope_scaling")
     packing = ctx.spec("data.packing")
     fmt = ctx.spec("data.format")
-    if fmt != "text":
+    if ctx.spec("training.objective") != "sft":
+        # TRL 1.16's DPOConfig.padding_free "falls back to standard padding"; KTO pads its batches too
+        ctx.resolve("data.packing", False, f"{ctx.spec('training.objective')}: TRL pads each batch of "
+                    "prompt + answer sequences; preference examples are not packed")
+        if fmt == "chat":  # conversational pairs: rendered by the chat template
+            chat_checks(ctx, fmt, task)
+    elif fmt != "text":
         chat_checks(ctx, fmt, task)
         supervised_packing(ctx, fmt, seq)
     elif packing == "auto":
@@ -59,6 +65,10 @@ def data_checks(ctx: Resolver) -> None:
             ctx.keep("model.num_labels")
     else:
         ctx.keep("model.num_labels")
+    split = ctx.spec("data.split")
+    if split != "train" and not ctx.spec("data.dataset"):  # the split of a Hub dataset (gpuplan/hub/splits.py)
+        ctx.warn("data.split", f"data.split = {split!r} is read only with data.dataset; data.train_files are read whole",
+                 fix="remove data.split, or list only that split's files in data.train_files")
     if not ctx.spec("data.train_files") and not ctx.spec("data.dataset"):
         ctx.note("data.train_files", "no data.train_files: the plan is complete, apply needs data",
                  fix='set data.train_files = ["data/train.jsonl"]')
@@ -68,7 +78,8 @@ RULES = (
     Rule("data.checks", reads=("spec:data.seq_len", "spec:model.task", "spec:data.packing", "spec:model.num_labels",
                                "spec:data.label_field", "spec:data.train_files", "spec:data.format",
                                "spec:data.chat_template", "spec:model.name_or_path", "spec:model.from_scratch",
-                               "spec:data.dataset"),
+                               "spec:data.dataset", "spec:data.split", "model.attn_implementation",
+                               "spec:training.objective"),
          writes=("data.packing", "model.num_labels"), apply=data_checks,
          doc="seq_len vs positions, packing by task, seq-cls labels."),
 )

@@ -8,14 +8,14 @@ compete with the training threads for the same cores).
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.target import is_local
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.inputs.target import is_local
 
 
 def pin_memory(ctx: Resolver) -> None:
     want = ctx.spec("training.dataloader_pin_memory")
-    cuda = ctx.gpu.vendor != "cpu"
+    cuda = not ctx.gpu.is_cpu
     if want == "auto":
         ctx.resolve("training.dataloader_pin_memory", cuda,
                     "pinned host memory speeds host-to-GPU copies" if cuda else "CPU training: nothing to pin for")
@@ -31,14 +31,14 @@ def num_workers(ctx: Resolver) -> None:
         ctx.keep("training.dataloader_num_workers")
         return
     gpus = ctx.spec("hardware.count")
-    if ctx.gpu.vendor != "cpu" and not ctx.spec("hardware.cpu_count") and not is_local(ctx.spec):
+    if not ctx.gpu.is_cpu and not ctx.spec("hardware.cpu_count") and not is_local(ctx.spec):
         n = min(2 * gpus, 8)  # the training hosts' cores are not this machine's
         ctx.resolve("training.dataloader_num_workers", n,
                     f"min(2 x {gpus} GPU(s), 8); the training hosts' cores are unknown (set hardware.cpu_count "
                     "to cap it at cores per GPU - 1)")
         return
-    cpus = ctx.spec("hardware.cpu_count") or ctx.environment.get("cpu_count") or 1
-    if ctx.gpu.vendor == "cpu":
+    cpus = ctx.spec("hardware.cpu_count") or ctx.environment.cpu_count or 1
+    if ctx.gpu.is_cpu:
         ctx.resolve("training.dataloader_num_workers", 0,
                     "CPU training: loading in the main process; workers would take cores from the training threads")
         return

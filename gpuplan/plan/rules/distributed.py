@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.rules.common import FIT_SOLUTION
-from gpuplan.plan.solve import Sharding
-from gpuplan.plan.target import install_note, is_local
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
+from gpuplan.plan.fit.search import Sharding
+from gpuplan.plan.inputs.target import install_note, is_local
 from gpuplan.spec.names import BNB_OPTIMIZERS
-from gpuplan.units import GIB
 
 KEYS = ("distributed.strategy", "distributed.fsdp_sharding", "distributed.fsdp_cpu_offload",
         "distributed.zero_stage", "distributed.offload_optimizer", "distributed.offload_params")
@@ -68,10 +67,10 @@ def strategy(ctx: Resolver) -> None:
     asked = ctx.spec("distributed.strategy")
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
-    if ctx.gpu.vendor == "cpu" and world > 1 and asked == "deepspeed":
+    if ctx.gpu.is_cpu and world > 1 and asked == "deepspeed":
         ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
                   "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
-    if ctx.gpu.vendor == "cpu" and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
+    if ctx.gpu.is_cpu and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
         ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
                   "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
     if sol is None:
@@ -151,25 +150,14 @@ def _conflicts(ctx: Resolver, asked: str) -> None:
 
 
 def _host_memory(ctx: Resolver, sol) -> None:
-    host = sol.estimate.host_bytes * ctx.spec("hardware.count")
-    if not host:
-        return
-    have = (ctx.spec("hardware.host_memory_gib") or 0) * GIB
-    if not have and is_local(ctx.spec):
-        have = ctx.environment.get("host_memory_bytes")
-    if not have:  # another machine's RAM is not this one's
-        ctx.note("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
-                 f"({ctx.spec('hardware.count')} GPUs); the training hosts' RAM is not known",
-                 fix="set hardware.host_memory_gib to the training hosts' RAM to have it checked")
-    elif host > 0.9 * have:
-        ctx.error("hardware.host_memory_gib", f"offload needs {host / GIB:.0f} GiB of host RAM per node "
-                  f"({ctx.spec('hardware.count')} GPUs); the host has {have / GIB:.0f} GiB",
-                  fix="more nodes (hardware.nodes), or set hardware.host_memory_gib if the training hosts have more RAM")
+    from gpuplan.plan.fit.host_memory import check_host_memory  # host RAM per node (estimate/memory/host.py)
+
+    check_host_memory(ctx, sol)
 
 
 RULES = (
     Rule("distributed.strategy",
-         reads=(FIT_SOLUTION, "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
+         reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
                 "spec:hardware.host_memory_gib", "spec:training.optim", "spec:training.torch_compile", "spec:hardware.gpu",
                 "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload", "spec:distributed.zero_stage",
                 "spec:distributed.offload_optimizer", "spec:distributed.offload_params"),

@@ -15,11 +15,12 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
-from gpuplan.plan.memory.types import Adapters
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
+from gpuplan.units import gib
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
 
@@ -39,12 +40,6 @@ def lora_config(ctx: Resolver) -> None:
     if method == "full" and user_set:
         ctx.warn(f"lora.{user_set[0]}", '[lora] is set but model.method = "full": the adapters settings are not used',
                  fix='set model.method = "lora" (or "qlora"), or remove [lora]')
-    strategy = ctx.spec("distributed.strategy")
-    if method in ("lora", "qlora") and strategy in ("fsdp", "deepspeed"):
-        ctx.error("distributed.strategy",
-                  f'distributed.strategy = "{strategy}" with model.method = "{method}": sharded adapters are not '
-                  "planned (the adapter memory model covers one device and DDP replicas)",
-                  fix='set distributed.strategy = "ddp" (adapter states are small enough to replicate)')
     asked_save = ctx.spec("lora.modules_to_save")
     try:
         check_saved(ctx.facts, asked_save)
@@ -58,7 +53,7 @@ def lora_config(ctx: Resolver) -> None:
     saved = default_modules_to_save(ctx.facts, asked_save)
     if saved != asked_save and record:
         ctx.resolve("lora.modules_to_save", saved,
-                    f"sequence classification: the new head {', '.join(s for s in saved if s not in (asked_save or []))} "
+                    f"sequence classification: the new head {', '.join(s for s in saved or [] if s not in (asked_save or []))} "
                     "trains in full beside the adapters (peft's SEQ_CLS task saves it too)")
     else:
         ctx.keep("lora.modules_to_save")
@@ -118,9 +113,9 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
     )
 
 
-RULES = (
+RULES: tuple[Rule, ...] = (
     Rule("lora.config",
-         reads=("spec:model.method", "spec:distributed.strategy", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
+         reads=("spec:model.method", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
                 "spec:lora.use_dora", "spec:lora.modules_to_save"),
          writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
          apply=lora_config,
@@ -141,11 +136,10 @@ def select_method(ctx: Resolver) -> None:
         ctx.keep("model.method")
         return
     chosen, tried = fit
-    gib = 1024**3
     why = []
     for method, sol in tried:
         need = sol.estimate.reserved_peak_bytes if sol.fits else sol.smallest_bytes
-        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({need / gib:.1f} GiB)")
+        why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({gib(need)})")
     ctx.resolve("model.method", chosen, 'model.method = "auto": ' + ", ".join(why)
                 + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"))
 

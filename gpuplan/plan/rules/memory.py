@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
-from gpuplan.plan.memory.types import Workload
-from gpuplan.plan.nofit import savers_on, verified_fixes
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.loss_chunking import unavailable as chunking_unavailable
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.errors import Diagnostic
+from gpuplan.plan.fit.fixes import Fix, NoFit, no_fit_fix, savers_on, verified_fixes
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
     FIT_SOLUTION,
     LORA_COUNT,
+    NO_FIT,
     QUANT_COMPUTE,
     TRAINER_DEFAULT_BATCH,
     world_size,
@@ -26,10 +29,15 @@ from gpuplan.plan.rules.common import (
 from gpuplan.plan.rules.base_dtype import frozen_base_dtype
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
-from gpuplan.plan.method_alternatives import adapter_alternatives
+from gpuplan.plan.fit.method_alternatives import adapter_alternatives
+from gpuplan.plan.objectives import objective
+from gpuplan.plan.rules.preference import fit_with_reference, reference_for
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.solve import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
-from gpuplan.plan.target import target_packages
+from gpuplan.plan.fit.host_memory import HOST_VERIFIED, host_fixes, host_limit, host_needs
+from gpuplan.plan.fit.savers import SAVERS
+from gpuplan.plan.methods import METHODS
+from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.inputs.target import target_packages
 from gpuplan.units import GIB
 
 
@@ -41,7 +49,7 @@ def _nearest_multiples(value: int, step: int) -> str:
 
 def ranks(ctx: Resolver, world: int) -> str:
     """The processes the batch splits over, named for the device the plan is for."""
-    if ctx.gpu.vendor == "cpu":
+    if ctx.gpu.is_cpu:
         return f"{world} CPU process" + ("es" if world != 1 else "")
     return f"{world} GPU(s)"
 
@@ -64,7 +72,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if b is not None and a is not None and b * a != s:
         ctx.error("training.effective_batch_size",
                   f"training.effective_batch_size = {e} but per_device_train_batch_size x "
-                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.vendor == 'cpu' else 'GPUs'} = "
+                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.is_cpu else 'GPUs'} = "
                   f"{b} x {a} x {world} = {b * a * world}",
                   fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
                        else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
@@ -72,7 +80,7 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if a is not None and s % a:
         ctx.error("training.gradient_accumulation_steps",
                   f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
-                  f"{'process' if ctx.gpu.vendor == 'cpu' else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
+                  f"{'process' if ctx.gpu.is_cpu else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
                   fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
                       f"{_nearest_multiples(e, a * world)}")
         return None
@@ -88,6 +96,7 @@ def fit(ctx: Resolver) -> None:
         ctx.set_internal(FIT_PROBLEM, None)
         ctx.set_internal(FIT_METHOD, None)
         ctx.keep("model.dtype")
+        ctx.set_internal(NO_FIT, None)
         return
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
@@ -97,30 +106,43 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.get("packages", {})  # this machine's: for what gpuplan chooses itself
+    packages = ctx.environment.packages  # this machine's: for what gpuplan chooses itself
     asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
+    # refused on CPU (rules/offload_activations.py): not priced there
+    offload = bool(ctx.spec("training.activation_offloading")) and not gpu.is_cpu
+    if offload and ckpt == "auto":
+        ckpt = False  # offloading replaces checkpointing (estimate/memory/offload_activations.py); rules/offload_activations.py says so
     empty = ctx.spec("training.torch_empty_cache_steps")
+    chunk = ctx.spec("training.loss_chunk_size")
+    liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
+    if liger or chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
+        chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
     auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
-                                   ("torch_empty_cache_steps", empty)) if v == "auto")
+                                   ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk)) if v == "auto")
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
-        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.vendor == "cpu" else empty),
+        torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.is_cpu else empty),
+        loss_chunk_size=0 if chunk == "auto" else chunk,
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
+    preferred = objective(ctx.spec("training.objective")).is_preference  # dpo / kto (rules/preference.py)
     base = Workload(
         per_device_batch=1,
-        seq_len=ctx.spec("data.seq_len"),
+        seq_len=ctx.get("preference.max_length") if preferred else ctx.spec("data.seq_len"),
         weight_dtype=ctx.spec("model.dtype"),
         amp="bf16" if bf16 else ("fp16" if fp16 else None),
         attn_implementation=ctx.get("model.attn_implementation"),
         task=ctx.spec("model.task"),
         num_labels=ctx.spec("model.num_labels") or 2,
-        device="cpu" if gpu.vendor == "cpu" else "cuda",
+        device="cpu" if gpu.is_cpu else "cuda",
+        liger_kernel=liger,
+        offload_activations=offload,
+        objective=ctx.spec("training.objective"),
         # chat / instruction examples packed with restarting position ids (apply/examples.py):
-        # transformers builds a (b, 1, s, s) mask (memory/packed_mask.py); text packing does not
+        # transformers builds a (b, 1, s, s) mask (estimate/memory/packed_mask.py); text packing does not
         packed=bool(ctx.get("data.packing")) and ctx.spec("data.format") != "text",
     )
     capacity = gpu.memory_bytes
@@ -129,24 +151,27 @@ def fit(ctx: Resolver) -> None:
     problem = FitProblem(
         facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
         samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
-        tensor_multiple=batch_multiple(gemm, base.seq_len), gemm_multiple=gemm,
-        eight_bit_available=bool(packages.get("bitsandbytes")) and gpu.vendor != "cpu",
-        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.vendor == "cpu"),
+        tensor_multiple=batch_multiple(gemm, base.seq_len * objective(base.objective).grad_sequences),
+        gemm_multiple=gemm,
+        eight_bit_available=bool(packages.get("bitsandbytes")) and not gpu.is_cpu,
+        shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
+        host_limit_bytes=host_limit(ctx), ranks_per_node=ctx.spec("hardware.count"),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
     tried = []
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
-    for method in (("full", "lora", "qlora") if asked == "auto" else (asked,)):
+    for method in (tuple(METHODS) if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         dtype, dtype_reason = frozen_base_dtype(ctx, method, bool(bf16), ctx.get(QUANT_COMPUTE))
         weight_dtype = dtype if method == "lora" else base.weight_dtype  # qlora: the estimate reads the 4-bit layout
-        problem = dataclasses.replace(problem, base=dataclasses.replace(base, adapters=adapters,
-                                                                        weight_dtype=weight_dtype))
-        if adapters is not None:  # adapters replicate (DDP); sharding them is not planned
-            replicated = tuple(sh for sh in shardings if sh.engine in ("none", "ddp"))
-            problem = dataclasses.replace(problem, shardings=replicated or shardings[:1])
-        sol = solve(problem)
+        problem = dataclasses.replace(problem, base=dataclasses.replace(
+            base, adapters=adapters, reference=reference_for(ctx, method), weight_dtype=weight_dtype))
+        engines = METHODS[method].engines  # lora/qlora shard too (estimate/memory/adapters_sharded.py)
+        planned = tuple(sh for sh in shardings if sh.engine in engines)
+        if planned != shardings:
+            problem = dataclasses.replace(problem, shardings=planned or shardings[:1])
+        problem, sol = fit_with_reference(ctx, problem, solve)  # precomputed log-probs: a saver
         tried.append((method, sol))
         if sol.fits:
             break
@@ -157,6 +182,7 @@ def fit(ctx: Resolver) -> None:
         ctx.resolve("model.dtype", dtype, dtype_reason)
     else:
         ctx.keep("model.dtype")
+    ctx.set_internal(NO_FIT, None)
     if not sol.fits:
         _report_no_fit(ctx, problem, sol, method)
 
@@ -165,7 +191,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
-    user_set = {k for k in ("gradient_checkpointing", "optim", "torch_empty_cache_steps") if ctx.is_user(f"training.{k}")}
+    user_set = {s.knob for s in SAVERS if ctx.is_user(s.setting)}
     fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
                            count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
                            headroom=ctx.spec("hardware.headroom"),
@@ -174,23 +200,26 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
     what = "" if method == "full" else f"{method} "
-    alternatives = adapter_alternatives(ctx, p) if method == "full" else []
+    alternatives = adapter_alternatives(ctx, p) if not METHODS[method].frozen_base else []
     if alternatives:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
-    parts = ["add the lines of one of the fitting methods above (lora or qlora)"] if alternatives else []
-    if fixes:  # plan/alternatives.py reads this list after its head (it plans the hardware ones in full)
-        parts.append("any one of these fits (checked with the same memory model): " + "; ".join(fixes))
-    fix = "; or ".join(parts) or None
-    ctx.error(
-        "hardware.gpu",
+    if sol.estimate.reserved_peak_bytes <= p.usable_bytes and p.host_limit_bytes is not None:
+        # the GPUs hold it only with offload, and the offloaded states do not fit the host RAM known
+        hint = (f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
+                f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
+        fixes = [Fix("host", f, HOST_VERIFIED) for f in host_fixes(ctx, sol, p)] + list(fixes)
+    error = Diagnostic(
+        "error", "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {gpu.memory_label if cap != int(cap) else f'{cap:.0f} GiB'} ({p.usable_bytes / GIB:.1f} "
         f"usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
                + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
                   "seq_len, more GPUs, a larger GPU) makes it fit"),
-        fix=fix,
+        fix=no_fit_fix(tuple(fixes), tuple(alternatives)),
     )
+    ctx.diagnostics.append(error)
+    ctx.set_internal(NO_FIT, NoFit(method, sol, tuple(fixes), tuple(alternatives), error))
 
 
 RULES = (
@@ -200,17 +229,19 @@ RULES = (
             "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
             "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
             "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
-            "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
+            "spec:hardware.host_memory_gib", "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
             "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
-            "spec:training.optim", "spec:training.torch_empty_cache_steps",
+            "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
+            "spec:training.use_liger_kernel", "spec:training.activation_offloading",
             "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
             "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
             "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
             QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
             "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
-            "data.packing", "spec:data.format",
+            "spec:training.objective", "spec:preference.reference", "spec:preference.reference_model",
+            "preference.max_length", "data.packing", "spec:data.format",
         ),
-        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, "model.dtype"),
+        writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, NO_FIT, "model.dtype"),
         apply=fit,
         doc="batch arithmetic checks, then the fastest split and savers that fit (plan/solve.py).",
     ),

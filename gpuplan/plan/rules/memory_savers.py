@@ -7,8 +7,9 @@ saver memory.fit chooses, is rules/checkpointing.py.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.fit.savers import CACHE_EMPTYING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
 
@@ -16,7 +17,7 @@ from gpuplan.units import GIB
 def empty_cache(ctx: Resolver) -> None:
     sol = ctx.get(FIT_SOLUTION)
     want = ctx.spec("training.torch_empty_cache_steps")
-    if ctx.gpu.vendor == "cpu" and want not in (0, "auto"):
+    if ctx.gpu.is_cpu and want not in (0, "auto"):
         ctx.resolve("training.torch_empty_cache_steps", 0, "CPU training: there is no CUDA cache to empty")
         return
     if want != "auto" or sol is None:
@@ -27,7 +28,7 @@ def empty_cache(ctx: Resolver) -> None:
         return
     steps = sol.knobs.torch_empty_cache_steps
     if steps:
-        saved = sol.saved_bytes.get("cache emptying", 0) / GIB
+        saved = sol.saved_bytes.get(CACHE_EMPTYING.name, 0) / GIB
         why = (f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks "
                "(about 10% slower)")
     else:

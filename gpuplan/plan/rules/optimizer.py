@@ -1,4 +1,4 @@
-"""Optimizer choice (guide: "Optimizers"; DESIGN rules).
+"""Optimizer choice (guide: "Optimizers"; docs/design.md rules).
 
 auto: adamw_torch_fused (one fused kernel per step, CUDA and CPU);
 under memory pressure the fit search may pick bitsandbytes' 8-bit AdamW, then
@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.estimate.memory.paging import is_paged, paged_share, paging_wording
+from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, EIGHT_BIT_OPTIMIZER
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
-from gpuplan.plan.target import install_note, is_local, target_packages
+from gpuplan.plan.inputs.target import install_note, is_local, target_packages
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
 
@@ -80,24 +82,40 @@ def select(ctx: Resolver) -> None:
         ctx.resolve("training.optim", chosen, why)
         return
     if asked == "auto":
-        if "Adafactor" in sol.savers:
-            why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get('Adafactor'))} (slower convergence)"
-        elif "8-bit optimizer" in sol.savers:
-            why = f"memory: bitsandbytes 8-bit AdamW saves {gib(sol.saved_bytes.get('8-bit optimizer'))} of optimizer states"
+        if ADAFACTOR_OPTIMIZER.name in sol.savers:
+            why = f"memory: Adafactor's factored states save {gib(sol.saved_bytes.get(ADAFACTOR_OPTIMIZER.name))} (slower convergence)"
+        elif EIGHT_BIT_OPTIMIZER.name in sol.savers:
+            saved = gib(sol.saved_bytes.get(EIGHT_BIT_OPTIMIZER.name))
+            why = f"memory: bitsandbytes 8-bit AdamW saves {saved} of optimizer states"
         else:
             why = "torch's fused AdamW kernel: the fastest AdamW in transformers 5 (apex's is gone)"
             problem = ctx.get(FIT_PROBLEM)
             if problem is not None and problem.base.adapters is not None:
                 states = sol.estimate.components.get("optimizer_states", 0)
-                why += (f"; the adapters' AdamW states are {states / 1024**2:.0f} MiB, so an 8-bit optimizer or "
+                where = (f"{states / 1024**2:.0f} MiB" if states or not sol.estimate.host_bytes
+                         else "in host RAM (CPU offload)")
+                why += (f"; the adapters' AdamW states are {where}, so an 8-bit optimizer or "
                         "Adafactor would buy almost nothing and is not used for memory")
         ctx.resolve("training.optim", chosen, why)
         return
     _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
     ctx.resolve("training.optim", chosen, reason)
+    if is_paged(chosen):  # what paging does and does not save (memory/paging.py)
+        problem = ctx.get(FIT_PROBLEM)
+        paged = int(sol.estimate.components.get("optimizer_states", 0) * paged_share(_trainable_shapes(problem)))
+        ctx.note("training.optim", paging_wording(chosen, paged, ctx.gpu.interconnect.get("pcie"), ctx.gpu.is_cpu))
     package = "bitsandbytes" if chosen in BNB_OPTIMIZERS else NEEDS_PACKAGE.get(chosen)
     if package and not is_local(ctx.spec):
         install_note(ctx, "training.optim", package, f'training.optim = "{chosen}"')
+
+
+def _trainable_shapes(problem) -> list:
+    """The shapes of the tensors the optimizer holds states for: the adapters', or every parameter."""
+    if problem.base.adapters is not None:
+        from gpuplan.plan.estimate.memory.adapters import adapter_layout
+
+        return [s for _, s in adapter_layout(problem.facts, problem.base.adapters).adapter_shapes]
+    return [s for _, s in problem.facts.param_shapes]
 
 
 RULES = (

@@ -8,15 +8,15 @@ without it becomes float16.
 
 from __future__ import annotations
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.rules.common import QUANT_COMPUTE
 
 
 def compute_dtype(ctx: Resolver) -> None:
     gpu = ctx.gpu
     asked = ctx.spec("quantization.bnb_4bit_compute_dtype")
-    cpu = gpu.vendor == "cpu"
+    cpu = gpu.is_cpu
     ctx.set_internal(QUANT_COMPUTE, _compute_dtype(gpu, asked))
     if ctx.spec("model.method") not in ("qlora", "auto"):
         ctx.keep("quantization.bnb_4bit_compute_dtype")  # no 4-bit base: nothing to resolve
@@ -40,8 +40,8 @@ def compute_dtype(ctx: Resolver) -> None:
 
 def _compute_dtype(gpu, asked: str) -> str:
     if asked == "auto":
-        return "bfloat16" if gpu.vendor == "cpu" or gpu.bf16 else "float16"
-    if asked == "bfloat16" and not gpu.bf16 and gpu.vendor != "cpu":
+        return "bfloat16" if gpu.is_cpu or gpu.bf16 else "float16"
+    if asked == "bfloat16" and not gpu.bf16 and not gpu.is_cpu:
         return "float16"
     return asked
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from gpuplan.plan.context import Resolver
-from gpuplan.plan.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
 
 
 def warmup(ctx: Resolver) -> None:

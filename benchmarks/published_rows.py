@@ -1,0 +1,174 @@
+"""The rows of published-throughput.json as plannable runs: facts, workload, GPU, links.
+
+Each usable row is planned with that run's own settings (model shape from its
+config.json, method, LoRA rank and targets, precision, micro-batch, accumulation,
+sequence length, checkpointing, attention, sharding, GPUs and nodes) through the
+plan's own throughput function (plan/estimate/throughput.py estimate_throughput, the step-time
+model, with plan/estimate/communication.py's section). No row, model or source is special-cased:
+the reasons a row is left out are general (see `why_left_out`).
+
+Model shapes (config.json of each Hub repo, as published): Llama-2 7B/70B, Llama-3.1
+8B/70B, Yi-34B. Qwen (v1) is Llama-shaped with a fused c_attn (the .md says so):
+hidden, layers, heads and vocab from its config.json, intermediate = ffn_hidden_size / 2.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuplan.hardware.catalog import load_interconnects, lookup
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.modelinfo.count import model_facts
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.throughput import estimate_throughput
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "reference" / "published-throughput.json"  # and its .md: fields and caveats
+
+# (hidden, layers, heads, kv heads, intermediate, vocab)
+SHAPES = {
+    "meta-llama/Llama-2-7b-hf": (4096, 32, 32, 32, 11008, 32000),
+    "meta-llama/Llama-2-70b-hf": (8192, 80, 64, 8, 28672, 32000),
+    "01-ai/Yi-34B": (7168, 60, 56, 8, 20480, 64000),
+    "meta-llama/Llama-3.1-8B": (4096, 32, 32, 8, 14336, 128256),
+    "meta-llama/Llama-3.1-70B": (8192, 80, 64, 8, 28672, 128256),
+    "Qwen/Qwen-1_8B": (2048, 24, 16, 16, 5504, 151936),
+    "Qwen/Qwen-7B": (4096, 32, 32, 32, 11008, 151936),
+    "Qwen/Qwen-14B": (5120, 40, 40, 40, 13696, 152064),
+    "Qwen/Qwen-72B": (8192, 80, 64, 64, 24576, 152064),
+}
+# Catalog entry per published GPU description (first match wins).
+GPUS = (("RTX 3090", "RTX-3090"), ("RTX 6000 Ada", "RTX-6000-Ada"), ("A100-SXM4-80GB", "A100-80GB"),
+        ("A100 40GB", "A100-40GB"), ("H100 80GB SXM", "H100-80GB"), ("H100 SXM-class", "H100-80GB"),
+        ("H200", "H200"))
+QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"),
+                "w1": ("gate_proj",), "w2": ("up_proj",)}
+
+
+@dataclass(frozen=True)
+class Run:
+    row: dict[str, Any]
+    facts: ModelFacts
+    workload: Workload
+    gpu: GPUProfile
+    count: int
+    nodes: int
+    dtype_note: str
+
+
+def load_rows() -> list[dict[str, Any]]:
+    return json.loads(DATA.read_text())
+
+
+def source_name(row: dict[str, Any]) -> str:
+    """The repository a row comes from (github.com/ORG/REPO), or its first words."""
+    words = row["source"].split()
+    return words[0].removeprefix("github.com/") if words[0].startswith("github.com") else " ".join(words[:1])
+
+
+def _shape(model: str) -> tuple[int, ...] | None:
+    key = next((k for k in sorted(SHAPES, key=len, reverse=True) if model.startswith(k)), None)
+    return SHAPES.get(key) if key else None
+
+
+def why_left_out(row: dict[str, Any]) -> str | None:
+    """None for a usable row; else the general reason it cannot be planned and checked."""
+    if row.get("derived_tokens_per_s_per_gpu") is None:
+        return "no tokens/s derivable (sample lengths or steps not published)"
+    if row.get("completeness", 0) < 0.9:
+        return "completeness < 0.9: settings assumed (the .md's caveat)"
+    other = (row.get("other_opts") or "") + " " + (row.get("precision") or "")
+    if "Float8" in other or "float8" in other.replace("no float8", ""):
+        return "Float8 linears: gpuplan plans no fp8 training"
+    sharding = row.get("sharding") or ""
+    if "TP" in sharding or "tensor par" in sharding or "context parallel" in sharding:
+        return "tensor / context parallelism: not a strategy gpuplan plans"
+    if "activation CPU offload" in sharding or "Activation Offload\" column = True" in (row.get("note") or ""):
+        return "activation CPU offload: not a strategy gpuplan plans"
+    if not any(k in row["gpu"] for k, _ in GPUS):
+        return f"GPU not in the catalog ({row['gpu'].split(' (')[0]})"
+    if _shape(row["model"]) is None:
+        return "model shape unknown"
+    return None
+
+
+def _targets(row: dict[str, Any]) -> tuple[str, ...]:
+    text = (row.get("lora_targets") or "").split(" ")[0].split(";")[0]
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    out: list[str] = []
+    for n in names:
+        out += QWEN_TARGETS.get(n, (n,))
+    return tuple(dict.fromkeys(out)) or ("q_proj", "v_proj")
+
+
+def plan_run(row: dict[str, Any]) -> Run:
+    hidden, layers, heads, kv, inter, vocab = _shape(row["model"])
+    facts = model_facts({"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers,
+                         "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
+                         "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": 131072})
+    gpu = lookup(next(name for k, name in GPUS if k in row["gpu"]))
+    world = int(row["num_gpus"])
+    sharding, precision = row.get("sharding") or "", (row.get("precision") or "").lower()
+    fp16 = precision.startswith("fp16")
+    weight = "float16" if fp16 else "bfloat16"
+    amp = "fp16" if fp16 else "bf16"
+    engine, stage, shards = "none", 0, 1
+    if "FSDP" in sharding:
+        engine = "fsdp"
+        stage, shards = (0, 1) if "NO_SHARD" in sharding else (3, world)
+    elif "DeepSpeed" in sharding or "finetune_ds" in sharding:
+        engine = "deepspeed"
+        stage = 3 if "ZeRO-3" in sharding else 2
+        shards = world
+    elif world > 1:
+        engine = "ddp"
+    if world > 1 and engine == "none":
+        engine = "ddp"
+    ac = row.get("activation_checkpointing")
+    checkpointing = ac is True or ac == "full"
+    attn = "eager" if "eager" in (row.get("attention_impl") or "").lower() else "sdpa"
+    adapters = None
+    if row["method"] in ("lora", "qlora"):
+        adapters = Adapters(method=row["method"], r=int(row.get("lora_rank") or 8), target_modules=_targets(row),
+                            compute_dtype=weight)
+    wl = Workload(per_device_batch=int(row["batch_size"]), seq_len=int(row["seq_len"]),
+                  gradient_accumulation_steps=int(row.get("grad_accum") or 1), weight_dtype=weight, amp=amp,
+                  optim="adamw_torch", gradient_checkpointing=checkpointing, attn_implementation=attn,
+                  engine=engine, shard_world_size=shards, zero_stage=stage,
+                  offload_params="CPU offload" in sharding, adapters=adapters)
+    per_node = min(world, 8)
+    if "2 nodes x 2 GPUs" in sharding or "2 servers x 2 GPUs" in (row.get("other_opts") or ""):
+        per_node = 2
+    note = "selective AC planned as none" if isinstance(ac, str) and ac.startswith("selective") else ""
+    return Run(row, facts, wl, gpu, per_node, world // per_node, note)
+
+
+def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any]:
+    """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
+    comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes,
+                         networks=load_interconnects())
+    world = run.count * run.nodes
+    return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm,
+                               scale=scale).to_dict()
+
+
+def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:
+    used, left = [], []
+    for row in load_rows():
+        why = why_left_out(row)
+        if why:
+            left.append((row, why))
+        else:
+            used.append(plan_run(row))
+    return used, left
+
+
+def error(run: Run, out: dict[str, Any]) -> float:
+    """Signed relative error of the plan's tokens/s per GPU against the measured one."""
+    plan = out["tokens_per_second"] / (run.count * run.nodes)
+    return plan / run.row["derived_tokens_per_s_per_gpu"] - 1

@@ -1,0 +1,31 @@
+"""After the run: use what `apply` produced.
+
+    run.py          find a spec's finished run and the plan it trained (no torch)
+    fingerprint.py  what the base model's files looked like when apply read them (no torch)
+    load.py         the trained model and tokenizer: full, merged, or the adapter on its base
+    prompting.py    prompts in the training's chat / instruction template, and where a turn ends
+    generate.py     generation (gpuplan generate, gpuplan chat, [eval] sample_prompts)
+    samples.py      [eval] sample_prompts during apply, written to metrics.jsonl
+    evaluate.py     held-out loss and perplexity with the training's masking (gpuplan eval)
+    lmeval.py       lm-evaluation-harness tasks on the trained model (the `eval` extra)
+    record.py       evaluations written into gpuplan-state.json
+    export.py       a merged standalone safetensors model (gpuplan export)
+"""
+
+from __future__ import annotations
+
+from gpuplan.lazy import lazy_exports
+
+_EXPORTS = {
+    "FinishedRun": "gpuplan.after.run",
+    "finished_run": "gpuplan.after.run",
+    "Loaded": "gpuplan.after.load",
+    "load_trained": "gpuplan.after.load",
+    "Prompting": "gpuplan.after.prompting",
+    "Generation": "gpuplan.after.generate",
+    "heldout_loss": "gpuplan.after.evaluate",
+    "run_tasks": "gpuplan.after.lmeval",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

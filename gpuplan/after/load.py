@@ -1,0 +1,116 @@
+"""The trained model and its tokenizer, loaded the way the run trained them.
+
+- model.method = "full": the model in final/ (or checkpoint-N/).
+- "lora" with output.merge_adapter: final/merged/, a plain transformers model.
+- "lora" / "qlora" otherwise: the base at the commit the state recorded (model.commit),
+  loaded as apply loaded it (model.dtype; qlora: the same 4-bit BitsAndBytesConfig,
+  apply/adapters.py load_kwargs), with peft's PeftModel.from_pretrained on top.
+The device is CUDA when there is one, else the CPU; under training.bf16 / fp16 the
+forward runs in autocast, as the Trainer ran it (`autocast`). flash_attention_2 is a
+CUDA kernel: on the CPU the model loads with sdpa instead, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .run import FinishedRun
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    device: str  # "cuda" | "cpu"
+    what: str  # one line: what was loaded, for the user
+    autocast_dtype: Any  # torch dtype under training.bf16 / fp16 on CUDA, else None
+
+    def autocast(self) -> Any:
+        import torch
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device, dtype=self.autocast_dtype)
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_tokenizer_of(run: FinishedRun) -> Any:
+    """The tokenizer saved beside the weights (the Trainer saves it), else the one training built."""
+    from gpuplan.apply.tokenizer import has_tokenizer_files, load_tokenizer
+
+    from .run import FINAL_DIR
+
+    plan = run.plan
+    trust = bool(plan.value("model.trust_remote_code"))
+    task = plan.value("model.task")
+    for d in (run.weights_dir, os.path.join(run.output_dir, FINAL_DIR)):
+        if has_tokenizer_files(d):
+            return load_tokenizer(d, task=task, from_scratch=False, trust_remote_code=trust)
+    from gpuplan.hub.fetch import model_dir
+
+    return load_tokenizer(model_dir(plan), task=task, from_scratch=bool(plan.value("model.from_scratch")),
+                          trust_remote_code=trust)
+
+
+def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None,
+                 device: str | None = None) -> Loaded:
+    import torch
+
+    from gpuplan.apply.adapters import keep_training_layout, load_kwargs
+    from gpuplan.apply.convert import torch_dtype
+    from gpuplan.apply.errors import ApplyError
+    from gpuplan.apply.model import _auto_class
+    from gpuplan.hub.fetch import model_dir
+
+    from gpuplan.apply.quiet import disable_progress_bars
+
+    disable_progress_bars()  # no "Loading weights" / tokenize bars around the answers
+    plan = run.plan
+    device = device or pick_device()
+    tokenizer = load_tokenizer_of(run)
+    cls = _auto_class(plan.value("model.task"))
+    attn = plan.value("model.attn_implementation")
+    if attn == "flash_attention_2" and device != "cuda":
+        echo("the run used flash_attention_2, a CUDA kernel; on the CPU the model runs with sdpa")
+        attn = "sdpa"
+    common: dict[str, Any] = {"dtype": torch_dtype(plan), "attn_implementation": attn, "local_files_only": True,
+                              "trust_remote_code": bool(plan.value("model.trust_remote_code"))}
+    try:
+        if run.method == "full" or run.merged_dir is not None:
+            where = run.merged_dir or run.weights_dir
+            model = cls.from_pretrained(where, use_safetensors=True, **common)
+            what = f"{'merged model' if run.merged_dir else 'model'} {where}"
+        else:
+            from peft import PeftModel
+
+            base_dir = model_dir(plan)
+            base = cls.from_pretrained(base_dir, **common, **load_kwargs(plan, device, cls))
+            if run.method == "qlora":
+                keep_training_layout(base)  # the 4-bit layout the adapter trained (and apply evaluated) on
+            model = PeftModel.from_pretrained(base, run.weights_dir, is_trainable=False)
+            what = (f"adapter {run.weights_dir} on the base {base_dir}"
+                    + (" (4-bit, as trained)" if run.method == "qlora" else ""))
+    except (OSError, ValueError) as e:
+        raise ApplyError(f"cannot load the trained model from {run.weights_dir}: {e}",
+                         fix="check that the run's files are complete; train again with --restart") from e
+    if run.method != "qlora":  # a 4-bit model is placed while loading (device_map on CUDA)
+        model = model.to(device)
+    model.eval()
+    if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    amp = None
+    if device == "cuda" and plan.value("training.bf16"):
+        amp = torch.bfloat16
+    elif device == "cuda" and plan.value("training.fp16"):
+        amp = torch.float16
+    if run.checkpoint is not None:
+        what += f" (checkpoint at step {run.checkpoint})"
+    return Loaded(model, tokenizer, device, what, amp)

@@ -1,0 +1,65 @@
+"""Activation offloading through the model's own forward (plan: memory/offload_activations.py).
+
+`install(model)` runs the forward of the model (a peft model's base model) under
+torch.autograd.graph.saved_tensors_hooks: each tensor autograd saves that is not a parameter
+and holds at least MIN_BYTES is copied to pinned host memory when saved and copied back to its
+device when backward unpacks it (torch.autograd.graph.save_on_cpu's mechanism, with torchtune
+OffloadActivations' rule of leaving parameters and small tensors where they are). The hooks
+stay with each saved tensor, so backward, outside the forward, finds them. The plan refuses it
+on CPU devices and beside gradient checkpointing; `install` runs anywhere, which the CPU tests
+use to check that gradients are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from gpuplan.plan.estimate.memory.offload_activations import MIN_BYTES
+
+from .chunked_loss import causal_lm_of
+
+
+class Offloader:
+    """pack/unpack hooks; `moved` counts the bytes it sent to host memory (for tests and logs)."""
+
+    def __init__(self, min_bytes: int = MIN_BYTES) -> None:
+        self.min_bytes = min_bytes
+        self.moved = 0
+
+    def pack(self, tensor: Any) -> Any:
+        import torch
+
+        nbytes = tensor.numel() * tensor.element_size()
+        if isinstance(tensor, torch.nn.Parameter) or nbytes < self.min_bytes or tensor.is_sparse:
+            return tensor
+        pin = tensor.device.type == "cuda"
+        host = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=pin)
+        host.copy_(tensor)
+        self.moved += nbytes
+        return (tensor.device, host)
+
+    @staticmethod
+    def unpack(packed: Any) -> Any:
+        if isinstance(packed, tuple):
+            device, host = packed
+            return host.to(device, non_blocking=host.is_pinned())
+        return packed
+
+
+def install(model: Any, min_bytes: int = MIN_BYTES) -> Offloader:
+    """Run the forward of the model in `model` with its saved tensors offloaded; returns the hooks."""
+    import torch
+
+    lm = causal_lm_of(model)
+    offloader = Offloader(min_bytes)
+    original = lm.forward
+
+    @functools.wraps(original)  # the Trainer reads the signature
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autograd.graph.saved_tensors_hooks(offloader.pack, offloader.unpack):
+            return original(*args, **kwargs)
+
+    lm.forward = forward
+    lm._gpuplan_offloader = offloader
+    return offloader

@@ -1,0 +1,185 @@
+"""training.objective = "dpo" | "kto": TRL's trainer, built from the same converted arguments.
+
+TRL 1.16's DPOConfig / KTOConfig extend TrainingArguments, so the plan's TrainingArguments
+kwargs (convert.py) are passed unchanged and only the objective's fields are added: beta,
+loss_type, max_length, precompute_ref_log_probs. The trainer class and config class come
+from the objective's descriptor (plan/objectives.py).
+
+The reference, as the plan resolved preference.reference:
+- adapters-off (lora / qlora): TRL wraps the prepared base with the plan's LoraConfig
+  (peft_config=) and disables the adapters for the reference forward: no second copy;
+- copy (full): a frozen deep copy of the starting weights, cast to the compute dtype;
+- model: the model at preference.reference_model, loaded in the compute dtype;
+- precomputed: TRL computes the reference log-probs once, with the starting weights,
+  before the first step (precompute_ref_log_probs=True), and keeps no reference model.
+
+Rows are checked before anything is written (check_rows: the plan's own check with the
+run's tokenizer and chat template): an unusable row stops the run, it is never dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from typing import Any
+
+from gpuplan.plan.objectives import Objective, objective
+from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
+from gpuplan.plan.checks.preference_rows import report_diagnostics
+from gpuplan.plan.types import Plan
+
+from .errors import ApplyError
+
+
+def objective_of(plan: Plan) -> Objective:
+    return objective(plan.get("training.objective"))
+
+
+def uses_preference(plan: Plan) -> bool:
+    return objective_of(plan).is_preference
+
+
+def _prompt_counter(plan: Plan, tokenizer: Any):
+    """Prompt tokens exactly as TRL counts them (trl/data_utils.py `_tokenize`: the tokenizer's special
+    tokens; conversational prompts through the chat template with the generation prompt)."""
+    from trl.data_utils import _tokenize
+
+    if plan.get("data.format") == "chat":
+        from .chat import chat_template_of
+
+        tokenizer.chat_template = chat_template_of(plan, tokenizer)
+
+    def count(prompt: Any) -> int | None:
+        if isinstance(prompt, list) and not tokenizer.chat_template:
+            raise ApplyError("a conversational row (a list of messages) needs a chat template",
+                             fix='set data.format = "chat" and data.chat_template = "chatml"')
+        extra = {"add_generation_prompt": True} if isinstance(prompt, list) else {}
+        return len(_tokenize(tokenizer, prompt, **extra)["input_ids"])
+
+    return count
+
+
+def load_splits(plan: Plan, cache: str) -> tuple[Any, Any | None, list[str]]:
+    """(train rows, eval rows or None, train paths) as `datasets` Datasets."""
+    from .data import _split_eval, load_rows, train_paths
+
+    paths = train_paths(plan)
+    raw, _ = load_rows(paths, "data.train_files", cache)
+    train, ev = _split_eval(plan, raw)
+    return train, ev, paths
+
+
+def check_rows(plan: Plan, tokenizer: Any) -> None:
+    """Refuse, before the run writes anything, data with a row that cannot be trained on."""
+    from .data import load_rows, train_paths
+
+    obj = objective_of(plan)
+    count = _prompt_counter(plan, tokenizer)
+    limit = int(plan.value("preference.max_prompt_length"))
+    splits = [("data.train_files", train_paths(plan))]
+    if plan.get("data.eval_files"):
+        splits.append(("data.eval_files", list(plan.value("data.eval_files"))))
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="gpuplan-rows-") as cache:  # nothing in output.dir yet
+        for key, paths in splits:
+            rows, _ = load_rows(paths, key, cache)
+            report = count_unusable(rows.to_list(), obj, limit, count)
+            problems += report_diagnostics(report, key, ", ".join(paths), obj)
+    if problems:
+        first = problems[0]
+        more = "; ".join(d.summary for d in problems[1:])
+        raise ApplyError(first.summary + (f"; also: {more}" if more else ""), key=first.key, fix=first.fix)
+
+
+def check_before_run(plan: Plan) -> None:
+    """check_rows with the run's tokenizer (a Hub dataset's files were fetched before this)."""
+    from gpuplan.hub.fetch import model_dir
+
+    from .tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir(plan), task="causal-lm", from_scratch=bool(plan.value("model.from_scratch")),
+                               trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    check_rows(plan, tokenizer)
+
+
+def config_kwargs(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
+    """The TrainingArguments kwargs plus the objective's DPOConfig / KTOConfig fields."""
+    out = dict(base)
+    out.update(
+        beta=float(plan.value("preference.beta")),
+        loss_type=plan.value("preference.loss_type"),
+        max_length=int(plan.value("preference.max_length")),
+        precompute_ref_log_probs=plan.value("preference.reference") == "precomputed",
+    )
+    return out
+
+
+def _compute_dtype(plan: Plan) -> Any:
+    import torch
+
+    from .convert import torch_dtype
+
+    if plan.value("training.bf16"):
+        return torch.bfloat16
+    if plan.value("training.fp16"):
+        return torch.float16
+    return torch_dtype(plan)
+
+
+def reference_model(plan: Plan, model: Any) -> Any | None:
+    """The frozen reference the plan chose; None when TRL needs none (adapters off, precomputed)."""
+    ref = plan.value("preference.reference")
+    dtype = _compute_dtype(plan)
+    if ref == "copy":
+        out = copy.deepcopy(model).to(dtype)  # the starting weights, before the first step
+    elif ref == "model":
+        from transformers import AutoModelForCausalLM
+
+        path = plan.value("preference.reference_model")
+        if not os.path.isdir(path):
+            raise ApplyError(f"preference.reference_model = {path!r}: no such model directory",
+                             key="preference.reference_model", fix="point it at a directory with config.json "
+                             "and safetensors weights")
+        out = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    else:
+        return None
+    out.eval()
+    out.requires_grad_(False)
+    return out
+
+
+def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwargs: dict[str, Any],
+          callbacks: list[Any]) -> Any:
+    """TRL's trainer for the plan's objective."""
+    import trl
+
+    from . import adapters
+    from .convert import refusal_fix
+
+    obj = objective_of(plan)
+    if plan.get("data.format") == "chat":
+        from .chat import chat_template_of
+
+        tokenizer.chat_template = chat_template_of(plan, tokenizer)  # TRL renders conversational rows with it
+    config_cls, trainer_cls = getattr(trl, obj.config_class), getattr(trl, obj.trainer_class)
+    try:
+        args = config_cls(**config_kwargs(plan, args_kwargs))
+    except (ValueError, ImportError) as e:
+        raise ApplyError(f"the plan's training settings were refused by trl: {e}",
+                         fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
+    peft_config = None
+    ref = None
+    if adapters.uses_adapters(plan):
+        model = adapters.prepare_base(plan, model)
+        peft_config = adapters.lora_config(plan)
+    else:
+        ref = reference_model(plan, model)
+    try:
+        return trainer_cls(model=model, ref_model=ref, args=args, train_dataset=train, eval_dataset=ev,
+                           processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config)
+    except ValueError as e:
+        if peft_config is not None and "arget modules" in str(e):
+            raise adapters.target_error(plan, model, e) from e
+        raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}",
+                         fix=refusal_fix(plan, "trl", trl.__version__, e)) from e

@@ -1,0 +1,73 @@
+"""`gpuplan eval`: held-out loss and perplexity, and lm-eval tasks, of a finished run.
+
+The run, --data, --checkpoint and the lm-eval tasks are checked before the model loads;
+the results are written into gpuplan-state.json only once everything has been scored,
+so a failure leaves the state as it was. `gpuplan show OUTPUT_DIR` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpuplan.cli.common import UserError
+
+
+def cmd_eval(args) -> int:
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"  # before `datasets` is imported
+    if args.checkpoint is not None and args.checkpoint < 0:
+        raise UserError(f"--checkpoint {args.checkpoint} must be a step number (a checkpoint-N folder)")
+    from gpuplan.after.evaluate import check_data_flag, eval_plan
+    from gpuplan.after.run import finished_run
+    from gpuplan.apply.convert import has_eval
+    from gpuplan.cli.apply import check_remote_code
+
+    data = check_data_flag(args.data)
+    run = finished_run(args.spec, args.checkpoint, command="gpuplan eval")
+    check_remote_code(run.plan, args.trust_remote_code)
+    tasks = list(run.plan.get("eval.tasks") or [])
+    heldout_wanted = data is not None or has_eval(run.plan) or not tasks
+    plan = eval_plan(run, data) if heldout_wanted else run.plan
+    if tasks:
+        from gpuplan.after import lmeval
+
+        lmeval.check_installed()
+        lmeval.check_local(lmeval.task_manager(plan), tasks)
+    from gpuplan.notices import log_to
+
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
+    from gpuplan.after.evaluate import heldout_loss
+    from gpuplan.after.load import load_trained
+    from gpuplan.after.record import entry, record
+
+    loaded = load_trained(run, echo=lambda s: print(s, file=sys.stderr))
+    print(f"loaded {loaded.what} on {loaded.device}", file=sys.stderr)
+    heldout = heldout_loss(plan, loaded) if heldout_wanted else None
+    task_results = None
+    if tasks:
+        from gpuplan.after.lmeval import run_tasks
+
+        task_results = run_tasks(plan, loaded)
+    files = [data] if data else list(plan.get("data.eval_files") or []) or None
+    result = entry(run, files, heldout, task_results)
+    path = record(run, result)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print("\n".join(render_evaluation(result)))
+    print(f"Recorded in {path} (gpuplan show {run.output_dir})")
+    return 0
+
+
+def render_evaluation(e: dict) -> list[str]:
+    where = e["data"] if isinstance(e["data"], str) else ", ".join(e["data"])
+    step = f"step {e['step']}" + (" (checkpoint)" if e.get("checkpoint") is not None else "")
+    lines = [f"Evaluated the model at {step}:"]
+    if e.get("eval_loss") is not None:
+        ppl = f", perplexity {e['perplexity']:.4f}" if e.get("perplexity") is not None else ""
+        lines.append(f"  held-out loss {e['eval_loss']:.4f}{ppl} on {e.get('eval_sequences')} sequences of {where}")
+    for task, metrics in (e.get("tasks") or {}).items():
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "examples" and isinstance(v, float))
+        lines.append(f"  {task}: {shown} ({metrics.get('examples')} examples)")
+    return lines

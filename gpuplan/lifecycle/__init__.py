@@ -1,0 +1,22 @@
+"""A plan's life after it is made: its fingerprint, the drift and the state of the last apply, the run lock.
+
+fingerprint.py  the hash of what a plan does (what apply and drift compare)
+drift.py        what changed between the last applied plan and this one
+state.py        gpuplan-state.json: the applied plan, progress and results, read and written here
+run_lock.py     one apply per output directory (the run lock; "lock" alone is the Hub pin file)
+"""
+
+from gpuplan.lazy import lazy_exports
+
+_EXPORTS = {
+    "fingerprint": "gpuplan.lifecycle.fingerprint",
+    "stale_reasons": "gpuplan.lifecycle.fingerprint",
+    "diff_plans": "gpuplan.lifecycle.drift",
+    "resume_conflicts": "gpuplan.lifecycle.drift",
+    "RunState": "gpuplan.lifecycle.state",
+    "load_state": "gpuplan.lifecycle.state",
+    "RunLock": "gpuplan.lifecycle.run_lock",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,118 @@
+"""Measured runs scale the step-time model's constants (docs/design.md: time is an estimate with a source).
+
+Every completed `apply` records what it measured (apply/calibrate.py) as one line of the
+calibration store (userfiles.py), with the step the plan modelled for it split into
+the parts a calibration scales (plan/estimate/step_time/model.py):
+    work   : device work (matmuls, attention, memory-bound, optimizer): the class's
+             achievable fractions of peak and bandwidth;
+    fixed  : fixed costs (kernel launches, the Trainer, ZeRO-3 hooks): the per-kernel
+             and per-step constants;
+    other  : communication and offload, which the link figures price (not scaled).
+A plan on the same hardware (catalog entry, GPUs per node, nodes) replaces its class's
+constants by the measured ones: the work and fixed terms are multiplied by
+
+    one run  : s = (measured step - other) / (work + fixed), both parts alike;
+    two runs or more of different work/fixed mixes: s_work and s_fixed fitted by least
+               squares on measured - other = s_work x work + s_fixed x fixed.
+
+For the spec that was measured the plan's step time is then the measured one. What
+changes the step (the matmul dtype, the method, checkpointing, the memory savers) is
+part of the run's key: runs of this plan's key are used first; without one, the
+runs of other keys are carried across THROUGH THE MODEL'S TERMS, and the assumption
+says so. The terms already price what the key changes (the dtype's peak, QLoRA's
+dequantization, the recompute, a saver's cost), so a 300 tokens/s fp32 run scales
+the fp32 plan's terms, not a bf16 plan's peak 16x larger. Records written before the
+step-time model (no modelled parts) are not used. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpuplan.hardware.profile import GPUProfile
+
+WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
+FIXED_GROUPS = ("fixed costs",)
+
+
+def calibration_key(dtype: str, method: str, checkpointing: bool, savers: Iterable[str]) -> dict[str, Any]:
+    return {"dtype": dtype, "method": method, "gradient_checkpointing": bool(checkpointing),
+            "savers": sorted(savers)}
+
+
+def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
+    """The step's exposed seconds as work / fixed / other, without any calibration scale."""
+    scale = step_time.get("scale") or {}
+    parts = {"work": 0.0, "fixed": 0.0, "other": 0.0}
+    for t in step_time["terms"]:
+        part = "work" if t["group"] in WORK_GROUPS else "fixed" if t["group"] in FIXED_GROUPS else "other"
+        parts[part] += t["exposed_s"] / (scale.get(part, 1.0) if part != "other" else 1.0)
+    return parts
+
+
+def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:
+    return [r for r in records
+            if r.get("gpu") == gpu and r.get("count") == count and r.get("nodes", 1) == nodes
+            and isinstance(r.get("modelled_s"), Mapping) and r.get("step_time_s")]
+
+
+def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """(s_work, s_fixed) by least squares over runs of different mixes; None when singular."""
+    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], r["step_time_s"] - r["modelled_s"]["other"])
+           for r in runs]
+    a = sum(w * w for w, _, _ in pts)
+    b = sum(w * f for w, f, _ in pts)
+    c = sum(f * f for _, f, _ in pts)
+    det = a * c - b * b
+    if len(pts) < 2 or det <= 1e-12 * max(a * c, 1e-30):
+        return None
+    yw = sum(w * y for w, _, y in pts)
+    yf = sum(f * y for _, f, y in pts)
+    sw, sf = (c * yw - b * yf) / det, (a * yf - b * yw) / det
+    if sw <= 0 or sf <= 0:
+        return None
+    return {"work": sw, "fixed": sf}
+
+
+def calibrated_scale(records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int, *,
+                     key: Mapping[str, Any], modelled: Mapping[str, float]) -> tuple[dict[str, float], dict[str, Any]] | None:
+    """(the scale of the work and fixed terms, the `throughput.calibration` section), or None."""
+    runs = matching_runs(records, gpu.name, count, nodes)
+    if not runs:
+        return None
+    same = [r for r in runs if r.get("key") == dict(key)]
+    used = same or runs
+    carried = [] if same else _differences(used[-1].get("key") or {}, key)
+    scale = _fit(used)
+    latest = used[-1]
+    if scale is None:  # one run, or runs of one mix: a single scale of both parts
+        y = sum(r["step_time_s"] - r["modelled_s"]["other"] for r in used)
+        x = sum(r["modelled_s"]["work"] + r["modelled_s"]["fixed"] for r in used)
+        s = max(y / max(x, 1e-12), 1e-3)
+        scale = {"work": s, "fixed": s}
+    section = {
+        "run": latest.get("run"), "finished_at": latest.get("finished_at"), "spec_path": latest.get("spec_path"),
+        "measured": {k: latest.get(k) for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation",
+                                                 "flops_per_token", "n_params", "peak_memory_bytes")},
+        "scale": scale, "runs_used": len(used), "runs_on_this_hardware": len(runs),
+        "same_key": bool(same), "carried_across": carried,
+        "modelled_before": dict(modelled),
+    }
+    return scale, section
+
+
+def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
+    return [f"{k} {theirs.get(k)!r} -> {ours.get(k)!r}" for k in ours if theirs.get(k) != ours.get(k)]
+
+
+def calibration_assumption(section: Mapping[str, Any]) -> str:
+    m, s = section["measured"], section["scale"]
+    how = (f"work x {s['work']:.2f}, fixed costs x {s['fixed']:.2f}" if abs(s["work"] - s["fixed"]) > 1e-9
+           else f"the model's terms x {s['work']:.2f}")
+    over = (f"fitted over {section['runs_used']} measured runs" if section["runs_used"] > 1
+            else f"measured {m['tokens_per_second']:,.0f} tokens/s in {section['run']}")
+    carried = ""
+    if section["carried_across"]:
+        carried = "; carried across " + ", ".join(section["carried_across"]) + " through the model's terms"
+    return f"step-time model, calibrated on this hardware: {how} ({over}){carried}"

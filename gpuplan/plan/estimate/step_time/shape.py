@@ -1,0 +1,121 @@
+"""What one device does in one micro-batch and one optimizer step, as counts the terms price.
+
+Pure: from ModelFacts, a Workload and a GPUProfile. Kernels per decoder layer were counted
+with torch.profiler (top-level aten ops that launch work, views left out) on transformers
+5.x LlamaForCausalLM with SDPA, CPU, 4 vs 8 layers: 44 per layer in the forward, 86 in the
+backward (1.95x), 26 for the embedding, final norm, head and loss in the forward. A peft
+LoRA adapter adds dropout, two thin matmuls, the scaling and the add (peft/tuners/lora/
+layer.py Linear.forward): 5 kernels forward, 10 backward. A bitsandbytes 4-bit linear
+dequantizes its weight before the matmul (bitsandbytes/autograd/_functions.py MatMul4Bit,
+forward and backward): 2 more per pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
+from gpuplan.plan.methods import method_of
+
+LAYER_KERNELS_FWD = 44
+BACKWARD_KERNEL_RATIO = 1.95
+ADAPTER_KERNELS_FWD, ADAPTER_KERNELS_BWD = 5, 10
+DEQUANT_KERNELS = 2
+HEAD_KERNELS = 26  # embedding, final norm, lm_head, fp32 upcast, cross-entropy, forward (profiled); ~ as many backward
+
+BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+OPTIM_STATE_BYTES = {  # bytes of optimizer state per trainable parameter (two moments for Adam)
+    "adamw_torch": 8, "adamw_torch_fused": 8, "adamw_hf": 8, "adamw_apex_fused": 8, "adafactor": 0,
+    "adamw_bnb_8bit": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2, "paged_adamw_32bit": 8, "sgd": 0,
+}
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """Counts for one device. Tokens per micro-batch m = batch x seq_len."""
+
+    tokens: int  # per micro-batch, this device
+    seq_len: int
+    batch: int
+    accumulation: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    head_dim: int
+    vocab: int
+    body_params: int  # matmul parameters in the decoder layers (active ones for MoE)
+    head_params: int  # the output head's matmul parameters (0 without an LM head)
+    n_params: int
+    trainable_params: int
+    frozen_base: bool
+    quantized_params: int  # 4-bit linear weights (QLoRA)
+    adapters_per_layer: int
+    adapter_io: int  # sum over adapted linears in one layer of (2 fan_in + 5 fan_out)
+    linears_per_layer: int
+    compute_dtype: str
+    act_bytes: int  # bytes per activation element in the compute dtype
+    weight_bytes: float  # bytes per weight the matmuls read (the compute-dtype copy)
+    stored_weight_bytes: float  # bytes per weight as stored (4-bit: 0.5)
+    grad_bytes: int  # bytes per trainable gradient element
+    autocast_cast: bool  # fp32 weights under bf16/fp16 autocast: cast every forward
+    optim: str
+    checkpointing: bool
+    attention: str  # "flash" | "eager"
+    param_tensors: int
+    on_cpu: bool
+
+
+@lru_cache(maxsize=512)
+def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int]:
+    """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer)."""
+    from gpuplan.plan.estimate.memory.adapters import _candidates, adapter_layout, peft_matches
+
+    lay = adapter_layout(facts, adapters)
+    io = sum(2 * fan_in + 5 * fan_out for name, _, fan_in, fan_out in _candidates(facts, list(adapters.modules_to_save))
+             if any(peft_matches(name, t) for t in adapters.target_modules))
+    return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1)
+
+
+def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
+    from gpuplan.plan.estimate.throughput import matmul_params  # the 6N term's N, one definition
+
+    n, head = matmul_params(facts)
+    method = method_of(wl.adapters)
+    frozen = method.frozen_base
+    trainable, quantized, per_layer, io = facts.n_params, 0, 0, 0
+    if frozen and wl.adapters is not None:
+        trainable, per_layer, io = _adapter_counts(facts, wl.adapters)
+        if method.quantized_base:
+            quantized = n - head
+    layer_linears = sum(1 for name, *_ in facts.linear_layers if ".0." in name or name.startswith("0."))
+    weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
+    act = BYTES.get(compute_dtype, 4)
+    on_cpu = gpu.is_cpu or wl.device == "cpu"
+    attention = "eager" if wl.attn_implementation == "eager" else "flash"
+    return StepShape(
+        tokens=wl.per_device_batch * wl.seq_len, seq_len=wl.seq_len, batch=wl.per_device_batch,
+        accumulation=wl.gradient_accumulation_steps, layers=facts.num_layers, hidden=facts.hidden_size,
+        intermediate=facts.intermediate_size, heads=facts.num_attention_heads, head_dim=facts.head_dim,
+        vocab=facts.vocab_size if facts.task == "causal-lm" else 0,
+        body_params=n - head, head_params=head, n_params=facts.n_params, trainable_params=trainable,
+        frozen_base=frozen, quantized_params=quantized, adapters_per_layer=per_layer, adapter_io=io,
+        linears_per_layer=layer_linears or 7,
+        compute_dtype=compute_dtype, act_bytes=act, weight_bytes=act if act < weight_dtype_bytes else weight_dtype_bytes,
+        stored_weight_bytes=0.5 if quantized else weight_dtype_bytes, grad_bytes=4 if frozen else weight_dtype_bytes,
+        autocast_cast=act < weight_dtype_bytes, optim=wl.optim, checkpointing=wl.gradient_checkpointing,
+        attention=attention, param_tensors=max(len(facts.param_shapes), 9 * facts.num_layers + 3), on_cpu=on_cpu)
+
+
+def kernels_per_micro_batch(s: StepShape) -> int:
+    """Kernel launches of one micro-batch: forward, backward and the recomputed forward."""
+    fwd = LAYER_KERNELS_FWD + s.adapters_per_layer * ADAPTER_KERNELS_FWD
+    bwd = BACKWARD_KERNEL_RATIO * LAYER_KERNELS_FWD + s.adapters_per_layer * ADAPTER_KERNELS_BWD
+    passes = 3 if s.checkpointing else 2
+    dequant = DEQUANT_KERNELS * passes * (s.linears_per_layer if s.quantized_params else 0)
+    per_layer = fwd * (2 if s.checkpointing else 1) + bwd + dequant
+    return int(s.layers * per_layer + 2 * HEAD_KERNELS)

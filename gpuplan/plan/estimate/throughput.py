@@ -1,0 +1,271 @@
+"""Estimated training speed: FLOPs per step over an assumed fraction of peak.
+
+Pure arithmetic on ModelFacts, Workload and GPUProfile; no torch.
+
+FLOPs per token, training (forward + backward):
+- 6N for the matmul parameters N (2N forward, 4N backward): Kaplan et al. 2020,
+  "Scaling Laws for Neural Language Models", section 2.1; Hoffmann et al. 2022
+  (Chinchilla), appendix F.
+- plus 12·L·H·Q·T for attention scores and values (L layers, H heads, Q head dim,
+  T sequence length): Chowdhery et al. 2022 (PaLM), appendix B, "6N + 12LHQT".
+  This counts the full T x T score matrix, as PaLM's MFU does, also for causal
+  attention whose kernels skip the masked half.
+- Full activation recomputation (gradient checkpointing of every decoder layer, as
+  transformers does) runs each layer's forward twice: 8 instead of 6 per layer
+  parameter and 16 instead of 12 for attention; the output head is not recomputed
+  (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+  Models": 96Bslh^2(1 + s/6h + V/16lh) hardware FLOPs with full recomputation vs
+  72Bslh^2(1 + s/6h + V/12lh) model FLOPs).
+
+N counts parameters that take part in a matmul: the input embedding is a lookup, so
+vocab_size x hidden_size is taken off n_params unless it is tied to an output head
+(causal-lm / masked-lm with tie_word_embeddings). Learned position embeddings
+(GPT-2, BERT) are lookups too but are left in: under 1% of N for those models.
+
+The FLOPs are reported (and calibration records them); the step time is the
+step-time model's (plan/estimate/step_time), of which the matmuls are one term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.preference import policy_workload
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory import liger
+from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
+from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
+from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.sections import ThroughputSection
+from gpuplan.plan.methods import FULL, LORA, method_of
+from gpuplan.plan.objectives import objective
+
+# The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
+# cache costs "~10% slower training".
+EMPTY_CACHE_SLOWDOWN = 0.10
+
+
+def matmul_params(facts: ModelFacts) -> tuple[int, int]:
+    """(parameters in matmuls, of which in the output head): N of the 6N term.
+
+    For a mixture of experts N counts the active parameters: each token runs through
+    its top-k experts only (Mixtral 8x7B: about 12.9B of 46.7B; Jiang et al. 2024,
+    "Mixtral of Experts", section 2.1). Memory counts all of them (n_params)."""
+    embedding = facts.vocab_size * facts.hidden_size
+    n = facts.active_params
+    has_lm_head = facts.task in ("causal-lm", "masked-lm")
+    if not has_lm_head:
+        return n - embedding, 0
+    if facts.tie_word_embeddings:
+        return n, embedding  # the one matrix is counted once, as the head
+    return n - embedding, embedding  # n_params holds both matrices
+
+
+def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool,
+                    frozen_base: bool = False) -> tuple[int, int]:
+    """(model FLOPs, hardware FLOPs) per trained token; they differ by recomputation.
+
+    frozen_base (LoRA/QLoRA): backward computes input gradients only, no weight
+    gradients of the base: 2N + 2N instead of 2N + 4N (the adapters' r-wide matmuls
+    are under 1% for r << hidden and left out)."""
+    n, head = matmul_params(facts)
+    attention = facts.num_layers * facts.num_attention_heads * facts.head_dim * seq_len
+    weights = LORA.weight_flops if frozen_base else FULL.weight_flops
+    model = weights * n + 12 * attention
+    if not gradient_checkpointing:
+        return model, model
+    return model, (weights + 2) * (n - head) + weights * head + 16 * attention
+
+
+def nograd_forward_flops(facts: ModelFacts, workload: Workload, tokens: int) -> tuple[int, int]:
+    """(FLOPs of the step's forwards without gradients, FLOPs of the reference forwards when they are
+    precomputed instead, per step). `tokens` are the policy's graded tokens per step. A forward is
+    2N + 4LHQT per token, a third of training's 6N + 12LHQT (Kaplan et al. 2020; PaLM appendix B)."""
+    obj = objective(workload.objective)
+    if not obj.is_preference:
+        return 0, 0
+    n, _ = matmul_params(facts)
+    forward = 2 * n + 4 * facts.num_layers * facts.num_attention_heads * facts.head_dim * workload.seq_len
+    per_graded = tokens // obj.grad_sequences  # tokens of one sequence per example
+    reference = obj.reference_sequences * per_graded * forward
+    policy = obj.nograd_policy_sequences * per_graded * forward
+    if workload.reference == "precomputed":
+        return policy, reference
+    return policy + reference, 0
+
+
+def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tuple[Term | None, Term | None]:
+    """(the step's no-grad forwards as a micro-batch term, the precomputed reference forwards' term), from
+    the policy's matmul and attention terms: a forward is 2 of the 2 + 4 (frozen base: 2 + 2, + 2 recomputed
+    under checkpointing) units of a training pass (matmul_flops, step_time/terms.py); the no-grad
+    sequences per graded sequence scale it."""
+    if not obj.is_preference:
+        return None, None
+    frozen = method_of(workload.adapters).frozen_base
+    units = 2 + (2 if frozen else 4) + (2 if workload.gradient_checkpointing else 0)
+    graded = sum(t.seconds for t in terms if t.group in ("matmuls", "attention") and t.per == "micro-batch")
+    forward = graded * 2 / units / obj.grad_sequences  # one sequence per example, forward only
+
+    def term(name: str, sequences: int) -> Term | None:
+        if not sequences:
+            return None
+        return Term(name, "matmuls", forward * sequences, "micro-batch", "device",
+                    f"{sequences} forward(s) per example without gradients: 2/{units} of the policy's matmul and "
+                    f"attention time per sequence", "plan/objectives.py")
+
+    ref = obj.reference_sequences
+    if workload.reference == "precomputed":
+        return term(f"{obj.name} forwards without gradients", obj.nograd_policy_sequences), term("reference", ref)
+    return term(f"{obj.name} forwards without gradients", obj.nograd_policy_sequences + ref), None
+
+
+def compute_dtype(workload: Workload, gpu: GPUProfile, tf32: bool) -> str:
+    """The dtype whose tensor-core peak bounds the matmuls of this workload."""
+    if workload.amp == "bf16" or (workload.amp is None and workload.weight_dtype == "bfloat16"):
+        return "bf16"
+    if workload.amp == "fp16" or (workload.amp is None and workload.weight_dtype == "float16"):
+        return "fp16"
+    return "tf32" if tf32 and gpu.tf32 else "fp32"
+
+
+def estimate_throughput(
+    facts: ModelFacts,
+    workload: Workload,
+    gpu: GPUProfile,
+    *,
+    max_steps: int | None,
+    world_size: int = 1,
+    utilisation: float | None = None,
+    assumption: str | None = None,
+    tf32: bool = False,
+    comm: Mapping[str, Any] | None = None,
+    scale: Mapping[str, float] | None = None,
+    extra_terms: Sequence[Term] = (),
+) -> ThroughputSection:
+    """Tokens per optimizer step, step time and run time: the plan's throughput section
+    (build adds communication, calibration and cost to it with dataclasses.replace).
+
+    The step time is the step-time model's (plan/estimate/step_time: matmuls, attention,
+    memory-bound work, optimizer, fixed costs, communication and offload, combined
+    phase by phase); `step_time` carries its terms and `utilisation` is what it
+    implies (FLOPs / (step time x GPUs x peak)). world_size: data-parallel ranks;
+    comm: plan/estimate/communication.py's section, priced as the model's communication term;
+    scale: a calibration's multipliers of the model's terms (plan/estimate/calibration.py);
+    extra_terms: more named terms (a saver's cost, sharded adapters' gathers).
+    utilisation: a GIVEN fraction of the dense peak instead of the model (step time =
+    FLOPs / (utilisation x peak)); `assumption` says where it comes from.
+    tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if utilisation is not None and not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
+    notes: list[str] = []
+    obj = objective(workload.objective)  # dpo: 2 sequences per example (plan/objectives.py)
+    tokens = (workload.per_device_batch * obj.grad_sequences * workload.seq_len
+              * workload.gradient_accumulation_steps * world_size)
+    method = method_of(workload.adapters)
+    frozen = method.frozen_base
+    model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
+    model_flops = model_per_token * tokens
+    flops = hw_per_token * tokens
+    # forwards without gradients (the reference's, KTO's KL): a third of 6N + 12LHQT per token
+    nograd, precompute = nograd_forward_flops(facts, workload, tokens)
+    model_flops += nograd
+    flops += nograd
+
+    dtype = compute_dtype(workload, gpu, tf32)
+    if dtype not in gpu.peak_tflops:
+        notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
+        dtype = "fp32"
+    peak = gpu.peak_tflops.get(dtype)
+
+    formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
+    if workload.gradient_checkpointing:
+        formula = "8N_layers + 6N_head + 16LHQT per token: full recomputation (Korthikanti et al. 2022)"
+    if facts.num_experts:
+        notes.append(f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
+                     f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
+                     f"{facts.n_params / 1e9:.1f}B")
+    if frozen:
+        formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
+                   + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
+    slowdowns: dict[str, float] = {}
+    if workload.liger_kernel:
+        notes.append(liger.speedup_note())
+    if workload.torch_empty_cache_steps > 0:
+        slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
+
+    step_time = tokens_per_second = run_time = util = None
+    model = None
+    precompute_s: float | None = None
+    saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
+    if peak:
+        savers = saver_terms(facts, workload, gpu, peak * 1e12)
+        if utilisation is None:
+            # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
+            # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
+            policy = policy_workload(workload)
+            first = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
+                                    scale=scale, extra=[*extra_terms, *savers])
+            nograd_term, pass_term = nograd_forward_terms(obj, workload, first.terms)
+            model = first if nograd_term is None else step_time_model(
+                facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, scale=scale,
+                extra=[*extra_terms, *savers, nograd_term])
+            if pass_term is not None:
+                precompute_s = pass_term.seconds * workload.gradient_accumulation_steps
+            step_time = model.step_s
+            saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
+            assumption = assumption or (f"step-time model, {model.constants.name} constants "
+                                        f"({model.constants.source})")
+        else:
+            step_time = flops / (world_size * peak * 1e12 * utilisation)
+            assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
+            accumulation = workload.gradient_accumulation_steps
+            saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
+            step_time += sum(saver_seconds.values())
+        for fraction in slowdowns.values():
+            step_time *= 1 + fraction
+        util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
+        tokens_per_second = tokens / step_time
+        run_time = None if max_steps is None else max_steps * step_time
+        if precompute and max_steps is not None and run_time is not None:
+            pass_s = max_steps * (precompute_s if precompute_s is not None
+                                  else precompute / (world_size * peak * 1e12 * util))
+            run_time += pass_s
+            notes.append(f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
+                         "reference forward per example, assuming each of the max_steps' examples once")
+    else:
+        notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
+    if obj.is_preference:
+        notes.append(f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
+                     "backward" + (f", {obj.reference_sequences} through the reference, forward only"
+                                   if workload.reference not in ("none", "precomputed") else "")
+                     + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only"
+                        if obj.nograd_policy_sequences else ""))
+    out = {
+        "tokens_per_step": tokens,
+        "model_flops_per_token": model_per_token,
+        "flops_per_token": hw_per_token,
+        "model_flops_per_step": model_flops,
+        "flops_per_step": flops,
+        "flops_formula": formula,
+        "world_size": world_size,
+        "peak_dtype": dtype,
+        "peak_tflops": peak,
+        "utilisation": util,
+        "assumption": assumption,
+        "slowdowns": slowdowns,
+        "saver_seconds": saver_seconds,
+        "step_time_s": step_time,
+        "tokens_per_second": tokens_per_second,
+        "max_steps": max_steps,
+        "run_time_s": run_time,
+        "notes": notes,
+    }
+    if model is not None:
+        out["step_time"] = model.to_dict()
+    return ThroughputSection.from_dict(out)

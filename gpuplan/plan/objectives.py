@@ -1,0 +1,117 @@
+"""The training objective (what the loss is), a descriptor per objective, independent of the method.
+
+The method (full / lora / qlora) says what trains and how the base is stored; the objective
+says what one example costs: how many sequences run through the policy with gradients,
+what else the step runs (a frozen reference model, a no-grad KL forward), and which TRL
+trainer applies it. Rules, the memory model and the step-time model read these fields
+instead of branching on the objective's name.
+
+The objectives are those TRL 1.16 ships as stable trainers (`trl.DPOTrainer`, `trl.KTOTrainer`;
+trl/__init__.py). ORPO is only under `trl.experimental.orpo` there (trl/experimental/orpo), so it
+is refused with that reason (spec/validate.py) rather than planned on an API TRL may change.
+
+Sources, TRL 1.16:
+- DPO (trainer/dpo_trainer.py `_compute_loss`): the collator concatenates [chosen; rejected], so
+  the policy runs 2 sequences per example with gradients; the reference (a frozen model, the
+  base with adapters disabled for peft, or log-probs precomputed before training) runs the
+  same 2 sequences without gradients. Loss default `sigmoid`, beta 0.1 (dpo_config.py).
+- KTO (trainer/kto_trainer.py `_compute_loss`): one completion per example with gradients,
+  plus a mismatched KL completion (the batch's completions shifted by one) through the
+  policy without gradients; the reference runs both. Loss default `kto`, beta 0.1.
+- Both replace the model's LM head by a fused, chunked log-prob head (trainer/utils.py
+  `add_fused_lm_head`, kernels/chunked_logprob.py): no (tokens x vocab) logits are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "objective"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    summary: str  # how the plan names it
+    grad_sequences: int  # sequences per example through the policy with gradients
+    nograd_policy_sequences: int  # sequences per example through the policy without gradients (KTO's KL)
+    reference_sequences: int  # sequences per example through the reference model (no gradients)
+    fused_head: bool  # TRL's chunked log-prob head instead of the model's logits + cross-entropy
+    logprob_tensors: tuple[str, ...]  # the loss's extra per-token fp32 tensors (policy side)
+    trainer_class: str  # the Trainer subclass apply builds
+    config_class: str  # its TrainingArguments subclass
+    trl_module: str | None  # where both live; None: transformers itself
+    loss_types: tuple[str, ...]  # loss_type values the trainer accepts (TRL's names)
+    default_loss: str | None
+    default_beta: float | None
+    example_fields: tuple[str, ...]  # the columns a row must have
+    metrics: tuple[str, ...] = ()  # the trainer's logged metrics the run records beside the loss
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.reference_sequences > 0
+
+    @property
+    def is_preference(self) -> bool:
+        return self.name != "sft"
+
+    def flops_multiplier(self, reference_forward: bool = True) -> float:
+        """Step FLOPs per example over SFT's (one sequence, forward + backward = 3 forwards):
+        policy forward + backward on the graded sequences, forwards alone for the rest."""
+        forwards = 3 * self.grad_sequences + self.nograd_policy_sequences
+        if reference_forward:
+            forwards += self.reference_sequences
+        return forwards / 3
+
+
+SFT = Objective(
+    name="sft", summary="supervised fine-tuning (next-token cross-entropy)",
+    grad_sequences=1, nograd_policy_sequences=0, reference_sequences=0, fused_head=False, logprob_tensors=(),
+    trainer_class="Trainer", config_class="TrainingArguments", trl_module=None,
+    loss_types=(), default_loss=None, default_beta=None, example_fields=(),
+)
+
+# dpo_config.py DPOConfig.loss_type help: the values _compute_loss implements
+DPO_LOSSES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+              "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+
+DPO = Objective(
+    name="dpo", summary="direct preference optimization (Rafailov et al. 2023) on chosen/rejected pairs",
+    grad_sequences=2, nograd_policy_sequences=0, reference_sequences=2, fused_head=True,
+    # per token: log-prob (with grad), entropy, mean logit, top-1 flag (the trainer's metrics), ref log-prob
+    logprob_tensors=("log_probs", "entropy", "mean_logits", "is_top1", "ref_log_probs"),
+    trainer_class="DPOTrainer", config_class="DPOConfig", trl_module="trl",
+    loss_types=DPO_LOSSES, default_loss="sigmoid", default_beta=0.1,
+    example_fields=("prompt", "chosen", "rejected"), metrics=PREFERENCE_METRICS,
+)
+
+KTO = Objective(
+    name="kto", summary="Kahneman-Tversky optimization (Ethayarajh et al. 2024) on labelled completions",
+    grad_sequences=1, nograd_policy_sequences=1, reference_sequences=2, fused_head=True,
+    logprob_tensors=("log_probs", "entropy", "mean_logits", "is_top1", "ref_log_probs"),
+    trainer_class="KTOTrainer", config_class="KTOConfig", trl_module="trl",
+    loss_types=("kto", "apo_zero_unpaired"), default_loss="kto", default_beta=0.1,  # kto_config.py
+    example_fields=("prompt", "completion", "label"), metrics=PREFERENCE_METRICS,
+)
+
+OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
+
+# The saver a reference-holding objective adds (rules/preference.py fit_with_reference): no frozen copy,
+# the reference log-probs computed once per example before training (TRL's precompute_ref_log_probs)
+PRECOMPUTED_REFERENCE = "precomputed reference log-probs"
+PRECOMPUTED_REFERENCE_COST = ("the reference forwards run once per example before training instead of in every "
+                              "step (no more FLOPs for one epoch; the first step waits for them); no reference "
+                              "copy in memory")
+
+# Objectives TRL 1.16 has only under trl.experimental: why gpuplan does not plan them yet.
+EXPERIMENTAL_IN_TRL = {
+    "orpo": "TRL 1.16 ships ORPO only as trl.experimental.orpo.ORPOTrainer (an experimental API, no "
+            "stability promise); gpuplan plans the stable trainers: dpo and kto",
+    "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo and kto",
+}
+
+
+def objective(name: str | None) -> Objective:
+    """The descriptor of training.objective (sft when unset)."""
+    return OBJECTIVES[name or "sft"]

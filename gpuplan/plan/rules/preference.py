@@ -1,0 +1,200 @@
+"""Preference objectives (training.objective = "dpo" | "kto"): TRL's settings, the reference, the rows.
+
+- preference.settings: beta and loss_type default to TRL 1.16's (DPOConfig / KTOConfig: beta
+  0.1; loss sigmoid for DPO, kto for KTO), a loss_type TRL does not name is an error with the
+  closest one; max_length (prompt + answer per sequence) defaults to data.seq_len and
+  max_prompt_length to max_length - 1 (a prompt must leave room for one answer token); the
+  rows are checked (plan/preference_data.py).
+- preference.reference: which reference the fit used (memory.fit calls `reference_for` and
+  `fit_with_reference`): LoRA / QLoRA disable their adapters (peft), full fine-tuning keeps
+  a frozen copy in the compute dtype, or precomputes the reference log-probs when the copy
+  would need a memory saver (the first saver: the same reference forwards, run once per
+  example before training, and no copy held).
+An sft plan reads none of [preference]: each key is kept as the spec has it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from typing import Any, Callable
+
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
+from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
+from gpuplan.plan.estimate.memory.types import Reference
+from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
+
+_KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
+
+
+def settings(ctx: Resolver) -> None:
+    obj = objective(ctx.spec("training.objective"))
+    if not obj.is_preference:
+        for key in _KEYS:
+            ctx.keep(key)
+        return
+    beta = ctx.spec("preference.beta")
+    if beta is None:
+        ctx.resolve("preference.beta", obj.default_beta,
+                    f"{obj.name}: TRL's default beta (trl {obj.config_class}); higher keeps the policy closer "
+                    "to the reference")
+    else:
+        ctx.keep("preference.beta")
+    loss = ctx.spec("preference.loss_type")
+    if loss == "auto":
+        why = ("the DPO loss of Rafailov et al. 2023, -log sigmoid(beta x margin), TRL's default" if obj.name == "dpo"
+               else "the KTO loss of Ethayarajh et al. 2024, TRL's default")
+        ctx.resolve("preference.loss_type", obj.default_loss, why)
+    elif loss not in obj.loss_types:
+        close = difflib.get_close_matches(loss, obj.loss_types, n=1, cutoff=0.5)
+        hint = f'; did you mean "{close[0]}"?' if close else ""
+        ctx.error("preference.loss_type", f"preference.loss_type = {loss!r} is not a {obj.config_class} loss{hint}",
+                  detail="allowed: " + ", ".join(obj.loss_types),
+                  fix=f'set preference.loss_type = "{close[0] if close else obj.default_loss}"')
+        ctx.keep("preference.loss_type")
+    else:
+        ctx.keep("preference.loss_type")
+    seq = ctx.spec("data.seq_len")
+    length = ctx.spec("preference.max_length")
+    if length is None:
+        length = seq
+        ctx.resolve("preference.max_length", seq, f"{obj.name}: prompt + answer in data.seq_len = {seq} tokens "
+                                                  "per sequence (TRL truncates longer ones at the end)")
+    else:
+        ctx.keep("preference.max_length")
+    prompt = ctx.spec("preference.max_prompt_length")
+    if prompt is None:
+        prompt = length - 1
+        ctx.resolve("preference.max_prompt_length", prompt,
+                    "a prompt must leave room for at least one answer token in max_length")
+    elif prompt >= length:
+        ctx.error("preference.max_prompt_length",
+                  f"preference.max_prompt_length = {prompt} leaves no answer token in max_length = {length}",
+                  fix=f"set preference.max_prompt_length = {length // 2}")
+        ctx.keep("preference.max_prompt_length")
+    else:
+        ctx.keep("preference.max_prompt_length")
+    if ctx.spec("model.task") != "causal-lm":
+        ctx.error("training.objective", f'training.objective = "{obj.name}" trains a causal LM, not model.task = '
+                                        f'"{ctx.spec("model.task")}"', fix='set model.task = "causal-lm"')
+    for key, what in (("training.loss_chunk_size", "chunked cross-entropy"), ("training.use_liger_kernel", "Liger"),
+                      ("training.activation_offloading", "activation offloading")):
+        if ctx.spec(key) not in (False, 0, None, "auto"):  # gpuplan's installs patch the model's forward, which TRL's fused head replaces
+            ctx.error(key, f"{key}: {what} is not planned with training.objective = \"{obj.name}\" (TRL's fused "
+                           "log-prob head replaces the model's loss path)", fix=f"remove {key}")
+    if ctx.spec("data.format") == "instruction":
+        ctx.error("data.format", f'{obj.name} rows are {" / ".join(obj.example_fields)}, not instruction rows',
+                  fix='set data.format = "text" (plain fields) or "chat" (lists of messages)')
+    _check_data(ctx, obj, prompt)
+
+
+def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
+    source = ctx.spec("model.name_or_path")
+    byte_level = bool(ctx.spec("model.from_scratch")) or source is None
+    tok_file = os.path.join(source, "tokenizer.json") if source and os.path.isdir(source) else None
+    count = plain_prompt_counter(tok_file, byte_level)
+    for key in ("data.train_files", "data.eval_files"):
+        for i, path in enumerate(ctx.spec(key) or []):
+            rows = read_json_rows(path) if os.path.isfile(path) else None
+            if rows is None:
+                continue  # missing files: plan/inputs.py; other formats: apply checks them
+            report = check_rows(rows, obj, max_prompt, count)
+            ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
+            if report.prompts_unmeasured and not report.unusable:
+                ctx.note(f"{key}[{i}]", f"{report.prompts_unmeasured} of {report.rows} prompts in {path} cannot be "
+                                        "measured here (conversational, or no tokenizer.json in the model "
+                                        "directory): apply measures them against preference.max_prompt_length "
+                                        "before it writes anything")
+
+
+def reference_for(ctx: Resolver, method: str) -> Reference:
+    """The Workload's reference for `method` before any saver: none, adapters-off, copy or precomputed."""
+    obj = objective(ctx.spec("training.objective"))
+    if not obj.needs_reference:
+        return "none"
+    want = ctx.spec("preference.reference")
+    if want == "precomputed":
+        return "precomputed"
+    if want == "model" or ctx.spec("preference.reference_model") is not None:
+        return "copy"  # a separate frozen model, counted as the policy's architecture in the compute dtype
+    return "adapters-off" if method in ("lora", "qlora") else "copy"
+
+
+def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Solve; with reference = "auto", a full fine-tune that needs any saver (or does not fit) with a
+    reference copy precomputes the reference log-probs instead when that fits with fewer savers:
+    it runs the same reference forwards, once per example before training, so it is the cheapest
+    saver. Returns (problem, solution)."""
+    sol = solve(problem)
+    base = problem.base
+    chosen = ctx.spec("preference.reference") != "auto" or ctx.spec("preference.reference_model") is not None
+    if base.reference != "copy" or chosen or (sol.fits and not sol.savers):
+        return problem, sol
+    other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
+    alt = solve(other)
+    if alt.fits and (not sol.fits or len(alt.savers) < len(sol.savers)):
+        alt = dataclasses.replace(alt, savers=(PRECOMPUTED_REFERENCE, *alt.savers),
+                                  saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, base)})
+        return other, alt
+    return problem, sol
+
+
+def reference(ctx: Resolver) -> None:
+    obj = objective(ctx.spec("training.objective"))
+    sol = ctx.get(FIT_SOLUTION)
+    method = (ctx.get(FIT_METHOD) or ("full",))[0]
+    if not obj.needs_reference or sol is None:
+        ctx.keep("preference.reference")
+        return
+    problem = ctx.get(FIT_PROBLEM)
+    assert problem is not None  # memory.fit sets it beside its solution
+    base = problem.base
+    ref = base.reference
+    gib = ctx.facts.n_params * compute_bytes(base) / 2**30
+    asked = ctx.spec("preference.reference")
+    if asked == "auto" and ctx.spec("preference.reference_model") is not None:
+        asked = "model"  # setting the model chooses it
+    if ref == "adapters-off":
+        why = (f"{method}: the reference is the base with adapters disabled (peft), no second copy of the weights")
+    elif ref == "precomputed":
+        why = "precomputed: one reference forward per example before training, no reference in memory"
+        if asked == "auto":
+            why = (f"a frozen reference copy ({gib:.1f} GiB) would need more memory savers: the reference log-probs "
+                   "are computed once per example before training instead, and no copy is held")
+    elif asked == "model":
+        why = (f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
+               f"architecture in the compute dtype ({gib:.1f} GiB)")
+    else:
+        why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB)"
+    path = ctx.spec("preference.reference_model")
+    if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
+        ctx.error("preference.reference_model", f"preference.reference_model = {path!r}: no model directory with "
+                  "a config.json there", fix="point it at a local model directory (config.json + safetensors), "
+                  'relative to the spec, or set preference.reference = "auto"')
+    ctx.resolve("preference.reference", {"copy": "model" if asked == "model" else "copy"}.get(ref, ref), why)
+    b = sol.per_device_batch
+    if obj.grad_sequences > 1:
+        ctx.note("training.objective",
+                 f"{obj.name}: each example is a chosen and a rejected sequence in one forward: per-device batch "
+                 f"{b} examples = {b * obj.grad_sequences} sequences of {base.seq_len} tokens")
+
+
+RULES = (
+    Rule("preference.settings",
+         reads=("spec:training.objective", "spec:preference.beta", "spec:preference.loss_type",
+                "spec:preference.max_length", "spec:preference.max_prompt_length", "spec:data.seq_len",
+                "spec:model.task", "spec:data.format", "spec:data.train_files", "spec:data.eval_files",
+                "spec:model.name_or_path", "spec:model.from_scratch", "spec:training.loss_chunk_size",
+                "spec:training.use_liger_kernel", "spec:training.activation_offloading"),
+         writes=_KEYS, apply=settings,
+         doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked."),
+    Rule("preference.reference",
+         reads=(FIT_SOLUTION, FIT_METHOD, FIT_PROBLEM, "spec:training.objective",
+                "spec:preference.reference", "spec:preference.reference_model"),
+         writes=("preference.reference",), apply=reference,
+         doc="the reference the fit used: adapters disabled, a frozen copy, or precomputed log-probs."),
+)

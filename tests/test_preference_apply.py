@@ -1,0 +1,162 @@
+"""DPO and KTO for real on CPU: a tiny Llama pretrained here (tests/helpers/lora_base.py), then
+preference-trained with TRL's trainers on pairs whose chosen answer repeats the prompt's words
+and whose rejected answer does not (tests/helpers/preference_rows.py). Planned by the real
+planner from a spec; applied by execute() or the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+pytest.importorskip("trl")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+from gpuplan.apply.checkpoints import checkpoint_problem  # noqa: E402
+from gpuplan.apply.errors import ApplyError  # noqa: E402
+from gpuplan.apply.run import execute  # noqa: E402
+from gpuplan.plan.build import plan_file  # noqa: E402
+from gpuplan.plan.types import PlanError  # noqa: E402
+from tests.helpers.cli_runs import gpuplan, start, state, train_steps  # noqa: E402
+from tests.helpers.lora_base import file_hashes, pretrain_base  # noqa: E402
+from tests.helpers.planning import ENV  # noqa: E402
+from tests.helpers.preference_rows import conversational, kto_rows, pairs, preference_spec, write_jsonl  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dpo-base")
+    return pretrain_base(tmp), write_jsonl(tmp / "pairs.jsonl", pairs())
+
+
+def _train_lines(out) -> list[dict]:
+    return [r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["event"] == "train"]
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _learned_the_rule(out) -> list[dict]:
+    lines = _train_lines(out)
+    assert {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"} <= set(lines[-1])
+    acc = [r["rewards/accuracies"] for r in lines]
+    margins = [r["rewards/margins"] for r in lines]
+    assert _mean(acc[-4:]) > 0.9, acc
+    assert _mean(margins[-4:]) > _mean(margins[:4]) + 0.5, margins  # the margins grow
+    assert lines[-1]["rewards/chosen"] > lines[-1]["rewards/rejected"]
+    return lines
+
+
+def _plan(tmp_path, base_dir, data, **kw):
+    return plan_file(preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", **kw),
+                     environment=ENV)
+
+
+def test_dpo_full_fine_tune_learns_the_rule(base, tmp_path):
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data)
+    assert plan.value("preference.reference") == "copy"
+    results = execute(plan, echo=lambda s: None, progress=False)
+    _learned_the_rule(plan.value("output.dir"))
+    assert "model.safetensors" in os.listdir(results["final_model_dir"])
+    assert results["method"] == "full" and results["global_step"] == 16
+
+
+def test_dpo_lora_learns_the_rule_and_leaves_the_base_untouched(base, tmp_path):
+    base_dir, data = base
+    before = file_hashes(base_dir)
+    plan = _plan(tmp_path, base_dir, data, method="lora", lr="1e-2",
+                 extra="", steps=16)
+    assert plan.value("preference.reference") == "adapters-off"
+    results = execute(plan, echo=lambda s: None, progress=False)
+    _learned_the_rule(plan.value("output.dir"))
+    assert file_hashes(base_dir) == before  # the base files stay byte-identical
+    final = os.listdir(results["final_model_dir"])
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= set(final) and "model.safetensors" not in final
+    assert results["trainable_params"] == plan.model.trainable_params
+
+
+def test_dpo_qlora_trains_the_adapters_on_a_4bit_base(base, tmp_path):
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, method="qlora", lr="1e-2", steps=4)
+    assert plan.value("preference.reference") == "adapters-off"
+    results = execute(plan, echo=lambda s: None, progress=False)
+    lines = _train_lines(plan.value("output.dir"))
+    assert lines[-1]["rewards/margins"] > lines[0]["rewards/margins"]
+    assert "adapter_model.safetensors" in os.listdir(results["final_model_dir"])
+
+
+def test_dpo_on_conversational_pairs_with_the_chat_template(base, tmp_path):
+    base_dir, _ = base
+    data = write_jsonl(tmp_path / "chat.jsonl", conversational(pairs(16)))
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", steps=2)
+    spec.write_text(spec.read_text().replace("seq_len = 48", 'seq_len = 96\nformat = "chat"\nchat_template = "chatml"'))
+    r = gpuplan("data", spec, "--examples", "1", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    shown = json.loads(r.stdout)
+    kinds = [e["kind"] for e in shown["examples"]]
+    assert kinds == ["chosen", "rejected"]
+    chosen = shown["examples"][0]["segments"]
+    assert "<|im_start|>assistant" in "".join(s["text"] for s in chosen if not s["trained"])  # the prompt is masked
+    assert pairs(16)[0]["chosen"].strip() in "".join(s["text"] for s in chosen if s["trained"])
+    results = execute(plan_file(spec, environment=ENV), echo=lambda s: None, progress=False)
+    assert results["global_step"] == 2
+
+
+def test_kto_trains(base, tmp_path):
+    base_dir, _ = base
+    data = write_jsonl(tmp_path / "kto.jsonl", kto_rows())
+    plan = _plan(tmp_path, base_dir, data, objective="kto", steps=12)
+    assert plan.value("preference.loss_type") == "kto"
+    execute(plan, echo=lambda s: None, progress=False)
+    lines = _train_lines(plan.value("output.dir"))
+    assert _mean([r["loss"] for r in lines[-3:]]) < _mean([r["loss"] for r in lines[:3]]) - 0.05
+    assert _mean([r["rewards/margins"] for r in lines[-3:]]) > 0.5
+
+
+def test_bad_preference_data_is_refused_with_nothing_written(base, tmp_path):
+    base_dir, _ = base
+    rows = pairs(6)
+    rows[2]["chosen"] = ""
+    data = write_jsonl(tmp_path / "bad.jsonl", rows)
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run")
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1
+    assert f"1 of 6 dpo rows in {data} has an empty chosen (rows 2)" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "run").exists()
+    # a format the plan does not read (csv) is checked by apply, before anything is written
+    csv = tmp_path / "bad.csv"
+    csv.write_text("prompt,chosen,rejected\na ->, a.,b.\nb ->,, a.\n")
+    plan = _plan(tmp_path, base_dir, str(csv))
+    with pytest.raises(ApplyError, match=r"1 of 2 dpo rows in .*bad.csv has no chosen \(rows 1\)"):
+        execute(plan, echo=lambda s: None, progress=False)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(PlanError, match="prompt longer than preference.max_prompt_length = 4 tokens"):
+        plan_file(preference_spec(tmp_path / "dpo.toml", base=base_dir, data=base[1], out=tmp_path / "run",
+                                  extra="[preference]\nmax_prompt_length = 4\n"), environment=ENV)
+
+
+def test_a_dpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):
+    base_dir, data = base
+    out = tmp_path / "run"
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=out, steps=12, save_steps=2)
+    proc = start("apply", spec, "--yes")
+    deadline = time.monotonic() + 120
+    while not [p for p in out.glob("checkpoint-*") if checkpoint_problem(str(p)) is None]:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it was killed"
+    proc.kill()  # SIGKILL: no handler, no cleanup
+    proc.wait()
+    killed_at = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if checkpoint_problem(str(p)) is None)
+    r = gpuplan("apply", spec, "--yes", "--break-lock")
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = state(out)
+    assert s["status"] == "completed" and s["resumed_from"] is not None
+    assert s["results"]["start_step"] >= killed_at and s["progress"]["global_step"] == 12
+    assert train_steps(out) == list(range(1, 13))  # no step lost or logged twice

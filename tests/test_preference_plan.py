@@ -1,0 +1,196 @@
+"""Planning dpo / kto: the objective axis, [preference] validation, the reference, the doubled
+sequences, the step time, and unusable preference rows reported at plan time."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from gpuplan.errors import GpuplanError
+from gpuplan.modelinfo import model_facts, read_config
+from gpuplan.plan.build import plan_file
+from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.objectives import OBJECTIVES
+from gpuplan.plan.estimate.throughput import estimate_throughput
+from gpuplan.plan.types import PlanError
+from gpuplan.hardware.catalog import lookup
+from tests.helpers.planning import ENV, SPECS
+from tests.helpers.preference_rows import pairs, write_jsonl
+
+LLAMA_8B = str(SPECS / "models" / "llama-3.1-8b.json")
+LLAMA_1B = str(SPECS / "models" / "llama-3.2-1b.json")
+
+
+def _spec(tmp_path, body: str, name: str = "dpo.toml"):
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+def _dpo(tmp_path, *, config=LLAMA_8B, method="lora", gpu="A100-80GB", extra="", preference="", data=""):
+    return _spec(tmp_path, f"""
+[model]
+config = "{config}"
+method = "{method}"
+dtype = "bfloat16"
+
+[hardware]
+gpu = "{gpu}"
+
+[data]
+seq_len = 2048
+{data}
+[training]
+objective = "dpo"
+effective_batch_size = 64
+max_steps = 100
+{extra}
+[preference]
+{preference}
+""")
+
+
+def _errors(exc) -> list:
+    return [d for d in exc.value.diagnostics if d.severity == "error"]
+
+
+def test_stable_trl_trainers_only_and_sft_is_the_default():
+    import trl
+
+    assert set(OBJECTIVES) == {"sft", "dpo", "kto"}
+    for o in OBJECTIVES.values():
+        if o.trl_module:  # the classes the descriptor names exist in the installed TRL's stable API
+            assert hasattr(trl, o.trainer_class) and hasattr(trl, o.config_class)
+    assert Workload(1, 8).to_dict().keys().isdisjoint({"objective", "reference"})  # SFT plans' JSON unchanged
+
+
+def test_sft_plans_read_no_preference_key(shipped_plans):
+    plan = shipped_plans["tiny.toml"]
+    assert plan.value("training.objective") == "sft"
+    assert not any(c.key.startswith("preference.") for c in plan.changes)
+    assert plan.memory.workload.objective == "sft" and plan.memory.workload.reference == "none"
+
+
+@pytest.mark.parametrize("value,words", [
+    ("orpo", ["experimental", 'set training.objective = "dpo"']),
+    ("dop", ['did you mean "dpo"']),
+])
+def test_objectives_outside_the_stable_trainers_are_refused_with_the_reason(tmp_path, value, words):
+    path = _dpo(tmp_path, extra="")
+    path.write_text(path.read_text().replace('objective = "dpo"', f'objective = "{value}"'))
+    with pytest.raises(GpuplanError) as e:
+        plan_file(path, environment=ENV)
+    d = next(d for d in e.value.diagnostics if d.key == "training.objective")
+    for w in words:
+        assert w in d.summary
+
+
+def test_preference_keys_get_did_you_mean_and_a_fix(tmp_path):
+    with pytest.raises(GpuplanError) as e:
+        plan_file(_dpo(tmp_path, preference="betta = 0.2"), environment=ENV)
+    d = e.value.diagnostics[0]
+    assert d.key == "preference.betta" and "did you mean beta" in d.summary and d.fix == "rename preference.betta to preference.beta"
+    with pytest.raises(GpuplanError) as e:
+        plan_file(_dpo(tmp_path, preference='reference = "model"'), environment=ENV)
+    assert "needs preference.reference_model" in e.value.diagnostics[0].summary
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, preference='loss_type = "sigmod"'), environment=ENV)
+    d = _errors(e)[0]
+    assert d.key == "preference.loss_type" and 'did you mean "sigmoid"' in d.summary
+    assert d.fix == 'set preference.loss_type = "sigmoid"'
+
+
+def test_8b_lora_dpo_plans_the_base_with_adapters_off_and_two_sequences_per_example(tmp_path):
+    plan = plan_file(_dpo(tmp_path), environment=ENV)
+    changes = {c.key: c for c in plan.changes}
+    assert plan.value("preference.reference") == "adapters-off"
+    assert "base with adapters disabled (peft), no second copy of the weights" in changes["preference.reference"].reason
+    assert plan.value("preference.beta") == 0.1 and plan.value("preference.loss_type") == "sigmoid"
+    assert "TRL's default" in changes["preference.beta"].reason
+    b = plan.value("training.per_device_train_batch_size")
+    note = next(d for d in plan.diagnostics if d.key == "training.objective")
+    assert f"per-device batch {b} examples = {2 * b} sequences of 2048 tokens" in note.summary
+    assert plan.value("data.packing") is False
+    # time: 2 sequences per example, forward + backward, plus the reference's forward
+    assert plan.throughput.tokens_per_step == 64 * 2 * 2048
+    wl = plan.memory.workload
+    assert wl.objective == "dpo" and wl.reference == "adapters-off"
+
+
+def test_the_reference_copy_and_the_doubled_sequences_in_memory():
+    facts = model_facts(read_config(LLAMA_1B), "causal-lm", 2)
+    sft = Workload(2, 1024, amp="bf16")
+    copy = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="copy"))
+    pre = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"))
+    # the frozen copy: every parameter in the compute dtype (bf16)
+    assert copy.components["weights"] - pre.components["weights"] == 2 * facts.n_params
+    # two sequences per example: about twice SFT's activations at the same per-device batch
+    twice = estimate_memory(facts, dataclasses.replace(sft, per_device_batch=4))
+    assert pre.components["activations"] == pytest.approx(twice.components["activations"], rel=0.05)
+
+
+def test_step_time_counts_both_sequences_and_the_reference_forward():
+    facts = model_facts(read_config(LLAMA_8B), "causal-lm", 2)
+    gpu = lookup("H100-80GB")
+    sft = Workload(1, 2048, amp="bf16")
+    t_sft = estimate_throughput(facts, sft, gpu, max_steps=10)
+    t_two = estimate_throughput(facts, dataclasses.replace(sft, per_device_batch=2), gpu, max_steps=10)
+    t_dpo = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="copy"), gpu, max_steps=10)
+    t_pre = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"), gpu,
+                                max_steps=10)
+    # FLOPs: policy forward + backward on 2 sequences (2 x 3 forwards) + the reference forward on both (2)
+    assert t_dpo.flops_per_step / t_sft.flops_per_step == pytest.approx(8 / 3, rel=1e-6)
+    assert t_pre.flops_per_step / t_sft.flops_per_step == pytest.approx(2, rel=1e-6)
+    assert t_dpo.tokens_per_step == 2 * t_sft.tokens_per_step
+    # time: the policy's step is SFT's on two sequences; the reference forward is one more term
+    assert t_pre.step_time_s == pytest.approx(t_two.step_time_s, rel=1e-6)
+    terms = {t["name"]: t["seconds"] for t in t_dpo.step_time["terms"]}
+    ref = terms["dpo forwards without gradients"]
+    assert t_dpo.step_time_s == pytest.approx(t_pre.step_time_s + ref, rel=0.02)
+    # precomputed: the same reference forwards run once, before training, and are in the run time
+    assert t_pre.run_time_s == pytest.approx(10 * t_pre.step_time_s + 10 * ref, rel=1e-6)
+
+
+def test_precomputed_log_probs_are_the_saver_when_a_reference_copy_does_not_fit(tmp_path):
+    plan = plan_file(_dpo(tmp_path, method="full", gpu="A100-40GB"), environment=ENV)
+    assert plan.value("preference.reference") == "precomputed"
+    assert "would need more memory savers" in next(
+        c.reason for c in plan.changes if c.key == "preference.reference")
+    saver = next(s for s in plan.memory.savers if s.name == "precomputed reference log-probs")
+    assert saver.saved_bytes == 2 * plan.model.total_params and "before training" in saver.cost
+    # a reference model asked for explicitly is kept: then the run does not fit
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "config.json").write_text((SPECS / "models" / "llama-3.1-8b.json").read_text())
+    spec = _dpo(tmp_path, method="full", gpu="A100-40GB", preference='reference = "model"\nreference_model = "ref"')
+    with pytest.raises(PlanError, match="does not fit"):
+        plan_file(spec, environment=ENV)
+    # where the copy fits with the same savers, it is kept
+    assert plan_file(_dpo(tmp_path, method="full", gpu="H100-80GB"), environment=ENV).value(
+        "preference.reference") == "copy"
+
+
+def test_a_reference_model_that_is_not_there_is_an_error(tmp_path):
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, preference='reference = "model"\nreference_model = "nowhere"'), environment=ENV)
+    d = _errors(e)[0]
+    assert d.key == "preference.reference_model" and str(tmp_path / "nowhere") in d.summary
+
+
+def test_unusable_rows_are_counted_and_reported_at_plan_time(tmp_path):
+    rows = pairs(10)
+    rows[1] = {"prompt": "x", "chosen": "", "rejected": " y"}
+    rows[4] = {"prompt": "x", "rejected": " y"}
+    rows[6] = dict(rows[6], prompt="p" * 100)
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]', preference="max_prompt_length = 50"),
+                  environment=ENV)
+    got = {d.summary for d in _errors(e)}
+    assert f"data.train_files[0]: 1 of 10 dpo rows in {data} has an empty chosen (rows 1)" in got
+    assert f"data.train_files[0]: 1 of 10 dpo rows in {data} has no chosen (rows 4)" in got
+    assert (f"data.train_files[0]: 1 of 10 dpo rows in {data} has a prompt longer than "
+            "preference.max_prompt_length = 50 tokens (rows 6)") in got
+    assert json.loads((tmp_path / "pairs.jsonl").read_text().splitlines()[0])  # the data is left as it was

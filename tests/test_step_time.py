@@ -1,0 +1,167 @@
+"""The step-time model's terms on cases computed by hand (plan/estimate/step_time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from gpuplan.hardware.catalog import lookup
+from gpuplan.modelinfo.count import model_facts
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.step_time import constants as K
+from gpuplan.plan.estimate.step_time.model import combine, step_time
+from gpuplan.plan.estimate.step_time.shape import build_shape
+from gpuplan.plan.estimate.step_time.terms import Term, matmul_terms, memory_terms, optimizer_terms
+
+A100 = lookup("A100-80GB")  # bf16 312 TFLOP/s, 2039 GB/s
+PEAK, BW = 312e12, 2039e9 * 0.8  # HBM_FRACTION pinned to 0.8 below
+C = K.ArchConstants("test", 0.8, 1e-5, "hand")
+LLAMA_7B = model_facts({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                        "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+                        "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096})
+
+
+@pytest.fixture(autouse=True)
+def _pinned(monkeypatch):
+    """The hand computations below use these values, not whatever the fit last gave."""
+    monkeypatch.setattr(K, "M_HALF_TOKENS", 64.0)
+    monkeypatch.setattr(K, "HBM_FRACTION", 0.8)
+    monkeypatch.setattr(K, "DEQUANT_BW_FRACTION", 0.15)
+
+
+def shape(**changes):
+    """A hand-made shape: 1e9 matmul parameters in the layers, no head, bf16 weights."""
+    base = build_shape(LLAMA_7B, Workload(per_device_batch=1, seq_len=8, weight_dtype="bfloat16", amp="bf16"),
+                       A100, "bf16")
+    return dataclasses.replace(base, **{"body_params": 10**9, "head_params": 0, "trainable_params": 10**9,
+                                        **changes})
+
+
+def test_a_small_batch_is_bound_by_reading_the_weights():
+    s = shape(tokens=8, batch=1, seq_len=8)
+    # eta(8) = 0.8 x 8 / (8 + 64) = 0.08889; FLOPs (2 + 4) x 8 x 1e9 = 4.8e10
+    # compute 4.8e10 / (0.08889 x 312e12) = 1.7308 ms
+    # weights: forward read 2e9 B + backward read 2e9 B + dW write 2e9 B = 6e9 B / 1631.2 GB/s = 3.6783 ms
+    terms = {t.name: t.seconds for t in matmul_terms(s, C, PEAK, BW)}
+    assert terms["matmuls"] == pytest.approx(4.8e10 / (0.8 * 8 / 72 * 312e12), rel=1e-9)
+    assert terms["matmuls"] == pytest.approx(1.7308e-3, rel=1e-4)
+    assert terms["weight reads beyond the matmuls"] == pytest.approx(6e9 / BW - terms["matmuls"], rel=1e-9)
+    assert terms["weight reads beyond the matmuls"] == pytest.approx(1.9475e-3, rel=1e-3)
+
+
+def test_a_large_batch_is_compute_bound():
+    s = shape(tokens=16384, batch=4, seq_len=4096)
+    # eta = 0.8 x 16384 / 16448 = 0.79689; 6 x 16384 x 1e9 = 9.8304e13 FLOPs -> 0.39542 s
+    terms = {t.name: t.seconds for t in matmul_terms(s, C, PEAK, BW)}
+    assert set(terms) == {"matmuls"}  # the 3.7 ms of weight reads hide under the matmuls
+    assert terms["matmuls"] == pytest.approx(9.8304e13 / (0.8 * 16384 / 16448 * 312e12), rel=1e-9)
+    assert terms["matmuls"] == pytest.approx(0.39542, rel=1e-4)
+
+
+def test_qlora_dequantizes_every_4bit_weight_each_pass():
+    s = shape(tokens=2048, batch=1, seq_len=2048, frozen_base=True, quantized_params=10**9, checkpointing=True,
+              trainable_params=4 * 10**6, grad_bytes=4)
+    # 1e9 weights x (0.5 B read + 2 B write) x 3 passes (forward, recompute, backward) = 7.5e9 B
+    # at 15% of 2039 GB/s = 305.85 GB/s -> 24.522 ms
+    dq = next(t for t in memory_terms(s, BW) if t.name == "4-bit dequantization")
+    assert dq.seconds == pytest.approx(7.5e9 / (2039e9 * 0.15), rel=1e-9)
+    assert dq.seconds == pytest.approx(0.024522, rel=1e-4)
+    assert not any(t.name == "4-bit dequantization" for t in memory_terms(dataclasses.replace(s, quantized_params=0), BW))
+
+
+def test_qlora_costs_more_than_lora_on_the_same_model():
+    def run(method):
+        wl = Workload(per_device_batch=1, seq_len=2048, weight_dtype="bfloat16", amp="bf16", gradient_checkpointing=True,
+                      adapters=Adapters(method, 16, ("q_proj", "v_proj")))
+        return step_time(LLAMA_7B, wl, A100, compute_dtype="bf16", peak_tflops=312.0)
+    lora, qlora = run("lora"), run("qlora")
+    assert "4-bit dequantization" in [t.name for t in qlora.terms]
+    assert "4-bit dequantization" not in [t.name for t in lora.terms]
+    assert 1.1 < qlora.step_s / lora.step_s < 2.0  # published: about 1.4x (issue 21)
+
+
+def test_the_optimizer_step_counts_the_trainable_parameters_only():
+    full = shape()
+    lora = shape(frozen_base=True, trainable_params=4 * 10**6, grad_bytes=4)
+    # full, bf16 weights, AdamW: read + write params 2 x 2 B, read grads 2 B, read + write 2 fp32 moments 2 x 8 B
+    #   = 22 B x 1e9 / 1631.2 GB/s = 13.487 ms
+    # LoRA: fp32 adapters, 2 x 4 + 4 + 16 = 28 B x 4e6 = 1.12e8 B -> 68.66 us
+    f = next(t for t in optimizer_terms(full, BW, 1, None) if t.name == "optimizer step")
+    lo = next(t for t in optimizer_terms(lora, BW, 1, None) if t.name == "optimizer step")
+    assert f.seconds == pytest.approx(22e9 / BW, rel=1e-9) and f.seconds == pytest.approx(0.013487, rel=1e-4)
+    assert lo.seconds == pytest.approx(1.12e8 / BW, rel=1e-9) and lo.seconds == pytest.approx(68.66e-6, rel=1e-3)
+    sharded = next(t for t in optimizer_terms(full, BW, 8, None) if t.name == "optimizer step")
+    assert sharded.seconds == pytest.approx(f.seconds / 8)
+
+
+def test_launches_overlap_device_work_and_shares_add_up():
+    dev = Term("a", "matmuls", 1.0, "micro-batch", "device", "")
+    host = Term("k", "fixed costs", 1.5, "micro-batch", "host", "")
+    opt = Term("o", "optimizer", 0.2, "step", "serial", "")
+    step, micro, exposed = combine([dev, host, opt], accumulation=2, on_cpu=False)
+    assert micro == 1.5 and step == pytest.approx(3.2)  # max(1.0, 1.5) x 2 + 0.2
+    assert exposed == pytest.approx({"a": 2.0, "k": 1.0, "o": 0.2})
+    step_cpu, _, _ = combine([dev, host, opt], accumulation=2, on_cpu=True)
+    assert step_cpu == pytest.approx(5.2)  # one processor: (1.0 + 1.5) x 2 + 0.2
+
+
+def test_a_step_model_is_json_ready_with_its_shares():
+    wl = Workload(per_device_batch=1, seq_len=256, gradient_accumulation_steps=8, weight_dtype="bfloat16", amp="bf16")
+    st = step_time(LLAMA_7B, wl, A100, compute_dtype="bf16", peak_tflops=312.0)
+    d = json.loads(json.dumps(st.to_dict()))
+    assert sum(d["shares"].values()) == pytest.approx(1.0)
+    assert d["bound_by"] in d["shares"] and d["terms"] and d["arch_class"] == "ampere-dc"
+    extra = Term("a saver", "memory-bound", 0.5, "step", "serial", "the saver's formula")
+    with_extra = step_time(LLAMA_7B, wl, A100, compute_dtype="bf16", peak_tflops=312.0, extra=[extra])
+    assert with_extra.step_s == pytest.approx(st.step_s + 0.5)  # the hook: a named term anyone appends
+
+
+def test_fsdp_cpu_offload_is_priced():
+    base = dict(per_device_batch=1, seq_len=2048, weight_dtype="bfloat16", amp="bf16", engine="fsdp",
+                zero_stage=3, shard_world_size=2, adapters=Adapters("qlora", 64, ("q_proj", "v_proj")))
+    gpu = lookup("RTX-3090")
+    on = step_time(LLAMA_7B, Workload(**base, offload_params=True), gpu, compute_dtype="bf16", peak_tflops=71.0)
+    off = step_time(LLAMA_7B, Workload(**base), gpu, compute_dtype="bf16", peak_tflops=71.0)
+    assert on.step_s > off.step_s
+    assert {"CPU offload copies"} <= {t.name for t in on.terms}
+
+
+def test_dominant_fixed_costs_name_a_batch_that_fits_and_amortises_them():
+    import re
+
+    from gpuplan.plan.build import plan_file
+    from tests.helpers.planning import ENV, SPECS
+
+    over = {"training": {"per_device_train_batch_size": 1}, "data": {"seq_len": 256}}
+    plan = plan_file(SPECS / "a100-fp16.toml", environment=ENV, overrides=over)
+    assert plan.throughput.step_time["bound_by"] == "fixed costs"
+    note = next(d for d in plan.diagnostics if d.key == "training.per_device_train_batch_size" and d.severity == "note")
+    assert "fixed costs" in note.summary and "1 x 256 tokens" in note.summary
+    batch = int(re.match(r"training.per_device_train_batch_size = (\d+)", note.fix).group(1))
+    fixed = plan_file(SPECS / "a100-fp16.toml", environment=ENV,
+                      overrides={**over, "training": {"per_device_train_batch_size": batch}})
+    assert fixed.memory.fits and fixed.throughput.step_time["shares"]["fixed costs"] < 0.25  # the fix works
+    assert not any(d.key == "training.per_device_train_batch_size" and d.severity == "note" for d in fixed.diagnostics)
+
+
+def test_the_cpu_figures_are_measured_once_and_cached(tmp_path, monkeypatch):
+    from gpuplan.hardware import cpu_probe
+    from gpuplan.hardware.detect import cpu_profile
+
+    path = tmp_path / "cpu-probe.json"
+    monkeypatch.setenv(cpu_probe.PROBE_ENV, str(path))
+    first = cpu_probe.cpu_figures(2)  # a real torch matmul and copy on this CPU
+    assert first["fp32_tflops"] > 0 and first["gbyte_per_s"] > 0 and path.exists()
+
+    def again(*_a, **_k):
+        raise AssertionError("measured twice")
+
+    monkeypatch.setattr(cpu_probe, "measure", again)
+    assert cpu_probe.cpu_figures(2)["fp32_tflops"] == first["fp32_tflops"]  # from the cache
+    from gpuplan.hardware.detect import _cpu_count
+
+    if _cpu_count() == 2:  # the profile of this machine reads the same cache: the measured figures, not nominal
+        profile, how = cpu_profile()
+        assert profile.peak_tflops["fp32"] == round(first["fp32_tflops"], 4) and "measured" in how
