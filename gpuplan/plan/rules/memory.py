@@ -9,6 +9,7 @@ device is the target (TrainingArguments.per_device_train_batch_size = 8).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
@@ -164,9 +165,10 @@ def fit(ctx: Resolver) -> None:
     for method in (tuple(METHODS) if asked == "auto" else (asked,)):
         adapters = adapters_for(method, ctx)
         dtype, dtype_reason = frozen_base_dtype(ctx, method, bool(bf16), ctx.get(QUANT_COMPUTE))
-        weight_dtype = dtype if method == "lora" else base.weight_dtype  # qlora: the estimate reads the 4-bit layout
+        m = METHODS[method]  # a 16-bit frozen base takes the compute dtype; qlora's estimate reads the 4-bit layout
+        weight_dtype = dtype if m.frozen_base and not m.quantized_base else base.weight_dtype
         problem = dataclasses.replace(problem, base=dataclasses.replace(
-            base, adapters=adapters, reference=reference_for(ctx, method), weight_dtype=weight_dtype))
+            base, adapters=adapters, reference=reference_for(ctx, method), weight_dtype=cast(Any, weight_dtype)))
         engines = METHODS[method].engines  # lora/qlora shard too (estimate/memory/adapters_sharded.py)
         planned = tuple(sh for sh in shardings if sh.engine in engines)
         if planned != shardings:

@@ -183,6 +183,7 @@ def lora_layer_bytes(facts: ModelFacts, wl: Workload, style: str) -> tuple[int, 
     """(per-token bytes, per-layer bytes) one LoRA layer keeps for backward, the per-token bytes the
     first layer keeps less (first_layer_saving; 0 with checkpointing), and a note if no row."""
     a = wl.adapters
+    assert a is not None, "lora_layer_bytes prices an adapter workload"
     mode = lora_mode(wl)
     row = ROWS.get((style, mode, a.method)) or ROWS.get((style, mode, "lora"))
     note = None
@@ -218,7 +219,7 @@ def dora_transient_bytes(facts: ModelFacts, wl: Workload) -> int:
     """The largest transient DoRA builds in one target's forward: eye(in) in fp32 (and its 16-bit
     cast under autocast), the lora weight, weight + lora weight and the weight's cast copy."""
     a = wl.adapters
-    if not a.use_dora:
+    if a is None or not a.use_dora:
         return 0
     amp = wl.amp is not None
     worst = 0
