@@ -8,7 +8,7 @@ import huggingface_hub.constants
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
 from tests.helpers.hub_cache import add_repo
 
-from gpuplan.apply.adapters import default_unquantized
+from gpuplan.apply.quant4_load import default_unquantized
 
 
 def _keys(config: dict) -> list[str]:

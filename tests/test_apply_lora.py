@@ -130,7 +130,8 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from gpuplan.apply.adapters import keep_training_layout, quantization_config
+    from gpuplan.apply.adapters import keep_training_layout
+    from gpuplan.apply.quant4_load import quantization_config
 
     x = _tokens(1)
     with torch.no_grad():

@@ -64,7 +64,8 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
                  device: str | None = None) -> Loaded:
     import torch
 
-    from gpuplan.apply.adapters import keep_training_layout, load_kwargs
+    from gpuplan.apply.adapters import keep_training_layout
+    from gpuplan.apply.quant4_load import load_kwargs
     from gpuplan.apply.convert import torch_dtype
     from gpuplan.apply.errors import ApplyError
     from gpuplan.apply.model import _auto_class

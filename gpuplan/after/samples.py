@@ -30,7 +30,7 @@ def check(plan: Plan) -> None:
     if plan.value("model.task") != "causal-lm":
         raise ApplyError(f"eval.sample_prompts generates text, which needs model.task = \"causal-lm\" "
                          f"(this run: {plan.value('model.task')!r}); remove eval.sample_prompts", key="eval.sample_prompts")
-    world = int(plan.value("hardware.count")) * int(plan.value("hardware.nodes"))
+    world = plan.world_size
     if world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed"):
         raise ApplyError(f"eval.sample_prompts with distributed.strategy = {plan.get('distributed.strategy')!r} on "
                          f"{world} processes: the weights are sharded and rank 0 cannot generate alone",

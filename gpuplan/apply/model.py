@@ -3,7 +3,7 @@
 Reads only plan values: model.config, model.name_or_path, model.from_scratch,
 model.task, model.num_labels, model.dtype (through convert.torch_dtype),
 model.attn_implementation, model.trust_remote_code, model.allow_pickle_weights, and for
-model.method = "qlora" the 4-bit settings (adapters.load_kwargs).
+model.method = "qlora" the 4-bit settings (quant4_load.load_kwargs).
 Nothing is fetched from the Hub here: a Hub id's files were downloaded at the start of
 apply (gpuplan/hub/fetch.py) and load from the cache with `local_files_only=True`.
 """
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from gpuplan.plan.types import Plan
 
-from .adapters import load_kwargs
+from .quant4_load import load_kwargs
 from .convert import refusal_fix, torch_dtype, uses_cpu
 from .errors import ApplyError
 
