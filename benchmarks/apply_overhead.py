@@ -37,26 +37,63 @@ def bench_plan(out_dir: str, steps: int):
     from gpuplan.plan.types import Plan, Setting
 
     values = {
-        "model.config": str(CONFIG), "model.name_or_path": None, "model.from_scratch": True,
-        "model.task": "causal-lm", "model.num_labels": 2, "model.dtype": "float32",
-        "model.attn_implementation": "sdpa", "model.trust_remote_code": False, "model.allow_pickle_weights": False,
-        "hardware.count": 1, "hardware.nodes": 1,
-        "data.train_files": [str(CORPUS)], "data.eval_files": [], "data.eval_fraction": 0.0,
-        "data.text_field": "text", "data.label_field": None, "data.seq_len": SEQ_LEN, "data.packing": True,
-        "training.effective_batch_size": BATCH, "training.per_device_train_batch_size": BATCH,
-        "training.per_device_eval_batch_size": BATCH, "training.gradient_accumulation_steps": 1,
-        "training.gradient_checkpointing": False, "training.bf16": False, "training.fp16": False,
-        "training.tf32": False, "training.optim": "adamw_torch_fused", "training.learning_rate": LR,
-        "training.max_steps": steps, "training.num_train_epochs": 1.0, "training.lr_scheduler_type": "cosine",
-        "training.warmup_steps": 5, "training.weight_decay": 0.0, "training.max_grad_norm": 1.0,
-        "training.logging_steps": 10, "training.save_steps": 10_000, "training.save_total_limit": 1,
-        "training.eval_steps": None, "training.seed": 0, "training.dataloader_pin_memory": False,
-        "training.dataloader_num_workers": 0, "training.torch_compile": False,
-        "training.torch_compile_backend": "inductor", "training.torch_empty_cache_steps": 0,
+        "model.config": str(CONFIG),
+        "model.name_or_path": None,
+        "model.from_scratch": True,
+        "model.task": "causal-lm",
+        "model.num_labels": 2,
+        "model.dtype": "float32",
+        "model.attn_implementation": "sdpa",
+        "model.trust_remote_code": False,
+        "model.allow_pickle_weights": False,
+        "hardware.count": 1,
+        "hardware.nodes": 1,
+        "data.train_files": [str(CORPUS)],
+        "data.eval_files": [],
+        "data.eval_fraction": 0.0,
+        "data.text_field": "text",
+        "data.label_field": None,
+        "data.seq_len": SEQ_LEN,
+        "data.packing": True,
+        "training.effective_batch_size": BATCH,
+        "training.per_device_train_batch_size": BATCH,
+        "training.per_device_eval_batch_size": BATCH,
+        "training.gradient_accumulation_steps": 1,
+        "training.gradient_checkpointing": False,
+        "training.bf16": False,
+        "training.fp16": False,
+        "training.tf32": False,
+        "training.optim": "adamw_torch_fused",
+        "training.learning_rate": LR,
+        "training.max_steps": steps,
+        "training.num_train_epochs": 1.0,
+        "training.lr_scheduler_type": "cosine",
+        "training.warmup_steps": 5,
+        "training.weight_decay": 0.0,
+        "training.max_grad_norm": 1.0,
+        "training.logging_steps": 10,
+        "training.save_steps": 10_000,
+        "training.save_total_limit": 1,
+        "training.eval_steps": None,
+        "training.seed": 0,
+        "training.dataloader_pin_memory": False,
+        "training.dataloader_num_workers": 0,
+        "training.torch_compile": False,
+        "training.torch_compile_backend": "inductor",
+        "training.torch_empty_cache_steps": 0,
         "output.dir": out_dir,
     }
-    cpu = {"name": "cpu", "vendor": "cpu", "memory_bytes": 16 * 2**30, "compute_capability": None, "bf16": False,
-           "tf32": False, "fp8": False, "peak_tflops": {"fp32": 0.5}, "memory_bandwidth_gbps": 20.0}
+    cpu = {
+        "name": "cpu",
+        "vendor": "cpu",
+        "memory_bytes": 16 * 2**30,
+        "compute_capability": None,
+        "bf16": False,
+        "tf32": False,
+        "fp8": False,
+        "peak_tflops": {"fp32": 0.5},
+        "memory_bandwidth_gbps": 20.0,
+    }
     return Plan(None, None, cpu, {}, {k: Setting(v, "user") for k, v in values.items()})
 
 
@@ -66,15 +103,25 @@ def run_gpuplan(out_dir: str, steps: int) -> dict:
     called = time.perf_counter()
     r = execute(bench_plan(out_dir, steps), echo=lambda s: None, progress=False)
     # time_to_first_step_s counts from the start of execute(); shift it to process start
-    return {"steady_tokens_per_second": r["steady_tokens_per_second"],
-            "time_to_first_step_s": r["time_to_first_step_s"] + (called - T0), "loss_last": r["train_loss_last"]}
+    return {
+        "steady_tokens_per_second": r["steady_tokens_per_second"],
+        "time_to_first_step_s": r["time_to_first_step_s"] + (called - T0),
+        "loss_last": r["train_loss_last"],
+    }
 
 
 def run_hand_written(out_dir: str, steps: int) -> dict:
     """What a person writes by hand: bytes in, 128-token blocks, a Llama config, Trainer."""
     import torch
-    from transformers import (AutoConfig, AutoModelForCausalLM, DataCollatorForLanguageModeling, Trainer,
-                              TrainerCallback, TrainingArguments, set_seed)
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
 
     from gpuplan.apply.tokenizer import byte_level_tokenizer
 
@@ -92,13 +139,38 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
             self.last = now
 
     args = dict(
-        output_dir=out_dir, use_cpu=True, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
-        gradient_accumulation_steps=1, activation_checkpointing=False, torch_empty_cache_steps=None,
-        bf16=False, fp16=False, tf32=False, optim="adamw_torch_fused", learning_rate=LR, weight_decay=0.0,
-        max_grad_norm=1.0, lr_scheduler_type="cosine", warmup_steps=5, max_steps=steps, num_train_epochs=1.0,
-        seed=0, dataloader_pin_memory=False, dataloader_num_workers=0, torch_compile=False,
-        torch_compile_backend=None, torch_compile_mode=None, logging_steps=10, logging_first_step=True, save_steps=10_000,
-        save_total_limit=1, eval_strategy="no", eval_steps=None, report_to="none", disable_tqdm=True,
+        output_dir=out_dir,
+        use_cpu=True,
+        per_device_train_batch_size=BATCH,
+        per_device_eval_batch_size=BATCH,
+        gradient_accumulation_steps=1,
+        activation_checkpointing=False,
+        torch_empty_cache_steps=None,
+        bf16=False,
+        fp16=False,
+        tf32=False,
+        optim="adamw_torch_fused",
+        learning_rate=LR,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        lr_scheduler_type="cosine",
+        warmup_steps=5,
+        max_steps=steps,
+        num_train_epochs=1.0,
+        seed=0,
+        dataloader_pin_memory=False,
+        dataloader_num_workers=0,
+        torch_compile=False,
+        torch_compile_backend=None,
+        torch_compile_mode=None,
+        logging_steps=10,
+        logging_first_step=True,
+        save_steps=10_000,
+        save_total_limit=1,
+        eval_strategy="no",
+        eval_steps=None,
+        report_to="none",
+        disable_tqdm=True,
     )
     from gpuplan.apply.convert import training_arguments_kwargs
 
@@ -110,14 +182,19 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
     for line in CORPUS.read_text(encoding="utf-8").splitlines():
         if line.strip():
             ids += list(line.encode("utf-8")) + [tok.eos_token_id]
-    blocks = [{"input_ids": ids[i:i + SEQ_LEN]} for i in range(0, len(ids) - SEQ_LEN + 1, SEQ_LEN)]
+    blocks = [{"input_ids": ids[i : i + SEQ_LEN]} for i in range(0, len(ids) - SEQ_LEN + 1, SEQ_LEN)]
     cfg = json.loads(CONFIG.read_text())
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     timer = StepTimer()
-    trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=blocks,
-                      data_collator=DataCollatorForLanguageModeling(tok, mlm=False), processing_class=tok,
-                      callbacks=[timer])
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**args),
+        train_dataset=blocks,
+        data_collator=DataCollatorForLanguageModeling(tok, mlm=False),
+        processing_class=tok,
+        callbacks=[timer],
+    )
     out = trainer.train()
     tps = timer.steps * BATCH * SEQ_LEN / timer.time if timer.time else None
     return {"steady_tokens_per_second": tps, "time_to_first_step_s": timer.first, "loss_last": out.training_loss}
@@ -142,17 +219,18 @@ def main() -> None:
     results: dict[str, list[dict]] = {"gpuplan": [], "hand": []}
     for i in range(a.runs):
         for kind in ("gpuplan", "hand") if i % 2 == 0 else ("hand", "gpuplan"):
-            p = subprocess.run([sys.executable, __file__, "--one", kind, "--steps", str(a.steps)], env=env,
-                               capture_output=True, text=True, cwd=REPO)
+            p = subprocess.run(
+                [sys.executable, __file__, "--one", kind, "--steps", str(a.steps)], env=env, capture_output=True, text=True, cwd=REPO
+            )
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
             if p.returncode != 0 or not line:
                 sys.exit(f"{kind} run failed:\n{p.stderr[-3000:]}")
             results[kind].append(json.loads(line[-1][7:]))
             r = results[kind][-1]
-            print(f"{kind:8s} {r['steady_tokens_per_second']:9,.0f} tokens/s  first step {r['time_to_first_step_s']:.2f} s",
-                  flush=True)
-    med = {k: {m: statistics.median(r[m] for r in v) for m in ("steady_tokens_per_second", "time_to_first_step_s")}
-           for k, v in results.items()}
+            print(f"{kind:8s} {r['steady_tokens_per_second']:9,.0f} tokens/s  first step {r['time_to_first_step_s']:.2f} s", flush=True)
+    med = {
+        k: {m: statistics.median(r[m] for r in v) for m in ("steady_tokens_per_second", "time_to_first_step_s")} for k, v in results.items()
+    }
     thr = med["gpuplan"]["steady_tokens_per_second"] / med["hand"]["steady_tokens_per_second"]
     ttfs = med["gpuplan"]["time_to_first_step_s"] / med["hand"]["time_to_first_step_s"]
     print(f"throughput ratio gpuplan/hand {thr:.3f} (target >= 0.97); time-to-first-step ratio {ttfs:.3f}")
@@ -160,15 +238,20 @@ def main() -> None:
     lo = {k: min(r["steady_tokens_per_second"] for r in v) for k, v in results.items()}
     hi = {k: max(r["steady_tokens_per_second"] for r in v) for k, v in results.items()}
     noisy = max(hi[k] / lo[k] for k in hi) > 1.2  # a path varying by >20% run to run: the machine is busy
-    load = (f"1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
-            f"on {os.cpu_count()} CPUs")
-    noise = (f"\n\nToo noisy to measure ({load}): one path's runs differ by more than 20%, more than the"
-             " difference between the paths. Rerun on a quiet machine." if noisy else f"\n\nMachine: {load}.")
+    load = f"1-minute load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs"
+    noise = (
+        f"\n\nToo noisy to measure ({load}): one path's runs differ by more than 20%, more than the"
+        " difference between the paths. Rerun on a quiet machine."
+        if noisy
+        else f"\n\nMachine: {load}."
+    )
     rows = "\n".join(
         f"| {k} | {med[k]['steady_tokens_per_second']:,.0f} | "
         f"{min(r['steady_tokens_per_second'] for r in results[k]):,.0f}-"
         f"{max(r['steady_tokens_per_second'] for r in results[k]):,.0f} | "
-        f"{med[k]['time_to_first_step_s']:.2f} |" for k in ("gpuplan", "hand"))
+        f"{med[k]['time_to_first_step_s']:.2f} |"
+        for k in ("gpuplan", "hand")
+    )
     body = f"""Tiny Llama (specs/models/tiny-llama-cpu.json) from scratch on specs/data/tiny-corpus.txt, CPU,
 seq_len {SEQ_LEN}, batch {BATCH}, {a.steps} steps, adamw_torch_fused; {a.runs} fresh-process runs of each,
 alternating. Throughput is over the steps after the first; time to first step counts from process start

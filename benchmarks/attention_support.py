@@ -33,16 +33,17 @@ def read_support() -> dict:
     families = {}
     for model_type in known_model_types():
         module = model_type_to_module_name(model_type)
-        cls = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"),
-                      MODEL_MAPPING_NAMES[model_type])
+        cls = getattr(importlib.import_module(f"transformers.models.{module}.modeling_{module}"), MODEL_MAPPING_NAMES[model_type])
         families[model_type] = {
             "sdpa": bool(cls._supports_sdpa),
             "flash_attention_2": bool(cls._supports_flash_attn),
             "flex_attention": bool(cls._supports_flex_attn),
         }
-    return {"transformers": transformers.__version__,
-            "source": "PreTrainedModel._supports_sdpa / _supports_flash_attn / _supports_flex_attn of each base model class",
-            "families": families}
+    return {
+        "transformers": transformers.__version__,
+        "source": "PreTrainedModel._supports_sdpa / _supports_flash_attn / _supports_flex_attn of each base model class",
+        "families": families,
+    }
 
 
 def render(table: dict) -> str:

@@ -42,12 +42,11 @@ BOUNDS = {"DEQUANT_BW_FRACTION": 1.0, "PCIE_FRACTION": 1.0, "TRAINER_STEP_S": 0.
 
 
 def current() -> list[float]:
-    return ([K.FITTED[c].matmul_efficiency for c in CLASSES] + [K.FITTED["ampere-dc"].kernel_s]
-            + [getattr(K, g) for g in GLOBALS])
+    return [K.FITTED[c].matmul_efficiency for c in CLASSES] + [K.FITTED["ampere-dc"].kernel_s] + [getattr(K, g) for g in GLOBALS]
 
 
 def apply(values: list[float]) -> None:
-    etas, kernel, rest = values[:len(CLASSES)], values[len(CLASSES)], values[len(CLASSES) + 1:]
+    etas, kernel, rest = values[: len(CLASSES)], values[len(CLASSES)], values[len(CLASSES) + 1 :]
     for c, eta in zip(CLASSES, etas):
         K.FITTED[c] = dataclasses.replace(K.FITTED[c], matmul_efficiency=min(eta, 0.95), kernel_s=kernel)
     for g, v in zip(GLOBALS, rest):
@@ -70,8 +69,9 @@ def objective(logs: list[float], runs) -> float:
 def report(runs) -> list[str]:
     by = errors(runs)
     every = [abs(e) for v in by.values() for e in v]
-    lines = [f"  {s}: {len(v)} rows, median |error| {statistics.median(map(abs, v)):.1%}, max {max(map(abs, v)):.1%}"
-             for s, v in by.items()]
+    lines = [
+        f"  {s}: {len(v)} rows, median |error| {statistics.median(map(abs, v)):.1%}, max {max(map(abs, v)):.1%}" for s, v in by.items()
+    ]
     lines.append(f"  overall: {len(every)} rows, median {statistics.median(every):.1%}, max {max(every):.1%}")
     print("\n".join(lines))
     return lines
@@ -81,10 +81,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=600)
     ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md as it is")
-    ap.add_argument("--holdout", action="store_true",
-                    help="fit on every other row of each source, report the rows left out (a memorisation check)")
-    ap.add_argument("--start", type=lambda t: [float(x) for x in t.split(",")], default=None,
-                    help="comma-separated start values, in the order printed")
+    ap.add_argument(
+        "--holdout", action="store_true", help="fit on every other row of each source, report the rows left out (a memorisation check)"
+    )
+    ap.add_argument(
+        "--start", type=lambda t: [float(x) for x in t.split(",")], default=None, help="comma-separated start values, in the order printed"
+    )
     args = ap.parse_args()
     from scipy.optimize import minimize
 
@@ -101,12 +103,13 @@ def main() -> int:
     print("start:")
     report(runs)
     x0 = [math.log(v) for v in (args.start or current())]
-    res = minimize(objective, x0, args=(runs,), method="Nelder-Mead",
-                   options={"maxiter": args.iterations, "xatol": 1e-3, "fatol": 1e-5})
+    res = minimize(objective, x0, args=(runs,), method="Nelder-Mead", options={"maxiter": args.iterations, "xatol": 1e-3, "fatol": 1e-5})
     apply([math.exp(x) for x in res.x])
     values = current()  # as applied: bounded
-    out = [f"fitted on {len(runs)} rows ({res.nit} iterations, objective {res.fun:.4f}):",
-           *(f"  {name} = {v:.4g}" for name, v in zip(NAMES, values))]
+    out = [
+        f"fitted on {len(runs)} rows ({res.nit} iterations, objective {res.fun:.4f}):",
+        *(f"  {name} = {v:.4g}" for name, v in zip(NAMES, values)),
+    ]
     print("\n".join(out))
     out += ["errors on the rows fitted:", *report(runs)]
     if held:
@@ -115,8 +118,12 @@ def main() -> int:
     if not args.no_write:
         name = "fit_step_time_holdout" if held else "fit_step_time"
         title = "Step-time fit, half the rows held out" if held else "Step-time fit (the constants in constants.py)"
-        write_section(name, title, "```text\n" + "\n".join(out) + "\n```",
-                      command="python benchmarks/fit_step_time.py" + (" --holdout" if held else ""))
+        write_section(
+            name,
+            title,
+            "```text\n" + "\n".join(out) + "\n```",
+            command="python benchmarks/fit_step_time.py" + (" --holdout" if held else ""),
+        )
     return 0
 
 

@@ -31,8 +31,10 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 
 PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
 GIB = 1024**3
-ANSWERAI = ("fsdp_qlora train.py, precision bf16 (pure bf16: bf16 LoRA and Adam states, a bf16 rest); planned as peft "
-            "+ accelerate do it: fp32 adapters, fp32 rest (prepare_model_for_kbit_training)")
+ANSWERAI = (
+    "fsdp_qlora train.py, precision bf16 (pure bf16: bf16 LoRA and Adam states, a bf16 rest); planned as peft "
+    "+ accelerate do it: fp32 adapters, fp32 rest (prepare_model_for_kbit_training)"
+)
 PEFT = "peft's FSDP guide (TRL SFTTrainer, accelerate FSDP, bf16 AMP, quant storage bf16, FA2)"
 # index -> (config, GPU, fields of the Workload, measure, note); method, r, batch and seq from the row
 ROWS: dict[int, tuple[str, str, dict, str, str]] = {}
@@ -44,14 +46,22 @@ ROWS[325] = ("yi-34b", "RTX-3090", {}, "reserved", ANSWERAI)
 ROWS[326] = ("yi-34b", "RTX-3090", {"offload": True}, "reserved", ANSWERAI)
 ROWS[327] = ("llama-2-70b", "RTX-3090", {"offload": True}, "reserved", ANSWERAI)
 for idx in (330, 331):
-    ROWS[idx] = ("mistral-7b-v0.3", "RTX-4090", {"offload": True}, "reserved",
-                 ANSWERAI + "; the v0.3 config (vocab 32768 vs v0.2's 32000)")
-ROWS[229] = ("llama-2-70b", "RTX-4090", {"offload": True, "amp": "bf16", "attn": "flash_attention_2"}, "reserved",
-             PEFT + "; '24GB-class GPU'")
-ROWS[230] = ("llama-2-70b", "A100-80GB", {"amp": "bf16", "attn": "flash_attention_2"}, "reserved",
-             PEFT + "; GPU not stated")
-ROWS[228] = ("llama-2-70b", "H100-80GB", {"amp": "bf16", "attn": "flash_attention_2"}, "reserved",
-             PEFT + "; nvidia-smi 72-80 GB, the midpoint")
+    ROWS[idx] = ("mistral-7b-v0.3", "RTX-4090", {"offload": True}, "reserved", ANSWERAI + "; the v0.3 config (vocab 32768 vs v0.2's 32000)")
+ROWS[229] = (
+    "llama-2-70b",
+    "RTX-4090",
+    {"offload": True, "amp": "bf16", "attn": "flash_attention_2"},
+    "reserved",
+    PEFT + "; '24GB-class GPU'",
+)
+ROWS[230] = ("llama-2-70b", "A100-80GB", {"amp": "bf16", "attn": "flash_attention_2"}, "reserved", PEFT + "; GPU not stated")
+ROWS[228] = (
+    "llama-2-70b",
+    "H100-80GB",
+    {"amp": "bf16", "attn": "flash_attention_2"},
+    "reserved",
+    PEFT + "; nvidia-smi 72-80 GB, the midpoint",
+)
 LEFT_OUT = [
     ("323, 324 (fsdp_qlora 'FSDP in DDP mode')", "no sharding: not the FULL_SHARD rows this section checks"),
 ]
@@ -62,11 +72,19 @@ def workload(row: dict, facts, extra: dict) -> Workload:
     names = tuple(resolve_targets(facts, "all-linear", []))
     offload = extra.get("offload", False)
     return Workload(
-        per_device_batch=int(row["batch_size"]), seq_len=int(row["seq_len"]),
-        gradient_accumulation_steps=int(row["grad_accum"] or 1), weight_dtype="bfloat16", amp=extra.get("amp"),
-        optim="adamw_torch", gradient_checkpointing=bool(row["activation_checkpointing"]),
-        attn_implementation=extra.get("attn", "sdpa"), engine="fsdp", zero_stage=3,
-        shard_world_size=int(row["num_gpus"]), offload_params=offload, offload_optimizer=offload,
+        per_device_batch=int(row["batch_size"]),
+        seq_len=int(row["seq_len"]),
+        gradient_accumulation_steps=int(row["grad_accum"] or 1),
+        weight_dtype="bfloat16",
+        amp=extra.get("amp"),
+        optim="adamw_torch",
+        gradient_checkpointing=bool(row["activation_checkpointing"]),
+        attn_implementation=extra.get("attn", "sdpa"),
+        engine="fsdp",
+        zero_stage=3,
+        shard_world_size=int(row["num_gpus"]),
+        offload_params=offload,
+        offload_optimizer=offload,
         adapters=Adapters(method=method, r=int(row["lora_rank"]), target_modules=names),
     )
 
@@ -82,20 +100,37 @@ def run(write: bool = True) -> list[dict]:
         ours = (est.reserved_peak_bytes if measure == "reserved" else est.allocated_peak_bytes) / GIB
         value = row["value_gib"]
         if not est.components["activations"]:  # the peak is the load, before training starts
-            note += ("; the plan's peak is loading the whole 4-bit base onto each GPU before fully_shard (apply's "
-                     "device_map path without offload), above its training peak")
-        out.append(dict(idx=idx, model=row["model"].split(" ")[0], method=wl.adapters.method, r=wl.adapters.r,
-                        gpu=row["gpu"], batch=wl.per_device_batch, seq=wl.seq_len, offload=wl.offload_params,
-                        published=value, ours=ours, host=est.host_bytes / GIB, err=(ours - value) / value, note=note))
-        print(f"{idx:4d} {out[-1]['model']:30s} {wl.adapters.method:5s} b={wl.per_device_batch:<3d} s={wl.seq_len:<6d} "
-              f"offload={str(wl.offload_params):5s} published {value:6.2f}  plan {ours:6.2f} GiB  {out[-1]['err']:+.1%}")
+            note += (
+                "; the plan's peak is loading the whole 4-bit base onto each GPU before fully_shard (apply's "
+                "device_map path without offload), above its training peak"
+            )
+        out.append(
+            dict(
+                idx=idx,
+                model=row["model"].split(" ")[0],
+                method=wl.adapters.method,
+                r=wl.adapters.r,
+                gpu=row["gpu"],
+                batch=wl.per_device_batch,
+                seq=wl.seq_len,
+                offload=wl.offload_params,
+                published=value,
+                ours=ours,
+                host=est.host_bytes / GIB,
+                err=(ours - value) / value,
+                note=note,
+            )
+        )
+        print(
+            f"{idx:4d} {out[-1]['model']:30s} {wl.adapters.method:5s} b={wl.per_device_batch:<3d} s={wl.seq_len:<6d} "
+            f"offload={str(wl.offload_params):5s} published {value:6.2f}  plan {ours:6.2f} GiB  {out[-1]['err']:+.1%}"
+        )
     med = statistics.median(abs(r["err"]) for r in out)
     print(f"median |error| {med:.1%} over {len(out)} rows")
     if write:
         from results import write_section
 
-        write_section("fsdp_adapters", "LoRA / QLoRA under FSDP FULL_SHARD: the plan against published figures",
-                      render(out, med))
+        write_section("fsdp_adapters", "LoRA / QLoRA under FSDP FULL_SHARD: the plan against published figures", render(out, med))
     return out
 
 
@@ -111,9 +146,11 @@ def render(rows: list[dict], med: float) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['idx']} | {r['model']} | {r['method']} | {r['r']} | {r['gpu']} | {r['batch']} | {r['seq']} | "
-                     f"{'yes' if r['offload'] else 'no'} | {r['published']:.2f} | {r['ours']:.2f} | {r['err']:+.1%} | "
-                     f"{r['host']:.1f} | {r['note']} |")
+        lines.append(
+            f"| {r['idx']} | {r['model']} | {r['method']} | {r['r']} | {r['gpu']} | {r['batch']} | {r['seq']} | "
+            f"{'yes' if r['offload'] else 'no'} | {r['published']:.2f} | {r['ours']:.2f} | {r['err']:+.1%} | "
+            f"{r['host']:.1f} | {r['note']} |"
+        )
     lines += ["", "Left out:", ""]
     lines += [f"- {rows_}: {why}." for rows_, why in LEFT_OUT]
     return "\n".join(lines)

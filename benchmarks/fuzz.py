@@ -33,7 +33,7 @@ TESTS = {
     "small": "empty, whitespace, BOM, comment-only and tiny files",
     "bytes": "random bytes",
     "paths": "hostile paths in model.config / name_or_path / output.dir / train_files, --gpu overrides, "
-             "a directory or absurd name as the spec",
+    "a directory or absurd name as the spec",
     "huge": "files of several MB (a comment, a string, a list of up to 1M items, up to 260k keys) and one over the 16 MiB limit",
     "cli": "the real `gpuplan plan` command (subprocess)",
 }
@@ -45,8 +45,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "counts.json"
-        env = {**os.environ, "GPUPLAN_FUZZ_PROFILE": args.profile, "GPUPLAN_FUZZ_REPORT": str(report),
-               "HF_HUB_OFFLINE": "1"}
+        env = {**os.environ, "GPUPLAN_FUZZ_PROFILE": args.profile, "GPUPLAN_FUZZ_REPORT": str(report), "HF_HUB_OFFLINE": "1"}
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz_specs.py"]
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
@@ -64,8 +63,7 @@ def main() -> int:
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs (shared).\n\n"
         f"**{total} examples in {wall:.0f} s**; pytest: `{tail}`. Rejected = a PlanError whose every error names a "
         "key path or the file (with line:col for TOML syntax); accepted = a plan whose invariants held. "
-        "For `cli`, accepted/rejected are exit codes 0/1; a traceback or \"internal error\" fails.\n\n"
-        + "\n".join(rows)
+        'For `cli`, accepted/rejected are exit codes 0/1; a traceback or "internal error" fails.\n\n' + "\n".join(rows)
     )
     write_section("fuzz", "Fuzzing", body)
     print(body)

@@ -45,18 +45,43 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 _IDS = dict(pad_token_id=256, bos_token_id=257, eos_token_id=258)  # the byte-level tokenizer's (apply/tokenizer.py)
 FAMILIES = {  # GPU: ~150-200M parameters, vocabulary 32000 (a real-sized LM head)
-    "llama": dict(model_type="llama", hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                  num_attention_heads=16, num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, **_IDS),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        vocab_size=32000,
+        max_position_embeddings=4096,
+        **_IDS,
+    ),
     "gpt2": dict(model_type="gpt2", n_embd=1024, n_layer=12, n_head=16, vocab_size=32000, n_positions=2048, **_IDS),
-    "gpt_neox": dict(model_type="gpt_neox", hidden_size=1024, intermediate_size=4096, num_hidden_layers=12,
-                     num_attention_heads=16, vocab_size=32000, max_position_embeddings=2048, **_IDS),
+    "gpt_neox": dict(
+        model_type="gpt_neox",
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=12,
+        num_attention_heads=16,
+        vocab_size=32000,
+        max_position_embeddings=2048,
+        **_IDS,
+    ),
 }
 TINY = {  # CPU: the same families, small enough for a few steps in seconds
-    "llama": dict(FAMILIES["llama"], hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=260),
+    "llama": dict(
+        FAMILIES["llama"],
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=260,
+    ),
     "gpt2": dict(FAMILIES["gpt2"], n_embd=64, n_layer=2, n_head=4, vocab_size=260),
-    "gpt_neox": dict(FAMILIES["gpt_neox"], hidden_size=64, intermediate_size=256, num_hidden_layers=2,
-                     num_attention_heads=4, vocab_size=260),
+    "gpt_neox": dict(
+        FAMILIES["gpt_neox"], hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=260
+    ),
 }
 # method -> spec tables it adds. lora/qlora: [lora] at its defaults (r 16), on a saved base (save_base).
 METHODS: dict[str, dict] = {"full": {}, "lora": {"model": {"method": "lora"}}, "qlora": {"model": {"method": "qlora"}}}
@@ -66,26 +91,31 @@ CORPUS = ROOT / "specs" / "data" / "tiny-corpus.txt"
 
 
 def matrix(families, methods, precisions, checkpointing=(False, True)) -> list[dict]:
-    return [dict(family=f, method=m, precision=p, ckpt=c)
-            for m in methods for f in families for p in precisions for c in checkpointing]
+    return [dict(family=f, method=m, precision=p, ckpt=c) for m in methods for f in families for p in precisions for c in checkpointing]
 
 
 def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int, seq: int, steps: int) -> str:
     """`cfg`: a config.json (full: trained from scratch) or, for lora/qlora, the saved base's directory."""
-    model = ({"name_or_path": cfg} if case["method"] in ADAPTER_METHODS else {"config": cfg, "from_scratch": True})
+    model = {"name_or_path": cfg} if case["method"] in ADAPTER_METHODS else {"config": cfg, "from_scratch": True}
     tables: dict[str, dict] = {
         "model": {**model, "task": "causal-lm"},
         "hardware": {"gpu": gpu, "count": 1},
         "data": {"train_files": [data], "seq_len": seq},
-        "training": {"effective_batch_size": batch, "per_device_train_batch_size": batch, "max_steps": steps,
-                     "gradient_checkpointing": case["ckpt"], "logging_steps": 1, "save_steps": 100000, "seed": 0,
-                     **PRECISIONS[case["precision"]]},
+        "training": {
+            "effective_batch_size": batch,
+            "per_device_train_batch_size": batch,
+            "max_steps": steps,
+            "gradient_checkpointing": case["ckpt"],
+            "logging_steps": 1,
+            "save_steps": 100000,
+            "seed": 0,
+            **PRECISIONS[case["precision"]],
+        },
         "output": {"dir": out},
     }
     for section, values in METHODS[case["method"]].items():
         tables[section] = {**tables.get(section, {}), **values}
-    return "\n".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items())
-                     for name, t in tables.items())
+    return "\n".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items()) for name, t in tables.items())
 
 
 def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, steps: int):
@@ -99,8 +129,18 @@ def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, step
         cfg = work / "config.json"
         cfg.write_text(json.dumps((FAMILIES if device == "cuda" else TINY)[case["family"]]))
     spec = work / "spec.toml"
-    spec.write_text(spec_text(case, str(cfg), str(work / "train.txt"), str(work / "run"), gpu="auto" if device == "cuda"
-                              else "cpu", batch=batch, seq=seq, steps=steps))
+    spec.write_text(
+        spec_text(
+            case,
+            str(cfg),
+            str(work / "train.txt"),
+            str(work / "run"),
+            gpu="auto" if device == "cuda" else "cpu",
+            batch=batch,
+            seq=seq,
+            steps=steps,
+        )
+    )
     return plan_file(spec, detect=detect_hardware, environment=local_environment())
 
 
@@ -168,8 +208,7 @@ class DeviceMemorySampler:
             pynvml.nvmlInit()
             h = pynvml.nvmlDeviceGetHandleByIndex(0)
             self.source = "pynvml (this process)"
-            return lambda: max([p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                                if p.pid == pid] or [0])
+            return lambda: max([p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid == pid] or [0])
         except Exception:  # no pynvml, or no driver
             pass
         try:
@@ -177,10 +216,14 @@ class DeviceMemorySampler:
             self.source, self.interval = "nvidia-smi (this process)", 0.5
 
             def smi() -> int:
-                out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=10).stdout
-                return max([int(m) * 2**20 for p, m in (ln.split(",") for ln in out.splitlines() if "," in ln)
-                            if int(p) == pid] or [0])
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
+                return max([int(m) * 2**20 for p, m in (ln.split(",") for ln in out.splitlines() if "," in ln) if int(p) == pid] or [0])
+
             return smi
         except Exception:  # no nvidia-smi
             pass
@@ -233,16 +276,32 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
     mem, thr = plan.memory, plan.throughput
     planned = "bf16" if plan.value("training.bf16") else "fp16" if plan.value("training.fp16") else "fp32"
     return dict(
-        case, batch=batch, seq_len=seq, steps=steps, device=device, gpu=plan.hardware.name, planned=planned,
-        measured=dict(allocated=res.get("peak_allocated_bytes"), reserved=res.get("peak_reserved_bytes"),
-                      nvml_used=getattr(sampler, "peak", None), nvml_source=getattr(sampler, "source", None),
-                      device_used=getattr(sampler, "peak_device", None),
-                      rss=res.get("peak_rss_bytes"), tokens_per_second=res.get("steady_tokens_per_second")
-                      or res.get("tokens_per_second"), train_runtime_s=res.get("train_runtime_s"),
-                      loss_first=res.get("train_loss_first"), loss_last=res.get("train_loss_last")),
-        plan=dict(allocated=mem.allocated_peak_bytes, reserved=mem.reserved_peak_bytes,
-                  capacity=mem.capacity_bytes, tokens_per_second=thr.tokens_per_second,
-                  workload=mem.workload.to_dict() if mem.workload else None),
+        case,
+        batch=batch,
+        seq_len=seq,
+        steps=steps,
+        device=device,
+        gpu=plan.hardware.name,
+        planned=planned,
+        measured=dict(
+            allocated=res.get("peak_allocated_bytes"),
+            reserved=res.get("peak_reserved_bytes"),
+            nvml_used=getattr(sampler, "peak", None),
+            nvml_source=getattr(sampler, "source", None),
+            device_used=getattr(sampler, "peak_device", None),
+            rss=res.get("peak_rss_bytes"),
+            tokens_per_second=res.get("steady_tokens_per_second") or res.get("tokens_per_second"),
+            train_runtime_s=res.get("train_runtime_s"),
+            loss_first=res.get("train_loss_first"),
+            loss_last=res.get("train_loss_last"),
+        ),
+        plan=dict(
+            allocated=mem.allocated_peak_bytes,
+            reserved=mem.reserved_peak_bytes,
+            capacity=mem.capacity_bytes,
+            tokens_per_second=thr.tokens_per_second,
+            workload=mem.workload.to_dict() if mem.workload else None,
+        ),
     )
 
 
@@ -256,34 +315,52 @@ def _err(measured, planned) -> str:
 
 def render(rows: list[dict], summary: dict) -> str:
     cuda = summary["device"] == "cuda"
-    head = (f"{summary['gpu']}, {len(rows)} cases, {summary['wall_s']:.0f} s wall ({summary['skipped']} skipped "
-            f"over the {summary['budget_s']:.0f} s budget). Error = (plan - measured) / measured.")
+    head = (
+        f"{summary['gpu']}, {len(rows)} cases, {summary['wall_s']:.0f} s wall ({summary['skipped']} skipped "
+        f"over the {summary['budget_s']:.0f} s budget). Error = (plan - measured) / measured."
+    )
     if summary.get("load_average"):
-        head += (f" 1-minute load average {summary['load_average'][0]} at the start, {summary['load_average'][1]} "
-                 f"at the end, on {summary.get('cpus')} CPUs.")
+        head += (
+            f" 1-minute load average {summary['load_average'][0]} at the start, {summary['load_average'][1]} "
+            f"at the end, on {summary.get('cpus')} CPUs."
+        )
     if cuda:
-        lines = [head, "", "| family | method | precision (planned) | ckpt | batch x seq | max_memory_allocated GiB | plan "
-                 "GiB (err) | max_memory_reserved GiB | plan reserved GiB (err) | NVML used GiB (process / device) | tokens/s | "
-                 "plan tokens/s |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines = [
+            head,
+            "",
+            "| family | method | precision (planned) | ckpt | batch x seq | max_memory_allocated GiB | plan "
+            "GiB (err) | max_memory_reserved GiB | plan reserved GiB (err) | NVML used GiB (process / device) | tokens/s | "
+            "plan tokens/s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     else:
-        lines = [head, "CPU: no CUDA counters; peak RSS is the whole process (interpreter, libraries, data), "
-                 "the plan's figure is the tensor peak.", "",
-                 "| family | method | precision (planned) | ckpt | batch x seq | peak RSS GiB | plan tensor peak GiB | "
-                 "train s | tokens/s | plan tokens/s | loss first -> last |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines = [
+            head,
+            "CPU: no CUDA counters; peak RSS is the whole process (interpreter, libraries, data), the plan's figure is the tensor peak.",
+            "",
+            "| family | method | precision (planned) | ckpt | batch x seq | peak RSS GiB | plan tensor peak GiB | "
+            "train s | tokens/s | plan tokens/s | loss first -> last |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for r in rows:
         m, p = r["measured"], r["plan"]
-        lead = (f"| {r['family']} | {r['method']} | {r['precision']} ({r['planned']}) | {'on' if r['ckpt'] else 'off'} | "
-                f"{r['batch']} x {r['seq_len']} |")
+        lead = (
+            f"| {r['family']} | {r['method']} | {r['precision']} ({r['planned']}) | {'on' if r['ckpt'] else 'off'} | "
+            f"{r['batch']} x {r['seq_len']} |"
+        )
         tps = f"{m['tokens_per_second']:,.0f}" if m["tokens_per_second"] else "-"
         ptps = f"{p['tokens_per_second']:,.0f}" if p["tokens_per_second"] else "-"
         if cuda:
-            lines.append(f"{lead} {_gib(m['allocated'])} | {_gib(p['allocated'])} ({_err(m['allocated'], p['allocated'])}) | "
-                         f"{_gib(m['reserved'])} | {_gib(p['reserved'])} ({_err(m['reserved'], p['reserved'])}) | "
-                         f"{_gib(m['nvml_used'])} / {_gib(m.get('device_used'))} | {tps} | {ptps} |")
+            lines.append(
+                f"{lead} {_gib(m['allocated'])} | {_gib(p['allocated'])} ({_err(m['allocated'], p['allocated'])}) | "
+                f"{_gib(m['reserved'])} | {_gib(p['reserved'])} ({_err(m['reserved'], p['reserved'])}) | "
+                f"{_gib(m['nvml_used'])} / {_gib(m.get('device_used'))} | {tps} | {ptps} |"
+            )
         else:
-            lines.append(f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | "
-                         f"{tps} | {ptps} | {m['loss_first']:.3f} -> {m['loss_last']:.3f} |")
+            lines.append(
+                f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | "
+                f"{tps} | {ptps} | {m['loss_first']:.3f} -> {m['loss_last']:.3f} |"
+            )
     if cuda and rows:
         lines += ["", f"NVML source: {rows[0]['measured']['nvml_source']}."]
     return "\n".join(lines)
@@ -332,8 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             case["work"] = str(Path(tmp) / f"case{i}")
             job = json.dumps(dict(case=case, device=device, seq=seq, steps=steps, target=a.target))
-            r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True,
-                               cwd=ROOT, timeout=600)
+            r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True, cwd=ROOT, timeout=600)
             if r.returncode != 0:
                 print(f"[{i + 1}/{len(cases)}] {name}: FAILED\n{r.stderr[-3000:]}", flush=True)
                 return 1
@@ -342,11 +418,20 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             m, p = row["measured"], row["plan"]
             peak = m["allocated"] if device == "cuda" else m["rss"]
-            print(f"[{i + 1}/{len(cases)}] {name}: batch {row['batch']} x {seq}, measured {_gib(peak)} GiB, "
-                  f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s", flush=True)
-    summary = dict(device=device, gpu=rows[0]["gpu"] if rows else device, wall_s=time.perf_counter() - t0,
-                   skipped=skipped, budget_s=a.budget_s, cpus=os.cpu_count(),
-                   load_average=[round(load0, 1), round(os.getloadavg()[0], 1)])
+            print(
+                f"[{i + 1}/{len(cases)}] {name}: batch {row['batch']} x {seq}, measured {_gib(peak)} GiB, "
+                f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s",
+                flush=True,
+            )
+    summary = dict(
+        device=device,
+        gpu=rows[0]["gpu"] if rows else device,
+        wall_s=time.perf_counter() - t0,
+        skipped=skipped,
+        budget_s=a.budget_s,
+        cpus=os.cpu_count(),
+        load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
+    )
     out = Path(a.json or ROOT / "benchmarks" / f"gpu_check-{device}.json")
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")

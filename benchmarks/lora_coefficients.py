@@ -37,11 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_coefficients import FAMILIES  # noqa: E402
 
-MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"},
-         "half-amp": {"weight_dtype": "bfloat16", "amp": "bf16"}}
-ATTENTION_TARGETS = {"llama": ["q_proj", "v_proj"], "gemma": ["q_proj", "v_proj"], "gpt2": ["c_attn"],
-                     "gpt_neox": ["query_key_value"], "bert": ["query", "value"], "opt": ["q_proj", "v_proj"],
-                     "phi": ["q_proj", "v_proj"]}
+MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"}, "half-amp": {"weight_dtype": "bfloat16", "amp": "bf16"}}
+ATTENTION_TARGETS = {
+    "llama": ["q_proj", "v_proj"],
+    "gemma": ["q_proj", "v_proj"],
+    "gpt2": ["c_attn"],
+    "gpt_neox": ["query_key_value"],
+    "bert": ["query", "value"],
+    "opt": ["q_proj", "v_proj"],
+    "phi": ["q_proj", "v_proj"],
+}
 
 
 def forward_activation_bytes(config: dict, wl) -> int:
@@ -49,11 +54,10 @@ def forward_activation_bytes(config: dict, wl) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from gpuplan.trace import _unpacked_sequences
+    from gpuplan.trace.adapters import fake_4bit_dequant
     from gpuplan.trace.build import build_model, make_batch
     from gpuplan.trace.cuda_ops import cuda_like_ops
     from gpuplan.trace.tracker import StorageTracker
-
-    from gpuplan.trace.adapters import fake_4bit_dequant
 
     with _unpacked_sequences(), cuda_like_ops(), fake_4bit_dequant(), FakeTensorMode(allow_non_fake_inputs=True):
         model = build_model(config, wl)
@@ -69,9 +73,14 @@ def forward_activation_bytes(config: dict, wl) -> int:
             del out
         tracker.close()
         if wl.amp:  # autocast's 16-bit copies of the layers' fp32 matrices (priced in adapters.py)
-            kept -= sum(2 * p.numel() for n, p in model.named_parameters()
-                        if re.search(r"(layers|layer|h)[.][0-9]+[.]", n) and not re.search(r"norm|ln_|LayerNorm", n)
-                        and p.dtype == torch.float32 and p.dim() >= 2)
+            kept -= sum(
+                2 * p.numel()
+                for n, p in model.named_parameters()
+                if re.search(r"(layers|layer|h)[.][0-9]+[.]", n)
+                and not re.search(r"norm|ln_|LayerNorm", n)
+                and p.dtype == torch.float32
+                and p.dim() >= 2
+            )
         return kept
 
 
@@ -90,9 +99,19 @@ def fit(family: str, mode: str, method: str) -> dict[str, float]:
     from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
     gqa = family in ("llama", "gemma")
-    variants = ([(64, 4, 16, 2, 96), (64, 4, 16, 2, 160), (96, 4, 16, 2, 96), (64, 4, 32, 2, 96),
-                 (64, 8, 16, 4, 96), (64, 4, 16, 4, 96), (128, 8, 16, 8, 96)] if gqa else
-                [(64, 4, 16, 4, 96), (64, 4, 16, 4, 160), (96, 4, 24, 4, 96), (64, 8, 8, 8, 96), (128, 4, 32, 4, 96)])
+    variants = (
+        [
+            (64, 4, 16, 2, 96),
+            (64, 4, 16, 2, 160),
+            (96, 4, 16, 2, 96),
+            (64, 4, 32, 2, 96),
+            (64, 8, 16, 4, 96),
+            (64, 4, 16, 4, 96),
+            (128, 8, 16, 8, 96),
+        ]
+        if gqa
+        else [(64, 4, 16, 4, 96), (64, 4, 16, 4, 160), (96, 4, 24, 4, 96), (64, 8, 8, 8, 96), (128, 4, 32, 4, 96)]
+    )
     task = "masked-lm" if family == "bert" else "causal-lm"
     rows, ys = [], []
     for n, (h, a, d, kv, i) in enumerate(variants):
@@ -101,13 +120,11 @@ def fit(family: str, mode: str, method: str) -> dict[str, float]:
             facts = model_facts(cfg1, task)
             for k, targets in enumerate(_subsets(family, resolve_targets(facts, "all-linear", []))):
                 r = 8 if (n + k) % 2 else 16
-                wl = Workload(1, s, task=task, **MODES[mode],
-                              adapters=Adapters(method=method, r=r, target_modules=tuple(targets)))
+                wl = Workload(1, s, task=task, **MODES[mode], adapters=Adapters(method=method, r=r, target_modules=tuple(targets)))
                 hit = targets_of_layer(facts, tuple(targets))
                 inputs = adapter_inputs(family, hit, shared=mode == "fp32")
                 y = forward_activation_bytes(cfg2, wl) - forward_activation_bytes(cfg1, wl)
-                rows.append([s * h, s * a * d if gqa else 0, s * kv * d if gqa else 0, s * i, s * a, s,
-                             s * inputs, s * r * len(hit), 1])
+                rows.append([s * h, s * a * d if gqa else 0, s * kv * d if gqa else 0, s * i, s * a, s, s * inputs, s * r * len(hit), 1])
                 ys.append(y)
     x, y = np.array(rows, float), np.array(ys, float)
     coef = np.linalg.lstsq(x, y, rcond=None)[0]
@@ -118,7 +135,8 @@ def fit(family: str, mode: str, method: str) -> dict[str, float]:
 
 
 ROWS = [(f, m, "lora") for f in ATTENTION_TARGETS for m in MODES] + [
-    (f, m, "qlora") for f in ATTENTION_TARGETS if f != "bert" for m in ("amp", "fp32")]
+    (f, m, "qlora") for f in ATTENTION_TARGETS if f != "bert" for m in ("amp", "fp32")
+]
 if os.environ.get("LORA_FIT_MODES"):  # e.g. LORA_FIT_MODES=half-amp: only those rows
     ROWS = [r for r in ROWS if r[1] in os.environ["LORA_FIT_MODES"].split(",")]
 if os.environ.get("LORA_FIT_FAMILIES"):
@@ -132,8 +150,11 @@ if __name__ == "__main__":
         for fam, mode, method in ROWS:
             c = fit(fam, mode, method)
             ints = tuple(round(c[k]) for k in ("c_h", "c_q", "c_kv", "c_i", "c_a", "c_1", "c_in"))
-            print(f"    ({fam!r}, {mode!r}, {method!r}): {ints},  # c_r {c['c_r']}, const {c['per_layer_const']:.0f}, "
-                  f"residual {c['max_residual_bytes']:.0f}", flush=True)
+            print(
+                f"    ({fam!r}, {mode!r}, {method!r}): {ints},  # c_r {c['c_r']}, const {c['per_layer_const']:.0f}, "
+                f"residual {c['max_residual_bytes']:.0f}",
+                flush=True,
+            )
     else:
         fam, mode, method = sys.argv[1:4]
         print(fam, mode, method, "fit:", fit(fam, mode, method))

@@ -58,12 +58,22 @@ def cases() -> list[tuple[str, Workload]]:
     for fam in FAMILIES:
         facts = model_facts(MODELS[fam])
         for method, prec, r, targets, ckpt, accum in PATTERN:
-            names = resolve_targets(facts, "all-linear" if targets == "all-linear"
-                                    else ATTENTION.get(fam, ["q_proj", "v_proj"]), [])
+            names = resolve_targets(facts, "all-linear" if targets == "all-linear" else ATTENTION.get(fam, ["q_proj", "v_proj"]), [])
             b, s = SIZES[n % len(SIZES)]
-            out.append((fam, Workload(b, s, gradient_accumulation_steps=accum, optim="adamw_torch_fused",
-                                      gradient_checkpointing=ckpt, **prec,
-                                      adapters=Adapters(method=method, r=r, target_modules=tuple(names)))))
+            out.append(
+                (
+                    fam,
+                    Workload(
+                        b,
+                        s,
+                        gradient_accumulation_steps=accum,
+                        optim="adamw_torch_fused",
+                        gradient_checkpointing=ckpt,
+                        **prec,
+                        adapters=Adapters(method=method, r=r, target_modules=tuple(names)),
+                    ),
+                )
+            )
             n += 1
     return out
 
@@ -82,23 +92,36 @@ def run(quick: bool = False, write: bool = True) -> dict:
         t_trace = time.perf_counter() - t0
         an = estimate_memory(facts, wl).allocated_peak_bytes
         a = wl.adapters
-        rows.append(dict(family=fam, method=a.method, precision=precision_name(wl), r=a.r,
-                         targets="all-linear" if len(a.target_modules) > 2 else "attention",
-                         ckpt=wl.gradient_checkpointing, batch=wl.per_device_batch, seq=wl.seq_len,
-                         accum=wl.gradient_accumulation_steps, traced=tr, analytic=an, err=(an - tr) / tr))
+        rows.append(
+            dict(
+                family=fam,
+                method=a.method,
+                precision=precision_name(wl),
+                r=a.r,
+                targets="all-linear" if len(a.target_modules) > 2 else "attention",
+                ckpt=wl.gradient_checkpointing,
+                batch=wl.per_device_batch,
+                seq=wl.seq_len,
+                accum=wl.gradient_accumulation_steps,
+                traced=tr,
+                analytic=an,
+                err=(an - tr) / tr,
+            )
+        )
         r = rows[-1]
-        print(f"{fam:8s} {a.method:5s} {r['precision']:8s} r={a.r:<3d} {r['targets']:10s} ckpt={int(r['ckpt'])} "
-              f"b={wl.per_device_batch:<2d} s={wl.seq_len:<5d} acc={r['accum']} traced {tr / 2**20:8.1f} MiB  "
-              f"analytic {r['err']:+7.2%}  ({t_trace:.1f} s)", flush=True)
+        print(
+            f"{fam:8s} {a.method:5s} {r['precision']:8s} r={a.r:<3d} {r['targets']:10s} ckpt={int(r['ckpt'])} "
+            f"b={wl.per_device_batch:<2d} s={wl.seq_len:<5d} acc={r['accum']} traced {tr / 2**20:8.1f} MiB  "
+            f"analytic {r['err']:+7.2%}  ({t_trace:.1f} s)",
+            flush=True,
+        )
     errs = [abs(r["err"]) for r in rows]
     summary = dict(cases=len(rows), median=statistics.median(errs), max=max(errs), wall_s=time.perf_counter() - t_all)
-    print(f"{len(rows)} cases: analytic |error| median {summary['median']:.2%}, max {summary['max']:.2%}; "
-          f"{summary['wall_s']:.0f} s")
+    print(f"{len(rows)} cases: analytic |error| median {summary['median']:.2%}, max {summary['max']:.2%}; {summary['wall_s']:.0f} s")
     if write:
         from results import write_section
 
-        write_section("lora_memory_accuracy", "LoRA / QLoRA memory estimate accuracy (analytic vs traced)",
-                      render(rows, summary))
+        write_section("lora_memory_accuracy", "LoRA / QLoRA memory estimate accuracy (analytic vs traced)", render(rows, summary))
     return summary
 
 
@@ -117,9 +140,11 @@ def render(rows: list[dict], summary: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['family']} | {r['method']} | {r['precision']} | {r['r']} | {r['targets']} | "
-                     f"{'on' if r['ckpt'] else 'off'} | {r['batch']} | {r['seq']} | {r['accum']} | "
-                     f"{r['traced'] / 2**20:.1f} | {r['err']:+.2%} |")
+        lines.append(
+            f"| {r['family']} | {r['method']} | {r['precision']} | {r['r']} | {r['targets']} | "
+            f"{'on' if r['ckpt'] else 'off'} | {r['batch']} | {r['seq']} | {r['accum']} | "
+            f"{r['traced'] / 2**20:.1f} | {r['err']:+.2%} |"
+        )
     return "\n".join(lines)
 
 

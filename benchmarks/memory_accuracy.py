@@ -29,26 +29,87 @@ from gpuplan.plan.estimate.memory.types import Workload  # noqa: E402
 
 # Small configs, one per family (hidden sizes in the hundreds).
 MODELS = {
-    "llama": dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=4, vocab_size=8000, max_position_embeddings=4096),
-    "mistral": dict(model_type="mistral", hidden_size=320, intermediate_size=896, num_hidden_layers=3,
-                    num_attention_heads=8, num_key_value_heads=2, vocab_size=6000, sliding_window=None,
-                    max_position_embeddings=4096),
-    "qwen2": dict(model_type="qwen2", hidden_size=224, intermediate_size=640, num_hidden_layers=4,
-                  num_attention_heads=7, num_key_value_heads=1, vocab_size=9000, tie_word_embeddings=True,
-                  max_position_embeddings=4096),
-    "gemma": dict(model_type="gemma", hidden_size=256, intermediate_size=768, num_hidden_layers=3,
-                  num_attention_heads=4, num_key_value_heads=1, head_dim=64, vocab_size=7000,
-                  max_position_embeddings=4096),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        vocab_size=8000,
+        max_position_embeddings=4096,
+    ),
+    "mistral": dict(
+        model_type="mistral",
+        hidden_size=320,
+        intermediate_size=896,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=6000,
+        sliding_window=None,
+        max_position_embeddings=4096,
+    ),
+    "qwen2": dict(
+        model_type="qwen2",
+        hidden_size=224,
+        intermediate_size=640,
+        num_hidden_layers=4,
+        num_attention_heads=7,
+        num_key_value_heads=1,
+        vocab_size=9000,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+    ),
+    "gemma": dict(
+        model_type="gemma",
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=64,
+        vocab_size=7000,
+        max_position_embeddings=4096,
+    ),
     "gpt2": dict(model_type="gpt2", n_embd=256, n_layer=4, n_head=8, vocab_size=8000, n_positions=4096),
-    "gpt_neox": dict(model_type="gpt_neox", hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                     num_attention_heads=8, vocab_size=8000, max_position_embeddings=4096),
-    "opt": dict(model_type="opt", hidden_size=256, ffn_dim=1024, num_hidden_layers=4, num_attention_heads=8,
-                vocab_size=8000, word_embed_proj_dim=256, max_position_embeddings=4096),
-    "phi": dict(model_type="phi", hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                num_attention_heads=8, vocab_size=8000, max_position_embeddings=4096),
-    "bert": dict(model_type="bert", hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                 num_attention_heads=4, vocab_size=8000, max_position_embeddings=4096),
+    "gpt_neox": dict(
+        model_type="gpt_neox",
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        vocab_size=8000,
+        max_position_embeddings=4096,
+    ),
+    "opt": dict(
+        model_type="opt",
+        hidden_size=256,
+        ffn_dim=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        vocab_size=8000,
+        word_embed_proj_dim=256,
+        max_position_embeddings=4096,
+    ),
+    "phi": dict(
+        model_type="phi",
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        vocab_size=8000,
+        max_position_embeddings=4096,
+    ),
+    "bert": dict(
+        model_type="bert",
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        vocab_size=8000,
+        max_position_embeddings=4096,
+    ),
 }
 
 PRECISIONS = {  # name -> Workload fields
@@ -72,8 +133,7 @@ def cases() -> list[tuple[str, Workload]]:
         def add(fam=fam, task=task, **kw):  # bound now: add() runs inside this loop turn only
             nonlocal n
             b, s = sizes[n % len(sizes)]
-            fields = dict(per_device_batch=b, seq_len=s, optim=optims[n % len(optims)],
-                          gradient_checkpointing=n % 3 == 1, task=task)
+            fields = dict(per_device_batch=b, seq_len=s, optim=optims[n % len(optims)], gradient_checkpointing=n % 3 == 1, task=task)
             fields.update(kw)
             out.append((fam, Workload(**fields)))
             n += 1
@@ -82,15 +142,19 @@ def cases() -> list[tuple[str, Workload]]:
             add(**prec)
         add(optim="adamw_8bit", **PRECISIONS["amp-bf16"])
         add(attn_implementation="eager", per_device_batch=2, seq_len=512, **PRECISIONS["amp-fp16"])
-        add(per_device_batch=1, seq_len=4096, gradient_checkpointing=True, optim="adamw_torch_fused",
-            **PRECISIONS["bf16"])
+        add(per_device_batch=1, seq_len=4096, gradient_checkpointing=True, optim="adamw_torch_fused", **PRECISIONS["bf16"])
         add(task="seq-cls", num_labels=3, per_device_batch=8, seq_len=256, **PRECISIONS["amp-bf16"])
         add(gradient_accumulation_steps=4, per_device_batch=4, seq_len=256, **PRECISIONS["bf16"])
     return out
 
 
-_PRECISION_NAMES = {("float32", None): "fp32", ("float32", "fp16"): "amp-fp16", ("float32", "bf16"): "amp-bf16",
-                    ("bfloat16", None): "bf16", ("float16", None): "fp16"}
+_PRECISION_NAMES = {
+    ("float32", None): "fp32",
+    ("float32", "fp16"): "amp-fp16",
+    ("float32", "bf16"): "amp-bf16",
+    ("bfloat16", None): "bf16",
+    ("float16", None): "fp16",
+}
 
 
 def precision_name(wl: Workload) -> str:
@@ -126,25 +190,47 @@ def run(quick: bool = False, write: bool = True) -> dict:
         analytic = estimate_memory(facts, wl)
         acc = accelerate_estimate(facts.n_params, wl)
         tr = traced.allocated_peak_bytes
-        rows.append(dict(
-            family=fam, task=wl.task, precision=precision_name(wl), optim=wl.optim,
-            ckpt=wl.gradient_checkpointing, attn=wl.attn_implementation, batch=wl.per_device_batch,
-            seq=wl.seq_len, accum=wl.gradient_accumulation_steps, traced=tr,
-            analytic=analytic.allocated_peak_bytes, accelerate=acc,
-            err=(analytic.allocated_peak_bytes - tr) / tr, acc_err=(acc - tr) / tr, trace_s=t_trace,
-        ))
-        print(f"{fam:9s} {wl.task:9s} {precision_name(wl):8s} {wl.optim:18s} ckpt={int(wl.gradient_checkpointing)} "
-              f"{wl.attn_implementation:5s} b={wl.per_device_batch:<2d} s={wl.seq_len:<4d} "
-              f"traced {tr / 2**20:9.1f} MiB  analytic {rows[-1]['err']:+7.2%}  accelerate {rows[-1]['acc_err']:+7.1%}"
-              f"  ({t_trace:.1f} s)", flush=True)
+        rows.append(
+            dict(
+                family=fam,
+                task=wl.task,
+                precision=precision_name(wl),
+                optim=wl.optim,
+                ckpt=wl.gradient_checkpointing,
+                attn=wl.attn_implementation,
+                batch=wl.per_device_batch,
+                seq=wl.seq_len,
+                accum=wl.gradient_accumulation_steps,
+                traced=tr,
+                analytic=analytic.allocated_peak_bytes,
+                accelerate=acc,
+                err=(analytic.allocated_peak_bytes - tr) / tr,
+                acc_err=(acc - tr) / tr,
+                trace_s=t_trace,
+            )
+        )
+        print(
+            f"{fam:9s} {wl.task:9s} {precision_name(wl):8s} {wl.optim:18s} ckpt={int(wl.gradient_checkpointing)} "
+            f"{wl.attn_implementation:5s} b={wl.per_device_batch:<2d} s={wl.seq_len:<4d} "
+            f"traced {tr / 2**20:9.1f} MiB  analytic {rows[-1]['err']:+7.2%}  accelerate {rows[-1]['acc_err']:+7.1%}"
+            f"  ({t_trace:.1f} s)",
+            flush=True,
+        )
     errs = [abs(r["err"]) for r in rows]
     acc_errs = [abs(r["acc_err"]) for r in rows]
-    summary = dict(cases=len(rows), median=statistics.median(errs), max=max(errs),
-                   acc_median=statistics.median(acc_errs), acc_max=max(acc_errs),
-                   wall_s=time.perf_counter() - t_all)
-    print(f"{len(rows)} cases: analytic |error| median {summary['median']:.2%}, max {summary['max']:.2%}; "
-          f"accelerate median {summary['acc_median']:.1%}, max {summary['acc_max']:.1%}; "
-          f"{summary['wall_s']:.0f} s")
+    summary = dict(
+        cases=len(rows),
+        median=statistics.median(errs),
+        max=max(errs),
+        acc_median=statistics.median(acc_errs),
+        acc_max=max(acc_errs),
+        wall_s=time.perf_counter() - t_all,
+    )
+    print(
+        f"{len(rows)} cases: analytic |error| median {summary['median']:.2%}, max {summary['max']:.2%}; "
+        f"accelerate median {summary['acc_median']:.1%}, max {summary['acc_max']:.1%}; "
+        f"{summary['wall_s']:.0f} s"
+    )
     if write:
         from results import write_section
 
@@ -156,7 +242,7 @@ def render(rows: list[dict], summary: dict) -> str:
     lines = [
         "Each case: tensor peak (`allocated_peak_bytes`) of two training steps traced under FakeTensorMode "
         "(gpuplan.trace, CUDA's autocast cast policy) against the analytic estimate (plan.estimate.memory) and against accelerate's "
-        "`estimate-memory` \"Training using Adam\" formula (weights/grads/Adam states only). "
+        '`estimate-memory` "Training using Adam" formula (weights/grads/Adam states only). '
         "Error = (estimate - traced) / traced. Target: analytic median |error| <= 3%, max <= 10%.",
         "",
         f"**{summary['cases']} cases. Analytic: median |error| {summary['median']:.2%}, max {summary['max']:.2%}. "
@@ -170,7 +256,8 @@ def render(rows: list[dict], summary: dict) -> str:
         lines.append(
             f"| {r['family']} | {r['task']} | {r['precision']} | {r['optim']} | {'on' if r['ckpt'] else 'off'} | "
             f"{r['attn']} | {r['batch']} | {r['seq']} | {r['accum']} | {r['traced'] / 2**20:.1f} | "
-            f"{r['err']:+.2%} | {r['acc_err']:+.1%} |")
+            f"{r['err']:+.2%} | {r['acc_err']:+.1%} |"
+        )
     return "\n".join(lines + ["", TRACE_LIMITS])
 
 

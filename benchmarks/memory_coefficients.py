@@ -21,25 +21,41 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 FAMILIES = {  # (h, a, d, kv, i, layers) -> config
-    "llama": lambda h, a, d, kv, i, n: dict(model_type="llama", hidden_size=h, head_dim=d, intermediate_size=i,
-                                            num_hidden_layers=n, num_attention_heads=a, num_key_value_heads=kv,
-                                            vocab_size=128),
-    "gemma": lambda h, a, d, kv, i, n: dict(model_type="gemma", hidden_size=h, head_dim=d, intermediate_size=i,
-                                            num_hidden_layers=n, num_attention_heads=a, num_key_value_heads=kv,
-                                            vocab_size=128),
-    "gpt2": lambda h, a, d, kv, i, n: dict(model_type="gpt2", n_embd=h, n_inner=i, n_layer=n, n_head=a,
-                                           vocab_size=128, n_positions=1024),
-    "gpt_neox": lambda h, a, d, kv, i, n: dict(model_type="gpt_neox", hidden_size=h, intermediate_size=i,
-                                               num_hidden_layers=n, num_attention_heads=a, vocab_size=128),
-    "bert": lambda h, a, d, kv, i, n: dict(model_type="bert", hidden_size=h, intermediate_size=i,
-                                           num_hidden_layers=n, num_attention_heads=a, vocab_size=128),
-    "opt": lambda h, a, d, kv, i, n: dict(model_type="opt", hidden_size=h, ffn_dim=i, num_hidden_layers=n,
-                                          num_attention_heads=a, vocab_size=128, word_embed_proj_dim=h),
-    "phi": lambda h, a, d, kv, i, n: dict(model_type="phi", hidden_size=h, intermediate_size=i,
-                                          num_hidden_layers=n, num_attention_heads=a, vocab_size=128),
+    "llama": lambda h, a, d, kv, i, n: dict(
+        model_type="llama",
+        hidden_size=h,
+        head_dim=d,
+        intermediate_size=i,
+        num_hidden_layers=n,
+        num_attention_heads=a,
+        num_key_value_heads=kv,
+        vocab_size=128,
+    ),
+    "gemma": lambda h, a, d, kv, i, n: dict(
+        model_type="gemma",
+        hidden_size=h,
+        head_dim=d,
+        intermediate_size=i,
+        num_hidden_layers=n,
+        num_attention_heads=a,
+        num_key_value_heads=kv,
+        vocab_size=128,
+    ),
+    "gpt2": lambda h, a, d, kv, i, n: dict(model_type="gpt2", n_embd=h, n_inner=i, n_layer=n, n_head=a, vocab_size=128, n_positions=1024),
+    "gpt_neox": lambda h, a, d, kv, i, n: dict(
+        model_type="gpt_neox", hidden_size=h, intermediate_size=i, num_hidden_layers=n, num_attention_heads=a, vocab_size=128
+    ),
+    "bert": lambda h, a, d, kv, i, n: dict(
+        model_type="bert", hidden_size=h, intermediate_size=i, num_hidden_layers=n, num_attention_heads=a, vocab_size=128
+    ),
+    "opt": lambda h, a, d, kv, i, n: dict(
+        model_type="opt", hidden_size=h, ffn_dim=i, num_hidden_layers=n, num_attention_heads=a, vocab_size=128, word_embed_proj_dim=h
+    ),
+    "phi": lambda h, a, d, kv, i, n: dict(
+        model_type="phi", hidden_size=h, intermediate_size=i, num_hidden_layers=n, num_attention_heads=a, vocab_size=128
+    ),
 }
-MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"},
-         "half-amp": {"weight_dtype": "bfloat16", "amp": "bf16"}}
+MODES = {"fp32": {}, "amp": {"amp": "bf16"}, "half": {"weight_dtype": "bfloat16"}, "half-amp": {"weight_dtype": "bfloat16", "amp": "bf16"}}
 
 
 def forward_activation_bytes(config: dict, wl) -> int:
@@ -65,9 +81,11 @@ def forward_activation_bytes(config: dict, wl) -> int:
             del out
         tracker.close()
         if wl.amp:  # minus the cached 16-bit weight copies of the layers (fp32 weights only)
-            kept -= sum(2 * p.numel() for n, p in model.named_parameters()
-                        if re.search(r"(layers|layer|h)[.][0-9]+[.]", n) and not re.search(r"norm|ln_|LayerNorm", n)
-                        and p.dtype == torch.float32)
+            kept -= sum(
+                2 * p.numel()
+                for n, p in model.named_parameters()
+                if re.search(r"(layers|layer|h)[.][0-9]+[.]", n) and not re.search(r"norm|ln_|LayerNorm", n) and p.dtype == torch.float32
+            )
         return kept
 
 
@@ -77,9 +95,19 @@ def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
     from gpuplan.plan.estimate.memory.types import Workload
 
     gqa = family in ("llama", "gemma")
-    variants = ([(64, 4, 16, 2, 96), (64, 4, 16, 2, 160), (96, 4, 16, 2, 96), (64, 4, 32, 2, 96),
-                 (64, 8, 16, 4, 96), (64, 4, 16, 4, 96), (128, 8, 16, 8, 96)] if gqa else
-                [(64, 4, 16, 4, 96), (64, 4, 16, 4, 160), (96, 4, 24, 4, 96), (64, 8, 8, 8, 96), (128, 4, 32, 4, 96)])
+    variants = (
+        [
+            (64, 4, 16, 2, 96),
+            (64, 4, 16, 2, 160),
+            (96, 4, 16, 2, 96),
+            (64, 4, 32, 2, 96),
+            (64, 8, 16, 4, 96),
+            (64, 4, 16, 4, 96),
+            (128, 8, 16, 8, 96),
+        ]
+        if gqa
+        else [(64, 4, 16, 4, 96), (64, 4, 16, 4, 160), (96, 4, 24, 4, 96), (64, 8, 8, 8, 96), (128, 4, 32, 4, 96)]
+    )
     task = "masked-lm" if family == "bert" else "causal-lm"
     rows, ys = [], []
     for h, a, d, kv, i in variants:
@@ -87,8 +115,9 @@ def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
             wl = Workload(1, s, task=task, attn_implementation=attn, **MODES[mode])
             one = forward_activation_bytes(FAMILIES[family](h, a, d, kv, i, 1), wl)
             two = forward_activation_bytes(FAMILIES[family](h, a, d, kv, i, 2), wl)
-            rows.append([s * h, s * a * d, s * kv * d, s * i, s * a, s, s * a * s, 1] if gqa else
-                        [s * h, 0, 0, s * i, s * a, s, s * a * s, 1])
+            rows.append(
+                [s * h, s * a * d, s * kv * d, s * i, s * a, s, s * a * s, 1] if gqa else [s * h, 0, 0, s * i, s * a, s, s * a * s, 1]
+            )
             ys.append(two - one)
     x, y = np.array(rows, float), np.array(ys, float)
     coef = np.linalg.lstsq(x, y, rcond=None)[0]

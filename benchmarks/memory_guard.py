@@ -40,10 +40,13 @@ def run(cases: int, seed: int, write: bool) -> dict:
     summary = {}
     for m in METHODS:
         e = [abs(r[3]) for r in rows if r[0] == m]
-        summary[m] = dict(cases=len(e), median=statistics.median(e), max=max(e),
-                          held=max(e) <= TARGETS[m][0] and statistics.median(e) <= TARGETS[m][1])
-        print(f"{m:6s} {len(e)} cases: median |error| {summary[m]['median']:.2%}, max {summary[m]['max']:.2%} "
-              f"(targets {TARGETS[m][1]:.0%} / {TARGETS[m][0]:.0%}: {'held' if summary[m]['held'] else 'MISSED'})")
+        summary[m] = dict(
+            cases=len(e), median=statistics.median(e), max=max(e), held=max(e) <= TARGETS[m][0] and statistics.median(e) <= TARGETS[m][1]
+        )
+        print(
+            f"{m:6s} {len(e)} cases: median |error| {summary[m]['median']:.2%}, max {summary[m]['max']:.2%} "
+            f"(targets {TARGETS[m][1]:.0%} / {TARGETS[m][0]:.0%}: {'held' if summary[m]['held'] else 'MISSED'})"
+        )
     print(f"{len(rows)} cases in {wall:.0f} s")
     if write:
         from results import write_section
@@ -66,8 +69,10 @@ def render(rows: list, summary: dict, seed: int, wall: float) -> str:
         "|---|---|---|---|---|---|",
     ]
     for m, s in summary.items():
-        lines.append(f"| {m} | {s['cases']} | {s['median']:.2%} | {s['max']:.2%} | {TARGETS[m][1]:.0%} / "
-                     f"{TARGETS[m][0]:.0%} | {'yes' if s['held'] else 'NO'} |")
+        lines.append(
+            f"| {m} | {s['cases']} | {s['median']:.2%} | {s['max']:.2%} | {TARGETS[m][1]:.0%} / "
+            f"{TARGETS[m][0]:.0%} | {'yes' if s['held'] else 'NO'} |"
+        )
     worst = sorted(rows, key=lambda r: -abs(r[3]))[:10]
     lines += ["", "Worst ten cases:", "", "| case | traced MiB | error |", "|---|---|---|"]
     lines += [f"| {label} | {traced / 2**20:.1f} | {err:+.2%} |" for _, label, traced, err in worst]

@@ -19,8 +19,18 @@ from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.trace import trace_memory
 
 BASE = dict(model_type="mixtral", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=2000)
-VARIANTS = ((4, 2, 128, 352), (8, 2, 128, 352), (4, 1, 128, 352), (4, 2, 256, 352), (8, 3, 128, 512),
-            (4, 2, 192, 352), (4, 2, 128, 640), (6, 3, 256, 512), (4, 1, 256, 256), (8, 1, 128, 256))
+VARIANTS = (
+    (4, 2, 128, 352),
+    (8, 2, 128, 352),
+    (4, 1, 128, 352),
+    (4, 2, 256, 352),
+    (8, 3, 128, 512),
+    (4, 2, 192, 352),
+    (4, 2, 128, 640),
+    (6, 3, 256, 512),
+    (4, 1, 256, 256),
+    (8, 1, 128, 256),
+)
 
 
 def main() -> None:

@@ -23,8 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
     "gpuplan plan specs/llama-8b-a100.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/llama-8b-a100.toml"],
     "gpuplan plan specs/tiny.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/tiny.toml"],
-    "gpuplan compare specs/llama-8b-a100.toml (whole catalog x 1,2,4,8)":
-        [sys.executable, "-m", "gpuplan.cli", "compare", "specs/llama-8b-a100.toml"],
+    "gpuplan compare specs/llama-8b-a100.toml (whole catalog x 1,2,4,8)": [
+        sys.executable,
+        "-m",
+        "gpuplan.cli",
+        "compare",
+        "specs/llama-8b-a100.toml",
+    ],
     'python -c "import torch"': [sys.executable, "-c", "import torch"],
     'python -c "import transformers"': [sys.executable, "-c", "import transformers"],
 }
@@ -43,12 +48,13 @@ def main() -> None:
     torch = statistics.median(times['python -c "import torch"'])
     rows = ["| command | median wall (s) | min (s) | max (s) | median / import torch |", "|---|---|---|---|---|"]
     for name, ts in times.items():
-        rows.append(f"| `{name}` | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} "
-                    f"| {statistics.median(ts) / torch:.2f}x |")
-    body = (f"Fresh process each run, {args.runs} runs alternating, on this machine "
-            f"(Python {sys.version.split()[0]}; 2 CPU cores shared with other jobs, load average "
-            f"{os.getloadavg()[0]:.1f} at the end). Targets: plan of the 8B spec at most 0.2x `import torch`; "
-            "compare over the whole catalog (96 plans) under 3 s.\n\n" + "\n".join(rows))
+        rows.append(f"| `{name}` | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {statistics.median(ts) / torch:.2f}x |")
+    body = (
+        f"Fresh process each run, {args.runs} runs alternating, on this machine "
+        f"(Python {sys.version.split()[0]}; 2 CPU cores shared with other jobs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end). Targets: plan of the 8B spec at most 0.2x `import torch`; "
+        "compare over the whole catalog (96 plans) under 3 s.\n\n" + "\n".join(rows)
+    )
     print(body)
     write_section("plan_speed", "Plan speed", body)
 

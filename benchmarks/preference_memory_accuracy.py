@@ -20,12 +20,17 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
-SMALL = dict(model_type="llama", hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, vocab_size=8000)
-WIDER = dict(SMALL, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6,
-             vocab_size=32000)
-LORA = Adapters(method="lora", r=8, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                   "down_proj"))
+SMALL = dict(
+    model_type="llama",
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=8000,
+)
+WIDER = dict(SMALL, hidden_size=384, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=6, vocab_size=32000)
+LORA = Adapters(method="lora", r=8, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 BASES = [
     Workload(2, 512, amp="bf16", objective="dpo", reference="copy"),
     Workload(2, 512, weight_dtype="bfloat16", objective="dpo", reference="copy"),
@@ -49,11 +54,16 @@ def main() -> None:
             a = estimate_memory(facts, wl)
             err = a.allocated_peak_bytes / t.allocated_peak_bytes - 1
             errors.append(abs(err))
-            label = (f"{name} {wl.objective} ref={wl.reference} {wl.weight_dtype}/{wl.amp or '-'} b={wl.per_device_batch}"
-                     f" s={wl.seq_len} ck={int(wl.gradient_checkpointing)} acc={wl.gradient_accumulation_steps}"
-                     f" {'lora' if wl.adapters else 'full'}")
-            print(f"{label:<78} traced {t.allocated_peak_bytes / 2**20:8.1f} MiB  analytic "
-                  f"{a.allocated_peak_bytes / 2**20:8.1f} MiB  {err:+.2%}", flush=True)
+            label = (
+                f"{name} {wl.objective} ref={wl.reference} {wl.weight_dtype}/{wl.amp or '-'} b={wl.per_device_batch}"
+                f" s={wl.seq_len} ck={int(wl.gradient_checkpointing)} acc={wl.gradient_accumulation_steps}"
+                f" {'lora' if wl.adapters else 'full'}"
+            )
+            print(
+                f"{label:<78} traced {t.allocated_peak_bytes / 2**20:8.1f} MiB  analytic "
+                f"{a.allocated_peak_bytes / 2**20:8.1f} MiB  {err:+.2%}",
+                flush=True,
+            )
     print(f"{len(errors)} cases: median |error| {statistics.median(errors):.2%}, max {max(errors):.2%}")
 
 

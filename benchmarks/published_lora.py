@@ -31,36 +31,153 @@ ALL = "all-linear"
 # index -> (config, method, r, targets, Workload fields, measure, note)
 #   measure "allocated": torch.cuda.max_memory_allocated; "cap": the largest context that fits a VRAM cap
 LITGPT = "LitGPT bf16-true: bf16 weights, no autocast; LitGPT's own model code"
-LITGPT_Q = LITGPT + "; its 4-bit base keeps the other parts in bf16 where peft's prepare_model_for_kbit_training (planned) upcasts them to fp32"
+LITGPT_Q = (
+    LITGPT + "; its 4-bit base keeps the other parts in bf16 where peft's prepare_model_for_kbit_training (planned) upcasts them to fp32"
+)
 ROWS = {
-    291: ("llama-3.1-8b", "lora", 32, QV, dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT),
-    292: ("llama-3.1-8b", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q),
-    289: ("llama-3.1-8b", "lora", 32, QV, dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT + " (Llama-3-8B: the 3.1 config's shapes)"),
-    290: ("llama-3.1-8b", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q),
-    294: ("llama-3.2-1b", "lora", 32, QV, dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT),
-    295: ("llama-3.2-1b", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q),
-    299: ("mistral-7b-v0.3", "lora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT + "; v0.3 config (vocab 32768 vs 32000)"),
-    301: ("mistral-7b-v0.3", "lora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT + "; v0.3 config (vocab 32768 vs 32000)"),
-    302: ("mistral-7b-v0.3", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)"),
-    300: ("mistral-7b-v0.3", "qlora", 32, QV, dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"), "allocated", LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)"),
+    291: (
+        "llama-3.1-8b",
+        "lora",
+        32,
+        QV,
+        dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT,
+    ),
+    292: (
+        "llama-3.1-8b",
+        "qlora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT_Q,
+    ),
+    289: (
+        "llama-3.1-8b",
+        "lora",
+        32,
+        QV,
+        dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT + " (Llama-3-8B: the 3.1 config's shapes)",
+    ),
+    290: (
+        "llama-3.1-8b",
+        "qlora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT_Q,
+    ),
+    294: (
+        "llama-3.2-1b",
+        "lora",
+        32,
+        QV,
+        dict(per_device_batch=1, gradient_accumulation_steps=8, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT,
+    ),
+    295: (
+        "llama-3.2-1b",
+        "qlora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT_Q,
+    ),
+    299: (
+        "mistral-7b-v0.3",
+        "lora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT + "; v0.3 config (vocab 32768 vs 32000)",
+    ),
+    301: (
+        "mistral-7b-v0.3",
+        "lora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT + "; v0.3 config (vocab 32768 vs 32000)",
+    ),
+    302: (
+        "mistral-7b-v0.3",
+        "qlora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)",
+    ),
+    300: (
+        "mistral-7b-v0.3",
+        "qlora",
+        32,
+        QV,
+        dict(per_device_batch=2, gradient_accumulation_steps=4, seq_len=512, weight_dtype="bfloat16"),
+        "allocated",
+        LITGPT_Q + "; v0.3 config (vocab 32768 vs 32000)",
+    ),
 }
 UNSLOTH = "HF+PEFT+FA2 baseline: largest context that fits the cap (reserved memory vs cap); bf16 AMP, checkpointing, 8-bit AdamW assumed"
 for idx, seq in ((33, 932), (34, 2551), (35, 5789), (36, 12264), (37, 15502), (38, 28454)):
-    ROWS[idx] = ("llama-3.1-8b", "qlora", 32, ALL, dict(per_device_batch=1, seq_len=seq, amp="bf16", gradient_checkpointing=True,
-                                                        optim="adamw_8bit", attn_implementation="flash_attention_2"), "cap", UNSLOTH)
-ROWS[39] = ("llama-3.1-70b", "qlora", 32, ALL, dict(per_device_batch=1, seq_len=6916, amp="bf16", gradient_checkpointing=True,
-                                                    optim="adamw_8bit", attn_implementation="flash_attention_2"), "cap", UNSLOTH + " (Llama-3.3-70B: the 3.1-70B config's shapes)")
+    ROWS[idx] = (
+        "llama-3.1-8b",
+        "qlora",
+        32,
+        ALL,
+        dict(
+            per_device_batch=1,
+            seq_len=seq,
+            amp="bf16",
+            gradient_checkpointing=True,
+            optim="adamw_8bit",
+            attn_implementation="flash_attention_2",
+        ),
+        "cap",
+        UNSLOTH,
+    )
+ROWS[39] = (
+    "llama-3.1-70b",
+    "qlora",
+    32,
+    ALL,
+    dict(
+        per_device_batch=1,
+        seq_len=6916,
+        amp="bf16",
+        gradient_checkpointing=True,
+        optim="adamw_8bit",
+        attn_implementation="flash_attention_2",
+    ),
+    "cap",
+    UNSLOTH + " (Llama-3.3-70B: the 3.1-70B config's shapes)",
+)
 LEFT_OUT = [
-    ("every row of Llama-2 (7B, 13B, 70B), CodeLlama-34B, Llama-3.2-3B, Qwen-1 (1.8B-72B, incl. Int4), ChatGLM3, "
-     "Yi, Baichuan2, OpenBuddy-Zephyr, BLOOMZ / mT0 / T0, Falcon, phi-1.5, StableLM-alpha, TinyLlama",
-     "no config for the model in specs/models/"),
+    (
+        "every row of Llama-2 (7B, 13B, 70B), CodeLlama-34B, Llama-3.2-3B, Qwen-1 (1.8B-72B, incl. Int4), ChatGLM3, "
+        "Yi, Baichuan2, OpenBuddy-Zephyr, BLOOMZ / mT0 / T0, Falcon, phi-1.5, StableLM-alpha, TinyLlama",
+        "no config for the model in specs/models/",
+    ),
     ("18, 19 (Mistral-7B QLoRA, unsloth's HF baseline)", "batch size and sequence count not stated"),
-    ("277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3-mini, LitGPT)",
-     "LitGPT's `lora_head` puts an adapter on the LM head; gpuplan plans LoRA on the layers peft's all-linear "
-     "takes (the head excluded); Gemma-2-9B also has no shipped config"),
+    (
+        "277-284, 304-308 (Gemma, Gemma-2, Phi-2, Phi-3-mini, LitGPT)",
+        "LitGPT's `lora_head` puts an adapter on the LM head; gpuplan plans LoRA on the layers peft's all-linear "
+        "takes (the head excluded); Gemma-2-9B also has no shipped config",
+    ),
     ("330, 331 (Mistral-7B QLoRA on 2 x RTX-4090, fsdp_qlora)", "sharded: in the fsdp_adapters section (benchmarks/fsdp_adapters.py)"),
-    ("209, 210, 212-216, 251-262, 332-335", "DoRA-only / AdaLoRA / GaLore / LISA / LLaMA-Pro / LLaMA-Adapter / "
-     "unspecified fine-tunes: not LoRA or QLoRA as peft's LoraConfig states it"),
+    (
+        "209, 210, 212-216, 251-262, 332-335",
+        "DoRA-only / AdaLoRA / GaLore / LISA / LLaMA-Pro / LLaMA-Adapter / "
+        "unspecified fine-tunes: not LoRA or QLoRA as peft's LoraConfig states it",
+    ),
 ]
 
 
@@ -71,17 +188,31 @@ def run(write: bool = True) -> list[dict]:
         row = data[idx]
         facts = model_facts(read_config(ROOT / "specs" / "models" / f"{cfg_name}.json"))
         names = tuple(resolve_targets(facts, targets if targets == ALL else list(targets), []))
-        wl = Workload(**{"optim": "adamw_torch", **fields},
-                      adapters=Adapters(method=method, r=r, target_modules=names))
+        wl = Workload(**{"optim": "adamw_torch", **fields}, adapters=Adapters(method=method, r=r, target_modules=names))
         est = estimate_memory(facts, wl)
         value = row["value_gib"]
         ours = (est.allocated_peak_bytes if measure == "allocated" else est.reserved_peak_bytes) / GIB
-        out.append(dict(idx=idx, model=row["model"].split(" ")[0], method=method, r=r,
-                        targets="q,v" if targets == QV else "all-linear", gpu=row["gpu"], batch=wl.per_device_batch,
-                        seq=wl.seq_len, measure=measure, published=value, ours=ours,
-                        err=(ours - value) / value, note=note))
-        print(f"{idx:4d} {out[-1]['model']:36s} {method:5s} r={r:<3d} s={wl.seq_len:<6d} published {value:6.2f} GiB  "
-              f"plan {ours:6.2f} GiB  {out[-1]['err']:+.1%}")
+        out.append(
+            dict(
+                idx=idx,
+                model=row["model"].split(" ")[0],
+                method=method,
+                r=r,
+                targets="q,v" if targets == QV else "all-linear",
+                gpu=row["gpu"],
+                batch=wl.per_device_batch,
+                seq=wl.seq_len,
+                measure=measure,
+                published=value,
+                ours=ours,
+                err=(ours - value) / value,
+                note=note,
+            )
+        )
+        print(
+            f"{idx:4d} {out[-1]['model']:36s} {method:5s} r={r:<3d} s={wl.seq_len:<6d} published {value:6.2f} GiB  "
+            f"plan {ours:6.2f} GiB  {out[-1]['err']:+.1%}"
+        )
     if write:
         from results import write_section
 
@@ -101,8 +232,10 @@ def render(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lines.append(f"| {r['idx']} | {r['model']} | {r['method']} | {r['r']} | {r['targets']} | {r['gpu']} | {r['batch']} | "
-                     f"{r['seq']} | {r['measure']} | {r['published']:.2f} | {r['ours']:.2f} | {r['err']:+.1%} | {r['note']} |")
+        lines.append(
+            f"| {r['idx']} | {r['model']} | {r['method']} | {r['r']} | {r['targets']} | {r['gpu']} | {r['batch']} | "
+            f"{r['seq']} | {r['measure']} | {r['published']:.2f} | {r['ours']:.2f} | {r['err']:+.1%} | {r['note']} |"
+        )
     lines += ["", "Left out:", ""]
     lines += [f"- {rows_}: {why}." for rows_, why in LEFT_OUT]
     return "\n".join(lines)

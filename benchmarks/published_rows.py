@@ -43,11 +43,16 @@ SHAPES = {
     "Qwen/Qwen-72B": (8192, 80, 64, 64, 24576, 152064),
 }
 # Catalog entry per published GPU description (first match wins).
-GPUS = (("RTX 3090", "RTX-3090"), ("RTX 6000 Ada", "RTX-6000-Ada"), ("A100-SXM4-80GB", "A100-80GB"),
-        ("A100 40GB", "A100-40GB"), ("H100 80GB SXM", "H100-80GB"), ("H100 SXM-class", "H100-80GB"),
-        ("H200", "H200"))
-QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"),
-                "w1": ("gate_proj",), "w2": ("up_proj",)}
+GPUS = (
+    ("RTX 3090", "RTX-3090"),
+    ("RTX 6000 Ada", "RTX-6000-Ada"),
+    ("A100-SXM4-80GB", "A100-80GB"),
+    ("A100 40GB", "A100-40GB"),
+    ("H100 80GB SXM", "H100-80GB"),
+    ("H100 SXM-class", "H100-80GB"),
+    ("H200", "H200"),
+)
+QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"), "w1": ("gate_proj",), "w2": ("up_proj",)}
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ def why_left_out(row: dict[str, Any]) -> str | None:
     sharding = row.get("sharding") or ""
     if "TP" in sharding or "tensor par" in sharding or "context parallel" in sharding:
         return "tensor / context parallelism: not a strategy gpuplan plans"
-    if "activation CPU offload" in sharding or "Activation Offload\" column = True" in (row.get("note") or ""):
+    if "activation CPU offload" in sharding or 'Activation Offload" column = True' in (row.get("note") or ""):
         return "activation CPU offload: not a strategy gpuplan plans"
     if not any(k in row["gpu"] for k, _ in GPUS):
         return f"GPU not in the catalog ({row['gpu'].split(' (')[0]})"
@@ -108,9 +113,19 @@ def _targets(row: dict[str, Any]) -> tuple[str, ...]:
 
 def plan_run(row: dict[str, Any]) -> Run:
     hidden, layers, heads, kv, inter, vocab = _shape(row["model"])
-    facts = model_facts({"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers,
-                         "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": inter,
-                         "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": 131072})
+    facts = model_facts(
+        {
+            "model_type": "llama",
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv,
+            "intermediate_size": inter,
+            "vocab_size": vocab,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 131072,
+        }
+    )
     gpu = lookup(next(name for k, name in GPUS if k in row["gpu"]))
     world = int(row["num_gpus"])
     sharding, precision = row.get("sharding") or "", (row.get("precision") or "").lower()
@@ -134,13 +149,22 @@ def plan_run(row: dict[str, Any]) -> Run:
     attn = "eager" if "eager" in (row.get("attention_impl") or "").lower() else "sdpa"
     adapters = None
     if row["method"] in ("lora", "qlora"):
-        adapters = Adapters(method=row["method"], r=int(row.get("lora_rank") or 8), target_modules=_targets(row),
-                            compute_dtype=weight)
-    wl = Workload(per_device_batch=int(row["batch_size"]), seq_len=int(row["seq_len"]),
-                  gradient_accumulation_steps=int(row.get("grad_accum") or 1), weight_dtype=weight, amp=amp,
-                  optim="adamw_torch", gradient_checkpointing=checkpointing, attn_implementation=attn,
-                  engine=engine, shard_world_size=shards, zero_stage=stage,
-                  offload_params="CPU offload" in sharding, adapters=adapters)
+        adapters = Adapters(method=row["method"], r=int(row.get("lora_rank") or 8), target_modules=_targets(row), compute_dtype=weight)
+    wl = Workload(
+        per_device_batch=int(row["batch_size"]),
+        seq_len=int(row["seq_len"]),
+        gradient_accumulation_steps=int(row.get("grad_accum") or 1),
+        weight_dtype=weight,
+        amp=amp,
+        optim="adamw_torch",
+        gradient_checkpointing=checkpointing,
+        attn_implementation=attn,
+        engine=engine,
+        shard_world_size=shards,
+        zero_stage=stage,
+        offload_params="CPU offload" in sharding,
+        adapters=adapters,
+    )
     per_node = min(world, 8)
     if "2 nodes x 2 GPUs" in sharding or "2 servers x 2 GPUs" in (row.get("other_opts") or ""):
         per_node = 2
@@ -150,11 +174,9 @@ def plan_run(row: dict[str, Any]) -> Run:
 
 def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any]:
     """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
-    comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes,
-                         networks=load_interconnects())
+    comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects())
     world = run.count * run.nodes
-    return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm,
-                               scale=scale).to_dict()
+    return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

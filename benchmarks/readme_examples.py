@@ -22,15 +22,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 BLOCK = re.compile(
-    r"(<!-- example: (?P<name>[\w-]+) -->\n(?P<indent> *)```(?P<lang>\w*)\n)(?P<body>.*?)(\n(?P=indent)```\n<!-- /example -->)",
-    re.S)
+    r"(<!-- example: (?P<name>[\w-]+) -->\n(?P<indent> *)```(?P<lang>\w*)\n)(?P<body>.*?)(\n(?P=indent)```\n<!-- /example -->)", re.S
+)
 
 
 def tail_of_apply(out: str) -> list[str]:
@@ -44,9 +44,11 @@ def tail_of_apply(out: str) -> list[str]:
 
 def from_line(prefix: str) -> Callable[[str], list[str]]:
     """The output from the first line that starts with `prefix` on."""
+
     def select(out: str) -> list[str]:
         lines = out.rstrip("\n").splitlines()
-        return lines[next(i for i, line in enumerate(lines) if line.startswith(prefix)):]
+        return lines[next(i for i, line in enumerate(lines) if line.startswith(prefix)) :]
+
     return select
 
 
@@ -60,8 +62,20 @@ class Example:
 
 
 EXAMPLES: dict[str, Example] = {
-    "init-4090": Example(("init", "specs/models/llama-3.1-8b.json", "--gpu", "RTX-4090", "--data", "specs/data/chat.jsonl",
-                          "--out", "runs/llama-4090.toml", "--force"), prompt=True),
+    "init-4090": Example(
+        (
+            "init",
+            "specs/models/llama-3.1-8b.json",
+            "--gpu",
+            "RTX-4090",
+            "--data",
+            "specs/data/chat.jsonl",
+            "--out",
+            "runs/llama-4090.toml",
+            "--force",
+        ),
+        prompt=True,
+    ),
     "tiny-apply": Example(("apply", "specs/tiny.toml", "--yes", "--restart"), select=tail_of_apply, trains=True),
     "a100-plan": Example(("plan", "specs/a100-fp16.toml"), prompt=True),
     "two-nodes": Example(("apply", "specs/llama-8b-2nodes.toml"), select=from_line("This plan runs")),
@@ -75,8 +89,9 @@ EXAMPLES: dict[str, Example] = {
 
 def run(args: tuple[str, ...], fails: bool = False) -> str:
     env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=REPO, env=env, capture_output=True,
-                       text=True, stdin=subprocess.DEVNULL, timeout=1800)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuplan", *args], cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800
+    )
     if r.returncode != (1 if fails else 0):
         raise SystemExit(f"gpuplan {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
     return r.stdout + r.stderr if fails else r.stdout

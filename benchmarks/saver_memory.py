@@ -50,8 +50,11 @@ SAVERS = [
     ("chunked cross-entropy", {"loss_chunk_size": 1024}, True),
     ("gradient checkpointing", {"gradient_checkpointing": True}, True),
     ("checkpointing + chunked CE", {"gradient_checkpointing": True, "loss_chunk_size": 1024}, True),
-    ("checkpointing + chunked CE + paged 8-bit AdamW",
-     {"gradient_checkpointing": True, "loss_chunk_size": 1024, "optim": "paged_adamw_8bit"}, True),
+    (
+        "checkpointing + chunked CE + paged 8-bit AdamW",
+        {"gradient_checkpointing": True, "loss_chunk_size": 1024, "optim": "paged_adamw_8bit"},
+        True,
+    ),
     ("Liger kernels (fused linear cross-entropy)", {"liger_kernel": True}, False),
     ("checkpointing + Liger kernels", {"gradient_checkpointing": True, "liger_kernel": True}, False),
     ("activation offloading", {"offload_activations": True}, False),
@@ -78,8 +81,7 @@ _DEFAULTS = Workload(per_device_batch=1, seq_len=1).to_dict()
 def _key_of(d: dict) -> str:
     """The workload's fields that differ from Workload's defaults: new default-valued fields
     keep old cache entries valid."""
-    return json.dumps({k: v for k, v in d.items() if k in ("per_device_batch", "seq_len") or v != _DEFAULTS.get(k)},
-                      sort_keys=True)
+    return json.dumps({k: v for k, v in d.items() if k in ("per_device_batch", "seq_len") or v != _DEFAULTS.get(k)}, sort_keys=True)
 
 
 def _key(wl: Workload) -> str:
@@ -93,9 +95,16 @@ def run(trace: bool) -> list[dict]:
     rows = []
     for method, seq, label, wl, traceable in cases(facts):
         est = estimate_memory(facts, wl)
-        row = {"method": method, "seq": seq, "savers": label, "plan": est.allocated_peak_bytes,
-               "plan_logits": est.components["logits_loss"], "traced": None, "traced_logits": None,
-               "traceable": traceable}
+        row = {
+            "method": method,
+            "seq": seq,
+            "savers": label,
+            "plan": est.allocated_peak_bytes,
+            "plan_logits": est.components["logits_loss"],
+            "traced": None,
+            "traced_logits": None,
+            "traceable": traceable,
+        }
         if trace and traceable:
             key = _key(wl)
             if key not in cache:
@@ -103,32 +112,41 @@ def run(trace: bool) -> list[dict]:
 
                 t0 = time.perf_counter()
                 tr = trace_memory(config, wl)
-                cache[key] = {"peak": tr.allocated_peak_bytes, "logits": tr.components["logits_loss"],
-                              "seconds": time.perf_counter() - t0}
+                cache[key] = {"peak": tr.allocated_peak_bytes, "logits": tr.components["logits_loss"], "seconds": time.perf_counter() - t0}
                 CACHE.write_text(json.dumps(cache))
-                print(f"traced {method} {seq} {label}: {cache[key]['peak'] / GIB:.2f} GiB "
-                      f"({cache[key]['seconds']:.0f} s)", flush=True)
+                print(f"traced {method} {seq} {label}: {cache[key]['peak'] / GIB:.2f} GiB ({cache[key]['seconds']:.0f} s)", flush=True)
             row["traced"], row["traced_logits"] = cache[key]["peak"], cache[key]["logits"]
         rows.append(row)
     return rows
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["Llama-3.1-8B (specs/models/llama-3.1-8b.json), batch 1, allocated peak of one device "
-             "(torch.cuda.max_memory_allocated). Plan = the analytic estimate `gpuplan plan` prints; "
-             "traced = two real training steps under FakeTensorMode (gpuplan/trace). "
-             "logits = the loss path's part at the peak (0: the peak is elsewhere, e.g. inside a layer's backward). "
-             "Full: bf16 weights, bf16 autocast, fused AdamW. QLoRA: NF4 base, r 16 all-linear, bf16 autocast.",
-             "", "| method | tokens | savers | plan GiB | plan logits GiB | traced GiB | traced logits GiB | plan vs trace |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "Llama-3.1-8B (specs/models/llama-3.1-8b.json), batch 1, allocated peak of one device "
+        "(torch.cuda.max_memory_allocated). Plan = the analytic estimate `gpuplan plan` prints; "
+        "traced = two real training steps under FakeTensorMode (gpuplan/trace). "
+        "logits = the loss path's part at the peak (0: the peak is elsewhere, e.g. inside a layer's backward). "
+        "Full: bf16 weights, bf16 autocast, fused AdamW. QLoRA: NF4 base, r 16 all-linear, bf16 autocast.",
+        "",
+        "| method | tokens | savers | plan GiB | plan logits GiB | traced GiB | traced logits GiB | plan vs trace |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         tr = r["traced"]
-        diff = (f"{(r['plan'] - tr) / tr:+.1%}" if tr else "not traced" if r["traceable"] else
-                "analytic only: Liger's Triton kernels do not run on CPU" if "Liger" in r["savers"] else
-                "analytic only: the trace cannot tell host from device tensors")
+        diff = (
+            f"{(r['plan'] - tr) / tr:+.1%}"
+            if tr
+            else "not traced"
+            if r["traceable"]
+            else "analytic only: Liger's Triton kernels do not run on CPU"
+            if "Liger" in r["savers"]
+            else "analytic only: the trace cannot tell host from device tensors"
+        )
         tl = f"{r['traced_logits'] / GIB:.2f}" if tr else "-"
-        lines.append(f"| {r['method']} | {r['seq']:,} | {r['savers']} | {r['plan'] / GIB:.2f} | "
-                     f"{r['plan_logits'] / GIB:.2f} | {f'{tr / GIB:.2f}' if tr else '-'} | {tl} | {diff} |")
+        lines.append(
+            f"| {r['method']} | {r['seq']:,} | {r['savers']} | {r['plan'] / GIB:.2f} | "
+            f"{r['plan_logits'] / GIB:.2f} | {f'{tr / GIB:.2f}' if tr else '-'} | {tl} | {diff} |"
+        )
     return "\n".join(lines)
 
 
@@ -137,8 +155,7 @@ PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
 # bf16-true (bf16 weights, no autocast), LoRA r 8 on query and value, micro-batch 1, Alpaca padded
 # to its longest sample (1,304 tokens for Llama 2), measured as torch.cuda.max_memory_allocated.
 # index -> (config, double quantization)
-PAGED_ROWS = {242: ("llama-2-7b", False), 243: ("llama-2-7b", True), 247: ("llama-2-13b", False),
-              248: ("llama-2-13b", True)}
+PAGED_ROWS = {242: ("llama-2-7b", False), 243: ("llama-2-7b", True), 247: ("llama-2-13b", False), 248: ("llama-2-13b", True)}
 
 
 def published_paged() -> list[dict]:
@@ -149,33 +166,52 @@ def published_paged() -> list[dict]:
     for idx, (name, dq) in PAGED_ROWS.items():
         row = data[idx]
         facts = model_facts(read_config(str(ROOT / "specs" / "models" / f"{name}.json")), "causal-lm", 2)
-        a = Adapters("qlora", 8, tuple(resolve_targets(facts, ["q_proj", "v_proj"], [])), double_quant=dq,
-                     compute_dtype="bfloat16")
-        wl = Workload(per_device_batch=row["batch_size"], seq_len=row["seq_len"], weight_dtype="bfloat16",
-                      optim="paged_adamw_32bit", gradient_accumulation_steps=row["grad_accum"], adapters=a)
+        a = Adapters("qlora", 8, tuple(resolve_targets(facts, ["q_proj", "v_proj"], [])), double_quant=dq, compute_dtype="bfloat16")
+        wl = Workload(
+            per_device_batch=row["batch_size"],
+            seq_len=row["seq_len"],
+            weight_dtype="bfloat16",
+            optim="paged_adamw_32bit",
+            gradient_accumulation_steps=row["grad_accum"],
+            adapters=a,
+        )
         est = estimate_memory(facts, wl)
         # paged_adamw_32bit: two fp32 states per value, in unified memory for tensors >= 100,000 elements
         states = paged_bytes([s for _, s in adapter_layout(facts, a).adapter_shapes], 8)
-        out.append({"idx": idx, "detail": row["source_detail"], "seq": row["seq_len"], "published": row["value_gib"],
-                    "plan": est.allocated_peak_bytes / GIB, "unpaged": (est.allocated_peak_bytes - states) / GIB,
-                    "states": states / GIB})
+        out.append(
+            {
+                "idx": idx,
+                "detail": row["source_detail"],
+                "seq": row["seq_len"],
+                "published": row["value_gib"],
+                "plan": est.allocated_peak_bytes / GIB,
+                "unpaged": (est.allocated_peak_bytes - states) / GIB,
+                "states": states / GIB,
+            }
+        )
     return out
 
 
 def render_published(rows: list[dict]) -> str:
-    lines = ["", "Published rows with a paged optimizer: LitGPT's QLoRA on an A100-40GB with bitsandbytes' PagedAdamW "
-             "(docs/reference/published-memory.json, LitGPT tutorials/resource-tables.md): bf16 weights, no autocast, "
-             "LoRA r 8 on q and v, batch 1, padded to the longest sample. `plan` counts the paged states as resident, "
-             "`plan without paged states` is what torch.cuda.max_memory_allocated can show (managed memory is not "
-             "torch's allocator's); with r 8 every LoRA matrix (8 x 4,096 or 4,096 x 8) is under bitsandbytes' "
-             "100,000-element floor, so none is paged and paging changes nothing here. LitGPT runs its own "
-             "model code and keeps the non-quantized parts in bf16 where peft's prepare_model_for_kbit_training "
-             "(what gpuplan plans) upcasts them to fp32.",
-             "", "| row | setup | seq | published GiB | plan GiB | paged states GiB | plan without paged states | vs published |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "Published rows with a paged optimizer: LitGPT's QLoRA on an A100-40GB with bitsandbytes' PagedAdamW "
+        "(docs/reference/published-memory.json, LitGPT tutorials/resource-tables.md): bf16 weights, no autocast, "
+        "LoRA r 8 on q and v, batch 1, padded to the longest sample. `plan` counts the paged states as resident, "
+        "`plan without paged states` is what torch.cuda.max_memory_allocated can show (managed memory is not "
+        "torch's allocator's); with r 8 every LoRA matrix (8 x 4,096 or 4,096 x 8) is under bitsandbytes' "
+        "100,000-element floor, so none is paged and paging changes nothing here. LitGPT runs its own "
+        "model code and keeps the non-quantized parts in bf16 where peft's prepare_model_for_kbit_training "
+        "(what gpuplan plans) upcasts them to fp32.",
+        "",
+        "| row | setup | seq | published GiB | plan GiB | paged states GiB | plan without paged states | vs published |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['idx']} | {r['detail']} | {r['seq']:,} | {r['published']:.2f} | {r['plan']:.2f} | "
-                     f"{r['states']:.3f} | {r['unpaged']:.2f} | {(r['unpaged'] - r['published']) / r['published']:+.1%} |")
+        lines.append(
+            f"| {r['idx']} | {r['detail']} | {r['seq']:,} | {r['published']:.2f} | {r['plan']:.2f} | "
+            f"{r['states']:.3f} | {r['unpaged']:.2f} | {(r['unpaged'] - r['published']) / r['published']:+.1%} |"
+        )
     return "\n".join(lines)
 
 

@@ -42,11 +42,12 @@ def main() -> int:
         row = r.row
         method = row["method"] + (f" r{row['lora_rank']}" if row.get("lora_rank") else "")
         batch = f"{row['batch_size']}x{row.get('grad_accum') or 1}x{row['seq_len']}"
-        rows.append(f"| {src} | {row['model']} | {method} | {r.count * r.nodes} x {r.gpu.name} | {batch} "
-                    f"| {r.workload.engine} z{r.workload.zero_stage}{' offload' if r.workload.offload_params else ''} "
-                    f"| {row['derived_tokens_per_s_per_gpu']:,.0f} | {out['tokens_per_second'] / (r.count * r.nodes):,.0f} "
-                    f"| {e:+.0%} | {st['bound_by']} ({st['shares'][st['bound_by']]:.0%}) |"
-                    + (f" {r.dtype_note}" if r.dtype_note else ""))
+        rows.append(
+            f"| {src} | {row['model']} | {method} | {r.count * r.nodes} x {r.gpu.name} | {batch} "
+            f"| {r.workload.engine} z{r.workload.zero_stage}{' offload' if r.workload.offload_params else ''} "
+            f"| {row['derived_tokens_per_s_per_gpu']:,.0f} | {out['tokens_per_second'] / (r.count * r.nodes):,.0f} "
+            f"| {e:+.0%} | {st['bound_by']} ({st['shares'][st['bound_by']]:.0%}) |" + (f" {r.dtype_note}" if r.dtype_note else "")
+        )
     every = [x for v in by.values() for x in v]
     summary = ["| source | rows | median abs error | max abs error |", "|---|---|---|---|"]
     for src, v in by.items():
@@ -58,27 +59,29 @@ def main() -> int:
     reasons = Counter((source_name(row), why) for row, why in left)
     out_table = ["| source | rows left out | why |", "|---|---|---|"]
     out_table += [f"| {src} | {n} | {why} |" for (src, why), n in sorted(reasons.items())]
-    body = "\n".join([
-        f"{len(runs)} of {len(runs) + len(left)} published rows planned with their own settings "
-        "(benchmarks/published_rows.py); error = plan tokens/s per GPU / measured - 1. The model's free "
-        "constants were fitted on these rows (benchmarks/fit_step_time.py; gpuplan/plan/estimate/step_time/constants.py), "
-        "so this is the fit's error, not a hold-out.",
-        "",
-        f"Targets: median <= {TARGET_MEDIAN:.0%} overall ({overall_median:.1%}), no source median above "
-        f"{TARGET_SOURCE:.0%} (worst {worst_source:.1%}): {'met' if met else 'NOT met'}.",
-        "",
-        *summary,
-        "",
-        "Rows left out, and why (the reasons are general, no row is special-cased):",
-        "",
-        *out_table,
-        "",
-        "Every usable row (batch: micro-batch x accumulation x sequence length; bound: the largest term):",
-        "",
-        "| source | model | method | GPUs | batch | sharding | measured tok/s/GPU | plan | error | bound by |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-    ])
+    body = "\n".join(
+        [
+            f"{len(runs)} of {len(runs) + len(left)} published rows planned with their own settings "
+            "(benchmarks/published_rows.py); error = plan tokens/s per GPU / measured - 1. The model's free "
+            "constants were fitted on these rows (benchmarks/fit_step_time.py; gpuplan/plan/estimate/step_time/constants.py), "
+            "so this is the fit's error, not a hold-out.",
+            "",
+            f"Targets: median <= {TARGET_MEDIAN:.0%} overall ({overall_median:.1%}), no source median above "
+            f"{TARGET_SOURCE:.0%} (worst {worst_source:.1%}): {'met' if met else 'NOT met'}.",
+            "",
+            *summary,
+            "",
+            "Rows left out, and why (the reasons are general, no row is special-cased):",
+            "",
+            *out_table,
+            "",
+            "Every usable row (batch: micro-batch x accumulation x sequence length; bound: the largest term):",
+            "",
+            "| source | model | method | GPUs | batch | sharding | measured tok/s/GPU | plan | error | bound by |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print(body)
     if not args.no_write:
         write_section("throughput_accuracy", "Step-time model against published runs", body)

@@ -59,8 +59,7 @@ dir = "{out}"
 
 def gpuplan(args: list[str], store: Path) -> str:
     env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": str(ROOT), "GPUPLAN_CPU_PROBE_FILE": PROBE}
-    return subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True).stdout
+    return subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def plan_step(spec: Path, store: Path) -> tuple[float, dict]:
@@ -80,19 +79,31 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gpuplan-time-"))
     rows, specs = {}, {}
     for name, (h, layers, heads, kv, inter) in SIZES.items():
-        cfg = {**BASE, "hidden_size": h, "num_hidden_layers": layers, "num_attention_heads": heads,
-               "num_key_value_heads": kv, "intermediate_size": inter}
+        cfg = {
+            **BASE,
+            "hidden_size": h,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv,
+            "intermediate_size": inter,
+        }
         (tmp / f"{name}.json").write_text(json.dumps(cfg))
         out = tmp / f"run-{name}"
         spec = tmp / f"{name}.toml"
-        spec.write_text(SPEC.format(config=tmp / f"{name}.json", corpus=ROOT / "specs" / "data" / "tiny-corpus.txt",
-                                    steps=args.steps, out=out))
+        spec.write_text(
+            SPEC.format(config=tmp / f"{name}.json", corpus=ROOT / "specs" / "data" / "tiny-corpus.txt", steps=args.steps, out=out)
+        )
         specs[name] = (spec, out)
         before, t = plan_step(spec, tmp / "empty.jsonl")
         a = apply(spec, out, tmp / f"A-{name}.jsonl")
         b = apply(spec, out, tmp / f"B-{name}.jsonl")
-        rows[name] = {"model_flops_per_token": t["model_flops_per_token"], "before": before, "A": a, "B": b,
-                      "self": plan_step(spec, tmp / f"A-{name}.jsonl")[0]}
+        rows[name] = {
+            "model_flops_per_token": t["model_flops_per_token"],
+            "before": before,
+            "A": a,
+            "B": b,
+            "self": plan_step(spec, tmp / f"A-{name}.jsonl")[0],
+        }
         print(name, json.dumps({k: v for k, v in rows[name].items() if k not in ("A", "B")}), flush=True)
     smallest = tmp / f"A-{next(iter(SIZES))}.jsonl"
     for name, (spec, _) in specs.items():
@@ -107,26 +118,32 @@ def main() -> None:
     def err(est: float, measured: float) -> str:
         return f"{est:.3f} ({(est / measured - 1) * 100:+.0f}%)"
 
-    lines = ["| model | params | FLOPs/token | default estimate (s/step) | run A measured | run B measured "
-             "| calibrated by A, same size | calibrated by A of size S | fitted on A of the other sizes "
-             "| utilisation A / B | MFU A |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | params | FLOPs/token | default estimate (s/step) | run A measured | run B measured "
+        "| calibrated by A, same size | calibrated by A of size S | fitted on A of the other sizes "
+        "| utilisation A / B | MFU A |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         a, b = r["A"], r["B"]
         mb = b["step_time_s"]
-        lines.append(f"| {name} | {a['n_params'] / 1e6:.2f}M | {a['flops_per_token'] / 1e6:.1f}M | {err(r['before'], mb)} | "
-                     f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
-                     f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |")
-    body = (f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
-            "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
-            f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
-            "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
-            f"\"default\" is the uncalibrated step-time model (plan/estimate/step_time, cpu constants) with this CPU's "
-            f"figures measured by hardware/cpu_probe.py at the start ({probe}); "
-            "\"same size\" the plan after run A of that spec; \"of size S\" the plan after run A of the smallest "
-            "model only (carried to another spec through the model's terms); \"fitted\" the plan after runs A of "
-            "the two "
-            "other sizes (work and fixed-cost scales, least squares: plan/estimate/calibration.py).\n\n" + "\n".join(lines))
+        lines.append(
+            f"| {name} | {a['n_params'] / 1e6:.2f}M | {a['flops_per_token'] / 1e6:.1f}M | {err(r['before'], mb)} | "
+            f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
+            f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |"
+        )
+    body = (
+        f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
+        "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
+        f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
+        "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
+        f'"default" is the uncalibrated step-time model (plan/estimate/step_time, cpu constants) with this CPU\'s '
+        f"figures measured by hardware/cpu_probe.py at the start ({probe}); "
+        '"same size" the plan after run A of that spec; "of size S" the plan after run A of the smallest '
+        'model only (carried to another spec through the model\'s terms); "fitted" the plan after runs A of '
+        "the two "
+        "other sizes (work and fixed-cost scales, least squares: plan/estimate/calibration.py).\n\n" + "\n".join(lines)
+    )
     print(body)
     write_section("time_accuracy", "Time estimates (CPU)", body)
 

@@ -11,8 +11,9 @@ and a library's refusal is translated into what to do next (accelerate's estimat
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 Severity = Literal["error", "warning", "note"]
 
@@ -37,7 +38,7 @@ class Diagnostic:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnostic":
+    def from_dict(cls, d: Mapping[str, Any]) -> Diagnostic:
         return cls(d["severity"], d.get("key"), d["summary"], d.get("detail"), d.get("fix"))
 
     @property
@@ -54,8 +55,7 @@ class GpuplanError(Exception):
         super().__init__("; ".join(d.message for d in self.diagnostics))
 
     @staticmethod
-    def one(summary: str, *, key: str | None = None, detail: str | None = None,
-            fix: str | None = None) -> "GpuplanError":
+    def one(summary: str, *, key: str | None = None, detail: str | None = None, fix: str | None = None) -> GpuplanError:
         """An error with a single diagnostic."""
         return GpuplanError([Diagnostic("error", key, summary, detail, fix)])
 

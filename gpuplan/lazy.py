@@ -7,7 +7,8 @@ fast (tests/test_plan_imports.py), and each name resolves when it is first read.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:

@@ -24,8 +24,8 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from gpuplan.errors import Diagnostic
 
@@ -33,8 +33,20 @@ DEBUG_LOG = "gpuplan-debug.log"
 DEBUG_ENV = "GPUPLAN_DEBUG"
 # Loggers of the libraries apply and trace import (each has its own stderr handler or
 # propagates to the root logger, where bitsandbytes' records end up).
-LIBRARY_LOGGERS = ("transformers", "datasets", "huggingface_hub", "accelerate", "peft", "bitsandbytes", "torch",
-                   "trl", "liger_kernel", "deepspeed", "filelock", "urllib3")
+LIBRARY_LOGGERS = (
+    "transformers",
+    "datasets",
+    "huggingface_hub",
+    "accelerate",
+    "peft",
+    "bitsandbytes",
+    "torch",
+    "trl",
+    "liger_kernel",
+    "deepspeed",
+    "filelock",
+    "urllib3",
+)
 
 
 @dataclass(frozen=True)
@@ -45,18 +57,33 @@ class Known:
 
 
 KNOWN = (
-    Known("bitsandbytes", r"Failed to load CPU gemm_4bit_forward from kernels-community",
-          "bitsandbytes 0.50 tries the optional `kernels` package at import on CPUs with AVX512-BF16 "
-          "(backends/cpu/ops.py) and falls back to its own kernel; it prints this even when no 4-bit layer is used"),
-    Known("transformers", r"`is_gradient_checkpointing` is deprecated",
-          "peft 0.21 (peft_model.py) reads the old property name of transformers 5; nothing in the spec sets it"),
-    Known("transformers", r"`gradient_checkpointing_enable` is deprecated",
-          "peft's prepare_model_for_kbit_training calls the old method name; checkpointing is on as planned"),
+    Known(
+        "bitsandbytes",
+        r"Failed to load CPU gemm_4bit_forward from kernels-community",
+        "bitsandbytes 0.50 tries the optional `kernels` package at import on CPUs with AVX512-BF16 "
+        "(backends/cpu/ops.py) and falls back to its own kernel; it prints this even when no 4-bit layer is used",
+    ),
+    Known(
+        "transformers",
+        r"`is_gradient_checkpointing` is deprecated",
+        "peft 0.21 (peft_model.py) reads the old property name of transformers 5; nothing in the spec sets it",
+    ),
+    Known(
+        "transformers",
+        r"`gradient_checkpointing_enable` is deprecated",
+        "peft's prepare_model_for_kbit_training calls the old method name; checkpointing is on as planned",
+    ),
     Known("transformers", r"`gradient_checkpointing_disable` is deprecated", "as above, the old method name"),
-    Known("torch", r"torch\.utils\.checkpoint: the use_reentrant parameter should be passed explicitly",
-          "transformers picks use_reentrant itself; no spec key sets it"),
-    Known("transformers", r"loss_type=None` was set in the config but it is unrecognised",
-          "transformers falls back to the task's default loss, the one gpuplan plans"),
+    Known(
+        "torch",
+        r"torch\.utils\.checkpoint: the use_reentrant parameter should be passed explicitly",
+        "transformers picks use_reentrant itself; no spec key sets it",
+    ),
+    Known(
+        "transformers",
+        r"loss_type=None` was set in the config but it is unrecognised",
+        "transformers falls back to the task's default loss, the one gpuplan plans",
+    ),
 )
 
 
@@ -80,17 +107,20 @@ def _load_report(message: str) -> Diagnostic | None:
     cls, path = head.group(1), head.group(2).strip()
     parts = []
     if missing := rows.get("MISSING"):
-        parts.append(f"{len(missing)} weight(s) of {cls} are not in the checkpoint and start from random values "
-                     f"({_few(missing)})")
+        parts.append(f"{len(missing)} weight(s) of {cls} are not in the checkpoint and start from random values ({_few(missing)})")
     if unexpected := rows.get("UNEXPECTED"):
         parts.append(f"{len(unexpected)} weight(s) in the checkpoint are not used by {cls} ({_few(unexpected)})")
     if mismatched := rows.get("MISMATCH"):
         parts.append(f"{len(mismatched)} weight(s) have another shape in the checkpoint ({_few(mismatched)})")
-    return Diagnostic("warning", "model.name_or_path", f"model: loading {path}: " + "; ".join(parts),
-                      detail="expected when the model adds a new task head (seq-cls: the classifier) or drops one "
-                             "(a causal LM's checkpoint loaded for another task)",
-                      fix="if these are not the task head, point model.name_or_path at a checkpoint of this "
-                          "architecture, or set model.task to the task it was trained for")
+    return Diagnostic(
+        "warning",
+        "model.name_or_path",
+        f"model: loading {path}: " + "; ".join(parts),
+        detail="expected when the model adds a new task head (seq-cls: the classifier) or drops one "
+        "(a causal LM's checkpoint loaded for another task)",
+        fix="if these are not the task head, point model.name_or_path at a checkpoint of this "
+        "architecture, or set model.task to the task it was trained for",
+    )
 
 
 def _few(keys: list[str], n: int = 3) -> str:
@@ -179,6 +209,7 @@ def log_to(output_dir: str | None, *, load_libraries: bool = False) -> None:
     if load_libraries:
         import torch  # noqa: F401  torch._logging's handlers
         import transformers.utils.logging  # noqa: F401  its library root handler
+
         with contextlib.suppress(ImportError):
             import datasets.utils.logging  # noqa: F401
         cap.adopt(_library_loggers())
@@ -214,16 +245,17 @@ def captured(say: Callable[[Diagnostic], None] | None = None, *, summary: bool =
         if cap.path is None and cap.buffer and not echo:  # no output dir named: as the library would have
             sys.stderr.writelines(raw for _, raw in cap.buffer)
         elif cap.unknown and summary:
-            sys.stderr.write(f"gpuplan: {cap.unknown} library warning(s) that gpuplan does not explain are in "
-                             f"{cap.path} ({DEBUG_ENV}=1 shows them here)\n")
+            sys.stderr.write(
+                f"gpuplan: {cap.unknown} library warning(s) that gpuplan does not explain are in "
+                f"{cap.path} ({DEBUG_ENV}=1 shows them here)\n"
+            )
 
 
 def _library_loggers() -> list[tuple[str, logging.Logger]]:
     """The libraries' loggers that print themselves (own handlers or no propagation)."""
     out = []
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger) and name.split(".")[0] in LIBRARY_LOGGERS \
-                and (logger.handlers or not logger.propagate):
+        if isinstance(logger, logging.Logger) and name.split(".")[0] in LIBRARY_LOGGERS and (logger.handlers or not logger.propagate):
             out.append((name, logger))
     return out
 

@@ -63,8 +63,7 @@ def read_user_prices(path: Path | None = None) -> dict[str, tuple[float, str]]:
     out: dict[str, tuple[float, str]] = {}
     for name, value in table.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 10_000:
-            raise UserFileError(f"{path}: prices.{name} = {value!r} is not a price; "
-                                "write a positive number of USD per GPU-hour, e.g. 1.59")
+            raise UserFileError(f"{path}: prices.{name} = {value!r} is not a price; write a positive number of USD per GPU-hour, e.g. 1.59")
         try:
             canonical = lookup(name).name
         except (UnknownGPUError, AmbiguousGPUError) as e:
@@ -81,8 +80,7 @@ def read_calibrations(path: Path | None = None) -> list[dict[str, Any]]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as e:
-        raise UserFileError(f"{path}: cannot read the calibration store ({e.strerror or e}); "
-                            f"delete it or set {CALIBRATION_ENV}") from None
+        raise UserFileError(f"{path}: cannot read the calibration store ({e.strerror or e}); delete it or set {CALIBRATION_ENV}") from None
     records = []
     for line in text.splitlines():
         try:

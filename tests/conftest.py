@@ -22,8 +22,16 @@ def _fixed_cpu_probe() -> None:
     from gpuplan.hardware.detect import _cpu_count
 
     path = os.path.join(tempfile.mkdtemp(prefix="gpuplan-cpu-probe-"), "cpu-probe.json")
-    entry = {"version": VERSION, "cpu": _cpu_model(), "cpus": _cpu_count(), "omp_threads": _omp(),
-             "fp32_tflops": 0.1, "gbyte_per_s": 10.0, "threads": 2, "measured_at": "fixed by tests/conftest.py"}
+    entry = {
+        "version": VERSION,
+        "cpu": _cpu_model(),
+        "cpus": _cpu_count(),
+        "omp_threads": _omp(),
+        "fp32_tflops": 0.1,
+        "gbyte_per_s": 10.0,
+        "threads": 2,
+        "measured_at": "fixed by tests/conftest.py",
+    }
     with open(path, "w") as f:
         json.dump({"machines": [entry]}, f)
     os.environ[PROBE_ENV] = path

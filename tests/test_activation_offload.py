@@ -9,10 +9,10 @@ import copy
 import pytest
 import torch
 
-from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
-from tests.helpers.planning import SPECS, plan_text
 from gpuplan.apply.activation_offload import Offloader, install
 from gpuplan.plan.types import PlanError
+from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
+from tests.helpers.planning import SPECS, plan_text
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -55,8 +55,16 @@ def test_trainer_run_with_offloading_matches_the_standard_run(tmp_path):
 
     def losses(name, **over):
         (tmp_path / name).mkdir()
-        plan = cpu_plan(tmp_path / name, **{"training.max_steps": 3, "training.logging_steps": 1, "model.config": config,
-                                            "output.dir": str(tmp_path / name / "run"), **over})
+        plan = cpu_plan(
+            tmp_path / name,
+            **{
+                "training.max_steps": 3,
+                "training.logging_steps": 1,
+                "model.config": config,
+                "output.dir": str(tmp_path / name / "run"),
+                **over,
+            },
+        )
         prepared = build_trainer(plan, progress=False)
         prepared.trainer.train()
         return prepared, [r["loss"] for r in prepared.trainer.state.log_history if "loss" in r]
@@ -67,13 +75,13 @@ def test_trainer_run_with_offloading_matches_the_standard_run(tmp_path):
     assert offloaded == pytest.approx(standard, rel=1e-6)
 
 
-QLORA = (SPECS / "llama-8b-qlora-4090.toml").read_text().replace(
-    '"models/', f'"{SPECS}/models/').replace('"data/', f'"{SPECS}/data/')
+QLORA = (SPECS / "llama-8b-qlora-4090.toml").read_text().replace('"models/', f'"{SPECS}/models/').replace('"data/', f'"{SPECS}/data/')
 
 
 def _plan(tmp_path, gpu="RTX-4090", extra="activation_offloading = true"):
-    return plan_text(tmp_path, QLORA.replace('gpu = "RTX-4090"', f'gpu = "{gpu}"').replace(
-        "warmup_ratio = 0.03", "warmup_ratio = 0.03\n" + extra))
+    return plan_text(
+        tmp_path, QLORA.replace('gpu = "RTX-4090"', f'gpu = "{gpu}"').replace("warmup_ratio = 0.03", "warmup_ratio = 0.03\n" + extra)
+    )
 
 
 def test_plan_counts_host_ram_and_host_link_time(tmp_path):
@@ -89,10 +97,13 @@ def test_plan_counts_host_ram_and_host_link_time(tmp_path):
     assert "pinned host RAM per GPU" in note.summary and "32 GB/s host link" in note.summary
 
 
-@pytest.mark.parametrize("gpu, extra, why", [
-    ("cpu", "activation_offloading = true", "already live in host RAM"),
-    ("RTX-4090", "activation_offloading = true\ngradient_checkpointing = true", "checkpoint holds itself"),
-])
+@pytest.mark.parametrize(
+    "gpu, extra, why",
+    [
+        ("cpu", "activation_offloading = true", "already live in host RAM"),
+        ("RTX-4090", "activation_offloading = true\ngradient_checkpointing = true", "checkpoint holds itself"),
+    ],
+)
 def test_plan_refuses_offloading_where_it_cannot_help(tmp_path, gpu, extra, why):
     with pytest.raises(PlanError) as e:
         _plan(tmp_path, gpu, extra)

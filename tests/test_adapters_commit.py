@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import huggingface_hub.constants
-from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
-from tests.helpers.hub_cache import add_repo
 
 from gpuplan.apply.quant4_load import default_unquantized
+from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
+from tests.helpers.hub_cache import add_repo
 
 
 def _keys(config: dict) -> list[str]:
@@ -18,8 +18,7 @@ def _keys(config: dict) -> list[str]:
 
     cfg = dict(config)
     with torch.device("meta"):
-        return get_keys_to_not_convert(AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"),
-                                                                                              **cfg)))
+        return get_keys_to_not_convert(AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg)))
 
 
 def test_default_unquantized_reads_the_planned_commit(tmp_path, monkeypatch):
@@ -29,8 +28,7 @@ def test_default_unquantized_reads_the_planned_commit(tmp_path, monkeypatch):
     moved = dict(MICRO_LLAMA, tie_word_embeddings=False, num_hidden_layers=3)
     assert _keys(planned) != _keys(moved)
     commit = add_repo(cache, "acme/m", {"config.json": json.dumps(planned).encode()}, ref="v1")
-    plan = cpu_plan(tmp_path, **{"model.name_or_path": "acme/m", "model.commit": commit, "model.from_scratch": False,
-                                 "model.config": None})
+    plan = cpu_plan(tmp_path, **{"model.name_or_path": "acme/m", "model.commit": commit, "model.from_scratch": False, "model.config": None})
     from transformers import AutoModelForCausalLM
 
     # only the tag v1 is cached: the id at main is not there at all

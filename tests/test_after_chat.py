@@ -40,8 +40,7 @@ def test_generate_renders_the_prompt_with_the_trained_template(run):
 
 def test_chat_keeps_the_turns_until_end_of_input(run):
     spec, _ = run
-    r = subprocess.run(command("chat", spec), input="say stone\nsay lamp\n", env=env(), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(command("chat", spec), input="say stone\nsay lamp\n", env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["ok.", "ok again."]  # the second answer needs the first turn
 
@@ -61,5 +60,7 @@ def test_export_carries_the_chat_template(run, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     tok = AutoTokenizer.from_pretrained(dest)
     msgs = [{"role": "user", "content": "say cloud"}]
-    assert tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == \
-        "<|im_start|>user\nsay cloud<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        == "<|im_start|>user\nsay cloud<|im_end|>\n<|im_start|>assistant\n"
+    )

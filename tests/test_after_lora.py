@@ -33,8 +33,7 @@ def base(tmp_path_factory):
 
 
 def _apply(tmp, base_dir, text, method: str):
-    spec = adapter_spec(tmp / f"{method}.toml", base=base_dir, text=text, out=tmp / f"run-{method}", method=method,
-                        max_steps=4)
+    spec = adapter_spec(tmp / f"{method}.toml", base=base_dir, text=text, out=tmp / f"run-{method}", method=method, max_steps=4)
     r = gpuplan("apply", spec, "--yes", GPUPLAN_CALIBRATION_FILE=str(tmp / "cal.jsonl"))
     assert r.returncode == 0, r.stderr[-3000:]
     return spec, tmp / f"run-{method}"
@@ -65,8 +64,12 @@ def test_export_of_a_lora_run_gives_the_logits_of_the_adapter_on_the_base(base, 
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= files and "adapter_config.json" not in files
     info = json.loads((dest / "gpuplan-export.json").read_text())
     assert info["method"] == "lora" and info["dtype"] == "float32" and str(out / "final") in info["source"]
-    for line in (f"vllm serve {dest} --dtype float32 --max-model-len 32", "text-generation-inference",
-                 f"pipeline('text-generation', model='{dest}')", "Inference memory for one sequence of 32 tokens"):
+    for line in (
+        f"vllm serve {dest} --dtype float32 --max-model-len 32",
+        "text-generation-inference",
+        f"pipeline('text-generation', model='{dest}')",
+        "Inference memory for one sequence of 32 tokens",
+    ):
         assert line in r.stdout
     x = _tokens()
     with torch.no_grad():
@@ -109,8 +112,12 @@ def test_a_changed_base_is_refused(base, lora, tmp_path, capsys):
     try:
         with open(weights, "wb") as f:
             f.write(changed)
-        for args in (("generate", spec, "--prompt", "x"), ("chat", spec), ("eval", spec, "--data", base[2]),
-                     ("export", spec, "--to", tmp_path / "e")):
+        for args in (
+            ("generate", spec, "--prompt", "x"),
+            ("chat", spec),
+            ("eval", spec, "--data", base[2]),
+            ("export", spec, "--to", tmp_path / "e"),
+        ):
             code, err = _main(args, capsys)
             assert code == 1 and "changed since the run trained its adapter on it: model.safetensors changed" in err
     finally:

@@ -72,8 +72,9 @@ def test_eval_perplexity_is_exp_of_the_eval_loss_apply_logged(run):
     state = json.loads((out / "gpuplan-state.json").read_text())
     assert state["evaluations"][-1] == e
     show = _ok("show", out).stdout
-    assert f"eval at step 30 ({e['at']}, the run's eval split): held-out loss {e['eval_loss']:.4f}, " \
-           f"perplexity {e['perplexity']:.4f}" in show
+    assert (
+        f"eval at step 30 ({e['at']}, the run's eval split): held-out loss {e['eval_loss']:.4f}, perplexity {e['perplexity']:.4f}" in show
+    )
     assert "sample at step 30: '3456' -> '789012345678'" in show
 
 
@@ -105,9 +106,9 @@ def test_export_of_a_full_run_reloads_with_transformers(run, tmp_path):
 
 def _refused(args, out, expect: str, capsys, *, also_absent=None):
     """The CLI in this process (a refusal loads no model): exit 1, the message, no file touched."""
-    from gpuplan.cli.main import main
-
     import os
+
+    from gpuplan.cli.main import main
 
     before, env = tree(out), dict(os.environ)
     try:
@@ -124,21 +125,24 @@ def _refused(args, out, expect: str, capsys, *, also_absent=None):
         assert not also_absent.exists()
 
 
-@pytest.mark.parametrize("args,expect", [
-    (("generate", "{spec}"), "give --prompt TEXT or --prompts FILE"),
-    (("generate", "{spec}", "--prompt", "1", "--prompts", "{tmp}/p.txt"), "not both"),
-    (("generate", "{spec}", "--prompts", "{tmp}/missing.txt"), "no such file"),
-    (("generate", "{spec}", "--prompts", "{tmp}/bad.jsonl"), "holds no prompt text"),
-    (("generate", "{spec}", "--prompt", "1", "--max-new-tokens", "0"), "--max-new-tokens 0 must be at least 1"),
-    (("generate", "{spec}", "--prompt", "1", "--temperature", "-1"), "--temperature -1.0 must be 0"),
-    (("generate", "{spec}", "--prompt", "1", "--checkpoint", "7"), "use one of the saved steps: 15, 30"),
-    (("chat", "{spec}", "--checkpoint", "7"), "checkpoint-7 does not exist"),
-    (("eval", "{spec}", "--data", "{tmp}/missing.jsonl"), "--data {tmp}/missing.jsonl: no such file"),
-    (("eval", "{spec}", "--data", "{tmp}/p.docx"), "suffix '.docx' is not one of"),
-    (("export", "{spec}", "--to", "{tmp}/full"), "already exists and is not an empty folder"),
-    (("export", "{spec}", "--to", "{tmp}/no/such/dir"), "does not exist"),
-    (("export", "{spec}", "--to", "{tmp}/new", "--context", "0"), "--context 0 must be a number of tokens"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (("generate", "{spec}"), "give --prompt TEXT or --prompts FILE"),
+        (("generate", "{spec}", "--prompt", "1", "--prompts", "{tmp}/p.txt"), "not both"),
+        (("generate", "{spec}", "--prompts", "{tmp}/missing.txt"), "no such file"),
+        (("generate", "{spec}", "--prompts", "{tmp}/bad.jsonl"), "holds no prompt text"),
+        (("generate", "{spec}", "--prompt", "1", "--max-new-tokens", "0"), "--max-new-tokens 0 must be at least 1"),
+        (("generate", "{spec}", "--prompt", "1", "--temperature", "-1"), "--temperature -1.0 must be 0"),
+        (("generate", "{spec}", "--prompt", "1", "--checkpoint", "7"), "use one of the saved steps: 15, 30"),
+        (("chat", "{spec}", "--checkpoint", "7"), "checkpoint-7 does not exist"),
+        (("eval", "{spec}", "--data", "{tmp}/missing.jsonl"), "--data {tmp}/missing.jsonl: no such file"),
+        (("eval", "{spec}", "--data", "{tmp}/p.docx"), "suffix '.docx' is not one of"),
+        (("export", "{spec}", "--to", "{tmp}/full"), "already exists and is not an empty folder"),
+        (("export", "{spec}", "--to", "{tmp}/no/such/dir"), "does not exist"),
+        (("export", "{spec}", "--to", "{tmp}/new", "--context", "0"), "--context 0 must be a number of tokens"),
+    ],
+)
 def test_bad_input_exits_1_and_writes_nothing(run, tmp_path, args, expect, capsys):
     spec, out = run
     (tmp_path / "p.txt").write_text("1\n")
@@ -154,11 +158,13 @@ def test_bad_input_exits_1_and_writes_nothing(run, tmp_path, args, expect, capsy
 def test_commands_refuse_a_spec_that_was_never_applied(run, tmp_path, capsys):
     spec, _ = run
     other = tmp_path / "other.toml"
-    other.write_text(spec.read_text().replace('dir = "run"', f'dir = "{tmp_path / "never"}"')
-                     .replace('"micro.json"', f'"{spec.parent / "micro.json"}"')
-                     .replace('"pattern.txt"', f'"{spec.parent / "pattern.txt"}"'))
-    for args in (("generate", other, "--prompt", "1"), ("chat", other), ("eval", other),
-                 ("export", other, "--to", tmp_path / "e")):
+    other.write_text(
+        spec.read_text()
+        .replace('dir = "run"', f'dir = "{tmp_path / "never"}"')
+        .replace('"micro.json"', f'"{spec.parent / "micro.json"}"')
+        .replace('"pattern.txt"', f'"{spec.parent / "pattern.txt"}"')
+    )
+    for args in (("generate", other, "--prompt", "1"), ("chat", other), ("eval", other), ("export", other, "--to", tmp_path / "e")):
         _refused(args, tmp_path, "no run here yet", capsys)
         _refused(args, tmp_path, f"gpuplan apply {other} --yes", capsys)
     assert not (tmp_path / "never").exists() and not (tmp_path / "e").exists()
@@ -171,8 +177,12 @@ def test_commands_refuse_an_unfinished_run(run, tmp_path, capsys):
     state = json.loads((copy / "run" / "gpuplan-state.json").read_text())
     state.update(status="interrupted", error="interrupted by the user at step 30")
     (copy / "run" / "gpuplan-state.json").write_text(json.dumps(state))
-    _refused(("generate", copy / "pattern.toml", "--prompt", "1"), copy / "run",
-             "the last apply is interrupted (interrupted by the user at step 30)", capsys)
+    _refused(
+        ("generate", copy / "pattern.toml", "--prompt", "1"),
+        copy / "run",
+        "the last apply is interrupted (interrupted by the user at step 30)",
+        capsys,
+    )
     r = _ok("generate", copy / "pattern.toml", "--prompt", "3456", "--checkpoint", "15", "--max-new-tokens", "3")
     assert r.stdout.startswith("> 3456\n")
 
@@ -195,17 +205,19 @@ def _task_spec(spec, tasks: list[str]):
     """A second spec for the same run, with [eval] tasks added after training (read from the spec as it is now)."""
     from tests.helpers.after_runs import PATTERN_SPEC
 
-    extra = f"tasks = {json.dumps(tasks)}\ninclude_path = \"tasks\"\nlimit = 10\n"
+    extra = f'tasks = {json.dumps(tasks)}\ninclude_path = "tasks"\nlimit = 10\n'
     other = spec.parent / "pattern-tasks.toml"
     other.write_text(PATTERN_SPEC.format(eval_extra=extra))
     tasks_dir = spec.parent / "tasks"
     tasks_dir.mkdir(exist_ok=True)
     # "<eos>" is one token: every training row starts after it (packing, apply/data.py); lm-eval takes an
     # all-digit doc_to_text for an index into the choices, so the contexts are not all digits
-    docs = [{"context": "<eos>0123", "choices": ["4", "7"], "label": 0},
-            {"context": "<eos>012345", "choices": ["2", "6"], "label": 1},
-            {"context": "<eos>01234567", "choices": ["8", "0"], "label": 0},
-            {"context": "<eos>0123456789", "choices": ["3", "0"], "label": 1}]
+    docs = [
+        {"context": "<eos>0123", "choices": ["4", "7"], "label": 0},
+        {"context": "<eos>012345", "choices": ["2", "6"], "label": 1},
+        {"context": "<eos>01234567", "choices": ["8", "0"], "label": 0},
+        {"context": "<eos>0123456789", "choices": ["3", "0"], "label": 1},
+    ]
     (tasks_dir / "next.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
     local = f"dataset_kwargs:\n  data_files:\n    test: {tasks_dir / 'next.jsonl'}\n"
     (tasks_dir / "next.yaml").write_text(TASK.format(name="digits_next", path="json", kwargs=local))
@@ -222,10 +234,13 @@ def test_eval_runs_a_local_lm_eval_task(run):
     assert "digits_next acc 1.0000" in _ok("show", out).stdout
 
 
-@pytest.mark.parametrize("task,expect", [
-    ("hub_digits", "task 'hub_digits' needs the dataset 'someorg/digits', which is not available offline"),
-    ("no_such_task", "'no_such_task' is no lm-eval task in "),
-])
+@pytest.mark.parametrize(
+    "task,expect",
+    [
+        ("hub_digits", "task 'hub_digits' needs the dataset 'someorg/digits', which is not available offline"),
+        ("no_such_task", "'no_such_task' is no lm-eval task in "),
+    ],
+)
 def test_eval_refuses_tasks_it_cannot_run_offline(run, task, expect):
     pytest.importorskip("lm_eval")
     spec, out = run

@@ -18,8 +18,7 @@ from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from tests.helpers.apply_plans import REPO, cpu_plan
 
 TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
-TURNS = [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": "5."},
-         {"role": "user", "content": "And 4 and 4?"}]
+TURNS = [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "content": "5."}, {"role": "user", "content": "And 4 and 4?"}]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,9 @@ def tok():
 
 def test_instruction_prompts_follow_the_trained_template_with_earlier_turns(tok):
     p = Prompting("instruction", TEMPLATE, None, False)
-    assert p.render(tok, TURNS) == ("### Instruction:\nAdd 2 and 3.\n\n### Response:\n5.<eos>"
-                                    "### Instruction:\nAnd 4 and 4?\n\n### Response:\n")
+    assert p.render(tok, TURNS) == (
+        "### Instruction:\nAdd 2 and 3.\n\n### Response:\n5.<eos>### Instruction:\nAnd 4 and 4?\n\n### Response:\n"
+    )
 
 
 def test_the_exported_instruction_template_renders_what_training_saw(tok):
@@ -69,14 +69,20 @@ def test_the_fingerprint_sees_a_changed_a_missing_and_a_new_file(tmp_path, monke
     (tmp_path / "tokenizer.json").unlink()
     (tmp_path / "adapter_config.json").write_text("{}")
     assert fingerprint.changed_files(recorded, str(tmp_path)) == [
-        "tokenizer.json is gone", "model.safetensors changed", "adapter_config.json is new"]
+        "tokenizer.json is gone",
+        "model.safetensors changed",
+        "adapter_config.json is new",
+    ]
 
 
-@pytest.mark.parametrize("values,expect", [
-    ({"model.task": "seq-cls"}, 'eval.sample_prompts generates text, which needs model.task = "causal-lm"'),
-    ({"hardware.count": 2, "distributed.strategy": "fsdp"}, "the weights are sharded and rank 0 cannot generate alone"),
-    ({"eval.sample_at_eval": True}, "eval.sample_at_eval = true but the run never evaluates"),
-])
+@pytest.mark.parametrize(
+    "values,expect",
+    [
+        ({"model.task": "seq-cls"}, 'eval.sample_prompts generates text, which needs model.task = "causal-lm"'),
+        ({"hardware.count": 2, "distributed.strategy": "fsdp"}, "the weights are sharded and rank 0 cannot generate alone"),
+        ({"eval.sample_at_eval": True}, "eval.sample_at_eval = true but the run never evaluates"),
+    ],
+)
 def test_apply_refuses_samples_it_cannot_generate_before_training(tmp_path, values, expect):
     from gpuplan.apply.run import execute
 

@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
-from tests.helpers.plan_arguments import build_here
 from gpuplan.apply.convert import torch_dtype, training_arguments, training_arguments_kwargs
 from gpuplan.apply.device import check_device
 from gpuplan.apply.errors import ApplyError
+from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
+from tests.helpers.plan_arguments import build_here
 
 
 def test_every_planned_value_reaches_training_arguments(tmp_path):
-    plan = cpu_plan(tmp_path, **{
-        "training.per_device_train_batch_size": 4, "training.per_device_eval_batch_size": 16,
-        "training.gradient_accumulation_steps": 2, "training.gradient_checkpointing": True,
-        "training.optim": "adafactor", "training.learning_rate": 1e-4, "training.weight_decay": 0.1,
-        "training.max_grad_norm": 0.5, "training.lr_scheduler_type": "cosine", "training.warmup_steps": 3,
-        "training.max_steps": 7, "training.seed": 11, "training.dataloader_num_workers": 2,
-        "training.torch_empty_cache_steps": 5, "training.logging_steps": 2, "training.save_steps": 6,
-        "training.save_total_limit": 2, "training.bf16": True,
-    })
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "training.per_device_train_batch_size": 4,
+            "training.per_device_eval_batch_size": 16,
+            "training.gradient_accumulation_steps": 2,
+            "training.gradient_checkpointing": True,
+            "training.optim": "adafactor",
+            "training.learning_rate": 1e-4,
+            "training.weight_decay": 0.1,
+            "training.max_grad_norm": 0.5,
+            "training.lr_scheduler_type": "cosine",
+            "training.warmup_steps": 3,
+            "training.max_steps": 7,
+            "training.seed": 11,
+            "training.dataloader_num_workers": 2,
+            "training.torch_empty_cache_steps": 5,
+            "training.logging_steps": 2,
+            "training.save_steps": 6,
+            "training.save_total_limit": 2,
+            "training.bf16": True,
+        },
+    )
     args = training_arguments(plan, progress=False)
     assert args.output_dir == plan.value("output.dir")
     assert args.use_cpu is True
@@ -40,8 +54,7 @@ def test_every_planned_value_reaches_training_arguments(tmp_path):
 
 
 def test_off_values_map_to_what_transformers_expects(tmp_path):
-    kw = training_arguments_kwargs(cpu_plan(tmp_path, **{"training.max_steps": None,
-                                                         "training.torch_empty_cache_steps": 0}))
+    kw = training_arguments_kwargs(cpu_plan(tmp_path, **{"training.max_steps": None, "training.torch_empty_cache_steps": 0}))
     assert kw["max_steps"] == -1  # "use num_train_epochs"
     assert kw["torch_empty_cache_steps"] is None  # 0 would fail TrainingArguments validation
     # a backend alone turns compile on in TrainingArguments: it is passed only with compile on
@@ -50,8 +63,15 @@ def test_off_values_map_to_what_transformers_expects(tmp_path):
 
 
 def test_compile_backend_and_eval_reach_arguments(tmp_path):
-    plan = cpu_plan(tmp_path, **{"training.torch_compile": True, "training.torch_compile_backend": "aot_eager",
-                                 "data.eval_fraction": 0.1, "training.eval_steps": 3})
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "training.torch_compile": True,
+            "training.torch_compile_backend": "aot_eager",
+            "data.eval_fraction": 0.1,
+            "training.eval_steps": 3,
+        },
+    )
     args = training_arguments(plan, progress=True)
     assert args.torch_compile is True and args.torch_compile_backend == "aot_eager"
     assert args.eval_strategy.value == "steps" and args.eval_steps == 3
@@ -59,9 +79,11 @@ def test_compile_backend_and_eval_reach_arguments(tmp_path):
 
 
 def test_gpu_plan_keeps_gpu_values(tmp_path):
-    plan = cpu_plan(tmp_path, hardware=H100_PROFILE, **{"training.tf32": True, "training.fp16": True,
-                                                        "training.dataloader_pin_memory": True,
-                                                        "training.optim": "adamw_torch_fused"})
+    plan = cpu_plan(
+        tmp_path,
+        hardware=H100_PROFILE,
+        **{"training.tf32": True, "training.fp16": True, "training.dataloader_pin_memory": True, "training.optim": "adamw_torch_fused"},
+    )
     kw = training_arguments_kwargs(plan)
     assert kw["use_cpu"] is False and kw["tf32"] is True and kw["fp16"] is True
     assert kw["dataloader_pin_memory"] is True and kw["optim"] == "adamw_torch_fused"
@@ -79,12 +101,15 @@ def test_unknown_dtype_is_an_apply_error(tmp_path):
         torch_dtype(cpu_plan(tmp_path, **{"model.dtype": "int8"}))
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("training.dataloader_pin_memory", True, "pin_memory"),
-    ("training.tf32", True, "tf32"),
-    ("training.fp16", True, "fp16"),
-    ("model.attn_implementation", "flash_attention_2", "flash_attention_2"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("training.dataloader_pin_memory", True, "pin_memory"),
+        ("training.tf32", True, "tf32"),
+        ("training.fp16", True, "fp16"),
+        ("model.attn_implementation", "flash_attention_2", "flash_attention_2"),
+    ],
+)
 def test_cpu_plan_with_values_the_cpu_cannot_honour_is_refused(tmp_path, key, value, words):
     with pytest.raises(ApplyError, match=f"cannot honour.*{words}.*gpuplan plan"):
         check_device(cpu_plan(tmp_path, **{key: value}))
@@ -118,8 +143,7 @@ def test_warmup_ratio_becomes_a_fractional_warmup_steps(tmp_path):
 
 
 def test_compile_mode_only_with_compile(tmp_path):
-    on = {"training.torch_compile": True, "training.torch_compile_backend": "inductor",
-          "training.torch_compile_mode": "reduce-overhead"}
+    on = {"training.torch_compile": True, "training.torch_compile_backend": "inductor", "training.torch_compile_mode": "reduce-overhead"}
     assert training_arguments_kwargs(cpu_plan(tmp_path, **on))["torch_compile_mode"] == "reduce-overhead"
     off = dict(on, **{"training.torch_compile": False})
     assert training_arguments_kwargs(cpu_plan(tmp_path, **off))["torch_compile_mode"] is None
@@ -127,18 +151,22 @@ def test_compile_mode_only_with_compile(tmp_path):
 
 @pytest.mark.parametrize("sharding,reshard", [("full_shard", True), ("shard_grad_op", False)])
 def test_fsdp_strategy_maps_to_fsdp2_config(tmp_path, sharding, reshard):
-    plan = cpu_plan(tmp_path, hardware=H100_PROFILE, **{"distributed.strategy": "fsdp",
-                                                        "distributed.fsdp_sharding": sharding,
-                                                        "distributed.fsdp_cpu_offload": True})
+    plan = cpu_plan(
+        tmp_path,
+        hardware=H100_PROFILE,
+        **{"distributed.strategy": "fsdp", "distributed.fsdp_sharding": sharding, "distributed.fsdp_cpu_offload": True},
+    )
     kw = training_arguments_kwargs(plan)
     assert kw["fsdp"] is True
     assert kw["fsdp_config"] == {"version": 2, "reshard_after_forward": reshard, "cpu_offload": True}
 
 
 def test_deepspeed_strategy_maps_to_a_zero_config(tmp_path):
-    plan = cpu_plan(tmp_path, hardware=H100_PROFILE, **{"distributed.strategy": "deepspeed",
-                                                        "distributed.zero_stage": 3,
-                                                        "distributed.offload_optimizer": True})
+    plan = cpu_plan(
+        tmp_path,
+        hardware=H100_PROFILE,
+        **{"distributed.strategy": "deepspeed", "distributed.zero_stage": 3, "distributed.offload_optimizer": True},
+    )
     ds = training_arguments_kwargs(plan)["deepspeed"]
     assert ds["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True}}
     assert ds["train_micro_batch_size_per_gpu"] == "auto"

@@ -6,13 +6,12 @@ import json
 
 import pytest
 
-from tests.helpers.apply_plans import CORPUS, SENTIMENT_CSV, SENTIMENT_JSONL, cpu_plan
 from gpuplan.apply.data import prepare_data
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.tokenizer import EOS_ID, byte_level_tokenizer
+from tests.helpers.apply_plans import CORPUS, SENTIMENT_CSV, SENTIMENT_JSONL, cpu_plan
 
-ROWS = [{"text": f"sample number {i} says {'good' if i % 2 else 'bad'} things", "label": "pos" if i % 2 else "neg"}
-        for i in range(40)]
+ROWS = [{"text": f"sample number {i} says {'good' if i % 2 else 'bad'} things", "label": "pos" if i % 2 else "neg"} for i in range(40)]
 
 
 def _write(tmp_path, kind):
@@ -47,8 +46,7 @@ def test_every_file_kind_packs_into_seq_len_blocks(tmp_path, kind):
 
 @pytest.mark.parametrize("path", [SENTIMENT_CSV, SENTIMENT_JSONL])
 def test_seq_cls_maps_label_names_to_ids(tmp_path, path):
-    plan = cpu_plan(tmp_path, **{"model.task": "seq-cls", "data.train_files": [path],
-                                 "data.label_field": "label", "data.seq_len": 48})
+    plan = cpu_plan(tmp_path, **{"model.task": "seq-cls", "data.train_files": [path], "data.label_field": "label", "data.seq_len": 48})
     data = prepare_data(plan, byte_level_tokenizer())
     assert data.label_names == ["negative", "positive"]
     assert set(data.train["labels"]) == {0, 1}
@@ -59,8 +57,7 @@ def test_seq_cls_maps_label_names_to_ids(tmp_path, path):
 
 
 def test_unpacked_causal_lm_pads_and_masks_pad_labels(tmp_path):
-    plan = cpu_plan(tmp_path, **{"data.train_files": [_write(tmp_path, "jsonl")], "data.packing": False,
-                                 "data.seq_len": 64})
+    plan = cpu_plan(tmp_path, **{"data.train_files": [_write(tmp_path, "jsonl")], "data.packing": False, "data.seq_len": 64})
     tok = byte_level_tokenizer()
     data = prepare_data(plan, tok)
     assert len(data.train) == len(ROWS)
@@ -86,8 +83,9 @@ def test_eval_fraction_splits_rows_before_packing(tmp_path):
 
 
 def test_eval_files(tmp_path):
-    plan = cpu_plan(tmp_path, **{"data.train_files": [_write(tmp_path, "jsonl")],
-                                 "data.eval_files": [_write(tmp_path, "csv")], "data.seq_len": 32})
+    plan = cpu_plan(
+        tmp_path, **{"data.train_files": [_write(tmp_path, "jsonl")], "data.eval_files": [_write(tmp_path, "csv")], "data.seq_len": 32}
+    )
     data = prepare_data(plan, byte_level_tokenizer())
     assert len(data.eval) == len(data.train)  # same rows, another format
 
@@ -119,8 +117,7 @@ def test_missing_text_field_names_the_fields_present(tmp_path):
 
 
 def test_missing_label_field(tmp_path):
-    plan = cpu_plan(tmp_path, **{"model.task": "seq-cls", "data.train_files": [SENTIMENT_CSV],
-                                 "data.label_field": "sentiment"})
+    plan = cpu_plan(tmp_path, **{"model.task": "seq-cls", "data.train_files": [SENTIMENT_CSV], "data.label_field": "sentiment"})
     with pytest.raises(ApplyError, match=r"data.label_field = 'sentiment'.*fields present: text, label"):
         prepare_data(plan, byte_level_tokenizer())
 

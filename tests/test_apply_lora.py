@@ -13,9 +13,9 @@ import os
 import pytest
 import torch
 
-from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import build_trainer, execute
+from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from tests.helpers.lora_base import file_hashes, finetune_overrides, other_text, pretrain_base
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -90,10 +90,21 @@ def test_lora_trains_only_the_adapter_and_saves_it_in_peft_format_with_the_merge
 def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(base, tmp_path):
     base_dir, text = base
     before = file_hashes(base_dir)
-    plan = cpu_plan(tmp_path, **finetune_overrides(base_dir, text, "qlora", **{
-        "training.gradient_checkpointing": True, "training.max_steps": 8,
-        "data.eval_fraction": 0.05, "training.eval_steps": 4,
-        "quantization.bnb_4bit_compute_dtype": "bfloat16"}))  # what a CPU plan resolves
+    plan = cpu_plan(
+        tmp_path,
+        **finetune_overrides(
+            base_dir,
+            text,
+            "qlora",
+            **{
+                "training.gradient_checkpointing": True,
+                "training.max_steps": 8,
+                "data.eval_fraction": 0.05,
+                "training.eval_steps": 4,
+                "quantization.bnb_4bit_compute_dtype": "bfloat16",
+            },
+        ),
+    )  # what a CPU plan resolves
     prepared = build_trainer(plan, progress=False)
     model = prepared.model
     q_proj = model.get_base_model().model.layers[0].self_attn.q_proj
@@ -108,7 +119,8 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     assert plan.value("model.dtype") == "float32"
     assert model.get_base_model().model.norm.weight.dtype == torch.float32  # prepare_model_for_kbit_training
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {
-        n for n, _ in model.named_parameters() if ".lora_A." in n or ".lora_B." in n}
+        n for n, _ in model.named_parameters() if ".lora_A." in n or ".lora_B." in n
+    }
     assert model.get_base_model().is_gradient_checkpointing  # and input grads on (adapters.wrap)
 
     import warnings
@@ -136,8 +148,9 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     x = _tokens(1)
     with torch.no_grad():
         trained = model.eval()(x).logits
-        fresh = AutoModelForCausalLM.from_pretrained(base_dir, quantization_config=quantization_config(plan),
-                                                     dtype=torch.bfloat16)  # as apply loads it
+        fresh = AutoModelForCausalLM.from_pretrained(
+            base_dir, quantization_config=quantization_config(plan), dtype=torch.bfloat16
+        )  # as apply loads it
         keep_training_layout(fresh)  # the same 4-bit numerics as in training (fp32 absmax)
         for p in fresh.parameters():  # and the fp32 unquantized parts prepare_model_for_kbit_training made
             if p.dtype == torch.bfloat16:
@@ -154,25 +167,28 @@ def test_lora_from_scratch_is_refused_before_anything_is_written(tmp_path):
 
 
 def test_merging_into_a_4bit_base_is_refused_with_the_fix(tmp_path):
-    plan = cpu_plan(tmp_path, **{"model.method": "qlora", "model.from_scratch": False,
-                                 "model.name_or_path": str(tmp_path), "output.merge_adapter": True})
-    with pytest.raises(ApplyError, match="output.merge_adapter = true with model.method = \"qlora\".*"
-                                         "set output.merge_adapter = false"):
+    plan = cpu_plan(
+        tmp_path,
+        **{"model.method": "qlora", "model.from_scratch": False, "model.name_or_path": str(tmp_path), "output.merge_adapter": True},
+    )
+    with pytest.raises(ApplyError, match='output.merge_adapter = true with model.method = "qlora".*set output.merge_adapter = false'):
         execute(plan, echo=lambda s: None, progress=False)
     assert not os.path.exists(plan.value("output.dir"))
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("lora.r", 0, "lora.r = 0 must be a positive integer"),
-    ("lora.lora_dropout", 1.5, r"lora.lora_dropout = 1.5 must be in \[0, 1\)"),
-    ("lora.target_modules", [], "lora.target_modules = \\[\\] must name at least one module"),
-    ("quantization.bnb_4bit_compute_dtype", "auto", "quantization.bnb_4bit_compute_dtype = 'auto' .* re-run"),
-    ("quantization.bnb_4bit_quant_type", "int4", "quantization.bnb_4bit_quant_type = 'int4' is not one of"),
-    ("model.method", "prefix", "model.method = 'prefix' is not one of"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("lora.r", 0, "lora.r = 0 must be a positive integer"),
+        ("lora.lora_dropout", 1.5, r"lora.lora_dropout = 1.5 must be in \[0, 1\)"),
+        ("lora.target_modules", [], "lora.target_modules = \\[\\] must name at least one module"),
+        ("quantization.bnb_4bit_compute_dtype", "auto", "quantization.bnb_4bit_compute_dtype = 'auto' .* re-run"),
+        ("quantization.bnb_4bit_quant_type", "int4", "quantization.bnb_4bit_quant_type = 'int4' is not one of"),
+        ("model.method", "prefix", "model.method = 'prefix' is not one of"),
+    ],
+)
 def test_bad_adapter_settings_name_the_key_and_write_nothing(tmp_path, key, value, message):
-    plan = cpu_plan(tmp_path, **{"model.method": "qlora", "model.from_scratch": False,
-                                 "model.name_or_path": str(tmp_path), key: value})
+    plan = cpu_plan(tmp_path, **{"model.method": "qlora", "model.from_scratch": False, "model.name_or_path": str(tmp_path), key: value})
     with pytest.raises(ApplyError, match=message):
         execute(plan, echo=lambda s: None, progress=False)
     assert not os.path.exists(plan.value("output.dir"))
@@ -182,8 +198,11 @@ def test_bad_adapter_settings_name_the_key_and_write_nothing(tmp_path, key, valu
 def test_a_target_module_the_model_lacks_lists_the_names_it_has(base, tmp_path):
     base_dir, text = base
     plan = cpu_plan(tmp_path, **finetune_overrides(base_dir, text, "lora", **{"lora.target_modules": ["q_prj"]}))
-    with pytest.raises(ApplyError, match=r"lora.target_modules = \['q_prj'\] does not fit this model.*"
-                                         r"named: down_proj, gate_proj, .*q_proj"):
+    with pytest.raises(
+        ApplyError,
+        match=r"lora.target_modules = \['q_prj'\] does not fit this model.*"
+        r"named: down_proj, gate_proj, .*q_proj",
+    ):
         build_trainer(plan, progress=False)
 
 
@@ -278,13 +297,24 @@ def test_masked_lm_lora_adapter_loads_back_with_the_trained_logits(tmp_path):
 
     config = write_config(tmp_path, dict(MICRO_BERT, initializer_range=0.2), "bert.json")
     (tmp_path / "pre").mkdir()
-    pre = execute(cpu_plan(tmp_path / "pre", **{"model.config": config, "model.task": "masked-lm",
-                                                "training.max_steps": 2, "data.seq_len": 32}),
-                  echo=lambda s: None, progress=False)
-    plan = cpu_plan(tmp_path, **{
-        "model.config": None, "model.name_or_path": pre["final_model_dir"], "model.from_scratch": False,
-        "model.task": "masked-lm", "model.method": "lora", "lora.target_modules": ["query", "value"],
-        "data.seq_len": 32, "training.max_steps": 3})
+    pre = execute(
+        cpu_plan(tmp_path / "pre", **{"model.config": config, "model.task": "masked-lm", "training.max_steps": 2, "data.seq_len": 32}),
+        echo=lambda s: None,
+        progress=False,
+    )
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "model.config": None,
+            "model.name_or_path": pre["final_model_dir"],
+            "model.from_scratch": False,
+            "model.task": "masked-lm",
+            "model.method": "lora",
+            "lora.target_modules": ["query", "value"],
+            "data.seq_len": 32,
+            "training.max_steps": 3,
+        },
+    )
     prepared = build_trainer(plan, progress=False)
     assert type(prepared.model).__name__ == "PeftModel"
     prepared.trainer.train()

@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan, read_jsonl
 from gpuplan.apply.run import execute
+from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan, read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -26,16 +26,27 @@ def minilm_dir() -> str:
 def test_minilm_seq_cls_fine_tune_loss_falls(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model_dir = minilm_dir()
-    plan = cpu_plan(tmp_path, **{
-        "model.config": None, "model.name_or_path": model_dir, "model.from_scratch": False,
-        "model.task": "seq-cls", "model.num_labels": 2,
-        "data.train_files": [SENTIMENT_CSV], "data.label_field": "label", "data.seq_len": 32,
-        "training.per_device_train_batch_size": 16, "training.effective_batch_size": 16,
-        "training.learning_rate": 2e-4, "training.max_steps": 12, "training.logging_steps": 4,
-        "training.warmup_steps": 0,
-        # torch's AdamW is single-tensor on CPU unless fused: fused is ~5x faster on a 22M model
-        "training.optim": "adamw_torch_fused",
-    })
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "model.config": None,
+            "model.name_or_path": model_dir,
+            "model.from_scratch": False,
+            "model.task": "seq-cls",
+            "model.num_labels": 2,
+            "data.train_files": [SENTIMENT_CSV],
+            "data.label_field": "label",
+            "data.seq_len": 32,
+            "training.per_device_train_batch_size": 16,
+            "training.effective_batch_size": 16,
+            "training.learning_rate": 2e-4,
+            "training.max_steps": 12,
+            "training.logging_steps": 4,
+            "training.warmup_steps": 0,
+            # torch's AdamW is single-tensor on CPU unless fused: fused is ~5x faster on a 22M model
+            "training.optim": "adamw_torch_fused",
+        },
+    )
     results = execute(plan, echo=lambda s: None, progress=False)
     train = [r for r in read_jsonl(os.path.join(plan.value("output.dir"), "metrics.jsonl")) if r["event"] == "train"]
     assert [r["step"] for r in train] == [1, 4, 8, 12]

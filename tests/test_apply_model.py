@@ -8,11 +8,10 @@ import os
 import pytest
 import torch
 
-from tests.helpers.apply_plans import MICRO_BERT, MICRO_LLAMA, REPO, cpu_plan, write_config
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.model import load_model
-from gpuplan.apply.tokenizer import (BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, byte_level_tokenizer,
-                                     load_tokenizer)
+from gpuplan.apply.tokenizer import BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, byte_level_tokenizer, load_tokenizer
+from tests.helpers.apply_plans import MICRO_BERT, MICRO_LLAMA, REPO, cpu_plan, write_config
 
 
 def _saved_model_dir(tmp_path, pickle: bool):
@@ -98,8 +97,7 @@ def test_directory_without_weights(tmp_path):
 
 
 def test_missing_model_dir_and_config(tmp_path):
-    plan = cpu_plan(tmp_path, **{"model.from_scratch": False, "model.config": None,
-                                 "model.name_or_path": str(tmp_path / "nowhere")})
+    plan = cpu_plan(tmp_path, **{"model.from_scratch": False, "model.config": None, "model.name_or_path": str(tmp_path / "nowhere")})
     with pytest.raises(ApplyError, match=r"model.name_or_path: .*nowhere is not a directory"):
         load_model(plan, byte_level_tokenizer())
     plan = cpu_plan(tmp_path, **{"model.config": str(tmp_path / "nope.json")})

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
 from gpuplan.lifecycle.state import RunState, write_json_atomic
 from gpuplan.lifecycle.state import load_state as read_state
+from tests.helpers.apply_plans import cpu_plan, read_jsonl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -20,10 +20,21 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def tiny_run(tmp_path_factory):
     """One real 40-step run shared by the read-only checks below."""
     tmp = tmp_path_factory.mktemp("tiny")
-    plan = cpu_plan(tmp, **{"training.max_steps": 40, "training.logging_steps": 5, "training.save_steps": 20,
-                            "training.save_total_limit": 1, "data.eval_fraction": 0.05, "training.eval_steps": 20,
-                            "training.per_device_train_batch_size": 8, "training.gradient_accumulation_steps": 2,
-                            "training.effective_batch_size": 16, "training.warmup_steps": 4})
+    plan = cpu_plan(
+        tmp,
+        **{
+            "training.max_steps": 40,
+            "training.logging_steps": 5,
+            "training.save_steps": 20,
+            "training.save_total_limit": 1,
+            "data.eval_fraction": 0.05,
+            "training.eval_steps": 20,
+            "training.per_device_train_batch_size": 8,
+            "training.gradient_accumulation_steps": 2,
+            "training.effective_batch_size": 16,
+            "training.warmup_steps": 4,
+        },
+    )
     lines: list[str] = []
     results = execute(plan, echo=lines.append, progress=False)
     return plan, results, lines

@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from tests.helpers.apply_plans import cpu_plan, read_jsonl
-from tests.helpers.cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spec, train_steps
 from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.run import execute
 from gpuplan.lifecycle.state import load_state as read_state
 from gpuplan.plan.types import PlanError
+from tests.helpers.apply_plans import cpu_plan, read_jsonl
+from tests.helpers.cli_runs import MODEL_CONFIG, gpuplan, start, state, tiny_spec, train_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -41,8 +41,7 @@ def _complete_checkpoints(out) -> list[str]:
 def _logged_steps(out) -> int:
     """Train lines written so far (the last one may be half-written while we read)."""
     try:
-        return sum('"event": "train"' in line and line.endswith("}")
-                   for line in (out / "metrics.jsonl").read_text().splitlines())
+        return sum('"event": "train"' in line and line.endswith("}") for line in (out / "metrics.jsonl").read_text().splitlines())
     except FileNotFoundError:
         return 0
 
@@ -98,10 +97,20 @@ def test_sigint_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
 
 
 def _oom_plan(tmp_path, **extra):
-    return cpu_plan(tmp_path, memory={"allocated_peak_bytes": 2 * 2**30, "capacity_bytes": 3 * 2**30},
-                    **{"training.max_steps": 6, "training.save_steps": 2, "training.save_total_limit": 3,
-                       "training.per_device_train_batch_size": 4, "training.gradient_accumulation_steps": 1,
-                       "training.effective_batch_size": 4, "data.seq_len": 32, **extra})
+    return cpu_plan(
+        tmp_path,
+        memory={"allocated_peak_bytes": 2 * 2**30, "capacity_bytes": 3 * 2**30},
+        **{
+            "training.max_steps": 6,
+            "training.save_steps": 2,
+            "training.save_total_limit": 3,
+            "training.per_device_train_batch_size": 4,
+            "training.gradient_accumulation_steps": 1,
+            "training.effective_batch_size": 4,
+            "data.seq_len": 32,
+            **extra,
+        },
+    )
 
 
 def test_out_of_memory_replans_to_a_smaller_batch_and_resumes(tmp_path, monkeypatch):
@@ -164,8 +173,7 @@ def test_out_of_memory_at_batch_one_stops_instead_of_looping(tmp_path, monkeypat
 def test_incomplete_and_corrupt_checkpoints(tmp_path):
     from gpuplan.apply.session import latest_checkpoint, set_aside_incomplete
 
-    plan = cpu_plan(tmp_path, **{"training.max_steps": 4, "training.save_steps": 2, "training.save_total_limit": 3,
-                                 "data.seq_len": 32})
+    plan = cpu_plan(tmp_path, **{"training.max_steps": 4, "training.save_steps": 2, "training.save_total_limit": 3, "data.seq_len": 32})
     execute(plan, echo=lambda s: None, progress=False)
     out = tmp_path / "run"
     assert latest_checkpoint(str(out)) == str(out / "checkpoint-4")
@@ -216,8 +224,7 @@ def test_pickle_weights_are_refused_without_allow_pickle_weights(tmp_path):
     model = _pickled_model_dir(tmp_path)
     out = tmp_path / "run"
     spec = tiny_spec(tmp_path / "tiny.toml", out)
-    text = spec.read_text().replace(f'config = "{MODEL_CONFIG}"\nfrom_scratch = true',
-                                    f'name_or_path = "{model}"\nfrom_scratch = false')
+    text = spec.read_text().replace(f'config = "{MODEL_CONFIG}"\nfrom_scratch = true', f'name_or_path = "{model}"\nfrom_scratch = false')
     spec.write_text(text)
     r = gpuplan("apply", spec, "--yes")
     assert r.returncode == 1, r.stdout[-2000:]
@@ -231,8 +238,16 @@ def test_apply_writes_only_under_output_dir(tmp_path):
     work.mkdir()
     out = tmp_path / "run"
     spec = tiny_spec(work / "tiny.toml", out, max_steps=2, save_steps=2)
-    r = gpuplan("apply", spec, "--yes", "--trust-remote-code", cwd=work,
-                HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), HF_HOME=str(home / ".cache" / "huggingface"))
+    r = gpuplan(
+        "apply",
+        spec,
+        "--yes",
+        "--trust-remote-code",
+        cwd=work,
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        HF_HOME=str(home / ".cache" / "huggingface"),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(home.rglob("*")) == []  # no ~/.cache/huggingface/datasets, nothing
     assert sorted(os.listdir(work)) == ["tiny.toml"]  # nothing next to the spec or in the cwd

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.apply_plans import H100_PROFILE, MICRO_LLAMA, cpu_plan, write_config
 from gpuplan.apply.run import build_trainer
+from tests.helpers.apply_plans import H100_PROFILE, MICRO_LLAMA, cpu_plan, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -70,8 +70,7 @@ def _count_mlp_calls(model):
 
 @pytest.mark.parametrize("on", [True, False])
 def test_gradient_checkpointing_is_active_in_the_decoder_layers(tmp_path, on):
-    prepared = build_trainer(cpu_plan(tmp_path, **{"training.max_steps": 1,
-                                                   "training.gradient_checkpointing": on}), progress=False)
+    prepared = build_trainer(cpu_plan(tmp_path, **{"training.max_steps": 1, "training.gradient_checkpointing": on}), progress=False)
     calls, handle = _count_mlp_calls(prepared.model)
     prepared.trainer.train()
     handle.remove()
@@ -84,12 +83,22 @@ def test_gradient_checkpointing_is_active_in_the_decoder_layers(tmp_path, on):
 
 
 def test_per_device_batch_and_accumulation_reach_the_loop(tmp_path):
-    prepared = build_trainer(cpu_plan(tmp_path, **{
-        "training.max_steps": 2, "training.per_device_train_batch_size": 3,
-        "training.gradient_accumulation_steps": 2, "training.effective_batch_size": 6}), progress=False)
+    prepared = build_trainer(
+        cpu_plan(
+            tmp_path,
+            **{
+                "training.max_steps": 2,
+                "training.per_device_train_batch_size": 3,
+                "training.gradient_accumulation_steps": 2,
+                "training.effective_batch_size": 6,
+            },
+        ),
+        progress=False,
+    )
     shapes = []
     handle = prepared.model.register_forward_pre_hook(
-        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+        lambda mod, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     prepared.trainer.train()
     handle.remove()
     assert shapes == [(3, 64)] * 4  # 2 optimizer steps x 2 micro-batches of 3 x seq_len
@@ -99,8 +108,7 @@ def test_per_device_batch_and_accumulation_reach_the_loop(tmp_path):
 def test_bf16_autocasts_the_matmuls(tmp_path):
     prepared = build_trainer(cpu_plan(tmp_path, **{"training.max_steps": 1, "training.bf16": True}), progress=False)
     dtypes = []
-    handle = prepared.model.model.layers[0].mlp.down_proj.register_forward_hook(
-        lambda mod, inp, out: dtypes.append(out.dtype))
+    handle = prepared.model.model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, inp, out: dtypes.append(out.dtype))
     prepared.trainer.train()
     handle.remove()
     assert prepared.trainer.accelerator.mixed_precision == "bf16"
@@ -118,8 +126,7 @@ def test_dataloader_workers_and_pin_memory_reach_the_dataloader(tmp_path):
     dl = prepared.trainer.get_train_dataloader()
     assert dl.num_workers == 1 and dl.pin_memory is False
     # A GPU plan's pin memory reaches the DataLoader (built here without training).
-    prepared = build_trainer(cpu_plan(tmp_path, hardware=H100_PROFILE,
-                                      **{"training.dataloader_pin_memory": True}), progress=False)
+    prepared = build_trainer(cpu_plan(tmp_path, hardware=H100_PROFILE, **{"training.dataloader_pin_memory": True}), progress=False)
     assert prepared.trainer.args.dataloader_pin_memory is True
     assert prepared.trainer.get_train_dataloader().pin_memory is True
 

@@ -13,13 +13,12 @@ import subprocess
 
 import pytest
 
-from tests.helpers.cli_runs import command, env, tiny_spec
 from gpuplan.apply.convert import tracking_environment
 from gpuplan.plan.types import PlanError
+from tests.helpers.cli_runs import command, env, tiny_spec
 from tests.helpers.planning import ENV, plan_text, spec
 
-TINY = dict(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128",
-            training='effective_batch_size = 16\nmax_steps = 5\nreport_to = "{}"')
+TINY = dict(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training='effective_batch_size = 16\nmax_steps = 5\nreport_to = "{}"')
 
 
 def _train_losses(out):
@@ -34,8 +33,15 @@ def _apply_to_log(tmp_path, report_to: str):
     spec_path.write_text(text)
     log = tmp_path / "apply.log"
     with open(log, "wb") as f:  # `gpuplan apply ... > log 2>&1`: no terminal anywhere
-        r = subprocess.run(command("apply", spec_path, "--yes"), stdout=f, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, env=env(), cwd=tmp_path, timeout=600)
+        r = subprocess.run(
+            command("apply", spec_path, "--yes"),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env(),
+            cwd=tmp_path,
+            timeout=600,
+        )
     text = log.read_bytes().decode()
     assert r.returncode == 0, text
     return out, text
@@ -65,8 +71,14 @@ def test_apply_to_a_log_file_with_tensorboard(tmp_path):
     assert not (tmp_path / "runs").exists()  # nothing outside output.dir
 
     final = sorted(p.name for p in (out / "final").iterdir())
-    assert final == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json", "training_args.json"]
+    assert final == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "training_args.json",
+    ]
     assert json.loads((out / "final" / "training_args.json").read_text())["run_name"] == "tracked"
 
 
@@ -89,8 +101,7 @@ def test_apply_with_mlflow_writes_a_local_store_mlflows_client_reads(tmp_path):
 def test_a_tracker_that_is_not_installed_is_a_plan_error_naming_the_pip_package(tmp_path):
     env = {**ENV, "trackers": {"tensorboard": True, "mlflow": True, "wandb": False, "comet_ml": False}}
     with pytest.raises(PlanError) as e:
-        plan_text(tmp_path, spec(**{**TINY, "training": TINY["training"].replace('"{}"', '["tensorboard", "comet_ml"]')}),
-                  env=env)
+        plan_text(tmp_path, spec(**{**TINY, "training": TINY["training"].replace('"{}"', '["tensorboard", "comet_ml"]')}), env=env)
     [d] = [d for d in e.value.diagnostics if d.severity == "error"]
     assert d.key == "training.report_to" and "'comet_ml', which is not installed" in d.summary
     assert d.fix.startswith("pip install comet-ml")
@@ -100,8 +111,7 @@ def test_a_tracker_that_is_not_installed_is_a_plan_error_naming_the_pip_package(
 
 
 def test_report_to_defaults_none_and_run_name_defaults_to_the_spec_name(tmp_path):
-    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128",
-                                    training="effective_batch_size = 16"))
+    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training="effective_batch_size = 16"))
     assert plan.value("training.report_to") == "none" and plan.value("training.run_name") == "spec"
     assert not [d for d in plan.diagnostics if d.key == "training.report_to"]
     with pytest.raises(PlanError, match="training.report_to"):
@@ -109,9 +119,14 @@ def test_report_to_defaults_none_and_run_name_defaults_to_the_spec_name(tmp_path
 
 
 def test_tracker_locations_are_inside_output_dir_unless_the_environment_names_a_server(tmp_path):
-    plan = plan_text(tmp_path, spec(**{**TINY, "training": TINY["training"].replace('"{}"', '["tensorboard", "mlflow"]')})
-                     + f'[output]\ndir = "{tmp_path / "out"}"\n')
+    plan = plan_text(
+        tmp_path,
+        spec(**{**TINY, "training": TINY["training"].replace('"{}"', '["tensorboard", "mlflow"]')})
+        + f'[output]\ndir = "{tmp_path / "out"}"\n',
+    )
     assert tracking_environment(plan, {}) == {
         "TENSORBOARD_LOGGING_DIR": str(tmp_path / "out" / "tensorboard"),
-        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'out' / 'mlruns'}", "MLFLOW_ALLOW_FILE_STORE": "true"}
+        "MLFLOW_TRACKING_URI": f"file:{tmp_path / 'out' / 'mlruns'}",
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+    }
     assert "MLFLOW_TRACKING_URI" not in tracking_environment(plan, {"MLFLOW_TRACKING_URI": "http://mlflow:5000"})

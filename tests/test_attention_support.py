@@ -6,11 +6,17 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.helpers.planning import REPO
 
 
 @pytest.mark.slow
 def test_table_matches_the_installed_transformers():
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "attention_support.py"), "--check"],
-                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "attention_support.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.apply_plans import cpu_plan
-from tests.helpers.llama_tokenizer import llama_tokenizer
-
 from gpuplan.apply.chat import IGNORE_INDEX
 from gpuplan.apply.data import prepare_data
 from gpuplan.apply.specials import affixes
 from gpuplan.apply.tokenizer import byte_level_tokenizer
+from tests.helpers.apply_plans import cpu_plan
+from tests.helpers.llama_tokenizer import llama_tokenizer
 
 DOCS = ["Hello there.", "Sum 2 3 is 5.", "A short line."]
 
@@ -30,8 +29,7 @@ def test_instruction_rows_start_with_bos_like_tokenizer_text(tmp_path):
     tok = llama_tokenizer()
     path = tmp_path / "inst.jsonl"
     path.write_text(json.dumps({"prompt": "Add 2 and 3.", "response": "5"}) + "\n")
-    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "instruction",
-                                 "data.packing": False, "data.seq_len": 128})
+    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "instruction", "data.packing": False, "data.seq_len": 128})
     row = prepare_data(plan, tok).train[0]
     n = sum(row["attention_mask"])
     text = plan.value("data.prompt_template").replace("{prompt}", "Add 2 and 3.") + "5" + tok.eos_token
@@ -43,8 +41,7 @@ def test_packed_instruction_examples_each_start_with_bos(tmp_path):
     tok = llama_tokenizer()
     path = tmp_path / "inst.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"Add {i}.", "response": str(i)}) + "\n" for i in range(3)))
-    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "instruction",
-                                 "data.packing": True, "data.seq_len": 256})
+    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "instruction", "data.packing": True, "data.seq_len": 256})
     row = prepare_data(plan, tok).train[0]
     starts = [i for i, p in enumerate(row["position_ids"]) if p == 0][:3]
     assert [row["input_ids"][s] for s in starts] == [tok.bos_token_id] * 3
@@ -58,6 +55,6 @@ def test_packed_text_documents_each_start_with_bos(tmp_path):
     data = prepare_data(plan, tok)
     flat = [t for r in data.train for t in r["input_ids"]]
     one = tok(DOCS[0])["input_ids"] + [tok.eos_token_id]  # <s> document </s>
-    assert flat[:len(one)] == one
+    assert flat[: len(one)] == one
     after_eos = [flat[i + 1] for i, t in enumerate(flat[:-1]) if t == tok.eos_token_id]
     assert after_eos and set(after_eos) == {tok.bos_token_id}  # every next document opens with <s>

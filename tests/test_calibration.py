@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers.cli_runs import tiny_spec
 
 from gpuplan.cli.main import main
 from gpuplan.hardware.catalog import lookup
@@ -20,6 +19,7 @@ from gpuplan.userfiles import (
     read_calibrations,
     read_user_prices,
 )
+from tests.helpers.cli_runs import tiny_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 A100 = lookup("A100-80GB")
@@ -29,9 +29,20 @@ KEY = {"dtype": "bf16", "method": "lora", "gradient_checkpointing": True, "saver
 
 
 def _record(**kw):
-    rec = {"gpu": "A100-80GB", "count": 1, "nodes": 1, "utilisation": 0.3, "flops_per_token": 6e9,
-           "n_params": 1_000_000_000, "tokens_per_second": 1000.0, "step_time_s": 3.1, "mfu": 0.3, "run": "/r/one",
-           "modelled_s": {"work": 1.0, "fixed": 0.5, "other": 0.1}, "key": KEY}
+    rec = {
+        "gpu": "A100-80GB",
+        "count": 1,
+        "nodes": 1,
+        "utilisation": 0.3,
+        "flops_per_token": 6e9,
+        "n_params": 1_000_000_000,
+        "tokens_per_second": 1000.0,
+        "step_time_s": 3.1,
+        "mfu": 0.3,
+        "run": "/r/one",
+        "modelled_s": {"work": 1.0, "fixed": 0.5, "other": 0.1},
+        "key": KEY,
+    }
     return {**rec, **kw}
 
 
@@ -40,8 +51,9 @@ def test_the_measured_spec_lands_on_its_measured_step():
     scale, section = calibrated_scale([_record()], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
     assert scale == {"work": 2.0, "fixed": 2.0}
     assert section["run"] == "/r/one" and section["same_key"] and section["carried_across"] == []
-    assert calibration_assumption(section).startswith("step-time model, calibrated on this hardware: the model's "
-                                                      "terms x 2.00 (measured 1,000 tokens/s in /r/one)")
+    assert calibration_assumption(section).startswith(
+        "step-time model, calibrated on this hardware: the model's terms x 2.00 (measured 1,000 tokens/s in /r/one)"
+    )
 
 
 def test_an_fp32_run_carries_to_a_bf16_plan_through_the_terms():
@@ -65,16 +77,21 @@ def test_a_qlora_run_does_not_set_a_lora_plan_when_a_lora_run_exists():
 
 def test_runs_of_two_mixes_fit_work_and_fixed_apart():
     # s_w x 1 + s_f x 1 = 3 and s_w x 2 + s_f x 0.5 = 4.5  ->  s_w = 2, s_f = 1
-    runs = [_record(run="/a", modelled_s={"work": 1.0, "fixed": 1.0, "other": 0.0}, step_time_s=3.0),
-            _record(run="/b", modelled_s={"work": 2.0, "fixed": 0.5, "other": 0.0}, step_time_s=4.5)]
+    runs = [
+        _record(run="/a", modelled_s={"work": 1.0, "fixed": 1.0, "other": 0.0}, step_time_s=3.0),
+        _record(run="/b", modelled_s={"work": 2.0, "fixed": 0.5, "other": 0.0}, step_time_s=4.5),
+    ]
     scale, section = calibrated_scale(runs, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 1.0})
     assert scale == {"work": pytest.approx(2.0), "fixed": pytest.approx(1.0)}
     assert "work x 2.00, fixed costs x 1.00 (fitted over 2 measured runs)" in calibration_assumption(section)
 
 
 def test_same_hardware_only_and_records_before_the_model_are_not_used():
-    records = [_record(run="/other-count", count=8), _record(run="/h100", gpu="H100-80GB"),
-               {k: v for k, v in _record(run="/old").items() if k != "modelled_s"}]
+    records = [
+        _record(run="/other-count", count=8),
+        _record(run="/h100", gpu="H100-80GB"),
+        {k: v for k, v in _record(run="/old").items() if k != "modelled_s"},
+    ]
     assert calibrated_scale(records, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5}) is None
     assert calibrated_scale(records, lookup("H100-80GB"), 1, 1, key=KEY, modelled={})[1]["run"] == "/h100"
 
@@ -97,18 +114,20 @@ def test_user_prices_and_spec_price(tmp_path, monkeypatch):
     env = local_environment()
     t = plan_file(spec, environment=env, prices=read_user_prices()).throughput
     assert t.price_per_gpu_hour == 1.5 and t.cost_usd == pytest.approx(t.run_time_s / 3600 * 1.5)
-    t = plan_file(spec, environment=env, prices=read_user_prices(),
-                  overrides={"hardware": {"price_per_hour": 0.5}}).throughput
+    t = plan_file(spec, environment=env, prices=read_user_prices(), overrides={"hardware": {"price_per_hour": 0.5}}).throughput
     assert (t.price_per_gpu_hour, t.price_source) == (0.5, "the spec's hardware.price_per_hour")
     assert plan_file(spec, environment=env).throughput.price_source.startswith("catalog: Lambda")
 
 
-@pytest.mark.parametrize("text, message", [
-    ('[prices]\nA100-80GB = "cheap"\n', "prices.A100-80GB = 'cheap' is not a price"),
-    ("[prices]\ntpu-v9 = 1.0\n", "prices.tpu-v9: unknown GPU 'tpu-v9'"),
-    ("A100-80GB = 1.0\n", "no [prices] table"),
-    ("[prices\n", "cannot read the prices file"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[prices]\nA100-80GB = "cheap"\n', "prices.A100-80GB = 'cheap' is not a price"),
+        ("[prices]\ntpu-v9 = 1.0\n", "prices.tpu-v9: unknown GPU 'tpu-v9'"),
+        ("A100-80GB = 1.0\n", "no [prices] table"),
+        ("[prices\n", "cannot read the prices file"),
+    ],
+)
 def test_bad_prices_file_is_a_clear_error(tmp_path, monkeypatch, capsys, text, message):
     prices = tmp_path / "prices.toml"
     prices.write_text(text)

@@ -7,8 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.helpers.apply_plans import MICRO_LLAMA, REPO, cpu_plan, read_jsonl
-from tests.helpers.planning import ENV, SPECS
 
 from gpuplan.apply.chat import IGNORE_INDEX
 from gpuplan.apply.data import prepare_data
@@ -17,11 +15,19 @@ from gpuplan.apply.tokenizer import byte_level_tokenizer
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.rules.chat_data import PACKED_POSITION_FAMILIES
 from gpuplan.plan.types import PlanError
+from tests.helpers.apply_plans import MICRO_LLAMA, REPO, cpu_plan, read_jsonl
+from tests.helpers.planning import ENV, SPECS
 
 CHAT = [
-    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
-                  {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Sum 2 3"},
-                  {"role": "assistant", "content": "5"}]},
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi there"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Sum 2 3"},
+            {"role": "assistant", "content": "5"},
+        ]
+    },
     {"messages": [{"role": "user", "content": "Colour of snow?"}, {"role": "assistant", "content": "White."}]},
 ]
 
@@ -29,8 +35,13 @@ CHAT = [
 def _chat_plan(tmp_path, rows=CHAT, **over):
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    values = {"data.train_files": [str(path)], "data.format": "chat", "data.chat_template": "chatml",
-              "data.seq_len": 256, "data.packing": False}
+    values = {
+        "data.train_files": [str(path)],
+        "data.format": "chat",
+        "data.chat_template": "chatml",
+        "data.seq_len": 256,
+        "data.packing": False,
+    }
     values.update(over)
     return cpu_plan(tmp_path, **values)
 
@@ -60,8 +71,16 @@ def test_train_on_prompt_trains_every_token(tmp_path):
 def test_instruction_rows_mask_the_prompt(tmp_path):
     path = tmp_path / "inst.jsonl"
     path.write_text(json.dumps({"q": "Add 1 and 2.", "a": "3"}) + "\n")
-    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "instruction",
-                                 "data.prompt_field": "q", "data.response_field": "a", "data.packing": False})
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "data.train_files": [str(path)],
+            "data.format": "instruction",
+            "data.prompt_field": "q",
+            "data.response_field": "a",
+            "data.packing": False,
+        },
+    )
     tok = byte_level_tokenizer()
     data = prepare_data(plan, tok)
     batch = data.collator([data.train[0]])
@@ -80,8 +99,9 @@ def test_tokenizer_without_template_and_no_chat_template_is_an_error(tmp_path):
 
 def test_jinja_file_template(tmp_path):
     tpl = tmp_path / "t.jinja"
-    tpl.write_text("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
-                   "{% if add_generation_prompt %}[assistant] {% endif %}")
+    tpl.write_text(
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
     tok = byte_level_tokenizer()
     data = prepare_data(_chat_plan(tmp_path, **{"data.chat_template": str(tpl)}), tok)
     batch = data.collator([data.train[1]])
@@ -109,9 +129,9 @@ def test_packed_examples_do_not_attend_to_each_other(tmp_path):
         # use_cache=False as apply sets it for packed data (run.no_cache_while_training): with a cache,
         # transformers skips the packed-sequence mask
         packed = model(input_ids=block["input_ids"], position_ids=block["position_ids"], use_cache=False).logits[0]
-        second = block["input_ids"][:, starts[1]:starts[2]]
+        second = block["input_ids"][:, starts[1] : starts[2]]
         alone = model(input_ids=second).logits[0]
-    torch.testing.assert_close(packed[starts[1]:starts[2]], alone, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(packed[starts[1] : starts[2]], alone, atol=1e-5, rtol=1e-4)
     labels = block["labels"][0].tolist()
     assert labels[starts[1]] == IGNORE_INDEX  # no label predicted across the boundary
 
@@ -155,8 +175,7 @@ def test_plan_says_how_chat_is_packed(tmp_path):
 def test_plan_pads_chat_for_families_without_position_packing(tmp_path):
     cfg = json.loads((SPECS / "models" / "opt-125m.json").read_text())
     (tmp_path / "opt.json").write_text(json.dumps(cfg))
-    plan = plan_file(_chat_spec(tmp_path, f'"{SPECS}/models/tiny-llama-cpu.json"', f'"{tmp_path}/opt.json"'),
-                     environment=ENV)
+    plan = plan_file(_chat_spec(tmp_path, f'"{SPECS}/models/tiny-llama-cpu.json"', f'"{tmp_path}/opt.json"'), environment=ENV)
     assert plan.value("data.packing") is False
     assert "padded to 512 tokens instead" in plan.settings["data.packing"].reason
 
@@ -166,10 +185,19 @@ def test_chat_fine_tune_loss_falls(tmp_path):
     from gpuplan.apply.run import execute
 
     rows = read_jsonl(REPO / "specs" / "data" / "chat.jsonl")[:64]
-    plan = _chat_plan(tmp_path, rows, **{"data.packing": True, "data.seq_len": 256, "training.max_steps": 30,
-                                         "training.learning_rate": 1e-2,
-                                         "training.logging_steps": 5, "training.effective_batch_size": 4,
-                                         "training.per_device_train_batch_size": 4})
+    plan = _chat_plan(
+        tmp_path,
+        rows,
+        **{
+            "data.packing": True,
+            "data.seq_len": 256,
+            "training.max_steps": 30,
+            "training.learning_rate": 1e-2,
+            "training.logging_steps": 5,
+            "training.effective_batch_size": 4,
+            "training.per_device_train_batch_size": 4,
+        },
+    )
     results = execute(plan)
     saved = json.loads(Path(results["final_model_dir"], "config.json").read_text())
     assert saved["use_cache"] is True  # off only while training

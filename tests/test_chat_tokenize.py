@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.helpers.apply_plans import cpu_plan
-from tests.helpers.llama_tokenizer import llama_tokenizer
 
 from gpuplan.apply.chat import chat_template_of, formatter, tokenize_segments
 from gpuplan.apply.tokenizer import byte_level_tokenizer
+from tests.helpers.apply_plans import cpu_plan
+from tests.helpers.llama_tokenizer import llama_tokenizer
 
-CONVERSATION = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Hello!"},
-                {"role": "user", "content": "Sum 2 3"}, {"role": "assistant", "content": "5"}]
+CONVERSATION = [
+    {"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "Sum 2 3"},
+    {"role": "assistant", "content": "5"},
+]
 
 
 def _ids(encoded):
@@ -52,8 +56,10 @@ def test_chat_rows_through_prepare_data_match_the_template(tmp_path):
     tok = llama_tokenizer()
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
-    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "chat", "data.chat_template": None,
-                                 "data.seq_len": 128, "data.packing": False})
+    plan = cpu_plan(
+        tmp_path,
+        **{"data.train_files": [str(path)], "data.format": "chat", "data.chat_template": None, "data.seq_len": 128, "data.packing": False},
+    )
     data = prepare_data(plan, tok)
     row = data.train[0]
     n = sum(row["attention_mask"])

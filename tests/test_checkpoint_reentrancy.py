@@ -8,8 +8,7 @@ from tests.helpers.planning import plan_text, spec
 
 
 def test_lora_checkpointing_note_says_non_reentrant(tmp_path):
-    plan = plan_text(tmp_path, spec("llama-160m", "A100-80GB", extra='method = "lora"',
-                                    training="gradient_checkpointing = true"))
+    plan = plan_text(tmp_path, spec("llama-160m", "A100-80GB", extra='method = "lora"', training="gradient_checkpointing = true"))
     [note] = [n for n in plan.memory.notes if n.startswith("checkpointing a frozen base")]
     assert "use_reentrant=False" in note and "with reentrant checkpointing" not in note
 
@@ -22,8 +21,9 @@ def test_transformers_checkpoints_non_reentrantly_and_adapters_get_gradients_wit
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    cfg = AutoConfig.for_model(
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=64
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
     model.activation_checkpointing_enable()  # no kwargs: what the Trainer calls (trainer.py) by default

@@ -16,10 +16,10 @@ import sys
 import pytest
 import torch
 
-from tests.helpers.apply_plans import CORPUS, MICRO_LLAMA, REPO, cpu_plan, read_jsonl
 from gpuplan.apply.chunked_loss import chunked_causal_lm_loss, install
 from gpuplan.apply.run import build_trainer
 from gpuplan.plan.estimate.memory.loss_chunking import FAMILIES
+from tests.helpers.apply_plans import CORPUS, MICRO_LLAMA, REPO, cpu_plan, read_jsonl
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 LOSS_TOL = 1e-5  # relative, per step: float summation order only
@@ -111,16 +111,16 @@ def _losses(prepared) -> list[float]:
 
 def _run(tmp_path, name, **over):
     (tmp_path / name).mkdir(exist_ok=True)
-    plan = cpu_plan(tmp_path / name, **{"training.max_steps": 4, "training.logging_steps": 1,
-                                        "output.dir": str(tmp_path / name / "run"), **over})
+    plan = cpu_plan(
+        tmp_path / name, **{"training.max_steps": 4, "training.logging_steps": 1, "output.dir": str(tmp_path / name / "run"), **over}
+    )
     return build_trainer(plan, progress=False)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("packing", [True, False])
 def test_trainer_run_with_chunked_loss_matches_the_standard_run_step_by_step(tmp_path, packing):
-    over = {"data.packing": packing, "training.gradient_accumulation_steps": 2,
-            "training.per_device_train_batch_size": 4}
+    over = {"data.packing": packing, "training.gradient_accumulation_steps": 2, "training.per_device_train_batch_size": 4}
     standard = _losses(_run(tmp_path, "standard", **over))
     chunked_run = _run(tmp_path, "chunked", **over, **{"training.loss_chunk_size": 48})
     assert chunked_run.model._gpuplan_loss_chunk_size == 48
@@ -134,9 +134,15 @@ def test_chat_with_assistant_only_masks_matches_the_standard_run(tmp_path):
     rows = read_jsonl(REPO / "specs" / "data" / "chat.jsonl")[:32]
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    over = {"data.train_files": [str(path)], "data.format": "chat", "data.chat_template": "chatml",
-            "data.seq_len": 128, "data.packing": False, "training.per_device_train_batch_size": 4,
-            "training.effective_batch_size": 4}
+    over = {
+        "data.train_files": [str(path)],
+        "data.format": "chat",
+        "data.chat_template": "chatml",
+        "data.seq_len": 128,
+        "data.packing": False,
+        "training.per_device_train_batch_size": 4,
+        "training.effective_batch_size": 4,
+    }
     standard = _losses(_run(tmp_path, "standard", **over))
     chunked_run = _run(tmp_path, "chunked", **over, **{"training.loss_chunk_size": 40})
     batch = next(iter(chunked_run.trainer.get_train_dataloader()))
@@ -165,8 +171,9 @@ def test_install_refuses_what_it_cannot_chunk():
         install(model, 0)
     from transformers import BertConfig, BertLMHeadModel
 
-    bert = BertLMHeadModel(BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                      num_attention_heads=4, vocab_size=100, is_decoder=True))
+    bert = BertLMHeadModel(
+        BertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=100, is_decoder=True)
+    )
     with pytest.raises(ValueError, match="'bert'"):
         install(bert, 8)
     assert copy.deepcopy(model).forward is not None
@@ -208,11 +215,15 @@ dir = "{out}"
 def _apply(tmp_path, name, **kw):
     out = tmp_path / name
     spec = tmp_path / f"{name}.toml"
-    spec.write_text(FSDP_SPEC.format(model=REPO / "specs" / "models" / "tiny-llama-cpu.json", corpus=CORPUS,
-                                     out=out, **kw))
+    spec.write_text(FSDP_SPEC.format(model=REPO / "specs" / "models" / "tiny-llama-cpu.json", corpus=CORPUS, out=out, **kw))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    r = subprocess.run([sys.executable, "-m", "gpuplan.cli", "apply", str(spec), "--yes"], capture_output=True,
-                       text=True, env={**env, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", "apply", str(spec), "--yes"],
+        capture_output=True,
+        text=True,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     engine = json.loads((out / "gpuplan-state.json").read_text())["results"]["engine"]
     return engine, {m["step"]: m["loss"] for m in read_jsonl(out / "metrics.jsonl") if m["event"] == "train"}

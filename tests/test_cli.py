@@ -10,8 +10,7 @@ from tests.helpers.planning import MODELS, SPECS, write_spec
 
 
 def gpuplan(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_plan_text_shows_changes_memory_and_summary():
@@ -36,8 +35,7 @@ def test_plan_json_contract_and_out_file(tmp_path):
     r = gpuplan("plan", SPECS / "a100-fp16.toml", "--json", "--out", out)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    for field in ("format_version", "spec_path", "spec_sha256", "hardware", "settings", "changes",
-                  "diagnostics", "memory", "throughput"):
+    for field in ("format_version", "spec_path", "spec_sha256", "hardware", "settings", "changes", "diagnostics", "memory", "throughput"):
         assert field in data
     assert data["format_version"] == 1
     assert set(data["memory"]) >= {"allocated_peak_bytes", "reserved_peak_bytes", "capacity_bytes", "fits", "components"}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.planning import SPECS
-
 from gpuplan.cli import main
+from tests.helpers.planning import SPECS
 
 
 def _spec(tmp_path, old: str = "", new: str = ""):

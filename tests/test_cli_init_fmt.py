@@ -4,14 +4,16 @@ import json
 import re
 import subprocess
 import sys
+
 import tomllib
 
 from tests.helpers.planning import MODELS
 
 
 def gpuplan(*args, cwd=None, stdin=None):
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, input=stdin, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, input=stdin, timeout=120
+    )
 
 
 def test_init_writes_a_spec_that_plans_then_refuses_to_overwrite(tmp_path):
@@ -79,14 +81,14 @@ def test_fmt_check_rewrite_and_stdin(tmp_path):
 
 def test_fmt_invalid_toml_reports_file_line_col_and_formats_the_rest(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text('[model]\nconfig = \n')
+    bad.write_text("[model]\nconfig = \n")
     ok = tmp_path / "ok.toml"
     ok.write_text('[training]\nseed = 1\n[model]\nconfig = "c"\n')
     r = gpuplan("fmt", bad, ok)
     assert r.returncode == 1
     assert f"{bad}:2:" in r.stderr and "invalid TOML" in r.stderr and "Traceback" not in r.stderr
     assert ok.read_text().startswith("[model]")
-    assert bad.read_text() == '[model]\nconfig = \n'
+    assert bad.read_text() == "[model]\nconfig = \n"
     r = gpuplan("fmt", "-", stdin="[model\n")
     assert r.returncode == 1 and "<stdin>:1:" in r.stderr
 
@@ -96,9 +98,12 @@ def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_
     fine-tune needs 36 GiB: the planner picks lora (and gradient checkpointing); the spec says
     why above each line, and `gpuplan plan` of it exits 0 with no edit."""
     data = tmp_path / "chat.jsonl"
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
-                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
-                            for i in range(5)))
+    data.write_text(
+        "".join(
+            json.dumps({"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+            for i in range(5)
+        )
+    )
     out = tmp_path / "llama.toml"
     r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "RTX-4090", "--data", data, "--out", out)
     assert r.returncode == 0, r.stderr
@@ -108,7 +113,7 @@ def test_init_8b_on_a_4090_with_chat_data_chooses_the_method_that_fits_and_says_
     assert raw["training"]["gradient_checkpointing"] is True
     assert raw["data"]["format"] == "chat" and raw["data"]["train_files"] == ["chat.jsonl"]
     lines = text.splitlines()
-    above = lines[lines.index(next(ln for ln in lines if ln.startswith("method = "))) - 2:][:2]
+    above = lines[lines.index(next(ln for ln in lines if ln.startswith("method = "))) - 2 :][:2]
     assert "Chosen by the plan on RTX-4090" in above[0] and "full does not fit" in " ".join(above)
     assert 'model.method = "lora": full does not fit' in r.stdout
     assert re.search(r"^Plan: \d+ to add, 0 to change\. .* of 24\.0 GiB$", r.stdout, re.M)
@@ -141,8 +146,7 @@ def test_init_when_no_method_fits_names_a_gpu_that_does_and_that_fix_works(tmp_p
 
 def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(tmp_path):
     data = tmp_path / "prefs.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "good", "rejected": "bad"}) + "\n"
-                            for i in range(3)))
+    data.write_text("".join(json.dumps({"prompt": f"q{i}", "chosen": "good", "rejected": "bad"}) + "\n" for i in range(3)))
     out = tmp_path / "prefs.toml"
     r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--out", out)
     assert r.returncode == 0, r.stderr
@@ -156,8 +160,9 @@ def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(
 
 def test_init_objective_option_is_written_and_the_spec_plans(tmp_path):
     data = tmp_path / "kto.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": "good" if i % 2 else "bad",
-                                        "label": bool(i % 2)}) + "\n" for i in range(4)))
+    data.write_text(
+        "".join(json.dumps({"prompt": f"q{i}", "completion": "good" if i % 2 else "bad", "label": bool(i % 2)}) + "\n" for i in range(4))
+    )
     out = tmp_path / "kto.toml"
     r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--data", data, "--objective", "kto", "--out", out)
     assert r.returncode == 0, r.stderr

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from tests.helpers.cli_runs import gpuplan
 from gpuplan.lifecycle.state import STATE_FILE
 from gpuplan.render.run_metrics import METRICS_FILE, read_metrics
 from gpuplan.render.sparkline import BLOCKS, sparkline
+from tests.helpers.cli_runs import gpuplan
 from tests.helpers.planning import plan_text, spec
 
 LOSSES = [5.6, 4.0, 3.1, 2.2, 1.8, 1.5, 1.3, 1.2]
@@ -29,19 +29,35 @@ def test_the_metrics_file_name_matches_what_apply_writes():
 
 def _run_dir(tmp_path):
     """An output dir as apply leaves it: the state (with a real plan) and metrics.jsonl."""
-    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128",
-                                    training="effective_batch_size = 16\nmax_steps = 80"))
+    plan = plan_text(
+        tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training="effective_batch_size = 16\nmax_steps = 80")
+    )
     out = tmp_path / "run"
     out.mkdir()
-    results = {"peak_rss_bytes": 700 * 2**20, "tokens_per_second": 15000.0, "train_loss_first": LOSSES[0],
-               "train_loss_last": LOSSES[-1], "global_step": 80}
-    (out / STATE_FILE).write_text(json.dumps({
-        "format_version": 1, "plan": plan.to_dict(), "status": "completed", "started_at": "t0", "finished_at": "t1",
-        "error": None, "progress": {"global_step": 80, "max_steps": 80, "samples_seen": 1280}, "results": results}))
-    lines = [{"event": "train", "step": 10 * i + 1, "loss": v, "tokens_per_second": 14000.0 + 200 * i}
-             for i, v in enumerate(LOSSES)]
+    results = {
+        "peak_rss_bytes": 700 * 2**20,
+        "tokens_per_second": 15000.0,
+        "train_loss_first": LOSSES[0],
+        "train_loss_last": LOSSES[-1],
+        "global_step": 80,
+    }
+    (out / STATE_FILE).write_text(
+        json.dumps(
+            {
+                "format_version": 1,
+                "plan": plan.to_dict(),
+                "status": "completed",
+                "started_at": "t0",
+                "finished_at": "t1",
+                "error": None,
+                "progress": {"global_step": 80, "max_steps": 80, "samples_seen": 1280},
+                "results": results,
+            }
+        )
+    )
+    lines = [{"event": "train", "step": 10 * i + 1, "loss": v, "tokens_per_second": 14000.0 + 200 * i} for i, v in enumerate(LOSSES)]
     lines.insert(5, {"event": "eval", "step": 40, "eval_loss": 1.9})
-    (out / METRICS_FILE).write_text("\n".join(map(json.dumps, lines)) + "\n{\"event\": \"tra")  # killed mid-line
+    (out / METRICS_FILE).write_text("\n".join(map(json.dumps, lines)) + '\n{"event": "tra')  # killed mid-line
     return out
 
 
@@ -88,7 +104,7 @@ def test_plot_without_matplotlib_is_a_clear_error(tmp_path):
     out = _run_dir(tmp_path)
     hide = tmp_path / "no-matplotlib" / "matplotlib"
     hide.mkdir(parents=True)  # a package that fails to import, first on the path: as if not installed
-    (hide / "__init__.py").write_text('raise ImportError("No module named \'matplotlib\'")\n')
+    (hide / "__init__.py").write_text("raise ImportError(\"No module named 'matplotlib'\")\n")
     from tests.helpers.cli_runs import REPO
 
     r = gpuplan("show", out, "--plot", tmp_path / "x.png", PYTHONPATH=f"{hide.parent}:{REPO}")

@@ -25,8 +25,7 @@ def test_catalog_has_twenty_accelerators():
 
 
 def test_compare_rows_fit_and_cost():
-    rows = compare(load_toml(LLAMA_8B), gpus=["A100-80GB", "RTX-4090", "RTX-5090"], counts=[1, 4],
-                   environment=ENV)
+    rows = compare(load_toml(LLAMA_8B), gpus=["A100-80GB", "RTX-4090", "RTX-5090"], counts=[1, 4], environment=ENV)
     by = {(r["gpu"], r["count"]): r for r in rows}
     assert set(by) == {(g, c) for g in ("A100-80GB", "RTX-4090", "RTX-5090") for c in (1, 4)}
     one = by[("A100-80GB", 1)]
@@ -48,9 +47,11 @@ def test_compare_rows_fit_and_cost():
 
 
 def test_sort_by_time():
-    rows = [{"gpu": "a", "count": 1, "fits": True, "cost_usd": 1.0, "run_time_s": 9.0},
-            {"gpu": "b", "count": 1, "fits": True, "cost_usd": 5.0, "run_time_s": 2.0},
-            {"gpu": "c", "count": 1, "fits": False}]
+    rows = [
+        {"gpu": "a", "count": 1, "fits": True, "cost_usd": 1.0, "run_time_s": 9.0},
+        {"gpu": "b", "count": 1, "fits": True, "cost_usd": 5.0, "run_time_s": 2.0},
+        {"gpu": "c", "count": 1, "fits": False},
+    ]
     assert [r["gpu"] for r in sort_rows(rows, "time")] == ["b", "a", "c"]
     assert [r["gpu"] for r in sort_rows(rows, "cost")] == ["a", "b", "c"]
 
@@ -72,16 +73,28 @@ def test_compare_cli_text_and_json(capsys):
     assert main(["compare", str(LLAMA_8B), "--gpus", "A100-80GB", "--counts", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     row = data["rows"][0]
-    for key in ("gpu", "count", "nodes", "fits", "per_device_train_batch_size", "reserved_peak_bytes",
-                "step_time_s", "run_time_s", "cost_usd"):
+    for key in (
+        "gpu",
+        "count",
+        "nodes",
+        "fits",
+        "per_device_train_batch_size",
+        "reserved_peak_bytes",
+        "step_time_s",
+        "run_time_s",
+        "cost_usd",
+    ):
         assert key in row
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--counts", "1,x"], "--counts '1,x': give GPU counts"),
-    (["--counts", "0"], "--counts '0'"),
-    (["--gpus", "tpu-v9"], "--gpus: unknown GPU 'tpu-v9'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--counts", "1,x"], "--counts '1,x': give GPU counts"),
+        (["--counts", "0"], "--counts '0'"),
+        (["--gpus", "tpu-v9"], "--gpus: unknown GPU 'tpu-v9'"),
+    ],
+)
 def test_compare_bad_flags(capsys, flags, message):
     assert main(["compare", str(LLAMA_8B), *flags]) == 1
     err = capsys.readouterr().err
@@ -107,8 +120,9 @@ def test_8b_on_a_4090_names_a_larger_gpu_and_a_count_that_fit():
 
 def test_no_alternative_is_advised_when_nothing_fits(tmp_path):
     spec = tmp_path / "huge.toml"
-    spec.write_text(LLAMA_8B.read_text().replace('config = "models/', f'config = "{ROOT}/specs/models/')
-                    .replace("seq_len = 2048", "seq_len = 1048576"))
+    spec.write_text(
+        LLAMA_8B.read_text().replace('config = "models/', f'config = "{ROOT}/specs/models/').replace("seq_len = 2048", "seq_len = 1048576")
+    )
     with pytest.raises(PlanError) as e:
         plan_file(spec, environment=ENV, overrides={"hardware": {"gpu": "T4"}})
     fixes = [d.fix or "" for d in e.value.diagnostics]

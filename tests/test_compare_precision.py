@@ -15,8 +15,7 @@ LLAMA_8B = Path(__file__).resolve().parent.parent / "specs" / "llama-8b-a100.tom
 
 
 def test_bf16_weights_on_gpus_without_bf16_are_emulated_bf16_with_the_warning():
-    rows = compare(load_toml(LLAMA_8B), gpus=["V100-32GB", "T4", "A100-80GB"], counts=[8],
-                   environment=local_environment())
+    rows = compare(load_toml(LLAMA_8B), gpus=["V100-32GB", "T4", "A100-80GB"], counts=[8], environment=local_environment())
     by = {r["gpu"]: r for r in rows}
     for gpu in ("V100-32GB", "T4"):
         r = by[gpu]

@@ -14,18 +14,30 @@ from gpuplan.spec.schema import SECTIONS
 CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
 
 
-@pytest.mark.parametrize("rows,fmt,values", [
-    ([{"text": "a"}, {"text": "b"}], "text", {"data.format": "text", "data.text_field": "text"}),
-    ([{"body": "a", "id": 1}], "text", {"data.format": "text", "data.text_field": "body"}),
-    ([CHAT, CHAT], "chat", {"data.format": "chat", "data.messages_field": "messages"}),
-    ([{"conversation": CHAT["messages"]}], "chat", {"data.format": "chat", "data.messages_field": "conversation"}),
-    ([{"prompt": "p", "response": "r"}], "instruction",
-     {"data.format": "instruction", "data.prompt_field": "prompt", "data.response_field": "response"}),
-    ([{"instruction": "i", "input": "", "output": "o"}], "instruction",  # Alpaca
-     {"data.format": "instruction", "data.prompt_field": "instruction", "data.response_field": "output"}),
-    ([{"question": "q", "answer": "a"}], "instruction",
-     {"data.format": "instruction", "data.prompt_field": "question", "data.response_field": "answer"}),
-])
+@pytest.mark.parametrize(
+    "rows,fmt,values",
+    [
+        ([{"text": "a"}, {"text": "b"}], "text", {"data.format": "text", "data.text_field": "text"}),
+        ([{"body": "a", "id": 1}], "text", {"data.format": "text", "data.text_field": "body"}),
+        ([CHAT, CHAT], "chat", {"data.format": "chat", "data.messages_field": "messages"}),
+        ([{"conversation": CHAT["messages"]}], "chat", {"data.format": "chat", "data.messages_field": "conversation"}),
+        (
+            [{"prompt": "p", "response": "r"}],
+            "instruction",
+            {"data.format": "instruction", "data.prompt_field": "prompt", "data.response_field": "response"},
+        ),
+        (
+            [{"instruction": "i", "input": "", "output": "o"}],
+            "instruction",  # Alpaca
+            {"data.format": "instruction", "data.prompt_field": "instruction", "data.response_field": "output"},
+        ),
+        (
+            [{"question": "q", "answer": "a"}],
+            "instruction",
+            {"data.format": "instruction", "data.prompt_field": "question", "data.response_field": "answer"},
+        ),
+    ],
+)
 def test_formats_read_from_the_rows(rows, fmt, values):
     found = detect_format(rows, "x.jsonl")
     assert found.format == fmt and found.values == values
@@ -39,8 +51,7 @@ def test_preference_pairs_are_recognised_and_said_so():
     if "objective" in SECTIONS["training"].model_fields:  # preference tuning exists in this tree
         assert found.values == {"training.objective": "dpo"} and found.objective == "dpo"
     else:
-        assert found.values == {"data.format": "instruction", "data.prompt_field": "prompt",
-                                "data.response_field": "chosen"}
+        assert found.values == {"data.format": "instruction", "data.prompt_field": "prompt", "data.response_field": "chosen"}
         assert "preference pairs (prompt, chosen, rejected)" in found.summary
         assert "no preference objective" in found.summary and "does not read 'rejected'" in found.summary
     chats = [{"prompt": "p", "chosen": CHAT["messages"], "rejected": CHAT["messages"]}]
@@ -68,10 +79,8 @@ def test_every_file_type_apply_reads(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist([{"text": "x"}, {"text": "y"}]), tmp_path / "e.parquet")
-    found = {p: detect_format(read_rows(tmp_path / p), p).format for p in
-             ("a.jsonl", "b.json", "c.txt", "d.csv", "e.parquet")}
-    assert found == {"a.jsonl": "chat", "b.json": "instruction", "c.txt": "text", "d.csv": "instruction",
-                     "e.parquet": "text"}
+    found = {p: detect_format(read_rows(tmp_path / p), p).format for p in ("a.jsonl", "b.json", "c.txt", "d.csv", "e.parquet")}
+    assert found == {"a.jsonl": "chat", "b.json": "instruction", "c.txt": "text", "d.csv": "instruction", "e.parquet": "text"}
     assert len(read_rows(tmp_path / "a.jsonl")) == 2
 
 
@@ -90,5 +99,4 @@ def test_a_local_file_is_written_relative_to_the_spec(tmp_path):
     (tmp_path / "data" / "chat.jsonl").write_text(json.dumps(CHAT) + "\n")
     (tmp_path / "specs").mkdir()
     values, fmt = data_source("data/chat.jsonl", cwd=tmp_path, spec_dir=tmp_path / "specs")
-    assert values == {"data.train_files": ["../data/chat.jsonl"], "data.format": "chat",
-                      "data.messages_field": "messages"}
+    assert values == {"data.train_files": ["../data/chat.jsonl"], "data.format": "chat", "data.messages_field": "messages"}

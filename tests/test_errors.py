@@ -4,13 +4,13 @@ import dataclasses
 
 import pytest
 
-from tests.helpers.apply_plans import cpu_plan
 from gpuplan.apply.convert import training_arguments
 from gpuplan.apply.errors import ApplyError
-from gpuplan.lifecycle.run_lock import LockError
 from gpuplan.cli.common import UserError
 from gpuplan.errors import GpuplanError
+from gpuplan.lifecycle.run_lock import LockError
 from gpuplan.plan.types import PlanError
+from tests.helpers.apply_plans import cpu_plan
 
 
 def test_every_user_facing_error_is_one_type_with_the_diagnostic_fields():
@@ -34,8 +34,7 @@ def test_a_transformers_refusal_names_a_next_step(tmp_path):
 
 
 def test_convert_errors_carry_their_key(tmp_path):
-    plan = cpu_plan(tmp_path, **{"distributed.strategy": "fsdp", "distributed.fsdp_sharding": "hybrid_shard",
-                                 "hardware.count": 2})
+    plan = cpu_plan(tmp_path, **{"distributed.strategy": "fsdp", "distributed.fsdp_sharding": "hybrid_shard", "hardware.count": 2})
     with pytest.raises(ApplyError, match="not applied by gpuplan yet") as e:
         training_arguments(plan)
     assert e.value.key == "distributed.fsdp_sharding" and "full_shard" in e.value.fix

@@ -1,15 +1,15 @@
 """The one TOML-value formatter and the one GiB formatter."""
 
-import tomllib
-
 import pytest
+import tomllib
 
 from gpuplan.toml_value import toml_value
 from gpuplan.units import GIB, gib
 
 
-@pytest.mark.parametrize("value", [True, 0, -3, 3e-4, 1e-05, "adamw_torch", 'a "quoted" \\ path\n', "é\x7f",
-                                   ["a.txt", "b.txt"], {"stage": 3, "offload": False}])
+@pytest.mark.parametrize(
+    "value", [True, 0, -3, 3e-4, 1e-05, "adamw_torch", 'a "quoted" \\ path\n', "é\x7f", ["a.txt", "b.txt"], {"stage": 3, "offload": False}]
+)
 def test_toml_value_is_what_toml_reads_back(value):
     assert tomllib.loads(f"x = {toml_value(value)}")["x"] == value
 

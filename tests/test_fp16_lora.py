@@ -4,14 +4,19 @@ only what would train in fp16 (full fine-tuning, modules_to_save copies) is refu
 from __future__ import annotations
 
 import pytest
-from tests.helpers.planning import plan_text, spec
 
 from gpuplan.plan.types import PlanError
+from tests.helpers.planning import plan_text, spec
 
 
 def _plan(tmp_path, method, gpu, tail=""):
-    return plan_text(tmp_path, spec("llama-3.1-8b", gpu, extra=f'method = "{method}"\ndtype = "float16"',
-                                    data="seq_len = 1024", training="effective_batch_size = 8") + tail)
+    return plan_text(
+        tmp_path,
+        spec(
+            "llama-3.1-8b", gpu, extra=f'method = "{method}"\ndtype = "float16"', data="seq_len = 1024", training="effective_batch_size = 8"
+        )
+        + tail,
+    )
 
 
 def test_fp16_base_lora_is_planned_on_a_v100(tmp_path):
@@ -52,8 +57,9 @@ def test_peft_keeps_adapters_fp32_and_modules_to_save_fp16_over_an_fp16_base():
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                               num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    cfg = AutoConfig.for_model(
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, vocab_size=64
+    )
     model = AutoModelForCausalLM.from_config(cfg).to(torch.float16)
     peft = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"]))
     trained = {n: p.dtype for n, p in peft.named_parameters() if p.requires_grad}
@@ -67,17 +73,20 @@ def test_lora_over_an_fp16_base_applies_with_fp32_adapters(tmp_path):
     import os
 
     from safetensors.torch import load_file
+
+    from gpuplan.apply.run import execute
     from tests.helpers.apply_plans import cpu_plan, read_jsonl
     from tests.helpers.lora_base import finetune_overrides, other_text, pretrain_base
 
-    from gpuplan.apply.run import execute
-
     base_dir = pretrain_base(tmp_path)
-    plan = cpu_plan(tmp_path, **finetune_overrides(base_dir, other_text(tmp_path / "other.txt"), "lora",
-                                                   **{"model.dtype": "float16", "output.dir": str(tmp_path / "ft")}))
+    plan = cpu_plan(
+        tmp_path,
+        **finetune_overrides(
+            base_dir, other_text(tmp_path / "other.txt"), "lora", **{"model.dtype": "float16", "output.dir": str(tmp_path / "ft")}
+        ),
+    )
     results = execute(plan, echo=lambda s: None, progress=False)
-    losses = [r["loss"] for r in read_jsonl(os.path.join(plan.value("output.dir"), "metrics.jsonl"))
-              if r["event"] == "train"]
+    losses = [r["loss"] for r in read_jsonl(os.path.join(plan.value("output.dir"), "metrics.jsonl")) if r["event"] == "train"]
     assert all(v == v for v in losses) and losses[-1] < losses[0], losses  # finite, and it learns
     adapter = load_file(os.path.join(results["final_model_dir"], "adapter_model.safetensors"))
     assert adapter and {str(t.dtype) for t in adapter.values()} == {"torch.float32"}

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.helpers.apply_plans import read_jsonl
 from tests.helpers.lora_base import other_text, pretrain_base
 
@@ -63,8 +64,13 @@ dir = "{out}"
 
 def gpuplan(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True,
-                          env={**env, "HF_HUB_OFFLINE": "1"}, timeout=400)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        timeout=400,
+    )
 
 
 def results(out):
@@ -83,8 +89,7 @@ def base(tmp_path_factory):
 
 def _one_process(tmp_path_factory, base, method):
     tmp = tmp_path_factory.mktemp(f"one-{method}")
-    r = gpuplan("apply", spec(tmp / "one.toml", tmp / "run", base=base[0], text=base[1], method=method, count=1,
-                              strategy="none"), "--yes")
+    r = gpuplan("apply", spec(tmp / "one.toml", tmp / "run", base=base[0], text=base[1], method=method, count=1, strategy="none"), "--yes")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return losses(tmp / "run")
 
@@ -165,8 +170,13 @@ def test_deepspeed_with_adapters_is_refused_on_cpu_with_the_reason(tmp_path, bas
 def _gpu_qlora_plan(tmp_path, **over):
     from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
 
-    values = {"model.method": "qlora", "hardware.count": 2, "distributed.strategy": "fsdp",
-              "quantization.bnb_4bit_compute_dtype": "bfloat16", **over}
+    values = {
+        "model.method": "qlora",
+        "hardware.count": 2,
+        "distributed.strategy": "fsdp",
+        "quantization.bnb_4bit_compute_dtype": "bfloat16",
+        **over,
+    }
     return cpu_plan(tmp_path, hardware=H100_PROFILE, **values)
 
 

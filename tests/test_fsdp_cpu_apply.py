@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.helpers.apply_plans import CORPUS, REPO, read_jsonl
 
 MODEL = str(REPO / "specs" / "models" / "tiny-llama-cpu.json")
@@ -56,8 +57,13 @@ dir = "{out}"
 
 def gpuplan(*args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True,
-                          env={**env, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
 
 
 def results(out):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fuzz_oracle import check, check_rejection, write
-from tests.helpers.fuzz_strategies import MODEL_CONFIGS
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.types import PlanError
+from tests.helpers.fuzz_oracle import check, check_rejection, write
+from tests.helpers.fuzz_strategies import MODEL_CONFIGS
 from tests.helpers.planning import ENV
 
 
@@ -29,11 +29,16 @@ FOUND = {
     "end of document": (M0 + "[", None, ":3:2: invalid TOML"),
     "NUL in a path": ('[model]\nconfig = "a\\u0000b"\n', "model.config", "NUL character"),
     "config name too long": (f'[model]\nconfig = "{"x" * 300}"\n[hardware]\ngpu = "H100"\n', "model.config", "too long"),
-    "100k unknown keys": (M0 + "[training]\n" + "".join(f"k{i} = 1\n" for i in range(100_000)), "training.k20",
-                          "99980 more unknown keys in [training]"),
-    "deepspeed with an FSDP option": (M0 + '[hardware]\ngpu = "H100"\ncount = 8\n[distributed]\n'
-                                      'strategy = "deepspeed"\nfsdp_cpu_offload = true\n', "distributed.fsdp_cpu_offload",
-                                      "DeepSpeed and FSDP cannot be used together"),
+    "100k unknown keys": (
+        M0 + "[training]\n" + "".join(f"k{i} = 1\n" for i in range(100_000)),
+        "training.k20",
+        "99980 more unknown keys in [training]",
+    ),
+    "deepspeed with an FSDP option": (
+        M0 + '[hardware]\ngpu = "H100"\ncount = 8\n[distributed]\nstrategy = "deepspeed"\nfsdp_cpu_offload = true\n',
+        "distributed.fsdp_cpu_offload",
+        "DeepSpeed and FSDP cannot be used together",
+    ),
 }
 
 
@@ -60,6 +65,9 @@ def test_found_hostile_depth_in_a_model_config_is_refused_not_counted(work):
 
 
 def test_found_user_offload_that_is_not_needed_is_changed_with_a_reason(work):
-    path = write(work, M0 + '[hardware]\ngpu = "H100"\ncount = 8\n[distributed]\nfsdp_cpu_offload = true\n'
-                 "[training]\neffective_batch_size = 64\n", "found.toml")
+    path = write(
+        work,
+        M0 + '[hardware]\ngpu = "H100"\ncount = 8\n[distributed]\nfsdp_cpu_offload = true\n[training]\neffective_batch_size = 64\n',
+        "found.toml",
+    )
     assert check("paths", path) == "accepted"

@@ -32,25 +32,47 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.fuzz_strategies import (
-    FIXED_PATHS, MODEL_CONFIGS, PATH_VALUES, SMALL_TEXTS, apply_mutations, damaged_model_config, deep_text, mutation,
-    text_damage, unicode_spec, valid_specs,
-)
 from tests.helpers.fuzz_oracle import RAN, check, write
+from tests.helpers.fuzz_strategies import (
+    FIXED_PATHS,
+    MODEL_CONFIGS,
+    PATH_VALUES,
+    SMALL_TEXTS,
+    apply_mutations,
+    damaged_model_config,
+    deep_text,
+    mutation,
+    text_damage,
+    unicode_spec,
+    valid_specs,
+)
 from tests.helpers.fuzz_toml import toml_doc
 from tests.helpers.planning import ENV, ENV_NO_BNB, REPO
 
 PROFILE = os.environ.get("GPUPLAN_FUZZ_PROFILE", "ci")
 # Examples per test: (ci, long).
 COUNTS = {
-    "valid": (400, 6000), "near_valid": (400, 6000), "damaged_text": (150, 2000), "model_config": (100, 1500),
-    "unicode": (200, 2500), "deep": (60, 600), "small": (25, 100), "bytes": (100, 1000),
-    "paths": (100, 1000), "huge": (4, 12), "cli": (6, 40),
+    "valid": (400, 6000),
+    "near_valid": (400, 6000),
+    "damaged_text": (150, 2000),
+    "model_config": (100, 1500),
+    "unicode": (200, 2500),
+    "deep": (60, 600),
+    "small": (25, 100),
+    "bytes": (100, 1000),
+    "paths": (100, 1000),
+    "huge": (4, 12),
+    "cli": (6, 40),
 }
-settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("long", deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("long", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def fuzz(name: str):
@@ -139,8 +161,11 @@ PATH_KEYS = ["model.config", "model.name_or_path", "output.dir", "data.train_fil
 
 
 @fuzz("paths")
-@given(key=st.sampled_from(PATH_KEYS),
-       value=PATH_VALUES, gpu=st.one_of(st.none(), st.text(max_size=20), st.sampled_from(["cpu", "auto", "H100"])))
+@given(
+    key=st.sampled_from(PATH_KEYS),
+    value=PATH_VALUES,
+    gpu=st.one_of(st.none(), st.text(max_size=20), st.sampled_from(["cpu", "auto", "H100"])),
+)
 def test_hostile_paths_and_gpu_overrides(work, key, value, gpu):
     spec = {"model": {"config": MODEL_CONFIGS[0]}, "hardware": {"gpu": "A100-80GB"}}
     section, name = key.split(".")
@@ -182,7 +207,10 @@ def test_files_of_several_mb(work, kind, mib):
 CLI_INPUTS = st.one_of(
     valid_specs("out").map(toml_doc),
     st.tuples(valid_specs("out"), st.lists(mutation(), min_size=1, max_size=2)).map(lambda t: toml_doc(apply_mutations(*t))),
-    unicode_spec().map(toml_doc), deep_text(), SMALL_TEXTS, st.binary(max_size=200),
+    unicode_spec().map(toml_doc),
+    deep_text(),
+    SMALL_TEXTS,
+    st.binary(max_size=200),
 )
 
 
@@ -195,8 +223,7 @@ def test_cli_never_prints_a_traceback(work, content, as_json):
     env = {k: v for k, v in os.environ.items() if k != "GPUPLAN_DEBUG"}
     env["HF_HUB_OFFLINE"] = "1"
     cmd = [sys.executable, "-m", "gpuplan.cli", "plan", str(spec), "--no-color", "--gpu", "A100-80GB"]
-    r = subprocess.run(cmd + (["--json"] if as_json else []), capture_output=True, text=True, env=env,
-                       cwd=REPO, timeout=120)
+    r = subprocess.run(cmd + (["--json"] if as_json else []), capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert r.returncode in (0, 1), r.stderr
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     if r.returncode == 0 and as_json:

@@ -18,17 +18,40 @@ import gpu_check  # noqa: E402
 def test_matrix_crosses_methods_families_precisions_and_checkpointing():
     rows = gpu_check.matrix(["llama", "gpt2", "gpt_neox"], ["full"], ["fp16", "bf16"])
     assert len(rows) == 12 and {(r["precision"], r["ckpt"]) for r in rows} == {
-        ("fp16", False), ("fp16", True), ("bf16", False), ("bf16", True)}
+        ("fp16", False),
+        ("fp16", True),
+        ("bf16", False),
+        ("bf16", True),
+    }
     spec = gpu_check.spec_text(rows[1], "/c.json", "/d.txt", "/out", gpu="auto", batch=8, seq=2048, steps=6)
-    assert 'gradient_checkpointing = true' in spec and "fp16 = true" in spec and 'gpu = "auto"' in spec
+    assert "gradient_checkpointing = true" in spec and "fp16 = true" in spec and 'gpu = "auto"' in spec
 
 
 @pytest.mark.slow
 def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
     out = tmp_path / "rows.json"
-    r = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--families", "gpt2",
-                        "--precisions", "fp16", "--checkpointing", "on", "--steps", "2", "--json", str(out),
-                        "--no-write"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--families",
+            "gpt2",
+            "--precisions",
+            "fp16",
+            "--checkpointing",
+            "on",
+            "--steps",
+            "2",
+            "--json",
+            str(out),
+            "--no-write",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     data = json.loads(out.read_text())
     (row,) = data["rows"]
@@ -52,9 +75,28 @@ def test_adapter_rows_fine_tune_a_saved_base_not_a_from_scratch_model():
 @pytest.mark.slow
 def test_cpu_mode_trains_lora_and_qlora_rows_on_a_saved_base(tmp_path):
     out = tmp_path / "rows.json"
-    r = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--families", "llama",
-                        "--precisions", "bf16", "--checkpointing", "off", "--methods", "lora,qlora", "--json", str(out),
-                        "--no-write"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--families",
+            "llama",
+            "--precisions",
+            "bf16",
+            "--checkpointing",
+            "off",
+            "--methods",
+            "lora,qlora",
+            "--json",
+            str(out),
+            "--no-write",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     data = json.loads(out.read_text())
     assert [row["method"] for row in data["rows"]] == ["lora", "qlora"]
@@ -68,11 +110,25 @@ def test_cpu_mode_trains_lora_and_qlora_rows_on_a_saved_base(tmp_path):
 
 
 def test_gpu_table_puts_measured_beside_planned():
-    row = dict(family="llama", method="full", precision="bf16", planned="bf16", ckpt=False, batch=8, seq_len=2048,
-               measured=dict(allocated=40 * 2**30, reserved=44 * 2**30, nvml_used=45 * 2**30, nvml_source="pynvml",
-                             device_used=46 * 2**30,
-                             tokens_per_second=100000.0),
-               plan=dict(allocated=42 * 2**30, reserved=46 * 2**30, tokens_per_second=90000.0))
+    row = dict(
+        family="llama",
+        method="full",
+        precision="bf16",
+        planned="bf16",
+        ckpt=False,
+        batch=8,
+        seq_len=2048,
+        measured=dict(
+            allocated=40 * 2**30,
+            reserved=44 * 2**30,
+            nvml_used=45 * 2**30,
+            nvml_source="pynvml",
+            device_used=46 * 2**30,
+            tokens_per_second=100000.0,
+        ),
+        plan=dict(allocated=42 * 2**30, reserved=46 * 2**30, tokens_per_second=90000.0),
+    )
     table = gpu_check.render([row], dict(device="cuda", gpu="H100-80GB", wall_s=300, skipped=0, budget_s=450))
-    assert ("| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) "
-            "| 45.00 / 46.00 | 100,000 | 90,000 |") in table
+    assert (
+        "| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) | 45.00 / 46.00 | 100,000 | 90,000 |"
+    ) in table

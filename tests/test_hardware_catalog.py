@@ -21,9 +21,29 @@ from gpuplan.hardware.catalog import (
 from gpuplan.hardware.profile import GIB, GPUProfile
 
 REQUIRED = [  # issue 14: at least 20 accelerators people rent and own
-    "T4", "V100-16GB", "V100-32GB", "A10", "A10G", "L4", "L40S", "RTX-A6000", "RTX-6000-Ada",
-    "RTX-3090", "RTX-4090", "RTX-5090", "A100-40GB", "A100-80GB", "H100-80GB", "H100-PCIe", "H100-NVL",
-    "H200", "GH200", "B200", "MI250X", "MI300X", "cpu",
+    "T4",
+    "V100-16GB",
+    "V100-32GB",
+    "A10",
+    "A10G",
+    "L4",
+    "L40S",
+    "RTX-A6000",
+    "RTX-6000-Ada",
+    "RTX-3090",
+    "RTX-4090",
+    "RTX-5090",
+    "A100-40GB",
+    "A100-80GB",
+    "H100-80GB",
+    "H100-PCIe",
+    "H100-NVL",
+    "H200",
+    "GH200",
+    "B200",
+    "MI250X",
+    "MI300X",
+    "cpu",
 ]
 CATALOG = load_catalog()
 GPUS = [p for p in CATALOG.values() if p.vendor != "cpu"]
@@ -73,8 +93,14 @@ def test_peaks_are_dense_and_ordered(profile: GPUProfile):
 def test_capacity_is_what_the_driver_reports_and_the_datasheet_figure_is_kept():
     """Issue 20 item 16: GDDR6 cards with ECC on expose 15/16 of their datasheet "GB" (nvidia-smi)."""
     mib = 1024**2
-    for name, total, datasheet in (("T4", 15_360, 16), ("A10", 23_028, 24), ("L4", 23_034, 24),
-                                   ("L40S", 46_068, 48), ("A10G", 23_028, 24), ("L40", 46_068, 48)):
+    for name, total, datasheet in (
+        ("T4", 15_360, 16),
+        ("A10", 23_028, 24),
+        ("L4", 23_034, 24),
+        ("L40S", 46_068, 48),
+        ("A10G", 23_028, 24),
+        ("L40", 46_068, 48),
+    ):
         g = CATALOG[name]
         assert (g.memory_bytes, g.datasheet_gb) == (total * mib, datasheet), name
         assert 0.93 < g.memory_bytes / (datasheet * GIB) < 0.94  # the 1/16 ECC carve-out, less a few MiB
@@ -129,8 +155,11 @@ def test_every_alias_finds_its_entry(profile):
 
 @pytest.mark.parametrize(
     "name, candidates",
-    [("a100", ["A100-40GB", "A100-80GB"]), ("v100", ["V100-16GB", "V100-32GB"]),
-     ("rtx", ["RTX-A6000", "RTX-6000-Ada", "RTX-3090", "RTX-4090", "RTX-5090"])],
+    [
+        ("a100", ["A100-40GB", "A100-80GB"]),
+        ("v100", ["V100-16GB", "V100-32GB"]),
+        ("rtx", ["RTX-A6000", "RTX-6000-Ada", "RTX-3090", "RTX-4090", "RTX-5090"]),
+    ],
 )
 def test_ambiguous_name_lists_candidates(name, candidates):
     with pytest.raises(AmbiguousGPUError, match=f"'{name}' is ambiguous: it matches {', '.join(candidates)}") as err:
@@ -186,8 +215,13 @@ def test_malformed_table_names_entry():
     with pytest.raises(CatalogError, match=r"\[gpu.'X1'\]: missing or malformed field"):
         _profile_from_table("X1", {"vendor": "nvidia", "memory_gib": 8})
     table = {
-        "vendor": "nvidia", "memory_gib": 8, "bf16": False, "tf32": False, "fp8": False,
-        "memory_bandwidth_gbps": 1.0, "peak_tflops": {"fp32": 1.0, "int4": 9.0},
+        "vendor": "nvidia",
+        "memory_gib": 8,
+        "bf16": False,
+        "tf32": False,
+        "fp8": False,
+        "memory_bandwidth_gbps": 1.0,
+        "peak_tflops": {"fp32": 1.0, "int4": 9.0},
     }
     with pytest.raises(CatalogError, match="unknown dtypes"):
         _profile_from_table("X1", table)

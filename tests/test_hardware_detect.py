@@ -120,9 +120,7 @@ def test_unknown_hopper_gets_conservative_profile():
     assert "is not in the catalog" in how and "conservative estimates" in how
 
 
-@pytest.mark.parametrize(
-    "cc, flags", [((7, 5), (False, False, False)), ((8, 6), (True, True, False)), ((8, 9), (True, True, True))]
-)
+@pytest.mark.parametrize("cc, flags", [((7, 5), (False, False, False)), ((8, 6), (True, True, False)), ((8, 9), (True, True, True))])
 def test_unknown_nvidia_capabilities_follow_cc(cc, flags):
     report = DeviceReport("NVIDIA Some Card", 8 * GIB, cc, "nvidia", 2, "NVML")
     profile, _ = profile_from_detected(report)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
 
 from gpuplan.lifecycle.drift import resume_conflicts
+from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
 
 SPEC = """\
 [model]
@@ -47,8 +47,7 @@ def hub(tmp_path_factory):
     cache = root / "cache"
     files = tiny_model_files(root)
     commit = add_repo(cache, "acme/micro-llama", files)
-    data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"},
-                           repo_type="dataset")
+    data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"}, repo_type="dataset")
     return {"root": root, "cache": cache, "files": files, "commit": commit, "data_commit": data_commit}
 
 
@@ -59,12 +58,13 @@ def _spec(tmp_path, text=SPEC):
 
 
 def test_plan_resolves_hub_ids_from_the_cache_without_torch(hub, tmp_path):
-    probe = ("import sys; from gpuplan.cli import main; rc = main(['plan', sys.argv[1], '--json']);"
-             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets'));"
-             "print('HEAVY:', heavy, file=sys.stderr); sys.exit(rc)")
+    probe = (
+        "import sys; from gpuplan.cli import main; rc = main(['plan', sys.argv[1], '--json']);"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'datasets'));"
+        "print('HEAVY:', heavy, file=sys.stderr); sys.exit(rc)"
+    )
     env = {**os.environ, "HF_HUB_CACHE": str(hub["cache"]), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-c", probe, str(_spec(tmp_path))], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-c", probe, str(_spec(tmp_path))], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "HEAVY: []" in r.stderr
     plan = json.loads(r.stdout)
@@ -119,8 +119,7 @@ def test_changed_commit_breaks_resume():
     from tests.helpers.planning import ENV, SPECS
 
     plan = plan_file(SPECS / "tiny.toml", environment=ENV)
-    old, new = (dataclasses.replace(plan, settings={**plan.settings, "model.commit": Setting(c * 40, "derived")})
-                for c in "ab")
+    old, new = (dataclasses.replace(plan, settings={**plan.settings, "model.commit": Setting(c * 40, "derived")}) for c in "ab")
     assert resume_conflicts(old, new) == [f"model.commit: {'a' * 40!r} -> {'b' * 40!r} changes the model (its Hub commit)"]
 
 
@@ -135,12 +134,15 @@ def test_apply_offline_fine_tunes_the_hub_model_on_the_hub_dataset(hub, tmp_path
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize(("name", "status", "expected"), [
-    ("GatedRepoError", 403, "is gated: accept its terms on https://huggingface.co/acme/x and log in with `hf auth login`"),
-    ("RepositoryNotFoundError", 401, "no such repository, or it is private and your token cannot see it"),
-    ("RevisionNotFoundError", 404, "no such branch, tag or commit"),
-    ("HfHubHTTPError", 401, "the Hub refused access (HTTP 401); log in with `hf auth login` or set HF_TOKEN"),
-])
+@pytest.mark.parametrize(
+    ("name", "status", "expected"),
+    [
+        ("GatedRepoError", 403, "is gated: accept its terms on https://huggingface.co/acme/x and log in with `hf auth login`"),
+        ("RepositoryNotFoundError", 401, "no such repository, or it is private and your token cannot see it"),
+        ("RevisionNotFoundError", 404, "no such branch, tag or commit"),
+        ("HfHubHTTPError", 401, "the Hub refused access (HTTP 401); log in with `hf auth login` or set HF_TOKEN"),
+    ],
+)
 def test_hub_failures_become_messages_that_say_what_to_do(name, status, expected):
     import httpx2  # huggingface_hub 2.x's HTTP client: its errors carry a real response
     from huggingface_hub import errors
@@ -148,8 +150,7 @@ def test_hub_failures_become_messages_that_say_what_to_do(name, status, expected
     from gpuplan.hub.resolve import _translate
 
     response = httpx2.Response(status, request=httpx2.Request("HEAD", "https://huggingface.co/acme/x/resolve/main/config.json"))
-    err = _translate(getattr(errors, name)("refused", response=response), "model.name_or_path", "acme/x", "model",
-                     "main", ("config.json",))
+    err = _translate(getattr(errors, name)("refused", response=response), "model.name_or_path", "acme/x", "model", "main", ("config.json",))
     assert err.message.startswith("model.name_or_path: model 'acme/x' at revision 'main'")
     assert expected in err.message
 
@@ -173,8 +174,7 @@ seq_len = 128
 def _dataset_cache(tmp_path):
     cache = tmp_path / "cache"
     rows = chat_rows(6)
-    commit = add_repo(cache, "acme/chat-only", {"data/train-00000.jsonl": rows, "data/test.jsonl": b"{}\n"},
-                      repo_type="dataset")
+    commit = add_repo(cache, "acme/chat-only", {"data/train-00000.jsonl": rows, "data/test.jsonl": b"{}\n"}, repo_type="dataset")
     spec = tmp_path / "ds.toml"
     spec.write_text(DATASET_SPEC.format(config=REPO / "specs" / "models" / "tiny-llama-cpu.json"))
     return cache, spec, commit

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
+
 import tomllib
 
-from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli
-
 from gpuplan.hub.splits import SplitError, card_patterns, split_map
+from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli
 
 # HuggingFaceH4/ultrachat_200k's card at its main commit, cut to the configs header
 ULTRACHAT_CARD = b"""---
@@ -47,9 +47,13 @@ seq_len = 128
 
 def _cache(tmp_path, split=""):
     cache = tmp_path / "cache"
-    files = {"README.md": ULTRACHAT_CARD, "data/train_sft-00000-of-00001.jsonl": chat_rows(6),
-             "data/train_gen-00000-of-00001.jsonl": chat_rows(4), "data/test_sft-00000-of-00001.jsonl": chat_rows(2),
-             "data/test_gen-00000-of-00001.jsonl": chat_rows(3)}
+    files = {
+        "README.md": ULTRACHAT_CARD,
+        "data/train_sft-00000-of-00001.jsonl": chat_rows(6),
+        "data/train_gen-00000-of-00001.jsonl": chat_rows(4),
+        "data/test_sft-00000-of-00001.jsonl": chat_rows(2),
+        "data/test_gen-00000-of-00001.jsonl": chat_rows(3),
+    }
     commit = add_repo(cache, "acme/ultra", files, repo_type="dataset")
     spec = tmp_path / "ultra.toml"
     spec.write_text(SPEC.format(config=REPO / "specs" / "models" / "tiny-llama-cpu.json", split=split))
@@ -68,9 +72,12 @@ def test_card_configs_map_splits_to_files(tmp_path):
     else:
         raise AssertionError("a split the card lacks must be refused")
     assert split_map([{"config_name": "default", "data_files": "data/*.parquet"}]) == {"train": ["data/*.parquet"]}
-    assert split_map([{"config_name": "a", "data_files": "a/*"},
-                      {"config_name": "b", "default": True, "data_files": [{"split": "train", "path": ["b/x", "b/y"]}]}]
-                     ) == {"train": ["b/x", "b/y"]}
+    assert split_map(
+        [
+            {"config_name": "a", "data_files": "a/*"},
+            {"config_name": "b", "default": True, "data_files": [{"split": "train", "path": ["b/x", "b/y"]}]},
+        ]
+    ) == {"train": ["b/x", "b/y"]}
 
 
 def test_data_split_reads_only_that_splits_rows(tmp_path):
@@ -99,8 +106,9 @@ def test_lock_hashes_only_the_splits_files(tmp_path):
 def test_data_split_without_a_hub_dataset_is_a_warning(tmp_path):
     from tests.helpers.planning import plan_text, spec
 
-    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data='seq_len = 128\nsplit = "test"',
-                                    training="effective_batch_size = 16"))
+    plan = plan_text(
+        tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data='seq_len = 128\nsplit = "test"', training="effective_batch_size = 16")
+    )
     [d] = [d for d in plan.diagnostics if d.key == "data.split"]
     assert d.severity == "warning" and "read only with data.dataset" in d.summary
 
@@ -112,11 +120,16 @@ def test_init_data_from_a_card_without_a_train_split_writes_its_train_split_and_
     ended in plan's "set data.split", a key init cannot set, with nothing written."""
     cache = tmp_path / "cache"
     pairs = b"".join(json.dumps({"prompt": f"q{i}", "response": f"a{i}"}).encode() + b"\n" for i in range(3))
-    add_repo(cache, "acme/ultra", {"README.md": ULTRACHAT_CARD, "data/train_sft-00000-of-00001.jsonl": chat_rows(6),
-                                   "data/test_gen-00000-of-00001.jsonl": pairs}, repo_type="dataset")
+    add_repo(
+        cache,
+        "acme/ultra",
+        {"README.md": ULTRACHAT_CARD, "data/train_sft-00000-of-00001.jsonl": chat_rows(6), "data/test_gen-00000-of-00001.jsonl": pairs},
+        repo_type="dataset",
+    )
     out = tmp_path / "init.toml"
-    r = run_cli(["init", str(REPO / "specs" / "models" / "tiny-llama-cpu.json"), "--gpu", "cpu", "--data",
-                 "acme/ultra", "--out", str(out)], cache)
+    r = run_cli(
+        ["init", str(REPO / "specs" / "models" / "tiny-llama-cpu.json"), "--gpu", "cpu", "--data", "acme/ultra", "--out", str(out)], cache
+    )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
     raw = tomllib.loads(text)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
+from gpuplan.hub.weights import weight_patterns
 from tests.helpers.apply_plans import MICRO_LLAMA
 from tests.helpers.hub_cache import add_repo, run_cli
 
-from gpuplan.hub.weights import weight_patterns
-
 SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-INDEX = {"metadata": {"total_size": 8},
-         "weight_map": {"model.embed_tokens.weight": SHARDS[0], "model.norm.weight": SHARDS[1],
-                        "lm_head.weight": SHARDS[1]}}
+INDEX = {
+    "metadata": {"total_size": 8},
+    "weight_map": {"model.embed_tokens.weight": SHARDS[0], "model.norm.weight": SHARDS[1], "lm_head.weight": SHARDS[1]},
+}
 SPEC = """\
 [model]
 name_or_path = "acme/sharded"
@@ -28,16 +28,20 @@ seq_len = 128
 
 def _files() -> dict[str, bytes]:
     cfg = dict(MICRO_LLAMA, architectures=["LlamaForCausalLM"])
-    return {"config.json": json.dumps(cfg).encode(), "model.safetensors.index.json": json.dumps(INDEX).encode(),
-            SHARDS[0]: b"shard-1", SHARDS[1]: b"shard-2",
-            "consolidated.safetensors": b"mistral-inference's single file", "tokenizer.json": b"{}"}
+    return {
+        "config.json": json.dumps(cfg).encode(),
+        "model.safetensors.index.json": json.dumps(INDEX).encode(),
+        SHARDS[0]: b"shard-1",
+        SHARDS[1]: b"shard-2",
+        "consolidated.safetensors": b"mistral-inference's single file",
+        "tokenizer.json": b"{}",
+    }
 
 
 def test_weight_patterns_follow_the_index(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(INDEX))
     assert weight_patterns(str(tmp_path), allow_pickle=False) == SHARDS
-    assert weight_patterns(str(tmp_path / "none"), allow_pickle=True) == ["*.safetensors", "*.bin", "*.pt", "*.pth",
-                                                                          "*.ckpt"]
+    assert weight_patterns(str(tmp_path / "none"), allow_pickle=True) == ["*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt"]
 
 
 def test_lock_hashes_the_indexed_shards_only(tmp_path):

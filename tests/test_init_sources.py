@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 
 import pytest
-from tests.helpers.hub_cache import add_repo, chat_rows, run_cli, tiny_model_files
+import tomllib
 
 from gpuplan.notices import DEBUG_LOG, KNOWN
+from tests.helpers.hub_cache import add_repo, chat_rows, run_cli, tiny_model_files
 
 # What a library prints when it reaches the terminal itself: the KNOWN notices, Python's
 # warning format ("file.py:12: FutureWarning: ..." and the source line after it),
 # transformers' "[transformers]" log prefix and loading report, tqdm's bars.
-FOREIGN = [k.pattern for k in KNOWN] + [r"\.py:\d+: \w*Warning", r"^\s*warnings\.warn\(", r"\[transformers\]",
-                                        r"LOAD REPORT", r"\d+it/s\]", r"it/s\]$"]
+FOREIGN = [k.pattern for k in KNOWN] + [
+    r"\.py:\d+: \w*Warning",
+    r"^\s*warnings\.warn\(",
+    r"\[transformers\]",
+    r"LOAD REPORT",
+    r"\d+it/s\]",
+    r"it/s\]$",
+]
 
 
 def foreign_lines(text: str) -> list[str]:
@@ -29,16 +35,14 @@ def hub(tmp_path_factory):
     cache = root / "cache"
     files = tiny_model_files(root)
     commit = add_repo(cache, "acme/micro-llama", files)
-    data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"},
-                           repo_type="dataset")
+    data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"}, repo_type="dataset")
     return {"root": root, "cache": cache, "files": files, "commit": commit, "data_commit": data_commit}
 
 
 def test_init_from_a_hub_id_resolves_config_from_the_cache_and_plans(hub, tmp_path):
     (tmp_path / "chat.jsonl").write_bytes(chat_rows())
     out = tmp_path / "micro.toml"
-    r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", str(tmp_path / "chat.jsonl"), "--out",
-                 str(out)], hub["cache"])
+    r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", str(tmp_path / "chat.jsonl"), "--out", str(out)], hub["cache"])
     assert r.returncode == 0, r.stderr
     raw = tomllib.loads(out.read_text())
     assert raw["model"]["name_or_path"] == "acme/micro-llama" and "config" not in raw["model"]
@@ -92,8 +96,9 @@ def test_init_plan_data_apply_with_no_edit_from_a_local_directory_and_only_gpupl
         (model / name).write_bytes(content)
     (tmp_path / "chat.jsonl").write_bytes(chat_rows())
     spec = tmp_path / "gpuplan.toml"
-    r = run_cli(["init", str(model), "--gpu", "cpu", "--method", "lora", "--data", str(tmp_path / "chat.jsonl"),
-                 "--out", str(spec)], hub["cache"])
+    r = run_cli(
+        ["init", str(model), "--gpu", "cpu", "--method", "lora", "--data", str(tmp_path / "chat.jsonl"), "--out", str(spec)], hub["cache"]
+    )
     assert r.returncode == 0, r.stderr
     raw = tomllib.loads(spec.read_text())
     assert raw["model"]["name_or_path"] == "micro" and raw["model"]["method"] == "lora"

@@ -12,6 +12,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed (pip install -e '.[test]')")
 def test_ruff_passes():
-    r = subprocess.run([sys.executable, "-m", "ruff", "check", "gpuplan", "tests", "benchmarks"],
-                       cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "ruff", "check", "gpuplan", "tests", "benchmarks"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed (pip install -e '.[test]')")
+def test_ruff_format_leaves_the_tree_unchanged():
+    r = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "gpuplan", "tests", "benchmarks"], cwd=REPO, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpuplan.modelinfo import TASKS, model_facts, read_config
-from gpuplan.modelinfo.registry import FAMILIES
 from gpuplan.modelinfo.lora_targets import TargetError, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.modelinfo.registry import FAMILIES
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -28,8 +28,14 @@ _BY_FAMILY: dict[str, Path] = {}
 for _p in sorted(MODELS.glob("*.json"), key=lambda p: p.stat().st_size):
     _BY_FAMILY.setdefault(json.loads(_p.read_text())["model_type"], _p)
 CASES = [(p.stem, task) for fam, p in sorted(_BY_FAMILY.items()) for task in FAMILIES[fam][1]]
-ATTENTION = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"], "gpt_neox": ["query_key_value"],
-             "bert": ["query", "value"], "opt": ["q_proj", "v_proj"], "phi3": ["qkv_proj"]}
+ATTENTION = {
+    "llama": ["q_proj", "v_proj"],
+    "gpt2": ["c_attn"],
+    "gpt_neox": ["query_key_value"],
+    "bert": ["query", "value"],
+    "opt": ["q_proj", "v_proj"],
+    "phi3": ["qkv_proj"],
+}
 
 
 def _small(stem: str) -> dict:
@@ -47,8 +53,9 @@ def _peft_counts(cfg: dict, task: str, targets: list[str], saved: list[str] | No
     with torch.device("meta"):
         model = getattr(transformers, TASKS[task]).from_config(hf)
     task_type = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS"}.get(task)
-    lc = peft.LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets, use_dora=dora,
-                         modules_to_save=list(saved) if saved else None, task_type=task_type)
+    lc = peft.LoraConfig(
+        r=r, lora_alpha=2 * r, target_modules=targets, use_dora=dora, modules_to_save=list(saved) if saved else None, task_type=task_type
+    )
     return peft.get_peft_model(model, lc).get_nb_trainable_parameters()
 
 
@@ -61,8 +68,16 @@ def test_trainable_params_equal_peft(stem, task, which, r, dora):
     if which == "all-linear":
         asked = "all-linear"
     else:
-        style = {"mistral": "llama", "qwen2": "llama", "qwen3": "llama", "gemma": "llama", "gemma2": "llama",
-                 "mixtral": "llama", "phi": "opt", "roberta": "bert"}.get(facts.model_type, facts.model_type)
+        style = {
+            "mistral": "llama",
+            "qwen2": "llama",
+            "qwen3": "llama",
+            "gemma": "llama",
+            "gemma2": "llama",
+            "mixtral": "llama",
+            "phi": "opt",
+            "roberta": "bert",
+        }.get(facts.model_type, facts.model_type)
         asked = ATTENTION[style]
     targets = resolve_targets(facts, asked, saved)
     ours = count_adapters(facts, targets, r, dora, saved)
@@ -73,8 +88,7 @@ def test_trainable_params_equal_peft(stem, task, which, r, dora):
 
 def test_all_linear_resolves_to_the_layer_names_of_llama():
     facts = model_facts(read_config(MODELS / "llama-3.1-8b.json"))
-    assert resolve_targets(facts, "all-linear", []) == ["q_proj", "k_proj", "v_proj", "o_proj",
-                                                        "gate_proj", "up_proj", "down_proj"]
+    assert resolve_targets(facts, "all-linear", []) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     # Llama-3.1-8B, r = 16, all-linear: 32 layers x 16 x (4096+4096 + 4096+1024 + 4096+1024 + 4096+4096
     # + 4096+14336 + 4096+14336 + 14336+4096) = 41,943,040 (peft prints the same)
     assert count_adapters(facts, resolve_targets(facts, "all-linear", []), 16, False, []).trainable_params == 41_943_040

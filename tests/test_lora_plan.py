@@ -17,8 +17,7 @@ def test_qlora_llama_8b_fits_one_4090_with_its_parts():
     assert plan.memory.fits
     assert plan.value("model.method") == "qlora"
     assert plan.value("lora.lora_alpha") == 32
-    assert plan.value("lora.target_modules") == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                 "down_proj"]
+    assert plan.value("lora.target_modules") == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert plan.value("quantization.bnb_4bit_compute_dtype") == "bfloat16"
     assert plan.model.trainable_params == 41_943_040
     assert plan.model.total_params == 8_030_261_248 + 41_943_040
@@ -39,8 +38,12 @@ def test_full_fine_tune_that_does_not_fit_lists_lora_and_qlora_and_the_lines_wor
     text = (SPECS / "mistral-7b-24gb.toml").read_text()
     for method in ("lora", "qlora"):  # following the suggestion plans a fit, at the memory it said
         shown = float(re.search(rf"(?<![q]){method} needs ([\d.]+) GiB", d.detail).group(1))
-        path = write_spec(tmp_path, text.replace('dtype = "bfloat16"', f'dtype = "bfloat16"\nmethod = "{method}"')
-                          .replace('"data/', f'"{SPECS}/data/').replace('"models/', f'"{SPECS}/models/'))
+        path = write_spec(
+            tmp_path,
+            text.replace('dtype = "bfloat16"', f'dtype = "bfloat16"\nmethod = "{method}"')
+            .replace('"data/', f'"{SPECS}/data/')
+            .replace('"models/', f'"{SPECS}/models/'),
+        )
         plan = plan_file(path, environment=ENV)
         assert plan.memory.fits and plan.value("model.method") == method
         assert round(plan.memory.reserved_peak_bytes / 1024**3, 1) == shown
@@ -51,8 +54,7 @@ def test_compute_dtype_follows_the_gpu(tmp_path):
     t4 = plan_text(tmp_path, spec("llama-160m", "T4", extra=extra))
     assert t4.value("quantization.bnb_4bit_compute_dtype") == "float16"
     assert t4.value("training.fp16") is True
-    asked = plan_text(tmp_path, spec("llama-160m", "V100-16GB", extra=extra) +
-                      '[quantization]\nbnb_4bit_compute_dtype = "bfloat16"\n')
+    asked = plan_text(tmp_path, spec("llama-160m", "V100-16GB", extra=extra) + '[quantization]\nbnb_4bit_compute_dtype = "bfloat16"\n')
     change = next(c for c in asked.changes if c.key == "quantization.bnb_4bit_compute_dtype")
     assert change.after == "float16" and "no bf16" in change.reason
     cpu = plan_text(tmp_path, spec("llama-160m", "cpu", extra=extra))
@@ -71,8 +73,9 @@ def test_merge_of_a_4bit_base_is_refused_and_lora_merge_is_kept(tmp_path):
 def test_auto_picks_full_when_it_fits_else_an_adapter_method_with_the_reason(tmp_path):
     small = plan_text(tmp_path, spec("llama-160m", extra='method = "auto"'))
     assert small.value("model.method") == "full"
-    big = plan_text(tmp_path, spec("llama-3.1-8b", "RTX-4090", data="seq_len = 1024",
-                                   training="effective_batch_size = 8", extra='method = "auto"'))
+    big = plan_text(
+        tmp_path, spec("llama-3.1-8b", "RTX-4090", data="seq_len = 1024", training="effective_batch_size = 8", extra='method = "auto"')
+    )
     assert big.value("model.method") in ("lora", "qlora")
     change = next(c for c in big.changes if c.key == "model.method")
     assert "full does not fit" in change.reason and "frozen base" in change.reason
@@ -86,8 +89,9 @@ def test_unknown_target_is_an_error_with_did_you_mean(tmp_path):
 
 
 def test_adapters_never_get_8bit_or_adafactor_for_memory(tmp_path):
-    plan = plan_text(tmp_path, spec("llama-3.1-8b", "RTX-4090", data="seq_len = 4096",
-                                    training="effective_batch_size = 64", extra='method = "qlora"'))
+    plan = plan_text(
+        tmp_path, spec("llama-3.1-8b", "RTX-4090", data="seq_len = 4096", training="effective_batch_size = 64", extra='method = "qlora"')
+    )
     assert plan.value("training.optim") == "adamw_torch_fused"
     assert "buy almost nothing" in plan.settings["training.optim"].reason
     assert all(s.name not in ("8-bit optimizer", "Adafactor") for s in plan.memory.savers)
@@ -110,25 +114,44 @@ def test_lora_table_with_full_method_warns(tmp_path):
 def test_plan_json_carries_the_contract_apply_reads(tmp_path):
     plan = plan_text(tmp_path, spec(extra='method = "lora"', training="gradient_checkpointing = true"))
     d = json.loads(json.dumps(plan.to_dict()))
-    for key in ("model.method", "lora.r", "lora.lora_alpha", "lora.lora_dropout", "lora.target_modules",
-                "lora.use_dora", "lora.modules_to_save", "quantization.bnb_4bit_quant_type",
-                "quantization.bnb_4bit_use_double_quant", "quantization.bnb_4bit_compute_dtype",
-                "output.merge_adapter"):
+    for key in (
+        "model.method",
+        "lora.r",
+        "lora.lora_alpha",
+        "lora.lora_dropout",
+        "lora.target_modules",
+        "lora.use_dora",
+        "lora.modules_to_save",
+        "quantization.bnb_4bit_quant_type",
+        "quantization.bnb_4bit_use_double_quant",
+        "quantization.bnb_4bit_compute_dtype",
+        "output.merge_adapter",
+    ):
         assert key in d["settings"], key
     assert d["model"]["adapters"]["enable_input_require_grads"] is True
     assert d["model"]["trainable_params"] < d["model"]["total_params"]
 
 
 def test_ddp_replicates_adapters_and_all_reduces_only_their_gradients(tmp_path):
-    plan = plan_text(tmp_path, spec("llama-3.1-8b", "A100-80GB", data="seq_len = 2048",
-                                    training="effective_batch_size = 64",
-                                    extra='method = "lora"\ndtype = "bfloat16"').replace("[hardware]\n", "[hardware]\ncount = 4\n"))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            "llama-3.1-8b",
+            "A100-80GB",
+            data="seq_len = 2048",
+            training="effective_batch_size = 64",
+            extra='method = "lora"\ndtype = "bfloat16"',
+        ).replace("[hardware]\n", "[hardware]\ncount = 4\n"),
+    )
     assert plan.memory.layout == "DDP"
     # 41,943,040 fp32 adapter gradients, ring all-reduce over 4 GPUs: 2 x 3/4 x 4 bytes each
     assert plan.throughput.communication["bytes_per_gpu_per_step"] == int(2 * 0.75 * 4 * 41_943_040)
     # sharded adapters are planned too (tests/test_sharded_adapters_plan.py): FSDP is kept when asked
-    fsdp = plan_text(tmp_path, spec(extra='method = "qlora"', training="").replace("[hardware]\n", "[hardware]\ncount = 2\n")
-                     + "[distributed]\nstrategy = \"fsdp\"\n")
+    fsdp = plan_text(
+        tmp_path,
+        spec(extra='method = "qlora"', training="").replace("[hardware]\n", "[hardware]\ncount = 2\n")
+        + '[distributed]\nstrategy = "fsdp"\n',
+    )
     assert fsdp.memory.layout == "FSDP full_shard"
 
 
@@ -137,8 +160,13 @@ def test_no_fit_error_lists_the_hardware_planned_in_full_for_every_method(tmp_pa
     # issue 19: the alternatives found the no-fit error by its summary's first words, and
     # rules/memory.py prefixes the method ("lora does not fit"), so adapter plans lost the
     # hardware planned in full; the error is now found through the no-fit record
-    text = spec("llama-3.1-8b", "T4", data="seq_len = 8192", training="effective_batch_size = 8\nmax_steps = 10",
-                extra=f'method = "{method}"\ndtype = "bfloat16"')
+    text = spec(
+        "llama-3.1-8b",
+        "T4",
+        data="seq_len = 8192",
+        training="effective_batch_size = 8\nmax_steps = 10",
+        extra=f'method = "{method}"\ndtype = "bfloat16"',
+    )
     with pytest.raises(PlanError) as e:
         plan_text(tmp_path, text)
     err = next(d for d in e.value.diagnostics if d.key == "hardware.gpu" and d.severity == "error")

@@ -15,8 +15,16 @@ from tests.helpers.planning import plan_text, spec
 pytest.importorskip("peft")
 pytest.importorskip("bitsandbytes")
 
-TINY = dict(model_type="llama", hidden_size=128, intermediate_size=344, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, max_position_embeddings=512)
+TINY = dict(
+    model_type="llama",
+    hidden_size=128,
+    intermediate_size=344,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+    max_position_embeddings=512,
+)
 
 
 @pytest.mark.slow
@@ -45,7 +53,8 @@ def test_4bit_layout_of_one_layer():
 def test_plan_trace_of_a_qlora_plan(tmp_path):
     from gpuplan.trace.plan import trace_plan
 
-    plan = plan_text(tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128",
-                                    training="effective_batch_size = 4", extra='method = "qlora"'))
+    plan = plan_text(
+        tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128", training="effective_batch_size = 4", extra='method = "qlora"')
+    )
     traced = trace_plan(plan).memory.traced
     assert abs(traced["analytic_minus_traced_fraction"]) < 0.05

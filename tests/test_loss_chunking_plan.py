@@ -11,18 +11,26 @@ import dataclasses
 
 import pytest
 
-from tests.helpers.planning import ENV, SPECS, plan_text, spec
 from gpuplan.modelinfo import model_facts
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.loss_chunking import CHUNK_TOKENS, NAME
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.types import PlanError
+from tests.helpers.planning import ENV, SPECS, plan_text, spec
 
 GIB = 2**30
-SMALL_LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32000,
-               "max_position_embeddings": 4096, "tie_word_embeddings": False}
+SMALL_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+}
 
 
 @pytest.mark.slow
@@ -55,9 +63,12 @@ def test_8b_qlora_at_8192_tokens_fits_the_4090_with_the_loss_chunked():
 
 
 def test_without_chunking_the_same_run_does_not_fit_and_the_error_names_the_saver(tmp_path):
-    text = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace(
-        'models/llama-3.1-8b.json', str(SPECS / "models" / "llama-3.1-8b.json")).replace(
-        "warmup_ratio = 0.03", "warmup_ratio = 0.03\nloss_chunk_size = 0")
+    text = (
+        (SPECS / "llama-8b-qlora-4090-8k.toml")
+        .read_text()
+        .replace("models/llama-3.1-8b.json", str(SPECS / "models" / "llama-3.1-8b.json"))
+        .replace("warmup_ratio = 0.03", "warmup_ratio = 0.03\nloss_chunk_size = 0")
+    )
     with pytest.raises(PlanError) as e:
         plan_text(tmp_path, text)
     err = next(d for d in e.value.diagnostics if d.severity == "error")
@@ -67,9 +78,12 @@ def test_without_chunking_the_same_run_does_not_fit_and_the_error_names_the_save
 
 
 def test_the_no_fit_error_offers_activation_offloading_when_it_fits(tmp_path):
-    text = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace(
-        'models/llama-3.1-8b.json', str(SPECS / "models" / "llama-3.1-8b.json")).replace(
-        "warmup_ratio = 0.03", "warmup_ratio = 0.03\ngradient_checkpointing = false")
+    text = (
+        (SPECS / "llama-8b-qlora-4090-8k.toml")
+        .read_text()
+        .replace("models/llama-3.1-8b.json", str(SPECS / "models" / "llama-3.1-8b.json"))
+        .replace("warmup_ratio = 0.03", "warmup_ratio = 0.03\ngradient_checkpointing = false")
+    )
     with pytest.raises(PlanError) as e:
         plan_text(tmp_path, text)
     fix = next(d for d in e.value.diagnostics if d.severity == "error").fix
@@ -80,9 +94,16 @@ def test_the_no_fit_error_offers_activation_offloading_when_it_fits(tmp_path):
 def test_chunking_the_loss_comes_before_checkpointing_when_it_is_enough(tmp_path):
     # Llama 3.2 1B in bf16 with its 128k vocabulary: the 8,192 x 128,256 logits and their fp32
     # copies (12 GiB) dominate, so chunking them (a few %) fits where checkpointing (20%) was used
-    plan = plan_text(tmp_path, spec(model="llama-3.2-1b", gpu="RTX-4090", data="seq_len = 4096",
-                                    training="per_device_train_batch_size = 2\neffective_batch_size = 2",
-                                    extra='dtype = "bfloat16"'))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            model="llama-3.2-1b",
+            gpu="RTX-4090",
+            data="seq_len = 4096",
+            training="per_device_train_batch_size = 2\neffective_batch_size = 2",
+            extra='dtype = "bfloat16"',
+        ),
+    )
     assert plan.value("training.loss_chunk_size") == CHUNK_TOKENS
     assert plan.value("training.gradient_checkpointing") is False
     assert [s.name for s in plan.memory.savers] == [NAME]
@@ -97,8 +118,7 @@ def test_a_run_that_fits_keeps_the_loss_whole_and_says_why(tmp_path):
 
 def test_a_chunk_size_the_model_cannot_take_is_refused_with_the_fix(tmp_path):
     with pytest.raises(PlanError) as e:
-        plan_text(tmp_path, spec(model="bert-base-uncased", training="loss_chunk_size = 512",
-                                 extra='task = "masked-lm"'))
+        plan_text(tmp_path, spec(model="bert-base-uncased", training="loss_chunk_size = 512", extra='task = "masked-lm"'))
     err = next(d for d in e.value.diagnostics if d.key == "training.loss_chunk_size")
     assert "chunked cross-entropy is for causal-lm" in err.summary
     assert err.fix == "set training.loss_chunk_size = 0 (or remove it)"
@@ -125,9 +145,15 @@ def test_compare_shows_the_saver_in_its_savers_column():
 def test_plan_trace_runs_the_chunked_loss_the_plan_chose(tmp_path):
     from gpuplan.trace.plan import trace_plan
 
-    plan = plan_text(tmp_path, spec(model="llama-160m", gpu="T4", data="seq_len = 2048",
-                                    training="per_device_train_batch_size = 1\neffective_batch_size = 1\n"
-                                             "loss_chunk_size = 256\ngradient_checkpointing = true"))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            model="llama-160m",
+            gpu="T4",
+            data="seq_len = 2048",
+            training="per_device_train_batch_size = 1\neffective_batch_size = 1\nloss_chunk_size = 256\ngradient_checkpointing = true",
+        ),
+    )
     assert plan.memory.workload.loss_chunk_size == 256
     traced = trace_plan(plan).memory.traced
     # one 256-token chunk of 32,000 logits and its fp32 copies at most, not 2,048 tokens' worth

@@ -78,8 +78,10 @@ def test_checkpointing_saves_activations(llama8b):
 
 
 def test_optimizer_order(llama8b):
-    peak = {o: estimate_memory(llama8b, Workload(1, 512, amp="bf16", optim=o)).components["optimizer_states"]
-            for o in ("adamw_torch", "adamw_8bit", "adafactor", "sgd")}
+    peak = {
+        o: estimate_memory(llama8b, Workload(1, 512, amp="bf16", optim=o)).components["optimizer_states"]
+        for o in ("adamw_torch", "adamw_8bit", "adafactor", "sgd")
+    }
     assert peak["adamw_torch"] > peak["adamw_8bit"] > peak["adafactor"] > peak["sgd"] == 0
     # AdamW: two fp32 states per parameter (8 bytes) plus a 4-byte step per tensor
     assert peak["adamw_torch"] == 8 * llama8b.n_params + 4 * len(llama8b.param_shapes)
@@ -120,10 +122,10 @@ def test_adafactor_layout_by_hand():
 
 
 def test_eight_bit_keeps_embeddings_at_32_bit_states_as_the_trainer_does():
+    from pathlib import Path
+
     from gpuplan.modelinfo import model_facts, read_config
     from gpuplan.plan.estimate.memory.states import bnb_state_bytes, is_embedding
-
-    from pathlib import Path
 
     facts = model_facts(read_config(Path(__file__).parent.parent / "specs/models/llama-3.1-8b.json"))
     emb = [(n, s) for n, s in facts.param_shapes if is_embedding(n)]

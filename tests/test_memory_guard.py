@@ -55,8 +55,7 @@ def test_the_sampler_is_seeded_and_covers_the_space():
     assert [c.label() for c in a] == [c.label() for c in b]
     wls = [c.workload for c in a]
     assert {c.method for c in a} == set(METHODS)
-    assert {(w.weight_dtype, w.amp) for w in wls} >= {("float32", None), ("float32", "bf16"), ("bfloat16", None),
-                                                     ("bfloat16", "bf16")}
+    assert {(w.weight_dtype, w.amp) for w in wls} >= {("float32", None), ("float32", "bf16"), ("bfloat16", None), ("bfloat16", "bf16")}
     adapters = [w.adapters for w in wls if w.adapters]
     assert any(x.use_dora for x in adapters) and any(x.lora_dropout for x in adapters)
     assert any(w.packed for w in wls) and any(w.gradient_checkpointing for w in wls)
@@ -113,8 +112,7 @@ def test_packed_examples_under_sdpa_are_traced_and_priced(ckpt):
     a0, a1 = estimate_memory(facts, wl), estimate_memory(facts, packed)
     # checkpointed: one recomputed layer's bf16 bias, less what the peak moment trades; else every layer's
     assert t1.allocated_peak_bytes - t0.allocated_peak_bytes > 4 * 1024 * 1024 * (1 if ckpt else 4)
-    assert (a1.allocated_peak_bytes - a0.allocated_peak_bytes) == pytest.approx(
-        t1.allocated_peak_bytes - t0.allocated_peak_bytes, rel=0.1)
+    assert (a1.allocated_peak_bytes - a0.allocated_peak_bytes) == pytest.approx(t1.allocated_peak_bytes - t0.allocated_peak_bytes, rel=0.1)
     assert a1.allocated_peak_bytes == pytest.approx(t1.allocated_peak_bytes, rel=0.03)
     assert any("(b, 1, s, s) mask" in n for n in t1.notes)
 
@@ -125,9 +123,16 @@ def test_packed_chat_plans_price_the_mask_and_text_packing_does_not(tmp_path):
     from tests.helpers.planning import plan_text, spec
 
     def plan(data: str):
-        return plan_text(tmp_path, spec("llama-3.2-1b", "H200", data="seq_len = 4096\n" + data,
-                                        training="per_device_train_batch_size = 4\ngradient_accumulation_steps = 1\n"
-                                                 "gradient_checkpointing = false", extra='method = "lora"'))
+        return plan_text(
+            tmp_path,
+            spec(
+                "llama-3.2-1b",
+                "H200",
+                data="seq_len = 4096\n" + data,
+                training="per_device_train_batch_size = 4\ngradient_accumulation_steps = 1\ngradient_checkpointing = false",
+                extra='method = "lora"',
+            ),
+        )
 
     chat, text = plan('format = "chat"\nchat_template = "chatml"'), plan("")
     assert chat.value("data.packing") is True and text.value("data.packing") is True
@@ -141,18 +146,24 @@ def test_packed_chat_plans_price_the_mask_and_text_packing_does_not(tmp_path):
 def _trace_cli(tmp_path, extra: str, training: str = "") -> subprocess.CompletedProcess:
     from tests.helpers.planning import spec
 
-    path = write_spec(tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128",
-                                     training="effective_batch_size = 4\n" + training, extra=extra))
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    path = write_spec(
+        tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128", training="effective_batch_size = 4\n" + training, extra=extra)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"], capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [
-    'method = "qlora"\n[lora]\nuse_dora = true\nlora_dropout = 0.05',
-    'method = "lora"\n[lora]\nmodules_to_save = ["lm_head", "embed_tokens"]',
-    'method = "qlora"\n[lora]\nmodules_to_save = ["lm_head", "embed_tokens"]\nuse_dora = true',
-], ids=["qlora-dora", "lora-tied-saved", "qlora-tied-saved-dora"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        'method = "qlora"\n[lora]\nuse_dora = true\nlora_dropout = 0.05',
+        'method = "lora"\n[lora]\nmodules_to_save = ["lm_head", "embed_tokens"]',
+        'method = "qlora"\n[lora]\nmodules_to_save = ["lm_head", "embed_tokens"]\nuse_dora = true',
+    ],
+    ids=["qlora-dora", "lora-tied-saved", "qlora-tied-saved-dora"],
+)
 def test_plan_trace_runs_qlora_dora_and_saved_tied_modules(tmp_path, extra):
     """Item 18: "internal error (RuntimeError: Attempting to broadcast...)" on qlora + DoRA, and rc 139/134
     (deep copies of fake tensors) with modules_to_save = ["lm_head", "embed_tokens"] on a tied model."""

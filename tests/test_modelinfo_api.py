@@ -57,8 +57,11 @@ def test_bad_arguments_and_values():
         model_facts({"hidden_size": 64})
     with pytest.raises(ModelConfigError, match=r"llama config key 'hidden_size' = '4096' is invalid"):
         model_facts({"model_type": "llama", "hidden_size": "4096"})
-    with pytest.raises(ModelConfigError, match=r"num_key_value_heads = 8 \(the mistral default; "
-                       r"the key is absent\); choose them so that num_key_value_heads divides"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"num_key_value_heads = 8 \(the mistral default; "
+        r"the key is absent\); choose them so that num_key_value_heads divides",
+    ):
         model_facts({"model_type": "mistral", "hidden_size": 256, "num_attention_heads": 4})
 
 
@@ -73,9 +76,16 @@ def test_absent_keys_take_family_defaults():
 
 def test_facts_fields_for_a_known_model():
     f = model_facts(read_config(MODELS / "llama-3.1-8b.json"))
-    assert (f.hidden_size, f.num_layers, f.num_attention_heads, f.num_key_value_heads, f.head_dim,
-            f.intermediate_size, f.vocab_size, f.max_position_embeddings) == (
-        4096, 32, 32, 8, 128, 14336, 128256, 131072)
+    assert (
+        f.hidden_size,
+        f.num_layers,
+        f.num_attention_heads,
+        f.num_key_value_heads,
+        f.head_dim,
+        f.intermediate_size,
+        f.vocab_size,
+        f.max_position_embeddings,
+    ) == (4096, 32, 32, 8, 128, 14336, 128256, 131072)
     assert (f.mlp, f.norm, f.tie_word_embeddings, f.source) == ("gated", "rmsnorm", False, "analytic")
     phi = model_facts(read_config(MODELS / "phi-2.json"))
     assert (phi.mlp, phi.norm, phi.hidden_dropout) == ("plain", "layernorm", 0.1)
@@ -85,15 +95,20 @@ def test_facts_fields_for_a_known_model():
 
 def test_tiny_llama_cpu_spec():
     f = model_facts(read_config(MODELS / "tiny-llama-cpu.json"))
-    assert (f.hidden_size, f.num_layers, f.num_attention_heads, f.num_key_value_heads,
-            f.intermediate_size, f.vocab_size, f.max_position_embeddings) == (
-        128, 4, 4, 2, 344, 260, 512)
+    assert (
+        f.hidden_size,
+        f.num_layers,
+        f.num_attention_heads,
+        f.num_key_value_heads,
+        f.intermediate_size,
+        f.vocab_size,
+        f.max_position_embeddings,
+    ) == (128, 4, 4, 2, 344, 260, 512)
     assert f.tie_word_embeddings and f.n_params == 759_424
 
 
 def test_known_model_types():
-    assert {"llama", "mistral", "qwen2", "gemma", "phi", "gpt2", "gpt_neox", "bert"} <= set(
-        known_model_types())
+    assert {"llama", "mistral", "qwen2", "gemma", "phi", "gpt2", "gpt_neox", "bert"} <= set(known_model_types())
 
 
 def test_analytic_path_imports_neither_torch_nor_transformers():

@@ -22,8 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
 SPEC_FILES = sorted(MODELS.glob("*.json"))
-CASES = [(p.stem, task) for p in SPEC_FILES
-         for task in FAMILIES[json.loads(p.read_text())["model_type"]][1]]
+CASES = [(p.stem, task) for p in SPEC_FILES for task in FAMILIES[json.loads(p.read_text())["model_type"]][1]]
 
 
 def meta_params(config: dict, task: str, num_labels: int = 2) -> list[tuple[str, tuple[int, ...]]]:
@@ -41,7 +40,7 @@ def meta_params(config: dict, task: str, num_labels: int = 2) -> list[tuple[str,
     return named
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spec_meta(stem: str, task: str) -> tuple:
     return tuple(meta_params(read_config(MODELS / f"{stem}.json"), task))
 
@@ -100,8 +99,14 @@ def test_published_counts(stem, task):
 
 
 # Variants that switch on every optional tensor the counters know about.
-SMALL = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-         "num_attention_heads": 4, "vocab_size": 101, "max_position_embeddings": 64}
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 101,
+    "max_position_embeddings": 64,
+}
 VARIANTS = [
     {"model_type": "llama", **SMALL, "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 2},
     {"model_type": "llama", **SMALL, "head_dim": 32, "tie_word_embeddings": True},
@@ -114,21 +119,49 @@ VARIANTS = [
     {"model_type": "mixtral", **SMALL, "num_key_value_heads": 2, "num_local_experts": 3},
     {"model_type": "phi3", **SMALL, "num_key_value_heads": 2, "pad_token_id": 0},
     {"model_type": "phi", **SMALL, "qk_layernorm": True, "tie_word_embeddings": True},
-    {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32,
-     "vocab_size": 101, "n_inner": 80, "tie_word_embeddings": False},
-    {"model_type": "gpt2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
-     "vocab_size": 101, "add_cross_attention": True},
+    {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_head": 4,
+        "n_layer": 2,
+        "n_positions": 32,
+        "vocab_size": 101,
+        "n_inner": 80,
+        "tie_word_embeddings": False,
+    },
+    {
+        "model_type": "gpt2",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 1,
+        "vocab_size": 101,
+        "add_cross_attention": True,
+    },
     {"model_type": "gpt_neox", **SMALL, "attention_bias": False, "tie_word_embeddings": True},
-    {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 2,
-     "num_attention_heads": 4, "vocab_size": 101, "word_embed_proj_dim": 32,
-     "enable_bias": False, "tie_word_embeddings": False},
-    {"model_type": "opt", "hidden_size": 64, "ffn_dim": 96, "num_hidden_layers": 1,
-     "num_attention_heads": 4, "vocab_size": 101, "layer_norm_elementwise_affine": False},
+    {
+        "model_type": "opt",
+        "hidden_size": 64,
+        "ffn_dim": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 101,
+        "word_embed_proj_dim": 32,
+        "enable_bias": False,
+        "tie_word_embeddings": False,
+    },
+    {
+        "model_type": "opt",
+        "hidden_size": 64,
+        "ffn_dim": 96,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "vocab_size": 101,
+        "layer_norm_elementwise_affine": False,
+    },
     {"model_type": "bert", **SMALL, "type_vocab_size": 3, "tie_word_embeddings": False},
     {"model_type": "bert", **SMALL, "is_decoder": True, "add_cross_attention": True},
     {"model_type": "roberta", **SMALL, "pad_token_id": 1, "tie_word_embeddings": False},
-    {"model_type": "roberta", **SMALL, "pad_token_id": 1, "is_decoder": True,
-     "add_cross_attention": True},
+    {"model_type": "roberta", **SMALL, "pad_token_id": 1, "is_decoder": True, "add_cross_attention": True},
 ]
 
 

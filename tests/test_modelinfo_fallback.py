@@ -13,8 +13,7 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # BLOOM has no analytic counter; its config uses n_layer / n_head (BloomConfig.attribute_map)
-TINY_BLOOM = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4,
-              "vocab_size": 100, "hidden_dropout": 0.1}
+TINY_BLOOM = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "hidden_dropout": 0.1}
 
 
 def _meta_total(config, auto_cls, **overrides):
@@ -32,8 +31,7 @@ def test_bloom_is_not_analytic():
 def test_unknown_family_counted_on_meta_device_with_note():
     facts = model_facts(TINY_BLOOM)
     assert facts.source == "meta-device"
-    assert facts.notes[0] == ("unknown architecture bloom: counted by instantiating on the meta "
-                              "device (imports torch)")
+    assert facts.notes[0] == ("unknown architecture bloom: counted by instantiating on the meta device (imports torch)")
     assert "intermediate_size not in the config: assumed 4 x hidden_size" in facts.notes
     assert facts.n_params == _meta_total(TINY_BLOOM, transformers.AutoModelForCausalLM)
     assert sum(_n(s) for _, s in facts.param_shapes) == facts.n_params
@@ -47,13 +45,15 @@ def test_unknown_family_counted_on_meta_device_with_note():
 def test_unknown_family_seq_cls_uses_num_labels():
     facts = model_facts(TINY_BLOOM, "seq-cls", num_labels=5)
     assert facts.param_shapes[-1] == ("score.weight", (5, 64))
-    assert facts.n_params == _meta_total(TINY_BLOOM, transformers.AutoModelForSequenceClassification,
-                                         num_labels=5)
+    assert facts.n_params == _meta_total(TINY_BLOOM, transformers.AutoModelForSequenceClassification, num_labels=5)
 
 
 def test_unknown_family_unsupported_task():
-    with pytest.raises(ModelConfigError, match=r"task 'masked-lm' is not supported for model_type "
-                       r"'bloom'.*supported tasks: causal-lm, seq-cls"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"task 'masked-lm' is not supported for model_type "
+        r"'bloom'.*supported tasks: causal-lm, seq-cls",
+    ):
         model_facts(TINY_BLOOM, "masked-lm")
 
 
@@ -65,14 +65,20 @@ def test_fallback_can_be_refused():
 def test_garbage_model_type_suggests_closest():
     with pytest.raises(ModelConfigError, match=r"unknown model_type 'lamma'.*Did you mean 'llama'"):
         model_facts({"model_type": "lamma", "hidden_size": 64})
-    with pytest.raises(ModelConfigError, match=r"unknown model_type 'zzqx'.*Counted without torch: "
-                       r"bert, gemma"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"unknown model_type 'zzqx'.*Counted without torch: "
+        r"bert, gemma",
+    ):
         model_facts({"model_type": "zzqx"})
 
 
 def test_analytic_family_unsupported_task():
-    with pytest.raises(ModelConfigError, match=r"task 'masked-lm' is not supported for model_type "
-                       r"'llama': transformers has no AutoModelForMaskedLM"):
+    with pytest.raises(
+        ModelConfigError,
+        match=r"task 'masked-lm' is not supported for model_type "
+        r"'llama': transformers has no AutoModelForMaskedLM",
+    ):
         model_facts({"model_type": "llama"}, "masked-lm")
 
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.helpers.planning import MODELS, plan_text, spec
-from tests.test_cli_init_fmt import gpuplan
 
 from gpuplan.plan.types import PlanError
+from tests.helpers.planning import MODELS, plan_text, spec
+from tests.test_cli_init_fmt import gpuplan
 
 
 def _no_fit(tmp_path, gpu):
     with pytest.raises(PlanError) as e:
-        plan_text(tmp_path, spec("llama-3.1-8b", gpu, extra='method = "full"', data="seq_len = 2048",
-                                 training="effective_batch_size = 64"))
+        plan_text(tmp_path, spec("llama-3.1-8b", gpu, extra='method = "full"', data="seq_len = 2048", training="effective_batch_size = 64"))
     return next(d for d in e.value.diagnostics if d.severity == "error" and "does not fit" in d.summary)
 
 
@@ -34,8 +33,7 @@ def test_init_with_a_method_that_does_not_fit_names_the_gpu_as_an_init_option(tm
     r = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", "T4", "--method", "full", "--out", out)
     assert r.returncode == 1 and not out.exists()
     gpu = re.search(r'hardware\.gpu = "([^"]+)"', r.stderr).group(1)
-    assert f"fix: --method auto lets the planner choose full, lora or qlora, whichever fits; or run init again " \
-           f"with --gpu {gpu}" in r.stderr
+    assert f"fix: --method auto lets the planner choose full, lora or qlora, whichever fits; or run init again with --gpu {gpu}" in r.stderr
     again = gpuplan("init", MODELS / "llama-3.1-8b.json", "--gpu", gpu, "--method", "full", "--out", out)
     assert again.returncode == 0, again.stderr  # the suggested option works
 

@@ -8,15 +8,16 @@ import logging
 import subprocess
 import warnings
 
+from gpuplan.notices import DEBUG_LOG, captured, known_notice, log_to
 from tests.helpers.apply_plans import MICRO_LLAMA
 from tests.helpers.cli_runs import command, env
 from tests.helpers.hub_cache import tiny_model_files
 from tests.test_init_sources import foreign_lines
 
-from gpuplan.notices import DEBUG_LOG, captured, known_notice, log_to
-
-BNB_NOTICE = ("Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make "
-              "sure you already `pip install kernels` and the kernels >= 0.11.1")
+BNB_NOTICE = (
+    "Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make "
+    "sure you already `pip install kernels` and the kernels >= 0.11.1"
+)
 
 LORA_SPEC = """\
 [model]
@@ -49,8 +50,7 @@ def test_plan_trace_output_has_only_gpuplan_lines_and_the_notices_are_in_the_deb
     assert foreign_lines(r.stdout + r.stderr) == []
     log = (tmp_path / "run" / DEBUG_LOG).read_text()
     assert "`is_gradient_checkpointing` is deprecated" in log
-    debug = subprocess.run(command("plan", spec, "--trace"), capture_output=True, text=True,
-                           env=env(GPUPLAN_DEBUG="1"), timeout=300)
+    debug = subprocess.run(command("plan", spec, "--trace"), capture_output=True, text=True, env=env(GPUPLAN_DEBUG="1"), timeout=300)
     assert debug.returncode == 0, debug.stderr
     assert "`is_gradient_checkpointing` is deprecated" in debug.stderr  # GPUPLAN_DEBUG=1: on the terminal too
 

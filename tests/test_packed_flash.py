@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
-from tests.helpers.planning import plan_text, spec
-
 from gpuplan.apply.chat import IGNORE_INDEX
 from gpuplan.apply.data import prepare_data
 from gpuplan.apply.tokenizer import byte_level_tokenizer
+from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
+from tests.helpers.planning import plan_text, spec
 
-ROWS = [{"messages": [{"role": "user", "content": f"Add {i} and {i}."},
-                      {"role": "assistant", "content": f"{2 * i}."}]} for i in range(6)]
+ROWS = [{"messages": [{"role": "user", "content": f"Add {i} and {i}."}, {"role": "assistant", "content": f"{2 * i}."}]} for i in range(6)]
 
 
 def _data(tmp_path, attn):
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    plan = cpu_plan(tmp_path, **{"data.train_files": [str(path)], "data.format": "chat", "data.chat_template": "chatml",
-                                 "data.seq_len": 160, "data.packing": True, "model.attn_implementation": attn})
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "data.train_files": [str(path)],
+            "data.format": "chat",
+            "data.chat_template": "chatml",
+            "data.seq_len": 160,
+            "data.packing": True,
+            "model.attn_implementation": attn,
+        },
+    )
     return prepare_data(plan, byte_level_tokenizer())
 
 
@@ -71,10 +78,16 @@ def test_sdpa_packed_micro_batch_keeps_its_rows(tmp_path):
 def test_plan_says_flash_attention_packs_a_micro_batch_into_one_row(tmp_path):
     rows = tmp_path / "c.jsonl"
     rows.write_text(json.dumps(ROWS[0]) + "\n")
-    plan = plan_text(tmp_path, spec(
-        model="tiny-llama-cpu", gpu="A100-80GB", extra='attn_implementation = "flash_attention_2"\ndtype = "bfloat16"',
-        data=f'seq_len = 512\nformat = "chat"\nchat_template = "chatml"\ntrain_files = ["{rows}"]',
-        training="effective_batch_size = 16\nper_device_train_batch_size = 4"))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            model="tiny-llama-cpu",
+            gpu="A100-80GB",
+            extra='attn_implementation = "flash_attention_2"\ndtype = "bfloat16"',
+            data=f'seq_len = 512\nformat = "chat"\nchat_template = "chatml"\ntrain_files = ["{rows}"]',
+            training="effective_batch_size = 16\nper_device_train_batch_size = 4",
+        ),
+    )
     assert plan.value("model.attn_implementation") == "flash_attention_2"
     assert plan.value("training.per_device_train_batch_size") == 4
     reason = plan.settings["data.packing"].reason
@@ -91,8 +104,7 @@ def test_flattened_micro_batch_has_the_loss_of_its_rows(tmp_path):
     rows = [data.train[i] for i in range(min(3, len(data.train)))]
     cfg = dict(MICRO_LLAMA)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg),
-                                             attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg.pop("model_type"), **cfg), attn_implementation="sdpa").eval()
     with torch.no_grad():
         flat = model(**data.collator(rows), use_cache=False).loss
         by_rows = model(**default_data_collator(rows), use_cache=False).loss

@@ -72,9 +72,17 @@ def test_every_change_of_every_shipped_spec_names_a_rule_a_reader_can_find(shipp
 def test_solver_nodes_cannot_be_mistaken_for_spec_keys():
     g = build_graph(ALL_RULES)
     internal = [n for n in g.nodes if g.nodes[n]["kind"] == "internal"]
-    assert sorted(internal) == ["internal:fit.method", "internal:fit.no_fit", "internal:fit.problem",
-                              "internal:fit.solution", "internal:lora.count", "internal:quantization.compute"]
+    assert sorted(internal) == [
+        "internal:fit.method",
+        "internal:fit.no_fit",
+        "internal:fit.problem",
+        "internal:fit.solution",
+        "internal:lora.count",
+        "internal:quantization.compute",
+    ]
     assert all(":" not in n for n in g.nodes if g.nodes[n]["kind"] == "setting")
+
+
 def test_light_order_is_networkx_lexicographic_order():
     import networkx as nx
 
@@ -83,10 +91,13 @@ def test_light_order_is_networkx_lexicographic_order():
     assert [r.id for r in rule_order(ALL_RULES)] == expected
 
 
-@pytest.mark.parametrize("rules, message", [
-    ([Rule("a", ("y",), ("x",), noop), Rule("b", ("x",), ("y",), noop)], "rule cycle"),
-    ([Rule("a", (), ("x",), noop), Rule("b", (), ("x",), noop)], "both write x"),
-])
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ([Rule("a", ("y",), ("x",), noop), Rule("b", ("x",), ("y",), noop)], "rule cycle"),
+        ([Rule("a", (), ("x",), noop), Rule("b", (), ("x",), noop)], "both write x"),
+    ],
+)
 def test_rule_order_reports_what_build_graph_reports(rules, message):
     with pytest.raises(GraphError, match=message):
         rule_order(rules)
@@ -96,9 +107,10 @@ def test_planning_does_not_import_networkx():
     import subprocess
     import sys
 
-    code = ("import sys; from gpuplan.cli import main; main(['plan', 'specs/tiny.toml', '--json']);"
-            "assert 'networkx' not in sys.modules, 'networkx imported'")
+    code = (
+        "import sys; from gpuplan.cli import main; main(['plan', 'specs/tiny.toml', '--json']);"
+        "assert 'networkx' not in sys.modules, 'networkx imported'"
+    )
     from pathlib import Path
 
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                   cwd=Path(__file__).resolve().parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).resolve().parent.parent)

@@ -11,21 +11,26 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplan.plan.build import plan_file
+from gpuplan.plan.types import PlanError
 from tests.helpers.fuzz_oracle import write
 from tests.helpers.fuzz_strategies import valid_specs
 from tests.helpers.fuzz_toml import toml_doc
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from tests.helpers.plan_arguments import build_with_scheduler, saved
 from tests.helpers.planning import ENV, ENV_NO_BNB, SPECS
 from tests.helpers.reason_oracle import check_reasons
 
-from gpuplan.plan.build import plan_file
-from gpuplan.plan.types import PlanError
-
 EXAMPLES = 40 if os.environ.get("GPUPLAN_FUZZ_PROFILE", "ci") == "ci" else 1000
-GUARD = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+GUARD = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _plan(path, env):

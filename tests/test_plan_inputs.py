@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from tests.helpers.cli_runs import gpuplan
 from gpuplan.hardware.detect import cpu_profile
 from gpuplan.plan.types import PlanError
+from tests.helpers.cli_runs import gpuplan
 from tests.helpers.planning import SPECS, plan_text, spec
 
 TINY = dict(model="tiny-llama-cpu", gpu="cpu", training="effective_batch_size = 16\nmax_steps = 5")
@@ -27,19 +27,22 @@ def test_eval_files_empty_files_and_directories_are_checked_too(tmp_path):
     (tmp_path / "dir").mkdir()
     shutil.copy(SPECS / "data" / "tiny-corpus.txt", tmp_path / "ok.txt")
     with pytest.raises(PlanError) as e:
-        plan_text(tmp_path, spec(**TINY, data='seq_len = 128\ntrain_files = ["ok.txt", "empty.txt", "dir"]\n'
-                                             'eval_files = ["gone.txt"]'))
+        plan_text(tmp_path, spec(**TINY, data='seq_len = 128\ntrain_files = ["ok.txt", "empty.txt", "dir"]\neval_files = ["gone.txt"]'))
     summaries = [d.summary for d in e.value.diagnostics if d.severity == "error"]
-    assert summaries == [f"data.train_files[1]: {tmp_path / 'empty.txt'} is empty",
-                         f"data.train_files[2]: {tmp_path / 'dir'} is a directory, not a file",
-                         f"data.eval_files[0]: {tmp_path / 'gone.txt'} does not exist"]
+    assert summaries == [
+        f"data.train_files[1]: {tmp_path / 'empty.txt'} is empty",
+        f"data.train_files[2]: {tmp_path / 'dir'} is a directory, not a file",
+        f"data.eval_files[0]: {tmp_path / 'gone.txt'} does not exist",
+    ]
 
 
 def test_plan_and_validate_exit_1_without_writing_anything(tmp_path):
     out = tmp_path / "run"
     path = tmp_path / "s.toml"
-    path.write_text(spec(**TINY, data='seq_len = 128\ntrain_files = ["nope.txt"]').replace(
-        "@MODELS@", str(SPECS / "models")) + f'[output]\ndir = "{out}"\n')
+    path.write_text(
+        spec(**TINY, data='seq_len = 128\ntrain_files = ["nope.txt"]').replace("@MODELS@", str(SPECS / "models"))
+        + f'[output]\ndir = "{out}"\n'
+    )
     for cmd in ("plan", "validate"):
         r = gpuplan(cmd, path)
         assert r.returncode == 1, (cmd, r.stdout, r.stderr)
@@ -67,8 +70,7 @@ def test_auto_resolved_to_cpu_says_so_and_how_to_plan_for_a_gpu(tmp_path):
 
 
 def test_a_run_longer_than_a_week_is_a_warning_whose_fix_fits_a_week(tmp_path):
-    text = spec(model="llama-3.2-1b", gpu="cpu", data="seq_len = 2048",
-                training="effective_batch_size = 64\nmax_steps = 1000")
+    text = spec(model="llama-3.2-1b", gpu="cpu", data="seq_len = 2048", training="effective_batch_size = 64\nmax_steps = 1000")
     plan = plan_text(tmp_path, text)
     [warn] = [d for d in plan.diagnostics if d.key == "training.max_steps" and d.severity == "warning"]
     assert "more than a week" in warn.summary

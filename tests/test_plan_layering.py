@@ -21,10 +21,22 @@ PKG = ROOT / "gpuplan"
 
 LEAVES = ("gpuplan.errors", "gpuplan.units", "gpuplan.hardware.profile", "gpuplan.lazy", "gpuplan.fsutil")
 # the plan's data types; Workload (estimate/memory/types.py) is the memory section's record of the run
-DATA_TYPES = ("gpuplan.plan.types", "gpuplan.plan.sections", "gpuplan.plan.methods", "gpuplan.plan.objectives",
-              "gpuplan.plan.estimate.memory.types")
-HIGHER = ("gpuplan.plan.engine", "gpuplan.plan.rules", "gpuplan.plan.fit", "gpuplan.plan.checks",
-          "gpuplan.plan.build", "gpuplan.plan.compare", "gpuplan.plan.inputs")
+DATA_TYPES = (
+    "gpuplan.plan.types",
+    "gpuplan.plan.sections",
+    "gpuplan.plan.methods",
+    "gpuplan.plan.objectives",
+    "gpuplan.plan.estimate.memory.types",
+)
+HIGHER = (
+    "gpuplan.plan.engine",
+    "gpuplan.plan.rules",
+    "gpuplan.plan.fit",
+    "gpuplan.plan.checks",
+    "gpuplan.plan.build",
+    "gpuplan.plan.compare",
+    "gpuplan.plan.inputs",
+)
 
 
 def _module(path: Path) -> str:
@@ -95,13 +107,27 @@ def test_checks_and_lifecycle_import_only_the_data_types(path):
 
 @pytest.mark.parametrize("path", _files("plan/engine"), ids=lambda p: str(p.relative_to(PKG)))
 def test_engine_imports_no_rule_cost_model_or_pipeline(path):
-    bad = sorted(m for m in runtime_imports(path)
-                 if _under(m, ("gpuplan.plan.rules", "gpuplan.plan.fit", "gpuplan.plan.estimate", "gpuplan.plan.build",
-                               "gpuplan.plan.checks", "gpuplan.plan.compare")))
+    bad = sorted(
+        m
+        for m in runtime_imports(path)
+        if _under(
+            m,
+            (
+                "gpuplan.plan.rules",
+                "gpuplan.plan.fit",
+                "gpuplan.plan.estimate",
+                "gpuplan.plan.build",
+                "gpuplan.plan.checks",
+                "gpuplan.plan.compare",
+            ),
+        )
+    )
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_the_checker_sees_imports_inside_functions_and_skips_type_checking_blocks():
-    src = ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuplan.plan.engine.resolver import Resolver\n"
-           "def f():\n    from gpuplan.plan.fit.search import solve\n    from .memory import estimate\n    return solve\n")
+    src = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuplan.plan.engine.resolver import Resolver\n"
+        "def f():\n    from gpuplan.plan.fit.search import solve\n    from .memory import estimate\n    return solve\n"
+    )
     assert imports_of(src, "gpuplan.plan.estimate") == {"gpuplan.plan.fit.search", "gpuplan.plan.estimate.memory"}

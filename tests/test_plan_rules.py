@@ -52,11 +52,19 @@ def test_strict_refuses_the_same_adjustment(tmp_path):
 
 def test_tensor_core_multiple_is_8_off_a100_and_4_for_tf32(tmp_path):
     # an odd seq_len: batch x seq_len is a multiple of m only when the batch is
-    plan = plan_text(tmp_path, spec(gpu="H100-80GB", data="seq_len = 1001",
-                                    training="bf16 = true\nper_device_train_batch_size = 6\neffective_batch_size = 48"))
+    plan = plan_text(
+        tmp_path,
+        spec(gpu="H100-80GB", data="seq_len = 1001", training="bf16 = true\nper_device_train_batch_size = 6\neffective_batch_size = 48"),
+    )
     assert plan.value("training.per_device_train_batch_size") == 8
-    plan = plan_text(tmp_path, spec(gpu="A10G", data="seq_len = 1001", training="bf16 = false\nfp16 = false\n"
-                                    "per_device_train_batch_size = 5\neffective_batch_size = 40"))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            gpu="A10G",
+            data="seq_len = 1001",
+            training="bf16 = false\nfp16 = false\nper_device_train_batch_size = 5\neffective_batch_size = 40",
+        ),
+    )
     assert plan.value("training.tf32") is True
     assert plan.value("training.per_device_train_batch_size") == 4
 
@@ -67,21 +75,24 @@ def test_any_two_of_three_derive_the_third(tmp_path):
     assert plan.settings["training.effective_batch_size"].source == "derived"
     plan = plan_text(tmp_path, spec(training="effective_batch_size = 64\ngradient_accumulation_steps = 4"))
     assert plan.value("training.per_device_train_batch_size") == 16
-    plan = plan_text(tmp_path, spec(training="effective_batch_size = 64\nper_device_train_batch_size = 16\n"
-                                             "gradient_accumulation_steps = 4"))
+    plan = plan_text(
+        tmp_path, spec(training="effective_batch_size = 64\nper_device_train_batch_size = 16\ngradient_accumulation_steps = 4")
+    )
     assert plan.changes == () or all(c.key != "training.per_device_train_batch_size" for c in plan.changes)
 
 
 def test_values_that_do_not_divide_are_errors_with_nearest_fixes(tmp_path):
-    (e,) = errors_of(tmp_path, spec(training="effective_batch_size = 100\nper_device_train_batch_size = 8\n"
-                                             "gradient_accumulation_steps = 4"))
+    (e,) = errors_of(
+        tmp_path, spec(training="effective_batch_size = 100\nper_device_train_batch_size = 8\ngradient_accumulation_steps = 4")
+    )
     assert "8 x 4 x 1 = 32" in e.summary
     assert e.fix == "set training.effective_batch_size = 32, or remove one of the three"
     (e,) = errors_of(tmp_path, spec(training="effective_batch_size = 100\ngradient_accumulation_steps = 3"))
     assert e.key == "training.gradient_accumulation_steps"
     assert "99 or 102" in e.fix
-    (e,) = errors_of(tmp_path, spec(training="effective_batch_size = 100", extra="").replace(
-        'gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 8'))
+    (e,) = errors_of(
+        tmp_path, spec(training="effective_batch_size = 100", extra="").replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 8')
+    )
     assert "does not split over 8" in e.summary and "96 or 104" in e.fix
 
 
@@ -182,8 +193,10 @@ def test_bnb_optimizer_without_bitsandbytes_is_resolved(tmp_path):
 
 
 def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
-    plan = plan_text(tmp_path, spec(model="phi-2", gpu="RTX-4090", extra='dtype = "bfloat16"',
-                                    data="seq_len = 2048", training="effective_batch_size = 32"))
+    plan = plan_text(
+        tmp_path,
+        spec(model="phi-2", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048", training="effective_batch_size = 32"),
+    )
     assert plan.value("training.optim") == "adamw_bnb_8bit"
     assert plan.value("training.gradient_checkpointing") is True
     names = [s.name for s in plan.memory.savers]
@@ -194,8 +207,11 @@ def test_memory_pressure_picks_8bit_then_checkpointing(tmp_path):
 
 
 def test_without_bitsandbytes_memory_pressure_goes_to_adafactor(tmp_path):
-    plan = plan_text(tmp_path, spec(model="phi-2", gpu="RTX-4090", extra='dtype = "bfloat16"',
-                                    data="seq_len = 2048", training="effective_batch_size = 32"), env=ENV_NO_BNB)
+    plan = plan_text(
+        tmp_path,
+        spec(model="phi-2", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048", training="effective_batch_size = 32"),
+        env=ENV_NO_BNB,
+    )
     assert plan.value("training.optim") == "adafactor"
 
 
@@ -208,23 +224,33 @@ def test_checkpointing_auto_stays_off_when_it_fits(tmp_path):
 
 
 def test_user_checkpointing_false_that_cannot_fit_names_the_key(tmp_path):
-    errs = errors_of(tmp_path, spec(model="phi-2", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048",
-                                    training='effective_batch_size = 32\ngradient_checkpointing = false\n'
-                                             'optim = "adamw_torch_fused"'))
+    errs = errors_of(
+        tmp_path,
+        spec(
+            model="phi-2",
+            gpu="RTX-4090",
+            extra='dtype = "bfloat16"',
+            data="seq_len = 2048",
+            training='effective_batch_size = 32\ngradient_checkpointing = false\noptim = "adamw_torch_fused"',
+        ),
+    )
     assert "training.gradient_checkpointing, training.optim set by the spec" in errs[0].detail
 
 
 def test_empty_cache_is_off_unless_near_the_limit_and_off_on_cpu(tmp_path):
     plan = plan_text(tmp_path, spec(training='torch_empty_cache_steps = "auto"'))
     assert plan.value("training.torch_empty_cache_steps") == 0
-    cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64",
-                                   training="torch_empty_cache_steps = 4"))
+    cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64", training="torch_empty_cache_steps = 4"))
     assert cpu.value("training.torch_empty_cache_steps") == 0
 
 
 def test_nothing_fits_gives_the_smallest_requirement(tmp_path):
-    (e,) = errors_of(tmp_path, spec(model="mistral-7b-v0.3", gpu="RTX-4090", extra='dtype = "bfloat16"',
-                                    data="seq_len = 2048", training="effective_batch_size = 32"))
+    (e,) = errors_of(
+        tmp_path,
+        spec(
+            model="mistral-7b-v0.3", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048", training="effective_batch_size = 32"
+        ),
+    )
     assert e.summary.startswith("does not fit: needs ")
     assert "at per-device batch 1 with every saver on" in e.summary
     assert "an RTX-4090 has 24 GiB" in e.summary
@@ -235,8 +261,7 @@ def test_pin_memory_only_with_cuda_and_workers_from_cpu_count(tmp_path):
     plan = plan_text(tmp_path, spec().replace('gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 4\ncpu_count = 16'))
     assert plan.value("training.dataloader_pin_memory") is True
     assert plan.value("training.dataloader_num_workers") == 3  # min(2x4, 8, 16/4 - 1)
-    cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64",
-                                   training="dataloader_pin_memory = true"))
+    cpu = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 64", training="dataloader_pin_memory = true"))
     assert cpu.value("training.dataloader_pin_memory") is False
     assert cpu.value("training.dataloader_num_workers") == 0
 
@@ -253,8 +278,9 @@ def test_compile_backend_turns_compile_on_and_defaults_to_inductor(tmp_path):
 def test_flash_attention_needs_package_ampere_and_half_precision(tmp_path):
     from gpuplan.hardware.catalog import lookup
 
-    plan = plan_text(tmp_path, spec(gpu="auto", extra='attn_implementation = "flash_attention_2"'),
-                     detect=lambda: lookup("V100-32GB"))  # this machine: its packages count
+    plan = plan_text(
+        tmp_path, spec(gpu="auto", extra='attn_implementation = "flash_attention_2"'), detect=lambda: lookup("V100-32GB")
+    )  # this machine: its packages count
     c = change(plan, "model.attn_implementation")
     assert c.after == "sdpa" and "Ampere" in c.reason and "flash_attn" in c.reason
     remote = plan_text(tmp_path, spec(gpu="V100-32GB", extra='attn_implementation = "flash_attention_2"'))

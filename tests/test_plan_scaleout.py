@@ -69,8 +69,17 @@ def test_70b_cannot_fit_sharded_without_offload():
     """Why the ladder reached offload: FULL_SHARD keeps 16P/N = 131 GiB of fp32 states per GPU."""
     facts = model_facts(json.loads((MODELS / "llama-3.1-70b.json").read_text()), "causal-lm")
     gpu = lookup("H100-80GB", None)
-    wl = Workload(1, 4096, weight_dtype="bfloat16", amp="bf16", gradient_checkpointing=True,
-                  optim="adamw_torch_fused", engine="fsdp", zero_stage=3, shard_world_size=8)
+    wl = Workload(
+        1,
+        4096,
+        weight_dtype="bfloat16",
+        amp="bf16",
+        gradient_checkpointing=True,
+        optim="adamw_torch_fused",
+        engine="fsdp",
+        zero_stage=3,
+        shard_world_size=8,
+    )
     est = estimate_memory(facts, wl, gpu)
     p = facts.n_params
     assert est.components["weights"] >= 4 * p // 8 and est.components["optimizer_states"] >= 8 * p // 8
@@ -87,7 +96,7 @@ def test_70b_offload_checks_host_ram(tmp_path):
     errors = [d for d in e.value.diagnostics if d.severity == "error"]
     assert [d.key for d in errors] == ["hardware.gpu"]
     assert "230 GiB usable (hardware.host_memory_gib)" in errors[0].detail
-    assert 'qlora needs' in errors[0].detail  # the sharded QLoRA that fits, with its host RAM
+    assert "qlora needs" in errors[0].detail  # the sharded QLoRA that fits, with its host RAM
 
 
 def test_8b_on_8_h100_takes_shard_grad_op(tmp_path):
@@ -99,8 +108,7 @@ def test_8b_on_8_h100_takes_shard_grad_op(tmp_path):
     # DDP, first on the ladder, does not fit: bf16 weights + grads + DDP's bucket copy + AdamW = 75 GiB
     facts = model_facts(json.loads((MODELS / "llama-3.1-8b.json").read_text()), "causal-lm")
     gpu = lookup("H100-80GB", None)
-    ddp = estimate_memory(facts, Workload(1, 2048, weight_dtype="bfloat16", amp="bf16",
-                                          optim="adamw_torch_fused", engine="ddp"), gpu)
+    ddp = estimate_memory(facts, Workload(1, 2048, weight_dtype="bfloat16", amp="bf16", optim="adamw_torch_fused", engine="ddp"), gpu)
     assert ddp.reserved_peak_bytes > plan.memory.usable_bytes
 
 
@@ -118,8 +126,7 @@ def test_8b_ddp_when_asked_needs_savers(tmp_path):
 
 def test_two_nodes_shard_over_16_and_cross_the_network(tmp_path):
     one = plan_text(tmp_path, _spec())
-    two = plan_text(tmp_path, _spec(hw="nodes = 2", training="").replace("effective_batch_size = 64",
-                                                                           "effective_batch_size = 128"))
+    two = plan_text(tmp_path, _spec(hw="nodes = 2", training="").replace("effective_batch_size = 64", "effective_batch_size = 128"))
     assert two.memory.workload.shard_world_size == 16
     assert one.memory.workload.shard_world_size == 8
     # Adam states halve (8P/N fp32, plus a step scalar per tensor)
@@ -133,8 +140,12 @@ def test_two_nodes_shard_over_16_and_cross_the_network(tmp_path):
 def test_hybrid_shard_is_refused_because_apply_runs_fsdp2(tmp_path):
     # transformers 5.24 offers HYBRID_SHARD only through deprecated FSDP1 (issue 11 item 3)
     with pytest.raises(PlanError, match="hybrid_shard"):
-        plan_text(tmp_path, _spec(hw="nodes = 2", dist='strategy = "fsdp"\nfsdp_sharding = "hybrid_shard"')
-                  .replace("effective_batch_size = 64", "effective_batch_size = 128"))
+        plan_text(
+            tmp_path,
+            _spec(hw="nodes = 2", dist='strategy = "fsdp"\nfsdp_sharding = "hybrid_shard"').replace(
+                "effective_batch_size = 64", "effective_batch_size = 128"
+            ),
+        )
 
 
 def test_deepspeed_takes_the_lowest_stage_that_fits(tmp_path):

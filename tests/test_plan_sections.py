@@ -14,8 +14,10 @@ def test_missing_keys_read_as_none_and_unknown_keys_are_refused():
 
 
 def test_nested_parts_come_back_typed_and_go_out_as_json():
-    d = {"savers": [{"name": "gradient checkpointing", "saved_bytes": 10, "cost": "~33% slower"}],
-         "workload": {"per_device_batch": 2, "seq_len": 16}}
+    d = {
+        "savers": [{"name": "gradient checkpointing", "saved_bytes": 10, "cost": "~33% slower"}],
+        "workload": {"per_device_batch": 2, "seq_len": 16},
+    }
     mem = MemorySection.from_dict(d)
     assert mem.savers == (Saver("gradient checkpointing", 10, "~33% slower"),)
     assert mem.workload == Workload(per_device_batch=2, seq_len=16)

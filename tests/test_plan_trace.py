@@ -11,8 +11,12 @@ from tests.helpers.planning import SPECS
 
 @pytest.mark.slow
 def test_plan_trace_reports_traced_peak_and_difference():
-    r = subprocess.run([sys.executable, "-m", "gpuplan.cli", "plan", str(SPECS / "a100-fp16.toml"), "--trace", "--json"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuplan.cli", "plan", str(SPECS / "a100-fp16.toml"), "--trace", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     mem = json.loads(r.stdout)["memory"]
     traced = mem["traced"]

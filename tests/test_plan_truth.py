@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
+from gpuplan.plan.types import PlanError
 from tests.helpers.plan_arguments import build_here, build_with_scheduler, saved
 from tests.helpers.planning import ENV, MODELS, spec
 from tests.helpers.planning import plan_text as _plan_text
 from tests.helpers.reason_oracle import check_reasons
-
-from gpuplan.plan.types import PlanError
 
 
 def plan_text(tmp_path, text, **kw):
@@ -31,8 +31,9 @@ def errors_of(tmp_path, text, **kw):
 
 # ---- plans that succeed and then fail at apply -------------------------------------
 def test_hybrid_shard_is_refused_at_plan_time(tmp_path):  # item 3
-    text = spec(extra="[distributed]\nstrategy = \"fsdp\"\nfsdp_sharding = \"hybrid_shard\"\n").replace(
-        'gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 8\nnodes = 2')
+    text = spec(extra='[distributed]\nstrategy = "fsdp"\nfsdp_sharding = "hybrid_shard"\n').replace(
+        'gpu = "A100-80GB"', 'gpu = "A100-80GB"\ncount = 8\nnodes = 2'
+    )
     errs = errors_of(tmp_path, text)
     assert [e.key for e in errs] == ["distributed.fsdp_sharding"]
     assert "FSDP1" in errs[0].summary and '"full_shard"' in errs[0].fix
@@ -58,8 +59,9 @@ def test_eval_schedulers_need_eval_data(tmp_path, scheduler):  # item 5
     errs = errors_of(tmp_path, spec(training=f'lr_scheduler_type = "{scheduler}"'))
     assert errs[0].key == "training.lr_scheduler_type" and "eval" in errs[0].summary
     (tmp_path / "a.txt").write_text("some text\n")
-    plan = plan_text(tmp_path, spec(training=f'lr_scheduler_type = "{scheduler}"',
-                                    data='seq_len = 512\neval_fraction = 0.1\ntrain_files = ["a.txt"]'))
+    plan = plan_text(
+        tmp_path, spec(training=f'lr_scheduler_type = "{scheduler}"', data='seq_len = 512\neval_fraction = 0.1\ntrain_files = ["a.txt"]')
+    )
     build_here(plan)  # and what the plan accepts, TrainingArguments accepts
 
 
@@ -124,8 +126,11 @@ def test_deepspeed_optimizer_offload_says_deepspeed_runs_the_optimizer(tmp_path)
 
 @pytest.mark.parametrize("model,dtype,adam", [("phi-2", "bfloat16", 4), ("pythia-1.4b", "float32", 8)])
 def test_eight_bit_saver_states_the_bytes_for_the_weight_dtype(tmp_path, model, dtype, adam):  # item 10
-    plan = plan_text(tmp_path, spec(model=model, gpu="RTX-4090", extra=f'dtype = "{dtype}"',
-                                    data="seq_len = 512", training="effective_batch_size = 8"), env=ENV)
+    plan = plan_text(
+        tmp_path,
+        spec(model=model, gpu="RTX-4090", extra=f'dtype = "{dtype}"', data="seq_len = 512", training="effective_batch_size = 8"),
+        env=ENV,
+    )
     savers = {s.name: s for s in plan.memory.savers}
     assert "8-bit optimizer" in savers, savers
     assert f"Adam states {adam} -> ~2 bytes" in savers["8-bit optimizer"].cost
@@ -136,8 +141,10 @@ def test_a_batch_that_does_not_divide_is_explained_as_such(tmp_path):  # item 7
     c = change(plan, "training.per_device_train_batch_size")
     assert "30 per device does not divide the 100 samples" in c.reason and "GiB" not in c.reason
     assert plan.value("training.per_device_train_batch_size") in (25, 50, 20)
-    big = plan_text(tmp_path, spec(gpu="T4", model="gpt2", data="seq_len = 1024",
-                                   training="effective_batch_size = 128\nper_device_train_batch_size = 128"))
+    big = plan_text(
+        tmp_path,
+        spec(gpu="T4", model="gpt2", data="seq_len = 1024", training="effective_batch_size = 128\nper_device_train_batch_size = 128"),
+    )
     c = change(big, "training.per_device_train_batch_size")
     assert "more than the" in c.reason and "GiB usable" in c.reason
 
@@ -153,8 +160,7 @@ def test_vocabulary_padding_is_suggested_with_its_cost(tmp_path):  # item 12
 
 
 def test_padded_length_is_suggested_as_a_multiple(tmp_path):  # item 12
-    plan = plan_text(tmp_path, spec(model="bert-base-uncased", gpu="V100-16GB", data="seq_len = 100",
-                                    extra='task = "seq-cls"'))
+    plan = plan_text(tmp_path, spec(model="bert-base-uncased", gpu="V100-16GB", data="seq_len = 100", extra='task = "seq-cls"'))
     (note,) = [d for d in plan.diagnostics if d.key == "data.seq_len"]
     assert "data.seq_len = 104" in note.fix
 
@@ -165,6 +171,7 @@ def _apply_fix(text: str, fix: str) -> str:
     import re
 
     import tomllib
+
     from tests.helpers.fuzz_toml import toml_doc
 
     doc = tomllib.loads(text)
@@ -182,25 +189,48 @@ def _no_fit(tmp_path, text):
 
 
 def test_savers_the_spec_set_are_named_not_no_memory_saver(tmp_path):  # item 8
-    text = spec(model="mistral-7b-v0.3", gpu="RTX-4090", extra='dtype = "bfloat16"', data="seq_len = 2048",
-                training='effective_batch_size = 32\ngradient_checkpointing = true\noptim = "adamw_bnb_8bit"')
+    text = spec(
+        model="mistral-7b-v0.3",
+        gpu="RTX-4090",
+        extra='dtype = "bfloat16"',
+        data="seq_len = 2048",
+        training='effective_batch_size = 32\ngradient_checkpointing = true\noptim = "adamw_bnb_8bit"',
+    )
     err = _no_fit(tmp_path, text)
     assert "no memory saver" not in err.summary
     assert "gradient checkpointing (set by the spec)" in err.summary and "adamw_bnb_8bit (set by the spec)" in err.summary
 
 
-@pytest.mark.parametrize("model,gpu,extra,data,training", [
-    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048", "effective_batch_size = 32"),
-    ("mistral-7b-v0.3", "RTX-4090", "", "seq_len = 2048", "effective_batch_size = 32"),
-    ("phi-2", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
-     'effective_batch_size = 32\ngradient_checkpointing = false\noptim = "adamw_torch_fused"'),
-    ("qwen2.5-7b", "A100-40GB", "", "seq_len = 8192", "effective_batch_size = 16"),
-    # no effective batch: more GPUs keep each GPU's samples; the spec's split is kept
-    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
-     "per_device_train_batch_size = 2\ngradient_accumulation_steps = 4"),
-    ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048",
-     "effective_batch_size = 24\ngradient_accumulation_steps = 3"),
-])
+@pytest.mark.parametrize(
+    "model,gpu,extra,data,training",
+    [
+        ("mistral-7b-v0.3", "RTX-4090", 'dtype = "bfloat16"', "seq_len = 2048", "effective_batch_size = 32"),
+        ("mistral-7b-v0.3", "RTX-4090", "", "seq_len = 2048", "effective_batch_size = 32"),
+        (
+            "phi-2",
+            "RTX-4090",
+            'dtype = "bfloat16"',
+            "seq_len = 2048",
+            'effective_batch_size = 32\ngradient_checkpointing = false\noptim = "adamw_torch_fused"',
+        ),
+        ("qwen2.5-7b", "A100-40GB", "", "seq_len = 8192", "effective_batch_size = 16"),
+        # no effective batch: more GPUs keep each GPU's samples; the spec's split is kept
+        (
+            "mistral-7b-v0.3",
+            "RTX-4090",
+            'dtype = "bfloat16"',
+            "seq_len = 2048",
+            "per_device_train_batch_size = 2\ngradient_accumulation_steps = 4",
+        ),
+        (
+            "mistral-7b-v0.3",
+            "RTX-4090",
+            'dtype = "bfloat16"',
+            "seq_len = 2048",
+            "effective_batch_size = 24\ngradient_accumulation_steps = 3",
+        ),
+    ],
+)
 def test_every_printed_fix_makes_the_plan_fit_and_none_is_already_set(tmp_path, model, gpu, extra, data, training):  # item 11
     text = spec(model=model, gpu=gpu, extra=extra, data=data, training=training).replace("@MODELS@", str(MODELS))
     import re
@@ -222,17 +252,23 @@ def test_every_printed_fix_makes_the_plan_fit_and_none_is_already_set(tmp_path, 
 
 def test_no_more_gpus_where_sharding_cannot_help(tmp_path):  # item 11
     # 8 sequences of 262,144 tokens per device: the logits alone are thousands of GiB per GPU
-    err = _no_fit(tmp_path, spec(model="gemma-2b", gpu="H100-80GB", extra='dtype = "bfloat16"',
-                                 data="seq_len = 262144"))
+    err = _no_fit(tmp_path, spec(model="gemma-2b", gpu="H100-80GB", extra='dtype = "bfloat16"', data="seq_len = 262144"))
     assert "hardware.count" not in (err.fix or "") and "hardware.gpu" not in (err.fix or "")
     assert "data.seq_len = " in err.fix
 
 
 # ---- estimates ------------------------------------------------------------------------------
 def test_fsdp_checkpointing_goes_through_fsdp_config(tmp_path):  # item 15
-    text = spec(model="llama-3.1-8b", gpu="H100-80GB", extra='dtype = "bfloat16"', data="seq_len = 4096",
-                training="effective_batch_size = 64\ngradient_checkpointing = true").replace(
-        'gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8') + '[distributed]\nstrategy = "fsdp"\n'
+    text = (
+        spec(
+            model="llama-3.1-8b",
+            gpu="H100-80GB",
+            extra='dtype = "bfloat16"',
+            data="seq_len = 4096",
+            training="effective_batch_size = 64\ngradient_checkpointing = true",
+        ).replace('gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8')
+        + '[distributed]\nstrategy = "fsdp"\n'
+    )
     plan = plan_text(tmp_path, text)
     built = build_here(plan)
     assert built["args"].activation_checkpointing is False
@@ -288,8 +324,7 @@ def test_a_plan_for_this_machine_uses_its_facts(tmp_path):  # item 16
     from gpuplan.hardware.catalog import lookup
 
     here = TWO_NODES_ZERO3.replace('gpu = "H100-80GB"', 'gpu = "auto"').replace("nodes = 2", "nodes = 1")
-    plan = plan_text(tmp_path, here, env={**LOCAL_ENV, "host_memory_bytes": 4096 * 2**30},
-                     detect=lambda: lookup("H100-80GB"))
+    plan = plan_text(tmp_path, here, env={**LOCAL_ENV, "host_memory_bytes": 4096 * 2**30}, detect=lambda: lookup("H100-80GB"))
     assert plan.value("distributed.strategy") == "fsdp"  # deepspeed is not installed on this machine
     assert "pip install deepspeed" in change(plan, "distributed.strategy").reason
     assert plan.value("training.dataloader_num_workers") == 0  # 2 cores / 8 GPUs - 1
@@ -310,8 +345,9 @@ def test_gemma2_really_refuses_sdpa_and_takes_eager(tmp_path):  # item 2: what t
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = json.loads((MODELS / "gemma-2-2b.json").read_text())
-    cfg.update(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-               head_dim=8, vocab_size=64)
+    cfg.update(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=64
+    )
     config = AutoConfig.for_model(**cfg)
     with pytest.raises(ValueError, match="(?i)sdpa|scaled_dot_product"):
         AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
@@ -323,8 +359,13 @@ def test_mi300x_plan_speaks_amd(tmp_path):  # item 13
     from gpuplan.render.style import Style
     from gpuplan.render.text import render_plan
 
-    text = spec(model="llama-3.1-8b", gpu="MI300X", extra='dtype = "bfloat16"\nattn_implementation = "flash_attention_2"',
-                data="seq_len = 1001", training="effective_batch_size = 48\nper_device_train_batch_size = 6")
+    text = spec(
+        model="llama-3.1-8b",
+        gpu="MI300X",
+        extra='dtype = "bfloat16"\nattn_implementation = "flash_attention_2"',
+        data="seq_len = 1001",
+        training="effective_batch_size = 48\nper_device_train_batch_size = 6",
+    )
     plan = plan_text(tmp_path, text)
     assert plan.value("model.attn_implementation") == "flash_attention_2"  # flash-attn's ROCm backend
     assert "matrix cores" in change(plan, "training.per_device_train_batch_size").reason
@@ -346,9 +387,16 @@ def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item
     model, _ = flops_per_token(facts, 4096, False)
     attention = 12 * facts.num_layers * facts.num_attention_heads * facts.head_dim * 4096
     assert model - attention < 6 * 13e9  # 6 x active (minus the input embedding lookup), not 6 x 46.7B
-    plan = plan_text(tmp_path, spec(model="mixtral-8x7b-v0.1", gpu="H100-80GB", extra='dtype = "bfloat16"',
-                                    data="seq_len = 2048", training="effective_batch_size = 64").replace(
-        'gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8'))
+    plan = plan_text(
+        tmp_path,
+        spec(
+            model="mixtral-8x7b-v0.1",
+            gpu="H100-80GB",
+            extra='dtype = "bfloat16"',
+            data="seq_len = 2048",
+            training="effective_batch_size = 64",
+        ).replace('gpu = "H100-80GB"', 'gpu = "H100-80GB"\ncount = 8'),
+    )
     assert plan.memory.components["weights"] >= 2 * facts.n_params / 8 * 0.99  # memory: all of them
     assert any("mixture of experts" in n for n in plan.throughput.notes)
     assert not any("no activation model" in n for n in plan.memory.notes)  # the MoE block is modelled
@@ -363,8 +411,11 @@ def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1
     from tests.helpers.cli_runs import command, env, tiny_spec
 
     path = tiny_spec(tmp_path / "spec.toml", tmp_path / "out", max_steps=4)
-    text = path.read_text().replace("seed = 0", 'seed = 0\nwarmup_ratio = 0.25\nlr_scheduler_type = "reduce_lr_on_plateau"\n'
-                                    "eval_steps = 2").replace("eval_fraction = 0.0", "eval_fraction = 0.01")
+    text = (
+        path.read_text()
+        .replace("seed = 0", 'seed = 0\nwarmup_ratio = 0.25\nlr_scheduler_type = "reduce_lr_on_plateau"\neval_steps = 2')
+        .replace("eval_fraction = 0.0", "eval_fraction = 0.01")
+    )
     path.write_text(text)
     r = subprocess.run(command("apply", path, "--yes"), capture_output=True, text=True, env=env(), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

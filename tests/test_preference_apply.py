@@ -12,8 +12,7 @@ import time
 import pytest
 
 pytest.importorskip("trl")
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"),
-              pytest.mark.filterwarnings("ignore::FutureWarning")]
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 from gpuplan.apply.checkpoints import checkpoint_problem  # noqa: E402
 from gpuplan.apply.errors import ApplyError  # noqa: E402
@@ -52,8 +51,7 @@ def _learned_the_rule(out) -> list[dict]:
 
 
 def _plan(tmp_path, base_dir, data, **kw):
-    return plan_file(preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", **kw),
-                     environment=ENV)
+    return plan_file(preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", **kw), environment=ENV)
 
 
 def test_dpo_full_fine_tune_learns_the_rule(base, tmp_path):
@@ -69,8 +67,7 @@ def test_dpo_full_fine_tune_learns_the_rule(base, tmp_path):
 def test_dpo_lora_learns_the_rule_and_leaves_the_base_untouched(base, tmp_path):
     base_dir, data = base
     before = file_hashes(base_dir)
-    plan = _plan(tmp_path, base_dir, data, method="lora", lr="1e-2",
-                 extra="", steps=16)
+    plan = _plan(tmp_path, base_dir, data, method="lora", lr="1e-2", extra="", steps=16)
     assert plan.value("preference.reference") == "adapters-off"
     results = execute(plan, echo=lambda s: None, progress=False)
     _learned_the_rule(plan.value("output.dir"))
@@ -136,8 +133,12 @@ def test_bad_preference_data_is_refused_with_nothing_written(base, tmp_path):
         execute(plan, echo=lambda s: None, progress=False)
     assert not (tmp_path / "run").exists()
     with pytest.raises(PlanError, match="prompt longer than preference.max_prompt_length = 4 tokens"):
-        plan_file(preference_spec(tmp_path / "dpo.toml", base=base_dir, data=base[1], out=tmp_path / "run",
-                                  extra="[preference]\nmax_prompt_length = 4\n"), environment=ENV)
+        plan_file(
+            preference_spec(
+                tmp_path / "dpo.toml", base=base_dir, data=base[1], out=tmp_path / "run", extra="[preference]\nmax_prompt_length = 4\n"
+            ),
+            environment=ENV,
+        )
 
 
 def test_a_dpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):

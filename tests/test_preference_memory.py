@@ -14,10 +14,16 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
-LLAMA = dict(model_type="llama", hidden_size=256, intermediate_size=704, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, vocab_size=8000)
-LORA = Adapters(method="lora", r=8, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                   "down_proj"))
+LLAMA = dict(
+    model_type="llama",
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=8000,
+)
+LORA = Adapters(method="lora", r=8, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 
 CASES = [
     Workload(2, 256, objective="dpo", reference="copy"),
@@ -27,20 +33,33 @@ CASES = [
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA),
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA, gradient_checkpointing=True),
     Workload(4, 256, amp="bf16", objective="kto", reference="copy"),
-    Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off",
-             adapters=Adapters(method="qlora", r=8, target_modules=LORA.target_modules, compute_dtype="bfloat16")),
+    Workload(
+        2,
+        512,
+        amp="bf16",
+        objective="dpo",
+        reference="adapters-off",
+        adapters=Adapters(method="qlora", r=8, target_modules=LORA.target_modules, compute_dtype="bfloat16"),
+    ),
 ]
 
 
-@pytest.mark.parametrize("wl", CASES, ids=lambda w: f"{w.objective}-{w.reference}-{w.weight_dtype}-{w.amp}"
-                         f"-ck{int(w.gradient_checkpointing)}-acc{w.gradient_accumulation_steps}")
+@pytest.mark.parametrize(
+    "wl",
+    CASES,
+    ids=lambda w: (
+        f"{w.objective}-{w.reference}-{w.weight_dtype}-{w.amp}-ck{int(w.gradient_checkpointing)}-acc{w.gradient_accumulation_steps}"
+    ),
+)
 def test_analytic_preference_step_matches_the_trace(wl):
     facts = model_facts(LLAMA, "causal-lm", 2)
     traced = trace_memory(LLAMA, wl)
     analytic = estimate_memory(facts, wl)
     err = analytic.allocated_peak_bytes / traced.allocated_peak_bytes - 1
-    assert abs(err) <= 0.03, (f"analytic {analytic.allocated_peak_bytes} vs traced {traced.allocated_peak_bytes} "
-                              f"({err:+.2%}); traced {dict(traced.components)}, analytic {dict(analytic.components)}")
+    assert abs(err) <= 0.03, (
+        f"analytic {analytic.allocated_peak_bytes} vs traced {traced.allocated_peak_bytes} "
+        f"({err:+.2%}); traced {dict(traced.components)}, analytic {dict(analytic.components)}"
+    )
     # the weights, the reference copy's included, are exact
     assert analytic.components["weights"] == pytest.approx(traced.components["weights"], rel=0.01)
 
@@ -62,9 +81,11 @@ def test_plan_trace_traces_the_dpo_step(tmp_path, method):
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA))
     spec = tmp_path / "dpo.toml"
-    spec.write_text(f'[model]\nconfig = "config.json"\nmethod = "{method}"\n[hardware]\ngpu = "H100-80GB"\n'
-                    '[data]\nseq_len = 256\n[training]\nobjective = "dpo"\nper_device_train_batch_size = 2\n'
-                    'max_steps = 10\n')
+    spec.write_text(
+        f'[model]\nconfig = "config.json"\nmethod = "{method}"\n[hardware]\ngpu = "H100-80GB"\n'
+        '[data]\nseq_len = 256\n[training]\nobjective = "dpo"\nper_device_train_batch_size = 2\n'
+        "max_steps = 10\n"
+    )
     plan = trace_plan(plan_file(spec, environment=ENV))
     wl = plan.memory.workload
     assert wl.objective == "dpo" and wl.reference == ("copy" if method == "full" else "adapters-off")

@@ -9,14 +9,14 @@ import json
 import pytest
 
 from gpuplan.errors import GpuplanError
+from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.objectives import OBJECTIVES
 from gpuplan.plan.estimate.throughput import estimate_throughput
+from gpuplan.plan.objectives import OBJECTIVES
 from gpuplan.plan.types import PlanError
-from gpuplan.hardware.catalog import lookup
 from tests.helpers.planning import ENV, SPECS
 from tests.helpers.preference_rows import pairs, write_jsonl
 
@@ -31,7 +31,9 @@ def _spec(tmp_path, body: str, name: str = "dpo.toml"):
 
 
 def _dpo(tmp_path, *, config=LLAMA_8B, method="lora", gpu="A100-80GB", extra="", preference="", data=""):
-    return _spec(tmp_path, f"""
+    return _spec(
+        tmp_path,
+        f"""
 [model]
 config = "{config}"
 method = "{method}"
@@ -50,7 +52,8 @@ max_steps = 100
 {extra}
 [preference]
 {preference}
-""")
+""",
+    )
 
 
 def _errors(exc) -> list:
@@ -74,10 +77,13 @@ def test_sft_plans_read_no_preference_key(shipped_plans):
     assert plan.memory.workload.objective == "sft" and plan.memory.workload.reference == "none"
 
 
-@pytest.mark.parametrize("value,words", [
-    ("orpo", ["experimental", 'set training.objective = "dpo"']),
-    ("dop", ['did you mean "dpo"']),
-])
+@pytest.mark.parametrize(
+    "value,words",
+    [
+        ("orpo", ["experimental", 'set training.objective = "dpo"']),
+        ("dop", ['did you mean "dpo"']),
+    ],
+)
 def test_objectives_outside_the_stable_trainers_are_refused_with_the_reason(tmp_path, value, words):
     path = _dpo(tmp_path, extra="")
     path.write_text(path.read_text().replace('objective = "dpo"', f'objective = "{value}"'))
@@ -139,8 +145,7 @@ def test_step_time_counts_both_sequences_and_the_reference_forward():
     t_sft = estimate_throughput(facts, sft, gpu, max_steps=10)
     t_two = estimate_throughput(facts, dataclasses.replace(sft, per_device_batch=2), gpu, max_steps=10)
     t_dpo = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="copy"), gpu, max_steps=10)
-    t_pre = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"), gpu,
-                                max_steps=10)
+    t_pre = estimate_throughput(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"), gpu, max_steps=10)
     # FLOPs: policy forward + backward on 2 sequences (2 x 3 forwards) + the reference forward on both (2)
     assert t_dpo.flops_per_step / t_sft.flops_per_step == pytest.approx(8 / 3, rel=1e-6)
     assert t_pre.flops_per_step / t_sft.flops_per_step == pytest.approx(2, rel=1e-6)
@@ -157,8 +162,7 @@ def test_step_time_counts_both_sequences_and_the_reference_forward():
 def test_precomputed_log_probs_are_the_saver_when_a_reference_copy_does_not_fit(tmp_path):
     plan = plan_file(_dpo(tmp_path, method="full", gpu="A100-40GB"), environment=ENV)
     assert plan.value("preference.reference") == "precomputed"
-    assert "would need more memory savers" in next(
-        c.reason for c in plan.changes if c.key == "preference.reference")
+    assert "would need more memory savers" in next(c.reason for c in plan.changes if c.key == "preference.reference")
     saver = next(s for s in plan.memory.savers if s.name == "precomputed reference log-probs")
     assert saver.saved_bytes == 2 * plan.model.total_params and "before training" in saver.cost
     # a reference model asked for explicitly is kept: then the run does not fit
@@ -168,8 +172,7 @@ def test_precomputed_log_probs_are_the_saver_when_a_reference_copy_does_not_fit(
     with pytest.raises(PlanError, match="does not fit"):
         plan_file(spec, environment=ENV)
     # where the copy fits with the same savers, it is kept
-    assert plan_file(_dpo(tmp_path, method="full", gpu="H100-80GB"), environment=ENV).value(
-        "preference.reference") == "copy"
+    assert plan_file(_dpo(tmp_path, method="full", gpu="H100-80GB"), environment=ENV).value("preference.reference") == "copy"
 
 
 def test_a_reference_model_that_is_not_there_is_an_error(tmp_path):
@@ -186,11 +189,11 @@ def test_unusable_rows_are_counted_and_reported_at_plan_time(tmp_path):
     rows[6] = dict(rows[6], prompt="p" * 100)
     data = write_jsonl(tmp_path / "pairs.jsonl", rows)
     with pytest.raises(PlanError) as e:
-        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]', preference="max_prompt_length = 50"),
-                  environment=ENV)
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]', preference="max_prompt_length = 50"), environment=ENV)
     got = {d.summary for d in _errors(e)}
     assert f"data.train_files[0]: 1 of 10 dpo rows in {data} has an empty chosen (rows 1)" in got
     assert f"data.train_files[0]: 1 of 10 dpo rows in {data} has no chosen (rows 4)" in got
-    assert (f"data.train_files[0]: 1 of 10 dpo rows in {data} has a prompt longer than "
-            "preference.max_prompt_length = 50 tokens (rows 6)") in got
+    assert (
+        f"data.train_files[0]: 1 of 10 dpo rows in {data} has a prompt longer than preference.max_prompt_length = 50 tokens (rows 6)"
+    ) in got
     assert json.loads((tmp_path / "pairs.jsonl").read_text().splitlines()[0])  # the data is left as it was

@@ -31,8 +31,9 @@ def test_cpu_summary_and_head_count_processes(count, word):
 
 
 def test_a_real_cpu_plan_has_no_gpu_words(tmp_path):
-    text = render_plan(plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128",
-                                                training="effective_batch_size = 16")).to_dict())
+    text = render_plan(
+        plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training="effective_batch_size = 16")).to_dict()
+    )
     assert "torch.cuda" not in text and "GPU(s)" not in text and " on cpu" not in text
     assert "the CPU has no TF32" in text and "x 1 CPU process;" in text
 
@@ -41,6 +42,9 @@ def test_cpu_split_errors_count_processes(tmp_path):
     from gpuplan.plan.types import PlanError
 
     with pytest.raises(PlanError, match="does not split over 2 CPU processes"):
-        plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128",
-                                 training="effective_batch_size = 15").replace(
-                                     'gpu = "cpu"', 'gpu = "cpu"\ncount = 2'))
+        plan_text(
+            tmp_path,
+            spec(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training="effective_batch_size = 15").replace(
+                'gpu = "cpu"', 'gpu = "cpu"\ncount = 2'
+            ),
+        )

@@ -15,15 +15,36 @@ PLAN = {
         "training.gradient_accumulation_steps": {"value": 6},
     },
     "changes": [
-        {"action": "change", "key": "training.per_device_train_batch_size", "before": 48, "after": 64,
-         "rule": "batch.tensor_core_multiple", "reason": "multiples of 64"},
-        {"action": "add", "key": "training.optim", "before": "auto", "after": "adamw_torch_fused",
-         "rule": "optimizer.select", "reason": "fused"},
+        {
+            "action": "change",
+            "key": "training.per_device_train_batch_size",
+            "before": 48,
+            "after": 64,
+            "rule": "batch.tensor_core_multiple",
+            "reason": "multiples of 64",
+        },
+        {
+            "action": "add",
+            "key": "training.optim",
+            "before": "auto",
+            "after": "adamw_torch_fused",
+            "rule": "optimizer.select",
+            "reason": "fused",
+        },
     ],
     "diagnostics": [{"severity": "note", "key": None, "summary": "hello", "detail": None, "fix": "do x"}],
-    "memory": {"allocated_peak_bytes": 10 * GIB, "reserved_peak_bytes": 12 * GIB, "capacity_bytes": 80 * GIB,
-               "usable_bytes": int(73.6 * GIB), "headroom": 0.08, "fits": True, "method": "analytic",
-               "components": {"weights": 4 * GIB, "overhead": 2 * GIB}, "savers": [], "notes": []},
+    "memory": {
+        "allocated_peak_bytes": 10 * GIB,
+        "reserved_peak_bytes": 12 * GIB,
+        "capacity_bytes": 80 * GIB,
+        "usable_bytes": int(73.6 * GIB),
+        "headroom": 0.08,
+        "fits": True,
+        "method": "analytic",
+        "components": {"weights": 4 * GIB, "overhead": 2 * GIB},
+        "savers": [],
+        "notes": [],
+    },
     "throughput": {},
 }
 
@@ -62,10 +83,17 @@ def test_throughput_prints_the_step_time_by_term_and_what_bounds_it():
     from gpuplan.plan.sections import ThroughputSection
     from gpuplan.render.text import render_throughput
 
-    t = ThroughputSection.from_dict({
-        "tokens_per_step": 4096, "step_time_s": 2.0, "tokens_per_second": 2048.0, "max_steps": 10, "run_time_s": 20.0,
-        "assumption": "step-time model, ampere-dc constants (fitted)",
-        "step_time": {"summary": "matmuls 58%, memory-bound 21%, optimizer 9%, fixed costs 12%", "bound_by": "matmuls"}})
+    t = ThroughputSection.from_dict(
+        {
+            "tokens_per_step": 4096,
+            "step_time_s": 2.0,
+            "tokens_per_second": 2048.0,
+            "max_steps": 10,
+            "run_time_s": 20.0,
+            "assumption": "step-time model, ampere-dc constants (fitted)",
+            "step_time": {"summary": "matmuls 58%, memory-bound 21%, optimizer 9%, fixed costs 12%", "bound_by": "matmuls"},
+        }
+    )
     assert render_throughput(t) == [
         "Throughput: 4,096 tokens/step, ~2.00 s/step, ~2,048 tokens/s, ~20 s for 10 steps",
         "  step time by term: matmuls 58%, memory-bound 21%, optimizer 9%, fixed costs 12%; bound by matmuls",

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.apply_plans import cpu_plan
-from tests.helpers.planning import ENV, SPECS, plan_text, spec
 from gpuplan.plan.estimate.memory.liger import AMD_GFX, FAMILIES, LIGER_GFX, flce_bytes, flce_chunk
 from gpuplan.plan.types import PlanError
+from tests.helpers.apply_plans import cpu_plan
+from tests.helpers.planning import ENV, SPECS, plan_text, spec
 
-QLORA_8K = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace(
-    '"models/', f'"{SPECS}/models/').replace('"data/', f'"{SPECS}/data/')
+QLORA_8K = (SPECS / "llama-8b-qlora-4090-8k.toml").read_text().replace('"models/', f'"{SPECS}/models/').replace('"data/', f'"{SPECS}/data/')
 
 
 def _qlora(tmp_path, gpu="RTX-4090", extra=""):
-    return plan_text(tmp_path, QLORA_8K.replace('gpu = "RTX-4090"', f'gpu = "{gpu}"').replace(
-        "warmup_ratio = 0.03", "warmup_ratio = 0.03\n" + extra))
+    return plan_text(
+        tmp_path, QLORA_8K.replace('gpu = "RTX-4090"', f'gpu = "{gpu}"').replace("warmup_ratio = 0.03", "warmup_ratio = 0.03\n" + extra)
+    )
 
 
 def test_liger_families_are_ones_the_installed_liger_patches():
@@ -95,8 +95,7 @@ def test_paged_optimizer_says_what_paging_does_and_does_not_save(tmp_path):
 
 
 def test_paged_optimizer_on_cpu_says_it_saves_nothing(tmp_path):
-    plan = plan_text(tmp_path, spec(model="llama-160m", gpu="cpu", training='optim = "paged_adamw_32bit"'),
-                     env=ENV)
+    plan = plan_text(tmp_path, spec(model="llama-160m", gpu="cpu", training='optim = "paged_adamw_32bit"'), env=ENV)
     note = next(d for d in plan.diagnostics if d.key == "training.optim")
     assert "paging saves nothing" in note.summary
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 from gpuplan.apply.convert import training_arguments_kwargs
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.launch import Launch, decide, first_host, launch_command, slurm_context
 from gpuplan.plan.types import Setting
+from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 
 PY = sys.executable
 WORKER = ["-m", "gpuplan.apply.worker", "/runs/x/gpuplan-launch-plan.json"]
@@ -52,7 +52,7 @@ strategy = "ddp"
 {extra}
 
 [output]
-dir = "{tmp_path / 'run'}"
+dir = "{tmp_path / "run"}"
 """)
     return path
 
@@ -60,8 +60,7 @@ dir = "{tmp_path / 'run'}"
 def gpuplan(*args, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
     env = {**env, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run([PY, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return subprocess.run([PY, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.mark.slow
@@ -95,8 +94,9 @@ def test_multi_node_without_slurm_prints_each_node_command_and_trains_nothing(tm
     plan_file = tmp_path / "run" / "gpuplan-launch-plan.json"
     for rank in (0, 1):
         assert f"node {rank}: gpuplan apply {path} --node-rank {rank} --yes" in r.stdout
-        assert (f"--nproc_per_node=2 --nnodes=2 --node_rank={rank} --master_addr=node0 --master_port=29611 "
-                f"-m gpuplan.apply.worker {plan_file}") in r.stdout
+        assert (
+            f"--nproc_per_node=2 --nnodes=2 --node_rank={rank} --master_addr=node0 --master_port=29611 -m gpuplan.apply.worker {plan_file}"
+        ) in r.stdout
     assert "srun --nodes=2 --ntasks-per-node=1" in r.stdout
     assert plan_file.is_file() and not (tmp_path / "run" / "gpuplan-state.json").exists()
 
@@ -107,16 +107,14 @@ def test_multi_node_without_a_rendezvous_host_is_a_clear_error(tmp_path):
 
 
 def plan_for(tmp_path, *, count=2, nodes=1, addr=None, port=29500, hardware=None, **kw):
-    plan = cpu_plan(tmp_path, hardware=hardware, **{"hardware.count": count, "hardware.nodes": nodes,
-                                                    "distributed.strategy": "ddp", **kw})
+    plan = cpu_plan(tmp_path, hardware=hardware, **{"hardware.count": count, "hardware.nodes": nodes, "distributed.strategy": "ddp", **kw})
     plan.settings["distributed.master_addr"] = Setting(addr, "user")
     plan.settings["distributed.master_port"] = Setting(port, "default")
     return plan
 
 
 def test_launch_command_single_node(tmp_path):
-    argv = launch_command(plan_for(tmp_path, count=8, hardware=H100_PROFILE), WORKER[-1], node_rank=0, env={},
-                          python="python")
+    argv = launch_command(plan_for(tmp_path, count=8, hardware=H100_PROFILE), WORKER[-1], node_rank=0, env={}, python="python")
     assert argv == ["python", "-m", "torch.distributed.run", "--nproc_per_node=8", "--standalone", "--nnodes=1", *WORKER]
 
 
@@ -124,21 +122,47 @@ def test_launch_command_two_nodes(tmp_path):
     plan = plan_for(tmp_path, count=8, nodes=2, addr="node0", port=29611, hardware=H100_PROFILE)
     for rank in (0, 1):
         argv = launch_command(plan, WORKER[-1], node_rank=rank, env={}, python="python", resume_from="/runs/x/checkpoint-9")
-        assert argv == ["python", "-m", "torch.distributed.run", "--nproc_per_node=8", "--nnodes=2", f"--node_rank={rank}",
-                        "--master_addr=node0", "--master_port=29611", *WORKER, "--resume-from", "/runs/x/checkpoint-9"]
+        assert argv == [
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=8",
+            "--nnodes=2",
+            f"--node_rank={rank}",
+            "--master_addr=node0",
+            "--master_port=29611",
+            *WORKER,
+            "--resume-from",
+            "/runs/x/checkpoint-9",
+        ]
     with pytest.raises(ApplyError, match="must be 0..1"):
         launch_command(plan, WORKER[-1], node_rank=2, env={})
 
 
 def test_under_slurm_the_node_rank_and_host_come_from_slurm(tmp_path):
-    env = {"SLURM_JOB_ID": "77", "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NNODES": "2", "SLURM_NTASKS": "2",
-           "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_NODEID": "1",
+        "SLURM_PROCID": "1",
+        "SLURM_NNODES": "2",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "gpu[07-08]",
+    }
     plan = plan_for(tmp_path, count=4, nodes=2, hardware=H100_PROFILE)
     assert slurm_context(env) == (1, "gpu07")
     assert decide(plan, None, env) == Launch(1, False)
     argv = launch_command(plan, WORKER[-1], node_rank=1, env=env, python="python")
-    assert argv == ["python", "-m", "torch.distributed.run", "--nproc_per_node=4", "--nnodes=2", "--node_rank=1",
-                    "--master_addr=gpu07", "--master_port=29500", *WORKER]
+    assert argv == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=4",
+        "--nnodes=2",
+        "--node_rank=1",
+        "--master_addr=gpu07",
+        "--master_port=29500",
+        *WORKER,
+    ]
     assert slurm_context({**env, "MASTER_ADDR": "head"}) == (1, "head")
     with pytest.raises(ApplyError, match="one task per node"):
         slurm_context({**env, "SLURM_NTASKS": "8"})
@@ -158,10 +182,17 @@ def test_decide(tmp_path):
         decide(plan_for(tmp_path), 1, {})
 
 
-@pytest.mark.parametrize("nodelist,host", [
-    ("gpu[01-04],gpu07", "gpu01"), ("gpu07", "gpu07"), ("node[3,5-9]", "node3"), ("a-b-[009-011]-ib", "a-b-009-ib"),
-    ("n1,n2", "n1"), ("rack[2]", "rack2"),
-])
+@pytest.mark.parametrize(
+    "nodelist,host",
+    [
+        ("gpu[01-04],gpu07", "gpu01"),
+        ("gpu07", "gpu07"),
+        ("node[3,5-9]", "node3"),
+        ("a-b-[009-011]-ib", "a-b-009-ib"),
+        ("n1,n2", "n1"),
+        ("rack[2]", "rack2"),
+    ],
+)
 def test_first_host_of_a_slurm_nodelist(nodelist, host):
     assert first_host(nodelist) == host
 
@@ -194,8 +225,10 @@ def test_fsdp_with_accumulation_syncs_each_micro_batch(tmp_path):
 def test_deepspeed_optimizer_offload_gets_an_optimizer_section(tmp_path):
     ds = {"distributed.strategy": "deepspeed", "distributed.zero_stage": 2}
     off = training_arguments_kwargs(plan_for(tmp_path, hardware=H100_PROFILE, **ds, **{"distributed.offload_optimizer": True}))
-    assert off["deepspeed"]["optimizer"] == {"type": "AdamW", "params": {
-        "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+    assert off["deepspeed"]["optimizer"] == {
+        "type": "AdamW",
+        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+    }
     plain = training_arguments_kwargs(plan_for(tmp_path, hardware=H100_PROFILE, **ds))
     assert "optimizer" not in plain["deepspeed"]
 

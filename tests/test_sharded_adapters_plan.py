@@ -6,12 +6,12 @@ whole plans of specs written here.
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 
 import pytest
 
+from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.modelinfo.lora_targets import resolve_targets
 from gpuplan.plan.estimate.memory.adapters_sharded import base_parts, sharded_adapter_states
@@ -19,7 +19,6 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.sharded_time import TERMS, sharded_step_terms
 from gpuplan.plan.types import PlanError
-from gpuplan.hardware.catalog import lookup
 from tests.helpers.planning import ENV, MODELS, SPECS, plan_text
 
 GIB = 1024**3
@@ -28,11 +27,25 @@ ALL = tuple(resolve_targets(F70, "all-linear", []))
 
 
 def wl(method="qlora", engine="fsdp", stage=3, n=2, offload=False, **kw):
-    fields = dict(per_device_batch=1, seq_len=2048, weight_dtype="bfloat16", amp="bf16", gradient_checkpointing=True,
-                  attn_implementation="flash_attention_2", optim="adamw_torch")
+    fields = dict(
+        per_device_batch=1,
+        seq_len=2048,
+        weight_dtype="bfloat16",
+        amp="bf16",
+        gradient_checkpointing=True,
+        attn_implementation="flash_attention_2",
+        optim="adamw_torch",
+    )
     fields.update(kw)
-    return Workload(**fields, engine=engine, zero_stage=stage, shard_world_size=n, offload_params=offload,
-                    offload_optimizer=offload, adapters=Adapters(method=method, r=16, target_modules=ALL))
+    return Workload(
+        **fields,
+        engine=engine,
+        zero_stage=stage,
+        shard_world_size=n,
+        offload_params=offload,
+        offload_optimizer=offload,
+        adapters=Adapters(method=method, r=16, target_modules=ALL),
+    )
 
 
 def test_full_shard_halves_the_4bit_base_and_keeps_the_quant_states_whole():
@@ -139,8 +152,11 @@ def test_full_70b_on_two_4090s_names_the_sharded_qlora_that_fits_with_its_host_r
         plan_text(tmp_path, text)
     d = next(d for d in e.value.diagnostics if d.severity == "error")
     # the fit takes the largest batch that fits: with the chunked loss that is 4 here
-    assert re.search(r"qlora needs [\d.]+ GiB of 22.1 usable \(per-device batch \d+, (chunked cross-entropy, )?"
-                     r"FSDP full_shard \+ CPU offload; host RAM 81 GiB per node\)", d.detail), d.detail
+    assert re.search(
+        r"qlora needs [\d.]+ GiB of 22.1 usable \(per-device batch \d+, (chunked cross-entropy, )?"
+        r"FSDP full_shard \+ CPU offload; host RAM 81 GiB per node\)",
+        d.detail,
+    ), d.detail
 
 
 def test_deepspeed_adapters_planned_for_gpus_with_what_the_target_needs(tmp_path):

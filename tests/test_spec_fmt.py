@@ -1,8 +1,7 @@
 """gpuplan fmt: schema order, comments kept, data unchanged, idempotent."""
 
-import tomllib
-
 import pytest
+import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +9,7 @@ from gpuplan.plan.types import PlanError
 from gpuplan.spec.fmt import format_spec_text, read_spec_text
 from tests.helpers.planning import SPECS
 
-MESSY = '''\
+MESSY = """\
 # My run.
 # Second header line.
 
@@ -41,9 +40,9 @@ dir = "runs/x"
 [hardware]
 count = 2
 gpu = "A100-80GB"
-'''
+"""
 
-GOLDEN = '''\
+GOLDEN = """\
 # My run.
 # Second header line.
 
@@ -74,7 +73,7 @@ dir = "runs/x"
 [mystery]
 b = 2
 a = 1
-'''
+"""
 
 
 def test_golden_reorders_sections_and_keys_keeping_comments():
@@ -97,8 +96,9 @@ def test_shipped_specs_keep_their_data_and_reach_a_fixed_point(path):
     out = format_spec_text(text)
     assert tomllib.loads(out) == tomllib.loads(text)
     assert format_spec_text(out) == out
-    assert [ln for ln in text.splitlines() if ln.lstrip().startswith("#")] == \
-        [ln for ln in out.splitlines() if ln.lstrip().startswith("#")]  # no key moved past a comment here
+    assert [ln for ln in text.splitlines() if ln.lstrip().startswith("#")] == [
+        ln for ln in out.splitlines() if ln.lstrip().startswith("#")
+    ]  # no key moved past a comment here
 
 
 def test_unknown_keys_and_sections_stay_at_the_end():
@@ -107,8 +107,10 @@ def test_unknown_keys_and_sections_stay_at_the_end():
 
 
 def test_inline_tables_arrays_and_multiline_values_survive():
-    text = ('[data]\nseq_len = 128\ntrain_files = [\n  "a.jsonl",  # first\n  "b.jsonl",\n]\n'
-            '[model]\nconfig = """\nmulti\n# not a comment\n"""\nx = {a = 1, b = "2"}\n')
+    text = (
+        '[data]\nseq_len = 128\ntrain_files = [\n  "a.jsonl",  # first\n  "b.jsonl",\n]\n'
+        '[model]\nconfig = """\nmulti\n# not a comment\n"""\nx = {a = 1, b = "2"}\n'
+    )
     out = format_spec_text(text)
     assert tomllib.loads(out) == tomllib.loads(text)
     assert out.index("[model]") < out.index("[data]")
@@ -117,8 +119,10 @@ def test_inline_tables_arrays_and_multiline_values_survive():
 
 
 def test_sub_tables_dotted_keys_and_arrays_of_tables_are_kept_verbatim():
-    text = ('top.level = 1\n[training]\nseed = 1\n[hardware]\ngpu = "T4"\n[hardware.extra]\nx = 1\n'
-            '# about runs\n[[runs]]\nname = "a"\n[[runs]]\nname = "b"\n[model]\na.b = 2\nconfig = "c"\n')
+    text = (
+        'top.level = 1\n[training]\nseed = 1\n[hardware]\ngpu = "T4"\n[hardware.extra]\nx = 1\n'
+        '# about runs\n[[runs]]\nname = "a"\n[[runs]]\nname = "b"\n[model]\na.b = 2\nconfig = "c"\n'
+    )
     out = format_spec_text(text)
     assert tomllib.loads(out) == tomllib.loads(text)
     assert format_spec_text(out) == out
@@ -155,7 +159,7 @@ def test_invalid_toml_names_file_line_and_column():
     with pytest.raises(PlanError, match=r"^spec\.toml:3:\d+: invalid TOML"):
         format_spec_text('[model]\nconfig = "c"\nseed = = 1\n', source="spec.toml")
     with pytest.raises(PlanError, match=r"spec\.toml:2:\d+: invalid TOML.*"):
-        format_spec_text('[model]\n[model]\n', source="spec.toml")
+        format_spec_text("[model]\n[model]\n", source="spec.toml")
 
 
 def test_read_spec_text_refuses_what_plan_refuses(tmp_path):
@@ -167,16 +171,28 @@ def test_read_spec_text_refuses_what_plan_refuses(tmp_path):
     assert format_spec_text(read_spec_text(crlf)) == '[model]\nconfig = "c"\n'
 
 
-_TRAINING = ["effective_batch_size = 32", "learning_rate = 0.0001", "max_steps = 5", "seed = 3",
-             'optim = "adamw_torch"', "bf16 = true", "logging_steps = 2"]
-_SECTIONS = {"model": ['config = "c.json"', 'task = "causal-lm"'], "data": ["seq_len = 64", 'text_field = "t"'],
-             "training": _TRAINING, "output": ['dir = "runs/r"']}
+_TRAINING = [
+    "effective_batch_size = 32",
+    "learning_rate = 0.0001",
+    "max_steps = 5",
+    "seed = 3",
+    'optim = "adamw_torch"',
+    "bf16 = true",
+    "logging_steps = 2",
+]
+_SECTIONS = {
+    "model": ['config = "c.json"', 'task = "causal-lm"'],
+    "data": ["seq_len = 64", 'text_field = "t"'],
+    "training": _TRAINING,
+    "output": ['dir = "runs/r"'],
+}
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.permutations(list(_SECTIONS)), st.data())
 def test_any_order_formats_to_the_same_text(order, data):
     """Shuffled sections and keys, each key with its comments, always format to one text."""
+
     def block(section, keys):
         return "\n".join([f"[{section}]"] + [f"# about {k.split()[0]}\n{k}  # inline {k.split()[0]}" for k in keys])
 

@@ -1,4 +1,3 @@
-
 import pytest
 
 from gpuplan.plan.types import PlanError

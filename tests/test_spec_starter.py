@@ -1,10 +1,10 @@
 """gpuplan init's starter spec: valid, plannable, every schema key present with a comment."""
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.plan.build import plan_file
@@ -60,7 +60,7 @@ def test_every_schema_key_is_present_in_order_with_a_comment(tmp_path):
     headers = [ln for ln in lines if ln.startswith("[")]
     assert headers == [f"[{s}]" for s in SECTIONS]
     for section, model in SECTIONS.items():
-        body = lines[lines.index(f"[{section}]") + 1:]
+        body = lines[lines.index(f"[{section}]") + 1 :]
         body = body[: next((i for i, ln in enumerate(body) if ln.startswith("[")), len(body))]
         keyed = [m for m in (re.match(r"^(# )?(\w+) = .*?\s+# (.+)$", ln) for ln in body) if m]
         assert [m.group(2) for m in keyed] == list(model.model_fields), section
@@ -87,7 +87,7 @@ def test_each_commented_out_key_is_valid_when_uncommented(tmp_path):
     for i in uncommentable:
         if lines[i].startswith("# config = "):  # model.config and model.name_or_path may not both be unset
             continue
-        trial = lines[:i] + [lines[i][2:]] + lines[i + 1:]
+        trial = lines[:i] + [lines[i][2:]] + lines[i + 1 :]
         validate_spec(tomllib.loads("\n".join(trial)))
 
 

@@ -23,13 +23,14 @@ def test_key_in_the_wrong_section_is_pointed_to_its_section():
 
 
 def test_all_errors_reported_together_with_key_value_and_allowed():
-    ds = errors({
-        "model": {"config": "c.json", "task": "clm"},
-        "training": {"bf16": "yes", "per_device_train_batch_size": -3, "learning_rate": float("nan"),
-                     "optim": "adamw_8bt"},
-        "hardware": 5,
-        "bogus": {},
-    })
+    ds = errors(
+        {
+            "model": {"config": "c.json", "task": "clm"},
+            "training": {"bf16": "yes", "per_device_train_batch_size": -3, "learning_rate": float("nan"), "optim": "adamw_8bt"},
+            "hardware": 5,
+            "bogus": {},
+        }
+    )
     by_key = {d.key: d.summary for d in ds}
     assert by_key["model.task"].startswith('model.task = "clm": should be')
     assert "'causal-lm'" in by_key["model.task"]

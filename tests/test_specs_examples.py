@@ -58,8 +58,10 @@ def test_8b_lora_dpo_prints_the_reference_choice_and_the_doubled_sequences():
 
     plan = plan_file(SPECS / "llama-8b-lora-dpo.toml", environment=ENV)
     text = render_plan(plan.to_dict())
-    assert ('+ preference.reference = "adapters-off"\n      lora: the reference is the base with adapters disabled '
-            "(peft), no second copy of the weights") in text
+    assert (
+        '+ preference.reference = "adapters-off"\n      lora: the reference is the base with adapters disabled '
+        "(peft), no second copy of the weights"
+    ) in text
     b = plan.value("training.per_device_train_batch_size")
     assert f"per-device batch {b} examples = {2 * b} sequences of 2048 tokens" in text
     assert plan.throughput.tokens_per_step == 64 * 2 * 2048

@@ -18,9 +18,19 @@ from gpuplan.plan.estimate.step_time.terms import Term, matmul_terms, memory_ter
 A100 = lookup("A100-80GB")  # bf16 312 TFLOP/s, 2039 GB/s
 PEAK, BW = 312e12, 2039e9 * 0.8  # HBM_FRACTION pinned to 0.8 below
 C = K.ArchConstants("test", 0.8, 1e-5, "hand")
-LLAMA_7B = model_facts({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
-                        "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
-                        "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 4096})
+LLAMA_7B = model_facts(
+    {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "intermediate_size": 11008,
+        "vocab_size": 32000,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 4096,
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,10 +43,8 @@ def _pinned(monkeypatch):
 
 def shape(**changes):
     """A hand-made shape: 1e9 matmul parameters in the layers, no head, bf16 weights."""
-    base = build_shape(LLAMA_7B, Workload(per_device_batch=1, seq_len=8, weight_dtype="bfloat16", amp="bf16"),
-                       A100, "bf16")
-    return dataclasses.replace(base, **{"body_params": 10**9, "head_params": 0, "trainable_params": 10**9,
-                                        **changes})
+    base = build_shape(LLAMA_7B, Workload(per_device_batch=1, seq_len=8, weight_dtype="bfloat16", amp="bf16"), A100, "bf16")
+    return dataclasses.replace(base, **{"body_params": 10**9, "head_params": 0, "trainable_params": 10**9, **changes})
 
 
 def test_a_small_batch_is_bound_by_reading_the_weights():
@@ -61,8 +69,16 @@ def test_a_large_batch_is_compute_bound():
 
 
 def test_qlora_dequantizes_every_4bit_weight_each_pass():
-    s = shape(tokens=2048, batch=1, seq_len=2048, frozen_base=True, quantized_params=10**9, checkpointing=True,
-              trainable_params=4 * 10**6, grad_bytes=4)
+    s = shape(
+        tokens=2048,
+        batch=1,
+        seq_len=2048,
+        frozen_base=True,
+        quantized_params=10**9,
+        checkpointing=True,
+        trainable_params=4 * 10**6,
+        grad_bytes=4,
+    )
     # 1e9 weights x (0.5 B read + 2 B write) x 3 passes (forward, recompute, backward) = 7.5e9 B
     # at 15% of 2039 GB/s = 305.85 GB/s -> 24.522 ms
     dq = next(t for t in memory_terms(s, BW) if t.name == "4-bit dequantization")
@@ -73,9 +89,16 @@ def test_qlora_dequantizes_every_4bit_weight_each_pass():
 
 def test_qlora_costs_more_than_lora_on_the_same_model():
     def run(method):
-        wl = Workload(per_device_batch=1, seq_len=2048, weight_dtype="bfloat16", amp="bf16", gradient_checkpointing=True,
-                      adapters=Adapters(method, 16, ("q_proj", "v_proj")))
+        wl = Workload(
+            per_device_batch=1,
+            seq_len=2048,
+            weight_dtype="bfloat16",
+            amp="bf16",
+            gradient_checkpointing=True,
+            adapters=Adapters(method, 16, ("q_proj", "v_proj")),
+        )
         return step_time(LLAMA_7B, wl, A100, compute_dtype="bf16", peak_tflops=312.0)
+
     lora, qlora = run("lora"), run("qlora")
     assert "4-bit dequantization" in [t.name for t in qlora.terms]
     assert "4-bit dequantization" not in [t.name for t in lora.terms]
@@ -119,8 +142,16 @@ def test_a_step_model_is_json_ready_with_its_shares():
 
 
 def test_fsdp_cpu_offload_is_priced():
-    base = dict(per_device_batch=1, seq_len=2048, weight_dtype="bfloat16", amp="bf16", engine="fsdp",
-                zero_stage=3, shard_world_size=2, adapters=Adapters("qlora", 64, ("q_proj", "v_proj")))
+    base = dict(
+        per_device_batch=1,
+        seq_len=2048,
+        weight_dtype="bfloat16",
+        amp="bf16",
+        engine="fsdp",
+        zero_stage=3,
+        shard_world_size=2,
+        adapters=Adapters("qlora", 64, ("q_proj", "v_proj")),
+    )
     gpu = lookup("RTX-3090")
     on = step_time(LLAMA_7B, Workload(**base, offload_params=True), gpu, compute_dtype="bf16", peak_tflops=71.0)
     off = step_time(LLAMA_7B, Workload(**base), gpu, compute_dtype="bf16", peak_tflops=71.0)
@@ -140,8 +171,7 @@ def test_dominant_fixed_costs_name_a_batch_that_fits_and_amortises_them():
     note = next(d for d in plan.diagnostics if d.key == "training.per_device_train_batch_size" and d.severity == "note")
     assert "fixed costs" in note.summary and "1 x 256 tokens" in note.summary
     batch = int(re.match(r"training.per_device_train_batch_size = (\d+)", note.fix).group(1))
-    fixed = plan_file(SPECS / "a100-fp16.toml", environment=ENV,
-                      overrides={**over, "training": {"per_device_train_batch_size": batch}})
+    fixed = plan_file(SPECS / "a100-fp16.toml", environment=ENV, overrides={**over, "training": {"per_device_train_batch_size": batch}})
     assert fixed.memory.fits and fixed.throughput.step_time["shares"]["fixed costs"] < 0.25  # the fix works
     assert not any(d.key == "training.per_device_train_batch_size" and d.severity == "note" for d in fixed.diagnostics)
 

@@ -19,10 +19,21 @@ from gpuplan.plan.estimate.throughput import estimate_throughput, flops_per_toke
 #   = 8_030_261_248
 EMBED = 128256 * 4096  # 525_336_576
 LLAMA_8B = ModelFacts(
-    model_type="llama", task="causal-lm", n_params=8_030_261_248, param_shapes=(),
-    hidden_size=4096, num_layers=32, num_attention_heads=32, num_key_value_heads=8,
-    head_dim=128, intermediate_size=14336, vocab_size=128256, max_position_embeddings=131072,
-    mlp="gated", norm="rmsnorm", tie_word_embeddings=False,
+    model_type="llama",
+    task="causal-lm",
+    n_params=8_030_261_248,
+    param_shapes=(),
+    hidden_size=4096,
+    num_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    mlp="gated",
+    norm="rmsnorm",
+    tie_word_embeddings=False,
 )
 A100 = lookup("A100-80GB")
 BF16_RUN = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16")
@@ -55,8 +66,7 @@ def test_llama_8b_on_a100_bf16():
 def test_gradient_checkpointing_adds_recomputed_forward():
     # 8 * (N - head) + 6 * head + 16*L*H*Q*T, head = lm_head = 525_336_576:
     # 8*6_979_588_096 + 6*525_336_576 + 16*32*32*128*2048 = 63_283_691_520
-    run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
-                   gradient_checkpointing=True)
+    run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16", gradient_checkpointing=True)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=None, utilisation=0.4)
     assert out.model_flops_per_token == PER_TOKEN
     assert out.flops_per_token == 63_283_691_520
@@ -66,8 +76,7 @@ def test_gradient_checkpointing_adds_recomputed_forward():
 
 
 def test_empty_cache_costs_ten_percent():
-    run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16",
-                   torch_empty_cache_steps=4)
+    run = Workload(per_device_batch=1, seq_len=2048, gradient_accumulation_steps=16, amp="bf16", torch_empty_cache_steps=4)
     out = estimate_throughput(LLAMA_8B, run, A100, max_steps=10, utilisation=0.4)
     assert out.slowdowns == {"torch_empty_cache_steps": 0.10}
     assert out.step_time_s == pytest.approx(STEP_TIME * 1.1)
@@ -115,8 +124,9 @@ def test_cpu_is_priced_by_the_step_time_model_with_its_own_constants():
     assert out.assumption.startswith("step-time model, cpu constants")
     # one processor launches and computes: the step is the sum of its terms
     terms = out.step_time["terms"]
-    assert out.step_time_s == pytest.approx(sum(t["seconds"] for t in terms if t["per"] == "step")
-                                               + sum(t["seconds"] for t in terms if t["per"] == "micro-batch"))
+    assert out.step_time_s == pytest.approx(
+        sum(t["seconds"] for t in terms if t["per"] == "step") + sum(t["seconds"] for t in terms if t["per"] == "micro-batch")
+    )
 
 
 def test_default_is_the_step_time_model_and_names_its_constants():
@@ -141,10 +151,21 @@ def test_utilisation_override_and_validation():
 
 def _small(task: str, tied: bool) -> ModelFacts:
     return ModelFacts(
-        model_type="gpt2", task=task, n_params=1_000_000, param_shapes=(), hidden_size=64,
-        num_layers=2, num_attention_heads=4, num_key_value_heads=4, head_dim=16,
-        intermediate_size=256, vocab_size=1000, max_position_embeddings=1024, mlp="plain",
-        norm="layernorm", tie_word_embeddings=tied,
+        model_type="gpt2",
+        task=task,
+        n_params=1_000_000,
+        param_shapes=(),
+        hidden_size=64,
+        num_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=16,
+        intermediate_size=256,
+        vocab_size=1000,
+        max_position_embeddings=1024,
+        mlp="plain",
+        norm="layernorm",
+        tie_word_embeddings=tied,
     )
 
 

@@ -161,8 +161,11 @@ def test_promote_list(name, dt):
 def test_cpu_autocast_alone_gets_the_cuda_float32_list_wrong():
     """Without the policy these run in half on CPU (what the trace counted before)."""
     ops = fp32_ops(torch.bfloat16)
-    wrong = {n for n in ("softmax", "log_softmax", "layer_norm", "pow", "rsqrt", "exp", "sum", "cumsum", "group_norm")
-             if traced_dtype(ops[n], torch.bfloat16, cuda=False) != torch.float32}
+    wrong = {
+        n
+        for n in ("softmax", "log_softmax", "layer_norm", "pow", "rsqrt", "exp", "sum", "cumsum", "group_norm")
+        if traced_dtype(ops[n], torch.bfloat16, cuda=False) != torch.float32
+    }
     assert wrong == {"softmax", "log_softmax", "layer_norm", "pow", "rsqrt", "exp", "sum", "cumsum", "group_norm"}
 
 

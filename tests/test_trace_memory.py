@@ -11,8 +11,15 @@ pytestmark = pytest.mark.slow  # each case traces a (tiny) real model: about a s
 from gpuplan.plan.estimate.memory.types import COMPONENTS, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 
-LLAMA = dict(model_type="llama", hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+LLAMA = dict(
+    model_type="llama",
+    hidden_size=128,
+    intermediate_size=352,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=1000,
+)
 GPT2 = dict(model_type="gpt2", n_embd=128, n_layer=2, n_head=4, vocab_size=1000, n_positions=512)
 
 
@@ -96,8 +103,7 @@ def test_gradient_accumulation_keeps_gradients_alive():
 
 
 def test_seq_cls_and_masked_lm():
-    bert = dict(model_type="bert", hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                num_attention_heads=4, vocab_size=1000)
+    bert = dict(model_type="bert", hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)
     mlm = _peak(bert, task="masked-lm")
     cls = _peak(bert, task="seq-cls", num_labels=3)
     assert mlm.components["logits_loss"] > cls.components["logits_loss"]

@@ -37,8 +37,10 @@ def check_data_flag(path: str | None) -> str | None:
     if not os.path.isfile(path):
         raise UserError(f"--data {path}: no such file", fix="give a file of held-out rows in the training data's format")
     if os.path.splitext(path)[1].lower() not in EVAL_SUFFIXES:
-        raise UserError(f"--data {path}: suffix {os.path.splitext(path)[1]!r} is not one of "
-                        f"{', '.join(EVAL_SUFFIXES)}", fix="save the rows as .jsonl, .csv, .parquet or .txt")
+        raise UserError(
+            f"--data {path}: suffix {os.path.splitext(path)[1]!r} is not one of {', '.join(EVAL_SUFFIXES)}",
+            fix="save the rows as .jsonl, .csv, .parquet or .txt",
+        )
     if os.path.getsize(path) == 0:
         raise UserError(f"--data {path} is empty", fix="give a file holding at least one row")
     return os.path.abspath(path)
@@ -52,8 +54,11 @@ def eval_plan(run: FinishedRun, data_file: str | None) -> Plan:
     if data_file is not None:
         return with_value(with_value(plan, "data.eval_files", [data_file]), "data.eval_fraction", 0.0)
     if not has_eval(plan):
-        raise UserError("this run held out no eval data (data.eval_files and data.eval_fraction are unset)",
-                        key="data.eval_files", fix=f"give held-out rows: gpuplan eval {run.spec_path} --data FILE")
+        raise UserError(
+            "this run held out no eval data (data.eval_files and data.eval_fraction are unset)",
+            key="data.eval_files",
+            fix=f"give held-out rows: gpuplan eval {run.spec_path} --data FILE",
+        )
     return plan
 
 
@@ -67,19 +72,30 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
     data = prepare_data(plan, loaded.tokenizer)
     with tempfile.TemporaryDirectory(prefix="gpuplan-eval-") as tmp:
         args = TrainingArguments(
-            output_dir=tmp, use_cpu=loaded.device == "cpu", report_to="none", disable_tqdm=True,
+            output_dir=tmp,
+            use_cpu=loaded.device == "cpu",
+            report_to="none",
+            disable_tqdm=True,
             per_device_eval_batch_size=int(plan.value("training.per_device_eval_batch_size")),
-            bf16=bool(plan.value("training.bf16")), fp16=bool(plan.value("training.fp16")) and loaded.device == "cuda",
-            dataloader_num_workers=0, dataloader_pin_memory=False, seed=int(plan.value("training.seed")),
+            bf16=bool(plan.value("training.bf16")),
+            fp16=bool(plan.value("training.fp16")) and loaded.device == "cuda",
+            dataloader_num_workers=0,
+            dataloader_pin_memory=False,
+            seed=int(plan.value("training.seed")),
         )
-        trainer = Trainer(model=loaded.model, args=args, eval_dataset=data.eval, data_collator=data.collator,
-                          processing_class=loaded.tokenizer)
+        trainer = Trainer(
+            model=loaded.model, args=args, eval_dataset=data.eval, data_collator=data.collator, processing_class=loaded.tokenizer
+        )
         trainer.remove_callback(PrinterCallback)  # the numbers are printed once, by the command
         metrics = trainer.evaluate()
     loss = float(metrics["eval_loss"])
     causal = plan.value("model.task") == "causal-lm"
-    return {"eval_loss": loss, "perplexity": _exp(loss) if causal else None, "eval_sequences": len(data.eval),
-            "eval_runtime_s": metrics.get("eval_runtime")}
+    return {
+        "eval_loss": loss,
+        "perplexity": _exp(loss) if causal else None,
+        "eval_sequences": len(data.eval),
+        "eval_runtime_s": metrics.get("eval_runtime"),
+    }
 
 
 def _exp(x: float) -> float | None:

@@ -35,8 +35,7 @@ def check_destination(dest: str) -> str:
     """DIR must be new (or an empty folder) inside a folder that exists; nothing is overwritten."""
     dest = os.path.abspath(dest)
     if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise UserError(f"--to {dest} already exists and is not an empty folder",
-                        fix="give a new folder: export never overwrites files")
+        raise UserError(f"--to {dest} already exists and is not an empty folder", fix="give a new folder: export never overwrites files")
     parent = os.path.dirname(dest)
     if not os.path.isdir(parent):
         raise UserError(f"--to {dest}: the folder {parent} does not exist", fix=f"create it first: mkdir -p {parent}")
@@ -59,9 +58,11 @@ def export_dtype(run: FinishedRun, asked: str | None) -> str:
 def instruction_chat_template(prompt_template: str) -> str:
     """A chat template that renders user/assistant turns as instruction training did (eos after answers)."""
     before, after = prompt_template.split("{prompt}", 1)
-    return ("{% for m in messages %}{% if m['role'] == 'user' %}" + "{{ " + json.dumps(before) + " }}"
-            "{{ m['content'] }}" + "{{ " + json.dumps(after) + " }}"
-            "{% elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+    return (
+        "{% for m in messages %}{% if m['role'] == 'user' %}" + "{{ " + json.dumps(before) + " }}"
+        "{{ m['content'] }}" + "{{ " + json.dumps(after) + " }}"
+        "{% elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+    )
 
 
 def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
@@ -73,8 +74,12 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
 
     plan = run.plan
     cls = _auto_class(plan.value("model.task"))
-    common = {"dtype": getattr(torch, dtype), "local_files_only": True, "use_safetensors": True,
-              "trust_remote_code": bool(plan.value("model.trust_remote_code"))}
+    common = {
+        "dtype": getattr(torch, dtype),
+        "local_files_only": True,
+        "use_safetensors": True,
+        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+    }
     if run.method == "full" or run.merged_dir is not None:
         src = run.merged_dir or run.weights_dir
         return cls.from_pretrained(src, **common), src
@@ -111,9 +116,16 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     try:
         model.save_pretrained(tmp)  # safetensors (transformers 5 writes no pickle)
         tokenizer.save_pretrained(tmp)
-        info = {"source": source, "spec": os.path.abspath(run.spec_path), "output_dir": run.output_dir,
-                "method": run.method, "dtype": dtype, "checkpoint": run.checkpoint, "format": fmt,
-                "chat_template": bool(getattr(tokenizer, "chat_template", None))}
+        info = {
+            "source": source,
+            "spec": os.path.abspath(run.spec_path),
+            "output_dir": run.output_dir,
+            "method": run.method,
+            "dtype": dtype,
+            "checkpoint": run.checkpoint,
+            "format": fmt,
+            "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        }
         with open(os.path.join(tmp, EXPORT_FILE), "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
         if os.path.isdir(dest):

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 FULL_HASH_BYTES = 64 * 2**20
 SAMPLE_BYTES = 2**20

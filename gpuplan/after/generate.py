@@ -38,8 +38,15 @@ def _stop_at(tokenizer: Any, stop: str, start: int) -> Any:
     return StopText()
 
 
-def generate(loaded: Loaded, prompting: Prompting, turns: list[dict[str, str]], *,
-             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0, seed: int = 0) -> Generation:
+def generate(
+    loaded: Loaded,
+    prompting: Prompting,
+    turns: list[dict[str, str]],
+    *,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> Generation:
     """The model's answer to the last of `turns` ({role, content}; the last is the user's)."""
     import torch
     from transformers import StoppingCriteriaList, set_seed
@@ -52,8 +59,12 @@ def generate(loaded: Loaded, prompting: Prompting, turns: list[dict[str, str]], 
         start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
         ids = torch.tensor([[start_id]], device=loaded.device)
     mask = torch.ones_like(ids)
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tok.pad_token_id,
-                              "eos_token_id": tok.eos_token_id, "use_cache": True}
+    kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "use_cache": True,
+    }
     if temperature > 0:
         set_seed(seed)
         kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
@@ -63,7 +74,7 @@ def generate(loaded: Loaded, prompting: Prompting, turns: list[dict[str, str]], 
         kwargs["stopping_criteria"] = StoppingCriteriaList([_stop_at(tok, prompting.stop, ids.shape[1])])
     with torch.no_grad(), loaded.autocast():
         out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-    new = out[0, ids.shape[1]:]
+    new = out[0, ids.shape[1] :]
     generated = tok.decode(new, skip_special_tokens=True)
     return Generation(turns[-1]["content"], text, prompting.answer(generated), int(new.shape[0]))
 
@@ -72,5 +83,8 @@ def check_causal(task: str, command: str) -> None:
     if task != "causal-lm":
         from gpuplan.errors import UserError
 
-        raise UserError(f"{command} generates text: it needs a causal-lm run, and this run's model.task is {task!r}",
-                        key="model.task", fix="use gpuplan eval SPEC to score a seq-cls or masked-lm model")
+        raise UserError(
+            f"{command} generates text: it needs a causal-lm run, and this run's model.task is {task!r}",
+            key="model.task",
+            fix="use gpuplan eval SPEC to score a seq-cls or masked-lm model",
+        )

@@ -28,9 +28,11 @@ def check_installed() -> None:
     try:
         import lm_eval  # noqa: F401
     except ImportError:
-        raise UserError("eval.tasks needs lm-evaluation-harness, which is not installed",
-                        key="eval.tasks", fix=f"{_INSTALL}, or remove eval.tasks to score the held-out loss only") \
-            from None
+        raise UserError(
+            "eval.tasks needs lm-evaluation-harness, which is not installed",
+            key="eval.tasks",
+            fix=f"{_INSTALL}, or remove eval.tasks to score the held-out loss only",
+        ) from None
 
 
 def task_manager(plan: Plan) -> Any:
@@ -39,8 +41,11 @@ def task_manager(plan: Plan) -> Any:
 
     include = plan.get("eval.include_path")
     if include is not None and not os.path.isdir(include):
-        raise UserError(f"eval.include_path = {include!r} is not a folder", key="eval.include_path",
-                        fix="point it at the folder holding the task YAML files")
+        raise UserError(
+            f"eval.include_path = {include!r} is not a folder",
+            key="eval.include_path",
+            fix="point it at the folder holding the task YAML files",
+        )
     local = TaskManager(include_path=include, include_defaults=False, verbosity="ERROR") if include else None
     tasks = list(plan.value("eval.tasks"))
     if local is not None and all(t in local.all_tasks for t in tasks):
@@ -49,10 +54,11 @@ def task_manager(plan: Plan) -> Any:
     unknown = [t for t in tasks if t not in full.all_tasks]
     if unknown:
         where = f" in {include} or" if include else ""
-        raise UserError(f"eval.tasks: {', '.join(map(repr, unknown))} is no lm-eval task{where} among lm-eval's own",
-                        key="eval.tasks",
-                        fix="check the name (`lm_eval ls tasks` lists lm-eval's), or put its YAML file in "
-                            "eval.include_path")
+        raise UserError(
+            f"eval.tasks: {', '.join(map(repr, unknown))} is no lm-eval task{where} among lm-eval's own",
+            key="eval.tasks",
+            fix="check the name (`lm_eval ls tasks` lists lm-eval's), or put its YAML file in eval.include_path",
+        )
     return full
 
 
@@ -70,18 +76,28 @@ def check_local(tm: Any, tasks: list[str]) -> None:
             flat = [f for v in listed for f in (v if isinstance(v, list) else [v])]
             missing = [f for f in flat if isinstance(f, str) and not os.path.exists(f)]
             if missing:
-                problems.append(f"task {name!r} reads {', '.join(missing)}, which does not exist "
-                                "(lm-eval reads data_files relative to the working directory)")
+                problems.append(
+                    f"task {name!r} reads {', '.join(missing)}, which does not exist "
+                    "(lm-eval reads data_files relative to the working directory)"
+                )
             continue
         try:
             get_task_dict([name], tm)  # offline: loads from the local cache, or raises
         except (ConnectionError, OSError, ValueError, FileNotFoundError) as e:
             problems.append(f"task {name!r} needs the dataset {path!r}, which is not available offline ({e})")
     if problems:
-        raise GpuplanError([Diagnostic(
-            "error", "eval.tasks", p,
-            fix="give the task local data files (dataset_path: json, dataset_kwargs: {data_files: ...}) in "
-                "eval.include_path, or download the dataset into the Hugging Face cache first") for p in problems])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "eval.tasks",
+                    p,
+                    fix="give the task local data files (dataset_path: json, dataset_kwargs: {data_files: ...}) in "
+                    "eval.include_path, or download the dataset into the Hugging Face cache first",
+                )
+                for p in problems
+            ]
+        )
 
 
 def run_tasks(plan: Plan, loaded: Loaded) -> dict[str, dict[str, Any]]:
@@ -94,15 +110,29 @@ def run_tasks(plan: Plan, loaded: Loaded) -> dict[str, dict[str, Any]]:
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
-    lm = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, device=loaded.device,
-              batch_size=int(plan.value("training.per_device_eval_batch_size")))
+    lm = HFLM(
+        pretrained=loaded.model,
+        tokenizer=loaded.tokenizer,
+        device=loaded.device,
+        batch_size=int(plan.value("training.per_device_eval_batch_size")),
+    )
     with loaded.autocast():
-        out = simple_evaluate(model=lm, tasks=tasks, task_manager=tm, num_fewshot=plan.get("eval.num_fewshot"),
-                              limit=plan.get("eval.limit"), log_samples=False, bootstrap_iters=0,
-                              random_seed=int(plan.value("training.seed")))
+        out = simple_evaluate(
+            model=lm,
+            tasks=tasks,
+            task_manager=tm,
+            num_fewshot=plan.get("eval.num_fewshot"),
+            limit=plan.get("eval.limit"),
+            log_samples=False,
+            bootstrap_iters=0,
+            random_seed=int(plan.value("training.seed")),
+        )
     results: dict[str, dict[str, Any]] = {}
     for task, metrics in (out or {}).get("results", {}).items():
-        results[task] = {k.split(",")[0]: v for k, v in metrics.items()
-                         if "," in k and isinstance(v, (int, float)) and not k.split(",")[0].endswith("_stderr")}
+        results[task] = {
+            k.split(",")[0]: v
+            for k, v in metrics.items()
+            if "," in k and isinstance(v, (int, float)) and not k.split(",")[0].endswith("_stderr")
+        }
         results[task]["examples"] = metrics.get("sample_len")
     return results

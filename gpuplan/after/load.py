@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .run import FinishedRun
 
@@ -56,22 +57,19 @@ def load_tokenizer_of(run: FinishedRun) -> Any:
             return load_tokenizer(d, task=task, from_scratch=False, trust_remote_code=trust)
     from gpuplan.hub.fetch import model_dir
 
-    return load_tokenizer(model_dir(plan), task=task, from_scratch=bool(plan.value("model.from_scratch")),
-                          trust_remote_code=trust)
+    return load_tokenizer(model_dir(plan), task=task, from_scratch=bool(plan.value("model.from_scratch")), trust_remote_code=trust)
 
 
-def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None,
-                 device: str | None = None) -> Loaded:
+def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None, device: str | None = None) -> Loaded:
     import torch
 
     from gpuplan.apply.adapters import keep_training_layout
-    from gpuplan.apply.quant4_load import load_kwargs
     from gpuplan.apply.convert import torch_dtype
     from gpuplan.apply.errors import ApplyError
     from gpuplan.apply.model import _auto_class
-    from gpuplan.hub.fetch import model_dir
-
+    from gpuplan.apply.quant4_load import load_kwargs
     from gpuplan.apply.quiet import disable_progress_bars
+    from gpuplan.hub.fetch import model_dir
 
     disable_progress_bars()  # no "Loading weights" / tokenize bars around the answers
     plan = run.plan
@@ -82,8 +80,12 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
     if attn == "flash_attention_2" and device != "cuda":
         echo("the run used flash_attention_2, a CUDA kernel; on the CPU the model runs with sdpa")
         attn = "sdpa"
-    common: dict[str, Any] = {"dtype": torch_dtype(plan), "attn_implementation": attn, "local_files_only": True,
-                              "trust_remote_code": bool(plan.value("model.trust_remote_code"))}
+    common: dict[str, Any] = {
+        "dtype": torch_dtype(plan),
+        "attn_implementation": attn,
+        "local_files_only": True,
+        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+    }
     try:
         if run.method == "full" or run.merged_dir is not None:
             where = run.merged_dir or run.weights_dir
@@ -97,11 +99,12 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
             if run.method == "qlora":
                 keep_training_layout(base)  # the 4-bit layout the adapter trained (and apply evaluated) on
             model = PeftModel.from_pretrained(base, run.weights_dir, is_trainable=False)
-            what = (f"adapter {run.weights_dir} on the base {base_dir}"
-                    + (" (4-bit, as trained)" if run.method == "qlora" else ""))
+            what = f"adapter {run.weights_dir} on the base {base_dir}" + (" (4-bit, as trained)" if run.method == "qlora" else "")
     except (OSError, ValueError) as e:
-        raise ApplyError(f"cannot load the trained model from {run.weights_dir}: {e}",
-                         fix="check that the run's files are complete; train again with --restart") from e
+        raise ApplyError(
+            f"cannot load the trained model from {run.weights_dir}: {e}",
+            fix="check that the run's files are complete; train again with --restart",
+        ) from e
     if run.method != "qlora":  # a 4-bit model is placed while loading (device_map on CUDA)
         model = model.to(device)
     model.eval()

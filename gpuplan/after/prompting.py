@@ -34,13 +34,11 @@ class Prompting:
     def render(self, tokenizer: Any, turns: list[dict[str, str]]) -> str:
         """The text to continue: `turns` ({role, content}, ending with the user's) rendered."""
         if self.fmt == "chat":
-            return tokenizer.apply_chat_template(turns, chat_template=self.template, tokenize=False,
-                                                 add_generation_prompt=True)
+            return tokenizer.apply_chat_template(turns, chat_template=self.template, tokenize=False, add_generation_prompt=True)
         if self.fmt == "instruction":
             assert self.template is not None
             eos = tokenizer.eos_token or ""
-            done = "".join(self.template.replace("{prompt}", u["content"]) + a["content"] + eos
-                           for u, a in zip(turns[:-1:2], turns[1::2]))
+            done = "".join(self.template.replace("{prompt}", u["content"]) + a["content"] + eos for u, a in zip(turns[:-1:2], turns[1::2]))
             return done + self.template.replace("{prompt}", turns[-1]["content"])
         return "".join(t["content"] for t in turns)
 
@@ -65,9 +63,10 @@ def prompting(plan: Plan, tokenizer: Any) -> Prompting:
 
 def end_of_turn(tokenizer: Any, template: str) -> str | None:
     """What the template writes after an assistant message (ChatML: "<|im_end|>"), stripped."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}],
-                                         chat_template=template, tokenize=False)
-    after = text[text.index(_PROBE) + len(_PROBE):].strip() if _PROBE in text else ""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE}], chat_template=template, tokenize=False
+    )
+    after = text[text.index(_PROBE) + len(_PROBE) :].strip() if _PROBE in text else ""
     eos = tokenizer.eos_token
     if eos and after.startswith(eos):
         return None  # eos ends the turn: generate stops there itself

@@ -26,11 +26,15 @@ def weights_step(run: FinishedRun) -> int | None:
     return (run.state.get("progress") or {}).get("global_step")
 
 
-def entry(run: FinishedRun, data_files: list[str] | None, heldout: dict[str, Any] | None,
-          tasks: dict[str, Any] | None) -> dict[str, Any]:
-    return {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "step": weights_step(run),
-            "checkpoint": run.checkpoint, "data": data_files or "the run's eval split",
-            **(heldout or {}), "tasks": tasks or {}}
+def entry(run: FinishedRun, data_files: list[str] | None, heldout: dict[str, Any] | None, tasks: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "step": weights_step(run),
+        "checkpoint": run.checkpoint,
+        "data": data_files or "the run's eval split",
+        **(heldout or {}),
+        "tasks": tasks or {},
+    }
 
 
 def record(run: FinishedRun, evaluation: dict[str, Any]) -> str:

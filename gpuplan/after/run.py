@@ -64,22 +64,29 @@ def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str)
     state = load_state(out)
     apply_cmd = f"gpuplan apply {spec_path} --yes"
     if state is None:
-        raise _error(f"{out}: no run here yet (no gpuplan-state.json): {command} needs a finished run",
-                     fix=f"train first: {apply_cmd}", key="output.dir")
+        raise _error(
+            f"{out}: no run here yet (no gpuplan-state.json): {command} needs a finished run",
+            fix=f"train first: {apply_cmd}",
+            key="output.dir",
+        )
     status = state.get("status")
     if checkpoint is None and status != "completed":
         why = f" ({state['error']})" if state.get("error") else ""
-        raise _error(f"{out}: the last apply is {status}{why}, so there is no final model",
-                     fix=f"finish it: {apply_cmd}, or use a checkpoint with --checkpoint N "
-                         f"(saved: {', '.join(map(str, checkpoints(out))) or 'none'})", key="output.dir")
+        raise _error(
+            f"{out}: the last apply is {status}{why}, so there is no final model",
+            fix=f"finish it: {apply_cmd}, or use a checkpoint with --checkpoint N "
+            f"(saved: {', '.join(map(str, checkpoints(out))) or 'none'})",
+            key="output.dir",
+        )
     plan = with_eval_settings(Plan.from_dict(state["plan"]), settings)
     if checkpoint is not None:
         weights = os.path.join(out, f"checkpoint-{checkpoint}")
         if not os.path.isdir(weights):
             saved = checkpoints(out)
-            raise _error(f"--checkpoint {checkpoint}: {weights} does not exist",
-                         fix="use one of the saved steps: " + (", ".join(map(str, saved)) if saved else
-                                                                "none are saved; leave out --checkpoint"))
+            raise _error(
+                f"--checkpoint {checkpoint}: {weights} does not exist",
+                fix="use one of the saved steps: " + (", ".join(map(str, saved)) if saved else "none are saved; leave out --checkpoint"),
+            )
         from gpuplan.apply.checkpoints import checkpoint_problem
 
         if problem := checkpoint_problem(weights):
@@ -105,8 +112,8 @@ def with_eval_settings(plan: Plan, settings: dict[str, Any]) -> Plan:
 def checkpoints(output_dir: str) -> list[int]:
     steps = []
     for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
-        if name.startswith("checkpoint-") and name[len("checkpoint-"):].isdigit():
-            steps.append(int(name[len("checkpoint-"):]))
+        if name.startswith("checkpoint-") and name[len("checkpoint-") :].isdigit():
+            steps.append(int(name[len("checkpoint-") :]))
     return sorted(steps)
 
 
@@ -122,18 +129,23 @@ def check_base(run: FinishedRun) -> None:
     try:
         base = model_dir(run.plan)
     except HubError as e:
-        raise GpuplanError([Diagnostic("error", e.key, e.message, fix=e.fix or
-                                       "fetch it again: gpuplan apply downloads the commit the run used")]) from None
+        raise GpuplanError(
+            [Diagnostic("error", e.key, e.message, fix=e.fix or "fetch it again: gpuplan apply downloads the commit the run used")]
+        ) from None
     recorded = (run.state.get("results") or {}).get("base_files")
     if base is None or not os.path.isdir(base):
-        raise _error(f"the base model {base} this adapter was trained on is gone", key="model.name_or_path",
-                     fix="restore it (the adapter only works on that base)")
+        raise _error(
+            f"the base model {base} this adapter was trained on is gone",
+            key="model.name_or_path",
+            fix="restore it (the adapter only works on that base)",
+        )
     if recorded is None:
         return  # a run from before bases were recorded: nothing to compare with
     changes = changed_files(recorded, base)
     if changes:
         shown = "; ".join(changes[:5]) + (f"; and {len(changes) - 5} more" if len(changes) > 5 else "")
-        raise _error(f"the base model in {base} changed since the run trained its adapter on it: {shown}",
-                     key="model.name_or_path",
-                     fix="restore the base the adapter was trained on, or train again on this one "
-                         f"(gpuplan apply {run.spec_path} --yes --restart)")
+        raise _error(
+            f"the base model in {base} changed since the run trained its adapter on it: {shown}",
+            key="model.name_or_path",
+            fix=f"restore the base the adapter was trained on, or train again on this one (gpuplan apply {run.spec_path} --yes --restart)",
+        )

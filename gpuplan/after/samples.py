@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from gpuplan.plan.types import Plan
 
@@ -28,26 +29,34 @@ def check(plan: Plan) -> None:
     if not plan.get("eval.sample_prompts"):
         return
     if plan.value("model.task") != "causal-lm":
-        raise ApplyError(f"eval.sample_prompts generates text, which needs model.task = \"causal-lm\" "
-                         f"(this run: {plan.value('model.task')!r}); remove eval.sample_prompts", key="eval.sample_prompts")
+        raise ApplyError(
+            f'eval.sample_prompts generates text, which needs model.task = "causal-lm" '
+            f"(this run: {plan.value('model.task')!r}); remove eval.sample_prompts",
+            key="eval.sample_prompts",
+        )
     world = plan.world_size
     if world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed"):
-        raise ApplyError(f"eval.sample_prompts with distributed.strategy = {plan.get('distributed.strategy')!r} on "
-                         f"{world} processes: the weights are sharded and rank 0 cannot generate alone",
-                         key="eval.sample_prompts",
-                         fix="remove eval.sample_prompts and run `gpuplan generate SPEC` after the run")
+        raise ApplyError(
+            f"eval.sample_prompts with distributed.strategy = {plan.get('distributed.strategy')!r} on "
+            f"{world} processes: the weights are sharded and rank 0 cannot generate alone",
+            key="eval.sample_prompts",
+            fix="remove eval.sample_prompts and run `gpuplan generate SPEC` after the run",
+        )
     if plan.get("eval.sample_at_eval") and not has_eval(plan):
-        raise ApplyError("eval.sample_at_eval = true but the run never evaluates (no data.eval_files or "
-                         "data.eval_fraction)", key="eval.sample_at_eval",
-                         fix="set data.eval_fraction = 0.05, or eval.sample_at_eval = false (samples at the end only)")
+        raise ApplyError(
+            "eval.sample_at_eval = true but the run never evaluates (no data.eval_files or data.eval_fraction)",
+            key="eval.sample_at_eval",
+            fix="set data.eval_fraction = 0.05, or eval.sample_at_eval = false (samples at the end only)",
+        )
 
 
 def _rank0() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def write_samples(plan: Plan, model: Any, tokenizer: Any, step: int, at: str,
-                  echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def write_samples(
+    plan: Plan, model: Any, tokenizer: Any, step: int, at: str, echo: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     """Generate every sample prompt with `model` and append them to metrics.jsonl."""
     import torch
 
@@ -68,8 +77,7 @@ def write_samples(plan: Plan, model: Any, tokenizer: Any, step: int, at: str,
     records = []
     try:
         for p in plan.value("eval.sample_prompts"):
-            g = generate(loaded, how, [{"role": "user", "content": p}],
-                         max_new_tokens=int(plan.value("eval.sample_max_new_tokens")))
+            g = generate(loaded, how, [{"role": "user", "content": p}], max_new_tokens=int(plan.value("eval.sample_max_new_tokens")))
             records.append({"event": "sample", "step": step, "at": at, "prompt": p, "completion": g.completion})
     finally:
         if was_training:

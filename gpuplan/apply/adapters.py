@@ -32,10 +32,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gpuplan.plan.methods import METHODS
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
-from gpuplan.plan.methods import METHODS
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
@@ -65,14 +65,14 @@ def check(plan: Plan) -> None:
     if plan.value("model.from_scratch"):
         raise ApplyError(
             f"model.method = {m!r} trains adapters on a frozen pretrained base, but model.from_scratch = true "
-            "would freeze random weights; set model.method = \"full\" to train from scratch, or point "
+            'would freeze random weights; set model.method = "full" to train from scratch, or point '
             "model.name_or_path at a pretrained model and set model.from_scratch = false"
         )
     if plan.get("output.merge_adapter") and m == "qlora":
         raise ApplyError(
-            "output.merge_adapter = true with model.method = \"qlora\": merging into a 4-bit base would "
+            'output.merge_adapter = true with model.method = "qlora": merging into a 4-bit base would '
             "round the adapter away; set output.merge_adapter = false (load the adapter on the base with peft), "
-            "or use model.method = \"lora\""
+            'or use model.method = "lora"'
         )
     lora_config(plan)  # every lora.* value checked here, before hours of loading
     if m == "qlora":
@@ -133,8 +133,10 @@ def wrap(plan: Plan, model: Any) -> Any:
 
 def target_error(plan: Plan, model: Any, e: Exception) -> ApplyError:
     names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
-    return ApplyError(f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
-                      f"Its linear layers are named: {', '.join(names)}")
+    return ApplyError(
+        f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
+        f"Its linear layers are named: {', '.join(names)}"
+    )
 
 
 def prepare_base(plan: Plan, model: Any) -> Any:
@@ -152,7 +154,8 @@ def prepare_base(plan: Plan, model: Any) -> Any:
         # use_reentrant=False: what the Trainer passes when it enables checkpointing again
         # (transformers 5.24 modeling_utils._activation_checkpointing_enable).
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=checkpointing,
+            model,
+            use_gradient_checkpointing=checkpointing,
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     if checkpointing:

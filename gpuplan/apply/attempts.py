@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.lifecycle.state import RunState
 from gpuplan.plan.types import Plan
@@ -27,11 +28,12 @@ def check_resume_point(resume_from: str, output_dir: str) -> None:
     from .checkpoints import checkpoint_problem, checkpoint_step, trim_metrics
 
     if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
-        raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it "
-                         "(not a Trainer checkpoint)")
+        raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it (not a Trainer checkpoint)")
     if problem := checkpoint_problem(resume_from):
-        raise ApplyError(f"cannot resume from {resume_from}: {problem}",
-                         fix=f"rerun with --restart, or delete {resume_from} to resume from the one before")
+        raise ApplyError(
+            f"cannot resume from {resume_from}: {problem}",
+            fix=f"rerun with --restart, or delete {resume_from} to resume from the one before",
+        )
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
         trim_metrics(output_dir, checkpoint_step(resume_from))
 
@@ -129,4 +131,3 @@ def _release(device: str) -> None:
         import torch
 
         torch.cuda.empty_cache()
-

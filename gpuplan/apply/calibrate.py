@@ -38,11 +38,16 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
     peak_memory = results.get("peak_allocated_bytes", results.get("peak_rss_bytes"))
     model = {}
     if t.step_time:  # the parts a later plan scales (plan/estimate/calibration.py), and what changes the step
-        model = {"modelled_s": modelled_parts(t.step_time),
-                 "key": calibration_key(t.peak_dtype, plan.value("model.method"),
-                                        plan.value("training.gradient_checkpointing"),
-                                        [s.name for s in plan.memory.savers]),
-                 "arch_class": t.step_time.get("arch_class")}
+        model = {
+            "modelled_s": modelled_parts(t.step_time),
+            "key": calibration_key(
+                t.peak_dtype,
+                plan.value("model.method"),
+                plan.value("training.gradient_checkpointing"),
+                [s.name for s in plan.memory.savers],
+            ),
+            "arch_class": t.step_time.get("arch_class"),
+        }
     return {
         "run": plan.value("output.dir"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -49,7 +49,7 @@ def chat_template_of(plan: Plan, tokenizer: Any) -> str:
     if want in CHAT_TEMPLATES:
         return CHAT_TEMPLATES[want]
     if not os.path.isfile(want):
-        raise ApplyError(f"data.chat_template = {want!r}: no such file; use \"chatml\" or a path to a Jinja file")
+        raise ApplyError(f'data.chat_template = {want!r}: no such file; use "chatml" or a path to a Jinja file')
     with open(want, encoding="utf-8") as f:
         return f.read()
 
@@ -62,13 +62,12 @@ def _messages(row: dict[str, Any], field: str, index: int) -> list[dict[str, str
     out = []
     for m in msgs:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise ApplyError(f"{where}: message {m!r} is not {{\"role\": str, \"content\": str}}")
+            raise ApplyError(f'{where}: message {m!r} is not {{"role": str, "content": str}}')
         out.append({"role": m["role"], "content": m["content"]})
     return out
 
 
-def conversation_segments(messages: list[dict[str, str]], render: Callable[[list, bool], str],
-                          train_on_prompt: bool) -> Segments:
+def conversation_segments(messages: list[dict[str, str]], render: Callable[[list, bool], str], train_on_prompt: bool) -> Segments:
     """Split a rendered conversation into masked text and trained assistant turns."""
     if train_on_prompt:
         return [(render(messages, False), True)]
@@ -82,12 +81,12 @@ def conversation_segments(messages: list[dict[str, str]], render: Callable[[list
         if not before.startswith(done) or not after.startswith(before):
             raise ApplyError(
                 "the chat template does not render a conversation as a prefix of its continuation, so the "
-                "assistant turns cannot be located; use data.chat_template = \"chatml\" or set "
+                'assistant turns cannot be located; use data.chat_template = "chatml" or set '
                 "data.train_on_prompt = true"
             )
-        out += [(before[len(done):], False), (after[len(before):], True)]
+        out += [(before[len(done) :], False), (after[len(before) :], True)]
         done = after
-    rest = render(messages, False)[len(done):]
+    rest = render(messages, False)[len(done) :]
     if rest:
         out.append((rest, False))
     return [(t, trained) for t, trained in out if t]
@@ -102,13 +101,13 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
 
         def render(msgs: list, gen: bool) -> str:
             try:
-                return tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
-                                                     add_generation_prompt=gen)
+                return tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False, add_generation_prompt=gen)
             except Exception as e:  # jinja2 TemplateError, or the template's own raise_exception
                 raise ApplyError(f"data.chat_template: rendering failed: {e}") from e
 
-        return Formatter(fmt, lambda row, i: conversation_segments(_messages(row, field, i), render, on_prompt),
-                         (("data.messages_field", field),))
+        return Formatter(
+            fmt, lambda row, i: conversation_segments(_messages(row, field, i), render, on_prompt), (("data.messages_field", field),)
+        )
     if fmt == "instruction":
         pf, rf = plan.value("data.prompt_field"), plan.value("data.response_field")
         template = plan.value("data.prompt_template")
@@ -127,8 +126,7 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
 
 def text_formatter(field: str) -> Formatter:
     """Plain text: every token of the field is trained."""
-    return Formatter("text", lambda row, i: [(row[field], True)] if isinstance(row.get(field), str) else [],
-                     (("data.text_field", field),))
+    return Formatter("text", lambda row, i: [(row[field], True)] if isinstance(row.get(field), str) else [], (("data.text_field", field),))
 
 
 def tokenize_segments(segments: Segments, tokenizer: Any) -> tuple[list[int], list[bool]]:
@@ -156,6 +154,7 @@ def tokenize_segments(segments: Segments, tokenizer: Any) -> tuple[list[int], li
 
 def _by_prefixes(segments: Segments, text: str, tokenizer: Any) -> tuple[list[int], list[bool]]:
     """A slow tokenizer (no offsets): the token count of the text up to each segment end marks the spans."""
+
     def encode(t: str) -> list[int]:
         return list(tokenizer(t, add_special_tokens=False)["input_ids"])
 

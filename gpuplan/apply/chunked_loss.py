@@ -34,9 +34,18 @@ def _chunk_loss(hidden: Any, labels: Any, head: Any, ignore_index: int) -> Any:
     return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
 
 
-def chunked_causal_lm_loss(logits: Any, labels: Any, vocab_size: int, num_items_in_batch: Any = None,
-                           ignore_index: int = IGNORE_INDEX, shift_labels: Any = None, *, head: Any,
-                           chunk: int, **kwargs: Any) -> Any:
+def chunked_causal_lm_loss(
+    logits: Any,
+    labels: Any,
+    vocab_size: int,
+    num_items_in_batch: Any = None,
+    ignore_index: int = IGNORE_INDEX,
+    shift_labels: Any = None,
+    *,
+    head: Any,
+    chunk: int,
+    **kwargs: Any,
+) -> Any:
     """ForCausalLMLoss where `logits` are the final hidden states and `head` makes the logits."""
     import torch
     import torch.nn.functional as F
@@ -49,8 +58,7 @@ def chunked_causal_lm_loss(logits: Any, labels: Any, vocab_size: int, num_items_
     targets = shift_labels.reshape(-1).to(flat.device)
     total = None
     for start in range(0, flat.shape[0], chunk):
-        part = checkpoint(_chunk_loss, flat[start:start + chunk], targets[start:start + chunk], head,
-                          ignore_index, use_reentrant=False)
+        part = checkpoint(_chunk_loss, flat[start : start + chunk], targets[start : start + chunk], head, ignore_index, use_reentrant=False)
         total = part if total is None else total + part
     if num_items_in_batch is None:
         count = (targets != ignore_index).sum()
@@ -86,8 +94,7 @@ def head_name(lm: Any) -> str:
     for name, child in lm.named_children():
         if child is head:
             return name
-    raise ValueError(f"{type(lm).__name__}'s output head is not a direct child module: chunked cross-entropy "
-                     "cannot swap it")
+    raise ValueError(f"{type(lm).__name__}'s output head is not a direct child module: chunked cross-entropy cannot swap it")
 
 
 def install(model: Any, chunk: int) -> Any:
@@ -99,8 +106,7 @@ def install(model: Any, chunk: int) -> Any:
     if why:
         raise ValueError(why)
     if getattr(lm.config, "final_logit_softcapping", None):
-        raise ValueError(f"{lm.config.model_type} soft-caps its logits before the loss: chunked cross-entropy "
-                         "would skip the cap")
+        raise ValueError(f"{lm.config.model_type} soft-caps its logits before the loss: chunked cross-entropy would skip the cap")
     name = head_name(lm)
     original = lm.forward
     passthrough = _PassThrough.make()

@@ -16,7 +16,8 @@ Field names follow transformers 5.24 `training_args.py`:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpuplan.errors import ApplyError
 from gpuplan.plan.types import Plan
@@ -40,8 +41,9 @@ def torch_dtype(plan: Plan) -> Any:
 
     name = plan.value("model.dtype")
     if name not in _TORCH_DTYPES:
-        raise ApplyError(f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}", key="model.dtype",
-                         fix="re-run `gpuplan plan` to resolve it")
+        raise ApplyError(
+            f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}", key="model.dtype", fix="re-run `gpuplan plan` to resolve it"
+        )
     return getattr(torch, _TORCH_DTYPES[name])
 
 
@@ -148,8 +150,11 @@ def _warmup(plan: Plan) -> int | float:
     if ratio is None:
         return steps
     if steps:
-        raise ApplyError(f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set",
-                         key="training.warmup_ratio", fix="keep one of them in the spec and re-run `gpuplan plan`")
+        raise ApplyError(
+            f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set",
+            key="training.warmup_ratio",
+            fix="keep one of them in the spec and re-run `gpuplan plan`",
+        )
     return float(ratio)
 
 
@@ -196,8 +201,11 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
     if strategy == "fsdp":
         sharding = plan.get("distributed.fsdp_sharding") or "full_shard"
         if sharding not in ("full_shard", "shard_grad_op"):
-            raise ApplyError(f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet",
-                             key="distributed.fsdp_sharding", fix='use "full_shard" or "shard_grad_op"')
+            raise ApplyError(
+                f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet",
+                key="distributed.fsdp_sharding",
+                fix='use "full_shard" or "shard_grad_op"',
+            )
         out: dict[str, Any] = {
             "fsdp": True,
             "fsdp_config": {
@@ -212,8 +220,11 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
     if strategy == "deepspeed":
         stage = plan.get("distributed.zero_stage")
         if stage not in (1, 2, 3):
-            raise ApplyError(f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3",
-                             key="distributed.zero_stage", fix="re-run `gpuplan plan` to resolve it")
+            raise ApplyError(
+                f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3",
+                key="distributed.zero_stage",
+                fix="re-run `gpuplan plan` to resolve it",
+            )
         zero: dict[str, Any] = {"stage": stage}
         if plan.get("distributed.offload_optimizer"):
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
@@ -221,8 +232,7 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
         config: dict[str, Any] = {}
         if plan.get("distributed.offload_optimizer"):
-            config["optimizer"] = {"type": "AdamW", "params": {
-                "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+            config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
         return {
             "deepspeed": {
                 **config,
@@ -235,8 +245,11 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
                 "fp16": {"enabled": "auto"},
             }
         }
-    raise ApplyError(f"distributed.strategy = {strategy!r} is not one of none, ddp, fsdp, deepspeed",
-                     key="distributed.strategy", fix="re-run `gpuplan plan` to resolve it")
+    raise ApplyError(
+        f"distributed.strategy = {strategy!r} is not one of none, ddp, fsdp, deepspeed",
+        key="distributed.strategy",
+        fix="re-run `gpuplan plan` to resolve it",
+    )
 
 
 def training_arguments(plan: Plan, *, progress: bool = True) -> Any:
@@ -247,8 +260,10 @@ def training_arguments(plan: Plan, *, progress: bool = True) -> Any:
     try:
         return TrainingArguments(**training_arguments_kwargs(plan, progress=progress))
     except (ValueError, ImportError) as e:
-        raise ApplyError(f"the plan's training settings were refused by transformers: {e}",
-                         fix=refusal_fix(plan, "transformers", transformers.__version__, e)) from e
+        raise ApplyError(
+            f"the plan's training settings were refused by transformers: {e}",
+            fix=refusal_fix(plan, "transformers", transformers.__version__, e),
+        ) from e
 
 
 def refusal_fix(plan: Plan, package: str, installed: str, error: BaseException) -> str:
@@ -259,6 +274,8 @@ def refusal_fix(plan: Plan, package: str, installed: str, error: BaseException) 
         return f"install {name}" if name else "install the package the message names"
     planned = (plan.fingerprint.get("versions") or {}).get(package)
     if planned and planned != installed:
-        return (f"the plan was made for {package} {planned} and {installed} is installed: "
-                "re-run `gpuplan plan` here, or install the version the plan was made for")
+        return (
+            f"the plan was made for {package} {planned} and {installed} is installed: "
+            "re-run `gpuplan plan` here, or install the version the plan was made for"
+        )
     return "change the setting the message names in the spec, then re-run `gpuplan plan`"

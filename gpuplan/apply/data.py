@@ -76,7 +76,7 @@ def _check_field(ds: Any, field: str | None, key: str, paths: list[str], builder
     if field is None:
         raise ApplyError(f"{key} is not set; seq-cls needs the name of the label column", key=key)
     if field not in ds.column_names:
-        hint = " (text files have the single field \"text\")" if builder == "text" else ""
+        hint = ' (text files have the single field "text")' if builder == "text" else ""
         raise ApplyError(
             f"{key} = {field!r}: no such field in {', '.join(paths)}; fields present: "
             f"{', '.join(ds.column_names)}{hint}. Set {key} to one of them"
@@ -136,9 +136,7 @@ def _tokenize_cls(ds: Any, tokenizer: Any, field: str, label_field: str, names: 
         labels = []
         for v in batch[label_field]:
             if str(v) not in ids:
-                raise ApplyError(
-                    f"data.label_field = {label_field!r}: label {v!r} is not among the training labels {names}"
-                )
+                raise ApplyError(f"data.label_field = {label_field!r}: label {v!r} is not among the training labels {names}")
             labels.append(ids[str(v)])
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
 
@@ -182,7 +180,7 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
     from .examples import build
 
     if plan.value("model.task") != "causal-lm":
-        raise ApplyError(f"data.format = {plan.value('data.format')!r} needs model.task = \"causal-lm\"")
+        raise ApplyError(f'data.format = {plan.value("data.format")!r} needs model.task = "causal-lm"')
     fmt = formatter(plan, tokenizer)
     for key, column in fmt.fields:
         _check_field(raw, column, key, paths, builder)
@@ -190,8 +188,9 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
     seq_len, packing = int(plan.value("data.seq_len")), bool(plan.value("data.packing"))
     _, train, stats = build(raw_train, fmt, tokenizer, seq_len, packing)
     if len(train) == 0:
-        raise ApplyError(f"data.train_files: no row has a trained token within data.seq_len = {seq_len}; "
-                         "raise data.seq_len or check the data")
+        raise ApplyError(
+            f"data.train_files: no row has a trained token within data.seq_len = {seq_len}; raise data.seq_len or check the data"
+        )
     ev = None
     if raw_eval is not None:
         for key, column in fmt.fields:
@@ -201,8 +200,7 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
             raise ApplyError("the eval split has no row with a trained token; raise data.eval_fraction")
     from .flatten import flatten_micro_batch, needs_flattening
 
-    collator = flatten_micro_batch if needs_flattening(plan.get("model.attn_implementation"), packing) \
-        else default_data_collator
+    collator = flatten_micro_batch if needs_flattening(plan.get("model.attn_implementation"), packing) else default_data_collator
     return PreparedData(train, ev, collator, None, stats)
 
 
@@ -241,8 +239,7 @@ def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
         )
     if len(train) == 0:
         raise ApplyError(
-            f"data.train_files: {', '.join(paths)} holds fewer than data.seq_len = {seq_len} tokens of text; "
-            "add text or lower data.seq_len"
+            f"data.train_files: {', '.join(paths)} holds fewer than data.seq_len = {seq_len} tokens of text; add text or lower data.seq_len"
         )
     if ev is not None and len(ev) == 0:
         raise ApplyError(f"the eval split holds fewer than data.seq_len = {seq_len} tokens; raise data.eval_fraction")

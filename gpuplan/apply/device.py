@@ -18,11 +18,11 @@ from gpuplan.plan.types import Plan
 from .convert import uses_cpu
 from .errors import ApplyError
 
-_REPLAN = "re-run `gpuplan plan` for this machine (hardware.gpu = \"cpu\" or \"auto\")"
+_REPLAN = 're-run `gpuplan plan` for this machine (hardware.gpu = "cpu" or "auto")'
 
 
 def check_device(plan: Plan) -> str:
-    """"cpu" or "cuda" after checking the plan against this process; ApplyError otherwise."""
+    """ "cpu" or "cuda" after checking the plan against this process; ApplyError otherwise."""
     import torch
 
     world = plan.world_size
@@ -36,14 +36,14 @@ def check_device(plan: Plan) -> str:
         if plan.value("training.fp16"):
             problems.append("training.fp16 = true (accelerate runs fp16 on CPU without autocast)")
         if plan.value("model.attn_implementation") == "flash_attention_2":
-            problems.append("model.attn_implementation = \"flash_attention_2\" (a CUDA kernel)")
+            problems.append('model.attn_implementation = "flash_attention_2" (a CUDA kernel)')
         if plan.get("distributed.strategy") == "deepspeed":  # FSDP2 runs on CPU ranks over gloo; DeepSpeed needs CUDA
             problems.append("distributed.strategy = 'deepspeed' (DeepSpeed needs CUDA)")
         if problems:
             raise ApplyError(
-                "the plan is for hardware \"cpu\" but holds values the CPU cannot honour: "
+                'the plan is for hardware "cpu" but holds values the CPU cannot honour: '
                 + "; ".join(problems)
-                + f". The planner resolves these for \"cpu\": {_REPLAN}"
+                + f'. The planner resolves these for "cpu": {_REPLAN}'
             )
         _check_world(plan, world, launched)
         return "cpu"

@@ -14,7 +14,7 @@ from typing import Any
 
 
 def engine_of(model: Any) -> str:
-    """"ddp", "fsdp2 full_shard", "fsdp2 shard_grad_op" or "none" for the Trainer's wrapped model."""
+    """ "ddp", "fsdp2 full_shard", "fsdp2 shard_grad_op" or "none" for the Trainer's wrapped model."""
     from torch.nn.parallel import DistributedDataParallel
 
     if isinstance(model, DistributedDataParallel):

@@ -107,8 +107,9 @@ def to_sequences(tok: Any, seq_len: int, pad_id: int, packing: bool) -> Any:
             close()
         return out
 
-    return tok.map(packed if packing else padded, batched=True, batch_size=1000,
-                   remove_columns=tok.column_names, desc="pack" if packing else "pad")
+    return tok.map(
+        packed if packing else padded, batched=True, batch_size=1000, remove_columns=tok.column_names, desc="pack" if packing else "pad"
+    )
 
 
 def build(ds: Any, fmt: Formatter, tokenizer: Any, seq_len: int, packing: bool) -> tuple[Any, Any, DataStats]:
@@ -119,7 +120,15 @@ def build(ds: Any, fmt: Formatter, tokenizer: Any, seq_len: int, packing: bool) 
     lengths = [len(x) for x in kept["input_ids"]]
     trained = sum(sum(t) for t in kept["trained"])
     seqs = to_sequences(kept, seq_len, tokenizer.pad_token_id, packing)
-    stats = DataStats(rows=len(ds), examples=len(kept), dropped_rows=len(ds) - len(kept), truncated_rows=truncated,
-                      tokens=sum(lengths), trained_tokens=trained, sequences=len(seqs), seq_len=seq_len,
-                      packing=packing)
+    stats = DataStats(
+        rows=len(ds),
+        examples=len(kept),
+        dropped_rows=len(ds) - len(kept),
+        truncated_rows=truncated,
+        tokens=sum(lengths),
+        trained_tokens=trained,
+        sequences=len(seqs),
+        seq_len=seq_len,
+        packing=packing,
+    )
     return kept, seqs, stats

@@ -51,4 +51,3 @@ def trainer_class() -> type:
                 self.is_fsdp_enabled = True
 
     return FSDPOnCPUTrainer
-

@@ -32,7 +32,7 @@ class GracefulStop:
         self._old: Any = None
         self.active = False
 
-    def __enter__(self) -> "GracefulStop":
+    def __enter__(self) -> GracefulStop:
         single = int(os.environ.get("WORLD_SIZE", "1")) == 1
         if single and threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handle)
@@ -48,8 +48,7 @@ class GracefulStop:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nInterrupt: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)",
-              file=sys.stderr, flush=True)
+        print("\nInterrupt: saving a checkpoint after this step, then stopping (Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
     def callback(self) -> Any:
         from transformers import TrainerCallback

@@ -161,7 +161,7 @@ def master_addr(plan: Plan, env: Mapping[str, str]) -> str:
         return env["MASTER_ADDR"]
     raise ApplyError(
         f"hardware.nodes = {plan.value('hardware.nodes')}: the nodes need a rendezvous host; set "
-        "distributed.master_addr = \"<node 0's hostname>\" in the spec (or export MASTER_ADDR), then re-plan"
+        'distributed.master_addr = "<node 0\'s hostname>" in the spec (or export MASTER_ADDR), then re-plan'
     )
 
 
@@ -185,8 +185,7 @@ def launch_command(
         argv += ["--standalone", "--nnodes=1"]
     else:
         port = int(plan.get("distributed.master_port") or 29500)
-        argv += [f"--nnodes={nodes}", f"--node_rank={node_rank}",
-                 f"--master_addr={master_addr(plan, env)}", f"--master_port={port}"]
+        argv += [f"--nnodes={nodes}", f"--node_rank={node_rank}", f"--master_addr={master_addr(plan, env)}", f"--master_port={port}"]
     argv += ["-m", "gpuplan.apply.worker", plan_path]
     if resume_from:
         argv += ["--resume-from", resume_from]
@@ -199,11 +198,13 @@ def node_commands(plan: Plan, plan_path: str, target: str, env: Mapping[str, str
     """What to run on each node when there is no SLURM: one block per node rank."""
     nodes, count = int(plan.value("hardware.nodes")), int(plan.value("hardware.count"))
     addr = master_addr(plan, env)
-    lines = [f"This plan runs on {nodes} nodes x {count} processes ({nodes * count} ranks); "
-             f"rendezvous at {addr}:{plan.get('distributed.master_port') or 29500} (node 0).",
-             "Nothing was trained. Run on each node (node 0 first; the same paths on every node):"]
+    lines = [
+        f"This plan runs on {nodes} nodes x {count} processes ({nodes * count} ranks); "
+        f"rendezvous at {addr}:{plan.get('distributed.master_port') or 29500} (node 0).",
+        "Nothing was trained. Run on each node (node 0 first; the same paths on every node):",
+    ]
     for r in range(nodes):
         lines.append(f"  node {r}: gpuplan apply {shlex.quote(target)} --node-rank {r} --yes")
         lines.append(f"          which runs: {shlex.join(launch_command(plan, plan_path, node_rank=r, env=env))}")
-    lines.append("Under SLURM: srun --nodes=%d --ntasks-per-node=1 gpuplan apply %s --yes" % (nodes, shlex.quote(target)))
+    lines.append(f"Under SLURM: srun --nodes={nodes} --ntasks-per-node=1 gpuplan apply {shlex.quote(target)} --yes")
     return lines

@@ -54,8 +54,14 @@ class Torchrun(Launcher):
     def run(self, plan: Plan, *, resume_from: str | None, echo: Callable[[str], None]) -> int:
         from gpuplan.apply import launch
 
-        argv = launch.launch_command(plan, launch.save_launch_plan(plan), node_rank=self.node_rank, env=self.env,
-                                     resume_from=resume_from, progress=self.node_rank == 0 and sys.stderr.isatty())
+        argv = launch.launch_command(
+            plan,
+            launch.save_launch_plan(plan),
+            node_rank=self.node_rank,
+            env=self.env,
+            resume_from=resume_from,
+            progress=self.node_rank == 0 and sys.stderr.isatty(),
+        )
         return launch.run_torchrun(argv, echo=echo)
 
 

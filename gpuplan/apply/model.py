@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpuplan.plan.types import Plan
 
-from .quant4_load import load_kwargs
 from .convert import refusal_fix, torch_dtype, uses_cpu
 from .errors import ApplyError
+from .quant4_load import load_kwargs
 
 TASKS = ("causal-lm", "seq-cls", "masked-lm")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -51,7 +52,7 @@ def read_config_dict(path: str, key: str) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as e:
         raise ApplyError(f"{key}: {path} is not readable JSON: {e}", key=key) from e
     if not isinstance(d, dict) or "model_type" not in d:
-        raise ApplyError(f"{key}: {path} has no \"model_type\"; a transformers config.json names its architecture")
+        raise ApplyError(f'{key}: {path} has no "model_type"; a transformers config.json names its architecture')
     return d
 
 
@@ -71,8 +72,9 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
     try:
         config = AutoConfig.for_model(model_type, **d)
     except (KeyError, ValueError) as e:
-        raise ApplyError(f"{key}: model_type {model_type!r} in {path} is not known to transformers: {e}", key=key,
-                         fix=_transformers_fix(plan, e)) from e
+        raise ApplyError(
+            f"{key}: model_type {model_type!r} in {path} is not known to transformers: {e}", key=key, fix=_transformers_fix(plan, e)
+        ) from e
     _set_labels(config, label_names)
     return config
 
@@ -141,8 +143,7 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
     allow_pickle = bool(plan.value("model.allow_pickle_weights"))
     if not safe and not pickled:
         raise ApplyError(
-            f"model.name_or_path: {model_dir} holds no weights (*.safetensors); "
-            "set model.from_scratch = true to train from its config.json"
+            f"model.name_or_path: {model_dir} holds no weights (*.safetensors); set model.from_scratch = true to train from its config.json"
         )
     if not safe and not allow_pickle:
         raise ApplyError(
@@ -163,9 +164,12 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
     try:
         return cls.from_pretrained(model_dir, **kwargs)
     except OSError as e:  # missing or truncated weight files, a config the weights do not match
-        raise ApplyError(f"model.name_or_path: cannot load {model_dir}: {e}", key="model.name_or_path",
-                         fix="check that the directory holds a complete model (config.json and every weight file "
-                             "its index lists), or set model.from_scratch = true to train from its config") from e
+        raise ApplyError(
+            f"model.name_or_path: cannot load {model_dir}: {e}",
+            key="model.name_or_path",
+            fix="check that the directory holds a complete model (config.json and every weight file "
+            "its index lists), or set model.from_scratch = true to train from its config",
+        ) from e
 
 
 def _check_loaded(plan: Plan, model: Any, tokenizer: Any) -> None:
@@ -174,19 +178,21 @@ def _check_loaded(plan: Plan, model: Any, tokenizer: Any) -> None:
     if actual != planned:
         raise ApplyError(
             f"model.attn_implementation = {planned!r} but the model loaded with {actual!r}; "
-            "set it to one the architecture supports (\"sdpa\" or \"eager\")"
+            'set it to one the architecture supports ("sdpa" or "eager")'
         )
-    _check_vocab(plan, getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings,
-                 tokenizer)
+    _check_vocab(plan, getattr(model.config, "vocab_size", None) or model.get_input_embeddings().num_embeddings, tokenizer)
 
 
 def _check_vocab(plan: Plan, vocab: int | None, tokenizer: Any) -> None:
     if vocab is not None and len(tokenizer) > vocab:
         raise ApplyError(
             f"the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is {vocab}; "
-            f"set \"vocab_size\": {len(tokenizer)} (or more) in the model config"
-            + (" (masked-lm with the byte-level tokenizer needs 261: 256 bytes, 4 specials, <mask>)"
-               if plan.value("model.task") == "masked-lm" else "")
+            f'set "vocab_size": {len(tokenizer)} (or more) in the model config'
+            + (
+                " (masked-lm with the byte-level tokenizer needs 261: 256 bytes, 4 specials, <mask>)"
+                if plan.value("model.task") == "masked-lm"
+                else ""
+            )
         )
 
 

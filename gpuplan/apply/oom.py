@@ -36,8 +36,7 @@ def with_batch(plan: Plan, batch: int, accumulation: int, why: str) -> Plan:
     """The plan with a new per-device batch and accumulation, each marked as re-planned."""
     settings = dict(plan.settings)
     for key, value in ((BATCH, batch), (ACCUM, accumulation)):
-        settings[key] = dataclasses.replace(plan.settings[key], value=value, source="adjusted", reason=why,
-                                            rule="apply.oom_replan")
+        settings[key] = dataclasses.replace(plan.settings[key], value=value, source="adjusted", reason=why, rule="apply.oom_replan")
     return dataclasses.replace(plan, settings=settings)
 
 
@@ -53,10 +52,12 @@ def estimate_error(plan: Plan) -> dict[str, Any]:
 def describe(record: dict[str, Any]) -> str:
     low = record.get("estimate_low_by_at_least")
     off = f"; the estimate was at least {low:.0%} low" if low is not None else ""
-    return (f"out of memory at step {record['step']} with per-device batch {record['from']['batch']}: "
-            f"the plan estimated {gib(record['estimated_allocated_bytes'], 2, 'unknown')} of {gib(record['capacity_bytes'], 2, 'unknown')}"
-            f"{off}. Re-planned to per-device batch {record['to']['batch']} x {record['to']['accumulation']} "
-            "accumulation steps (same effective batch)")
+    return (
+        f"out of memory at step {record['step']} with per-device batch {record['from']['batch']}: "
+        f"the plan estimated {gib(record['estimated_allocated_bytes'], 2, 'unknown')} of {gib(record['capacity_bytes'], 2, 'unknown')}"
+        f"{off}. Re-planned to per-device batch {record['to']['batch']} x {record['to']['accumulation']} "
+        "accumulation steps (same effective batch)"
+    )
 
 
 class OOMRetry(Exception):
@@ -79,10 +80,15 @@ def replan_after_oom(plan: Plan, step: int, error: BaseException) -> Exception:
             f"out of memory at step {step} at per-device batch {b} (plan estimate "
             f"{gib(err['estimated_allocated_bytes'], 2, 'unknown')} allocated peak of {gib(err['capacity_bytes'], 2, 'unknown')}"
             + (f"; the estimate was at least {low:.0%} low" if low is not None else "")
-            + "). Set training.gradient_checkpointing = true, a smaller data.seq_len, or more GPUs")
-    record = {"step": step, "from": {"batch": b, "accumulation": acc},
-              "to": {"batch": smaller[0], "accumulation": smaller[1]},
-              "error": f"{type(error).__name__}: {error}"[:500], **err}
+            + "). Set training.gradient_checkpointing = true, a smaller data.seq_len, or more GPUs"
+        )
+    record = {
+        "step": step,
+        "from": {"batch": b, "accumulation": acc},
+        "to": {"batch": smaller[0], "accumulation": smaller[1]},
+        "error": f"{type(error).__name__}: {error}"[:500],
+        **err,
+    }
     why = f"re-planned after running out of memory at per-device batch {b} (step {step})"
     return OOMRetry(with_batch(plan, smaller[0], smaller[1], why), record, describe(record))
 

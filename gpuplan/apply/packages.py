@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
-from gpuplan.plan.rules.optimizer import NEEDS_PACKAGE
 from gpuplan.plan.inputs.environment import PIP_NAMES
+from gpuplan.plan.rules.optimizer import NEEDS_PACKAGE
 from gpuplan.plan.types import Plan
 from gpuplan.spec.names import BNB_OPTIMIZERS, COMPILE_BACKEND_PACKAGES
 from gpuplan.spec.trackers import TRACKERS, requested
 
 from .errors import ApplyError
-
 
 
 def needed_packages(plan: Plan) -> list[tuple[str, str]]:
@@ -48,13 +47,15 @@ def needed_packages(plan: Plan) -> list[tuple[str, str]]:
 
 def _pip_names(missing: list[tuple[str, str]]) -> list[str]:
     trackers = {m: TRACKERS[n][1] for n, (mods, _) in TRACKERS.items() for m in mods}
-    return list(dict.fromkeys(PIP_NAMES.get(m) or (trackers.get(m) if key == "training.report_to" else None) or m
-                              for key, m in missing))
+    return list(dict.fromkeys(PIP_NAMES.get(m) or (trackers.get(m) if key == "training.report_to" else None) or m for key, m in missing))
 
 
 def check_packages(plan: Plan) -> None:
     missing = [(key, mod) for key, mod in needed_packages(plan) if find_spec(mod) is None]
     if missing:
-        raise ApplyError("the plan needs packages this machine does not have: "
-                         + "; ".join(f"{key} = {plan.get(key)!r} needs {mod}" for key, mod in missing)
-                         + ". Install them: pip install " + " ".join(_pip_names(missing)))
+        raise ApplyError(
+            "the plan needs packages this machine does not have: "
+            + "; ".join(f"{key} = {plan.get(key)!r} needs {mod}" for key, mod in missing)
+            + ". Install them: pip install "
+            + " ".join(_pip_names(missing))
+        )

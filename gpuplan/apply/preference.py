@@ -24,9 +24,9 @@ import os
 import tempfile
 from typing import Any
 
-from gpuplan.plan.objectives import Objective, objective
 from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
 from gpuplan.plan.checks.preference_rows import report_diagnostics
+from gpuplan.plan.objectives import Objective, objective
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
@@ -52,8 +52,10 @@ def _prompt_counter(plan: Plan, tokenizer: Any):
 
     def count(prompt: Any) -> int | None:
         if isinstance(prompt, list) and not tokenizer.chat_template:
-            raise ApplyError("a conversational row (a list of messages) needs a chat template",
-                             fix='set data.format = "chat" and data.chat_template = "chatml"')
+            raise ApplyError(
+                "a conversational row (a list of messages) needs a chat template",
+                fix='set data.format = "chat" and data.chat_template = "chatml"',
+            )
         extra = {"add_generation_prompt": True} if isinstance(prompt, list) else {}
         return len(_tokenize(tokenizer, prompt, **extra)["input_ids"])
 
@@ -98,8 +100,12 @@ def check_before_run(plan: Plan) -> None:
 
     from .tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(model_dir(plan), task="causal-lm", from_scratch=bool(plan.value("model.from_scratch")),
-                               trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    tokenizer = load_tokenizer(
+        model_dir(plan),
+        task="causal-lm",
+        from_scratch=bool(plan.value("model.from_scratch")),
+        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+    )
     check_rows(plan, tokenizer)
 
 
@@ -138,9 +144,11 @@ def reference_model(plan: Plan, model: Any) -> Any | None:
 
         path = plan.value("preference.reference_model")
         if not os.path.isdir(path):
-            raise ApplyError(f"preference.reference_model = {path!r}: no such model directory",
-                             key="preference.reference_model", fix="point it at a directory with config.json "
-                             "and safetensors weights")
+            raise ApplyError(
+                f"preference.reference_model = {path!r}: no such model directory",
+                key="preference.reference_model",
+                fix="point it at a directory with config.json and safetensors weights",
+            )
         out = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     else:
         return None
@@ -149,8 +157,7 @@ def reference_model(plan: Plan, model: Any) -> Any | None:
     return out
 
 
-def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwargs: dict[str, Any],
-          callbacks: list[Any]) -> Any:
+def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwargs: dict[str, Any], callbacks: list[Any]) -> Any:
     """TRL's trainer for the plan's objective."""
     import trl
 
@@ -166,8 +173,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     try:
         args = config_cls(**config_kwargs(plan, args_kwargs))
     except (ValueError, ImportError) as e:
-        raise ApplyError(f"the plan's training settings were refused by trl: {e}",
-                         fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
+        raise ApplyError(f"the plan's training settings were refused by trl: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
     peft_config = None
     ref = None
     if adapters.uses_adapters(plan):
@@ -176,10 +182,17 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     else:
         ref = reference_model(plan, model)
     try:
-        return trainer_cls(model=model, ref_model=ref, args=args, train_dataset=train, eval_dataset=ev,
-                           processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config)
+        return trainer_cls(
+            model=model,
+            ref_model=ref,
+            args=args,
+            train_dataset=train,
+            eval_dataset=ev,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+            peft_config=peft_config,
+        )
     except ValueError as e:
         if peft_config is not None and "arget modules" in str(e):
             raise adapters.target_error(plan, model, e) from e
-        raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}",
-                         fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
+        raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e

@@ -23,7 +23,7 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     from trl.data_utils import _tokenize, common_prefix_length, is_conversational
 
     from .data import cache_dir, load_rows, train_paths
-    from .preference import objective_of, check_rows
+    from .preference import check_rows, objective_of
 
     obj = objective_of(plan)
     check_rows(plan, tokenizer)  # an unusable row is an error here as in apply
@@ -50,9 +50,25 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
             truncated += len(full) > limit
             if len(examples) < n_examples * len(answers):
                 kind = field if obj.name == "dpo" else ("desirable" if row["label"] else "undesirable")
-                examples.append({"row": i, "kind": kind, "tokens": len(ids), "truncated": len(full) > limit,
-                                 "segments": segments_of(ids, mask, tokenizer)})
-    stats = {"rows": len(raw), "examples": len(raw), "dropped_rows": 0, "truncated_rows": truncated,
-             "tokens": tokens, "trained_tokens": trained, "sequences": sequences, "seq_len": limit,
-             "packing": False, "packing_efficiency": None}
+                examples.append(
+                    {
+                        "row": i,
+                        "kind": kind,
+                        "tokens": len(ids),
+                        "truncated": len(full) > limit,
+                        "segments": segments_of(ids, mask, tokenizer),
+                    }
+                )
+    stats = {
+        "rows": len(raw),
+        "examples": len(raw),
+        "dropped_rows": 0,
+        "truncated_rows": truncated,
+        "tokens": tokens,
+        "trained_tokens": trained,
+        "sequences": sequences,
+        "seq_len": limit,
+        "packing": False,
+        "packing_efficiency": None,
+    }
     return {"examples": examples, "stats": stats}

@@ -35,15 +35,19 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
 
     task = plan.value("model.task")
     if task != "causal-lm":
-        raise ApplyError(f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks "
-                         "drawn at random, nothing to mark")
+        raise ApplyError(
+            f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks drawn at random, nothing to mark"
+        )
     from .model import local_model_dir
     from .run import fetch_hub_files
 
     fetch_hub_files(plan)
-    tokenizer = load_tokenizer(local_model_dir(plan), task=task,
-                               from_scratch=bool(plan.value("model.from_scratch")),
-                               trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    tokenizer = load_tokenizer(
+        local_model_dir(plan),
+        task=task,
+        from_scratch=bool(plan.value("model.from_scratch")),
+        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+    )
     from .preference import uses_preference
 
     if uses_preference(plan):  # chosen and rejected, as TRL tokenizes them (preference_preview.py)
@@ -62,16 +66,16 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     if fmt.fmt == "text" and packing:
         return _text_packed(raw, fmt, tokenizer, seq_len, n_examples)
     kept, _, stats = build(raw, fmt, tokenizer, seq_len, packing)
-    examples = [{"tokens": len(r["input_ids"]), "truncated": bool(r["truncated"]),
-                 "segments": segments_of(r["input_ids"], r["trained"], tokenizer)}
-                for r in kept.select(range(min(n_examples, len(kept))))]
+    examples = [
+        {"tokens": len(r["input_ids"]), "truncated": bool(r["truncated"]), "segments": segments_of(r["input_ids"], r["trained"], tokenizer)}
+        for r in kept.select(range(min(n_examples, len(kept))))
+    ]
     return {"examples": examples, "stats": stats.to_dict()}
 
 
 def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: int) -> dict[str, Any]:
     """Plain text, packed: documents (BOS + each + eos) concatenated and cut into seq_len blocks, all trained."""
     from .examples import tokenize_rows
-
     from .specials import affixes, document_tail
 
     tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)  # each row led by the tokenizer's BOS, as data.py packs it
@@ -79,13 +83,27 @@ def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: i
     lengths = [len(x) + len(eos) for x in tok["input_ids"] if x]
     total = sum(lengths)
     sequences = total // seq_len
-    examples = [{"tokens": len(r["input_ids"]) + len(eos), "truncated": False,
-                 "segments": segments_of(r["input_ids"] + eos, [True] * (len(r["input_ids"]) + len(eos)), tokenizer)}
-                for r in tok.select(range(min(n_examples, len(tok))))]
-    stats = {"rows": len(raw), "examples": len(lengths), "dropped_rows": len(raw) - len(lengths), "truncated_rows": 0,
-             "tokens": sequences * seq_len, "trained_tokens": sequences * seq_len, "sequences": sequences,
-             "seq_len": seq_len, "packing": True, "packing_efficiency": 1.0 if sequences else None,
-             "dropped_tail_tokens": total - sequences * seq_len}
+    examples = [
+        {
+            "tokens": len(r["input_ids"]) + len(eos),
+            "truncated": False,
+            "segments": segments_of(r["input_ids"] + eos, [True] * (len(r["input_ids"]) + len(eos)), tokenizer),
+        }
+        for r in tok.select(range(min(n_examples, len(tok))))
+    ]
+    stats = {
+        "rows": len(raw),
+        "examples": len(lengths),
+        "dropped_rows": len(raw) - len(lengths),
+        "truncated_rows": 0,
+        "tokens": sequences * seq_len,
+        "trained_tokens": sequences * seq_len,
+        "sequences": sequences,
+        "seq_len": seq_len,
+        "packing": True,
+        "packing_efficiency": 1.0 if sequences else None,
+        "dropped_tail_tokens": total - sequences * seq_len,
+    }
     if not sequences:
         raise ApplyError(f"data.train_files holds {total} tokens, fewer than data.seq_len = {seq_len}")
     return {"examples": examples, "stats": stats}

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpuplan.plan.types import Plan
 
-from .adapters import COMPUTE_DTYPES, QUANT_TYPES, _REPLAN, method
+from .adapters import _REPLAN, COMPUTE_DTYPES, QUANT_TYPES, method
 from .errors import ApplyError
 
 
@@ -41,9 +41,7 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
     if quant not in QUANT_TYPES:
         raise ApplyError(f"quantization.bnb_4bit_quant_type = {quant!r} is not one of {list(QUANT_TYPES)}")
     if compute not in COMPUTE_DTYPES:
-        raise ApplyError(
-            f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}"
-        )
+        raise ApplyError(f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}")
     # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
     # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
     # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
@@ -79,8 +77,9 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
 
     # The model directory the weights load from: for a Hub id its snapshot at the planned
     # model.commit, not the id itself (that would read whatever main points at in the cache).
-    config = AutoConfig.from_pretrained(local_model_dir(plan), local_files_only=True,
-                                        trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    config = AutoConfig.from_pretrained(
+        local_model_dir(plan), local_files_only=True, trust_remote_code=bool(plan.value("model.trust_remote_code"))
+    )
     with torch.device("meta"):
         meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
     return get_keys_to_not_convert(meta)
@@ -120,6 +119,9 @@ def place_quant_states(plan: Plan, model: Any, device: str) -> None:
         return
     target = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     for module in model.modules():
-        for state in {id(s): s for s in (getattr(getattr(module, "weight", None), "quant_state", None),
-                                         getattr(module, "quant_state", None)) if s is not None}.values():
+        for state in {
+            id(s): s
+            for s in (getattr(getattr(module, "weight", None), "quant_state", None), getattr(module, "quant_state", None))
+            if s is not None
+        }.values():
             state.to(target)

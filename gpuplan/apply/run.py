@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
-
-from gpuplan.errors import GpuplanError
-from gpuplan.plan.types import Plan
-from gpuplan.render.state import summary_lines
+from typing import Any
 
 from gpuplan.after import fingerprint, samples
+from gpuplan.errors import GpuplanError
 from gpuplan.lifecycle.state import RunState
+from gpuplan.plan.types import Plan
+from gpuplan.render.state import summary_lines
 
 from . import adapters, preference
 from .attempts import Attempt, check_resume_point, run_results, train_within_memory
@@ -42,11 +42,7 @@ class Prepared:
 def samples_per_step(plan: Plan) -> int:
     """Sequences per optimizer step on all ranks: per-device batch x accumulation x GPUs x nodes."""
     ranks = plan.world_size
-    return (
-        int(plan.value("training.per_device_train_batch_size"))
-        * int(plan.value("training.gradient_accumulation_steps"))
-        * ranks
-    )
+    return int(plan.value("training.per_device_train_batch_size")) * int(plan.value("training.gradient_accumulation_steps")) * ranks
 
 
 def build_trainer(
@@ -62,6 +58,8 @@ def build_trainer(
     """Tokenizer, data, model, TrainingArguments and Trainer, all from the plan."""
     from transformers import PrinterCallback, Trainer, set_seed
 
+    from gpuplan.hub.fetch import model_dir
+
     from .checkpoints import marker_callback
     from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
     from .data import PreparedData, cache_dir, prepare_data
@@ -69,8 +67,6 @@ def build_trainer(
     from .model import load_model
     from .oom import injected_oom_callback
     from .tokenizer import load_tokenizer
-
-    from gpuplan.hub.fetch import model_dir
 
     set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too (and the adapters)
     tokenizer = load_tokenizer(
@@ -84,17 +80,22 @@ def build_trainer(
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/preference.py)
         data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
         seq_len = int(plan.value("preference.max_length")) * pref.grad_sequences  # tokens per example, at most
-        say(f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
-            f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation"
-                                                               if data.eval is not None else ""))
+        say(
+            f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
+            f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
+        )
     else:
         data = prepare_data(plan, tokenizer)
         seq_len = int(plan.value("data.seq_len"))
-        say(f"data: {len(data.train):,} training sequences of {seq_len} tokens"
-            + (f", {len(data.eval):,} for evaluation" if data.eval is not None else ""))
+        say(
+            f"data: {len(data.train):,} training sequences of {seq_len} tokens"
+            + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
+        )
     model = load_model(plan, tokenizer, data.label_names)
-    say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
-        f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}")
+    say(
+        f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
+        f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}"
+    )
     if "position_ids" in data.train.column_names:
         no_cache_while_training(model)
     if adapters.uses_adapters(plan) and not pref.is_preference:  # TRL wraps it for dpo / kto
@@ -126,12 +127,20 @@ def build_trainer(
         trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
     callbacks = [metrics, marker_callback(), *(extra_callbacks or []), *filter(None, [injected_oom_callback()])]
     if pref.is_preference:
-        trainer = preference.build(plan, model, tokenizer, data.train, data.eval,
-                                   training_arguments_kwargs(plan, progress=progress), callbacks)
+        trainer = preference.build(
+            plan, model, tokenizer, data.train, data.eval, training_arguments_kwargs(plan, progress=progress), callbacks
+        )
         model = trainer.model  # under lora / qlora: the PeftModel TRL wrapped
     else:
-        trainer = trainer_cls(model=model, args=args, train_dataset=data.train, eval_dataset=data.eval,
-                              data_collator=data.collator, processing_class=tokenizer, callbacks=callbacks)
+        trainer = trainer_cls(
+            model=model,
+            args=args,
+            train_dataset=data.train,
+            eval_dataset=data.eval,
+            data_collator=data.collator,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
@@ -183,7 +192,6 @@ def execute(
     from .device import check_device, peak_memory, reset_peak_memory, world_size
     from .engine import engine_of, four_bit_weights, fsdp_units
     from .interrupt import ApplyInterrupted, GracefulStop
-
     from .packages import check_packages
 
     check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
@@ -213,18 +221,24 @@ def execute(
         res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device), "base_files": base}
         if attempt.prepared is not None:
             m = attempt.prepared.metrics
-            res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss,
-                       global_step=attempt.prepared.trainer.state.global_step)
+            res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss, global_step=attempt.prepared.trainer.state.global_step)
         return res
 
     def build(plan: Plan, resume_from: str | None) -> Prepared:
-        return build_trainer(plan, progress=progress, echo=echo, on_progress=state.progress, started=started,
-                             resuming=resume_from is not None,
-                             extra_callbacks=[stop.callback(), *samples.callbacks(plan, echo)])
+        return build_trainer(
+            plan,
+            progress=progress,
+            echo=echo,
+            on_progress=state.progress,
+            started=started,
+            resuming=resume_from is not None,
+            extra_callbacks=[stop.callback(), *samples.callbacks(plan, echo)],
+        )
 
     try:
-        plan, output = train_within_memory(plan, attempt, build=build, stop=stop, state=state, device=device,
-                                           resume_from=resume_from, echo=echo)
+        plan, output = train_within_memory(
+            plan, attempt, build=build, stop=stop, state=state, device=device, resume_from=resume_from, echo=echo
+        )
         prepared = attempt.prepared
         trainer = prepared.trainer
         step = trainer.state.global_step

@@ -27,10 +27,16 @@ def latest_checkpoint(output_dir: str) -> str | None:
     ckpt, _, corrupt = find_resumable(output_dir)
     if corrupt:
         d, problem = corrupt[0]
-        raise GpuplanError([Diagnostic(
-            "error", "output.dir", f"checkpoint {d} is {problem}",
-            fix=f"rerun with --restart to train from the start, or delete {d} "
-                "to resume from the checkpoint before it")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "output.dir",
+                    f"checkpoint {d} is {problem}",
+                    fix=f"rerun with --restart to train from the start, or delete {d} to resume from the checkpoint before it",
+                )
+            ]
+        )
     return ckpt
 
 
@@ -67,18 +73,33 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     conflicts = resume_conflicts(Plan.from_dict(state["plan"]), plan)
     ckpt = latest_checkpoint(out)
     if conflicts and ckpt:
-        raise GpuplanError([Diagnostic(
-            "error", "output.dir",
-            f"{out} holds a run this plan cannot continue: " + "; ".join(conflicts),
-            fix="use another output.dir, undo the change, or pass --restart to train from the start")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "output.dir",
+                    f"{out} holds a run this plan cannot continue: " + "; ".join(conflicts),
+                    fix="use another output.dir, undo the change, or pass --restart to train from the start",
+                )
+            ]
+        )
     if ckpt is None:
         return None, f"previous apply ({state.get('status')}) left no checkpoint: training from the start"
     return ckpt, f"resuming the {state.get('status')} run from {ckpt}"
 
 
-def apply_plan(plan: Plan, *, target: str, node_rank: int | None, env: Mapping[str, str], restart: bool,
-               break_lock: bool, confirm: Callable[[], None], echo: Callable[[str], None] = print,
-               launcher: Launcher | None = None) -> int:
+def apply_plan(
+    plan: Plan,
+    *,
+    target: str,
+    node_rank: int | None,
+    env: Mapping[str, str],
+    restart: bool,
+    break_lock: bool,
+    confirm: Callable[[], None],
+    echo: Callable[[str], None] = print,
+    launcher: Launcher | None = None,
+) -> int:
     """Run `plan` on its launcher; `confirm` raises to cancel. Returns the exit code."""
     from gpuplan.lifecycle.run_lock import RunLock
 

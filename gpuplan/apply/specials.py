@@ -22,8 +22,8 @@ def affixes(tokenizer: Any) -> tuple[list[int], list[int]]:
     full = list(tokenizer(PROBE)["input_ids"])
     bare = list(tokenizer(PROBE, add_special_tokens=False)["input_ids"])
     for i in range(len(full) - len(bare) + 1):
-        if full[i:i + len(bare)] == bare:
-            return full[:i], full[i + len(bare):]
+        if full[i : i + len(bare)] == bare:
+            return full[:i], full[i + len(bare) :]
     return [], []
 
 

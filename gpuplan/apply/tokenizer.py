@@ -28,11 +28,7 @@ def bytes_to_unicode() -> dict[int, str]:
     Source: openai/gpt-2 src/encoder.py `bytes_to_unicode`; the `tokenizers` ByteLevel
     pre-tokenizer uses the same table, so its output characters index this vocab.
     """
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -78,9 +74,7 @@ def has_tokenizer_files(model_dir: str) -> bool:
     return any(os.path.isfile(os.path.join(model_dir, n)) for n in names)
 
 
-def load_tokenizer(
-    model_dir: str | None, *, task: str, from_scratch: bool = True, trust_remote_code: bool = False
-) -> Any:
+def load_tokenizer(model_dir: str | None, *, task: str, from_scratch: bool = True, trust_remote_code: bool = False) -> Any:
     """The tokenizer of `model_dir` when it ships one, else (from scratch only) the byte-level one.
 
     Fine-tuning a directory without tokenizer files is an error: its embeddings were
@@ -103,13 +97,13 @@ def load_tokenizer(
             if tok.eos_token is None:
                 raise ApplyError(
                     f"model.name_or_path: the tokenizer in {model_dir} has neither a pad nor an eos token; "
-                    "add \"pad_token\" to its tokenizer_config.json"
+                    'add "pad_token" to its tokenizer_config.json'
                 )
             tok.pad_token = tok.eos_token
         if task == "masked-lm" and tok.mask_token is None:
             raise ApplyError(
-                f"model.task = \"masked-lm\" needs a mask token, and the tokenizer in {model_dir} has none; "
-                "use a tokenizer with a mask token or task = \"causal-lm\""
+                f'model.task = "masked-lm" needs a mask token, and the tokenizer in {model_dir} has none; '
+                'use a tokenizer with a mask token or task = "causal-lm"'
             )
         return tok
     return byte_level_tokenizer(with_mask=task == "masked-lm")

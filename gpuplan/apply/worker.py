@@ -20,8 +20,9 @@ from .errors import ApplyError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuplan.apply.worker",
-                                     description="Execute a saved gpuplan plan on one torchrun rank.")
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuplan.apply.worker", description="Execute a saved gpuplan plan on one torchrun rank."
+    )
     parser.add_argument("plan", help="plan JSON written by gpuplan apply (or gpuplan plan --out)")
     parser.add_argument("--resume-from", metavar="DIR", help="Trainer checkpoint to continue (decided by gpuplan apply)")
     parser.add_argument("--progress", action="store_true", help="show the Trainer's progress bar on rank 0")

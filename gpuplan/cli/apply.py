@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpuplan.cli.common import detect_hardware, make_plan, style_for
 from gpuplan.errors import Diagnostic, GpuplanError, UserError
@@ -36,18 +37,32 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
         except FileNotFoundError:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no such file")]) from None
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise GpuplanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})",
-                                        fix="write one with `gpuplan plan SPEC --out run.plan.json`")]) from None
+            raise GpuplanError(
+                [
+                    Diagnostic(
+                        "error",
+                        None,
+                        f"{path}: not a gpuplan plan ({type(e).__name__}: {e})",
+                        fix="write one with `gpuplan plan SPEC --out run.plan.json`",
+                    )
+                ]
+            ) from None
     return make_plan(target, args)
 
 
 def check_remote_code(plan: Plan, flag: bool) -> None:
     """trust_remote_code runs code from the model directory: it needs the spec AND the flag."""
     if plan.get("model.trust_remote_code") and not flag:
-        raise GpuplanError([Diagnostic(
-            "error", "model.trust_remote_code",
-            "model.trust_remote_code = true runs Python code shipped with the model; apply needs --trust-remote-code too",
-            fix="read the model's code, then run gpuplan apply ... --trust-remote-code")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "model.trust_remote_code",
+                    "model.trust_remote_code = true runs Python code shipped with the model; apply needs --trust-remote-code too",
+                    fix="read the model's code, then run gpuplan apply ... --trust-remote-code",
+                )
+            ]
+        )
 
 
 def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], bool] = sys.stdin.isatty) -> None:
@@ -71,8 +86,15 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
 
     log_to(plan.value("output.dir"), load_libraries=True)
     sys.stdout.write(render_plan(plan.to_dict(), style))
-    return apply_plan(plan, target=args.target, node_rank=getattr(args, "node_rank", None), env=os.environ,
-                      restart=args.restart, break_lock=args.break_lock, confirm=lambda: confirm(args.yes))
+    return apply_plan(
+        plan,
+        target=args.target,
+        node_rank=getattr(args, "node_rank", None),
+        env=os.environ,
+        restart=args.restart,
+        break_lock=args.break_lock,
+        confirm=lambda: confirm(args.yes),
+    )
 
 
 def cmd_apply(args) -> int:

@@ -37,8 +37,12 @@ def cmd_calibration(args) -> int:
         gpus = r.get("count", 1) * r.get("nodes", 1)
         params = r.get("n_params") or 0
         size = f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.1f}M"
-        print(f"  {r['gpu']:<12} {gpus:>5} {size:>8} {r.get('tokens_per_second') or 0:>10,.0f} "
-              f"{r.get('step_time_s') or 0:>8.3f} {r.get('mfu') or 0:>6.1%} {r['utilisation']:>6.1%}  {r.get('run')}")
-    print("A plan on the same GPU and count scales the step-time model's terms by these runs (those of its dtype, "
-          "method, checkpointing and savers first); clear with: gpuplan calibration --clear")
+        print(
+            f"  {r['gpu']:<12} {gpus:>5} {size:>8} {r.get('tokens_per_second') or 0:>10,.0f} "
+            f"{r.get('step_time_s') or 0:>8.3f} {r.get('mfu') or 0:>6.1%} {r['utilisation']:>6.1%}  {r.get('run')}"
+        )
+    print(
+        "A plan on the same GPU and count scales the step-time model's terms by these runs (those of its dtype, "
+        "method, checkpointing and savers first); clear with: gpuplan calibration --clear"
+    )
     return 0

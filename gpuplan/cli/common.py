@@ -4,13 +4,12 @@ and writing user-visible files. UserError (gpuplan.errors) is re-exported for th
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from gpuplan.errors import Diagnostic, UserError
 from gpuplan.render.style import Style
 from gpuplan.render.text import render_diagnostics
-
 
 __all__ = ["UserError", "detect_hardware", "make_plan", "report", "style_for", "write_atomic"]
 
@@ -38,8 +37,15 @@ def make_plan(spec_path: str, args):
 
     overrides = {"hardware": {"gpu": args.gpu}} if args.gpu else None
     prices, calibrations = user_files()
-    return plan_file(spec_path, detect=detect_hardware, environment=local_environment(), strict=args.strict,
-                     overrides=overrides, prices=prices, calibrations=calibrations)
+    return plan_file(
+        spec_path,
+        detect=detect_hardware,
+        environment=local_environment(),
+        strict=args.strict,
+        overrides=overrides,
+        prices=prices,
+        calibrations=calibrations,
+    )
 
 
 def user_files():

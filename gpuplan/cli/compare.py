@@ -10,7 +10,6 @@ from gpuplan.cli.common import UserError, user_files
 from gpuplan.units import GIB
 
 
-
 def _parse_counts(text: str | None) -> list[int]:
     if not text:
         from gpuplan.plan.compare import DEFAULT_COUNTS
@@ -52,8 +51,9 @@ def cmd_compare(args) -> int:
     gpus, counts = _parse_gpus(args.gpus), _parse_counts(args.counts)
     loaded = load_toml(args.spec)
     prices, calibrations = user_files()
-    rows = compare(loaded, gpus=gpus, counts=counts, sort=args.sort, environment=local_environment(),
-                   prices=prices, calibrations=calibrations)
+    rows = compare(
+        loaded, gpus=gpus, counts=counts, sort=args.sort, environment=local_environment(), prices=prices, calibrations=calibrations
+    )
     if args.json:
         sys.stdout.write(dumps({"spec_path": args.spec, "sort": args.sort, "rows": rows}))
     else:
@@ -79,25 +79,37 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
     gpus = f"{r['count']}" + (f" ({r['nodes']} nodes)" if (r.get("nodes") or 1) > 1 else "")
     mark = "*" if r.get("best") else " "
     if not r["fits"]:
-        why = (f"needs {r['needs_bytes'] / GIB:.1f} GiB of {r['capacity_bytes'] / GIB:.0f}"
-               if r.get("needs_bytes") else (r.get("error") or "does not plan"))
+        why = (
+            f"needs {r['needs_bytes'] / GIB:.1f} GiB of {r['capacity_bytes'] / GIB:.0f}"
+            if r.get("needs_bytes")
+            else (r.get("error") or "does not plan")
+        )
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
     from gpuplan.plan.fit.savers import short_name
 
     savers = "+".join(short_name(s) for s in r["savers"]) or "-"
-    cost = "no price" if r.get("cost_usd") is None else (
-        "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
+    cost = "no price" if r.get("cost_usd") is None else ("<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
     t = r["step_time_s"]
     step = (f"{t * 1000:.1f} ms" if t < 0.1 else f"{t:.2f} s") + ("(c)" if r.get("calibrated") else "")
-    return [mark, r["gpu"], gpus, "yes", batch, r["precision"], savers, r["sharding"],
-            f"{r['reserved_peak_bytes'] / GIB:.1f}/{r['capacity_bytes'] / GIB:.0f}", step,
-            _duration(r.get("run_time_s")), cost]
+    return [
+        mark,
+        r["gpu"],
+        gpus,
+        "yes",
+        batch,
+        r["precision"],
+        savers,
+        r["sharding"],
+        f"{r['reserved_peak_bytes'] / GIB:.1f}/{r['capacity_bytes'] / GIB:.0f}",
+        step,
+        _duration(r.get("run_time_s")),
+        cost,
+    ]
 
 
 def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> list[str]:
-    head = ["", "gpu", "GPUs", "fits", "batch", "precision", "savers", "sharding", "GiB/GPU", "step",
-            "run time", "cost"]
+    head = ["", "gpu", "GPUs", "fits", "batch", "precision", "savers", "sharding", "GiB/GPU", "step", "run time", "cost"]
     table = [head] + [_cells(r) for r in rows]
     sized = [t for t in table if t[3] != "no"]  # a non-fit row's reason spans the columns after "fits"
     widths = [max(len(t[i]) for t in (sized if i >= 4 else table)) for i in range(len(head))]
@@ -105,18 +117,24 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
 
     def line(cells: list[str]) -> str:
         if cells[3] == "no":  # the reason spans the settings columns
-            return "  ".join([cells[0], cells[1].ljust(widths[1]), cells[2].rjust(widths[2]),
-                              cells[3].ljust(widths[3]), cells[4]]).rstrip()
+            return "  ".join([cells[0], cells[1].ljust(widths[1]), cells[2].rjust(widths[2]), cells[3].ljust(widths[3]), cells[4]]).rstrip()
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     fits = [r for r in rows if r["fits"]]
-    out = [f"gpuplan compare: {spec} ({len(rows)} rows, {len(fits)} fit; sorted by {sort})", "",
-           line(head), *(line(c) for c in table[1:]), ""]
+    out = [
+        f"gpuplan compare: {spec} ({len(rows)} rows, {len(fits)} fit; sorted by {sort})",
+        "",
+        line(head),
+        *(line(c) for c in table[1:]),
+        "",
+    ]
     best = next((r for r in rows if r.get("best")), None)
     if best:
         what = "cheapest" if sort == "cost" else "fastest"
-        out.append(f"* {what} fit: {best['count']} x {best['gpu']}, ~{_duration(best['run_time_s'])}"
-                   + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""))
+        out.append(
+            f"* {what} fit: {best['count']} x {best['gpu']}, ~{_duration(best['run_time_s'])}"
+            + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else "")
+        )
     else:
         out.append("Nothing fits: try more GPUs (--counts 16,32) or a smaller setup.")
     warned: dict[str, list[str]] = {}  # the plans' own warnings (emulated bf16, ...), once each, with their rows
@@ -124,8 +142,9 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
         for w in r.get("warnings") or []:
             warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
     out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
-    out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; "
-               "step (c): calibrated from a measured run")
-    out.append("cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "
-               "your prices: ~/.config/gpuplan/prices.toml)")
+    out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; step (c): calibrated from a measured run")
+    out.append(
+        "cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "
+        "your prices: ~/.config/gpuplan/prices.toml)"
+    )
     return out

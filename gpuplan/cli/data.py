@@ -30,16 +30,16 @@ def cmd_data(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(render_data(shown, plan.value("data.format") if "data.format" in plan.settings else "text",
-                                     style_for(args, sys.stdout)))
+        sys.stdout.write(
+            render_data(shown, plan.value("data.format") if "data.format" in plan.settings else "text", style_for(args, sys.stdout))
+        )
     return 0
 
 
 def render_data(shown: dict[str, Any], fmt: str, style: Style) -> str:
     """Text drawn from the JSON form: the examples, then the statistics."""
     lines = []
-    legend = (style("trained", "green", "bold") + " / " + style("masked", "dim")) if style.enabled \
-        else f"{OPEN}trained{CLOSE} / masked"
+    legend = (style("trained", "green", "bold") + " / " + style("masked", "dim")) if style.enabled else f"{OPEN}trained{CLOSE} / masked"
     lines.append(f"{len(shown['examples'])} example(s) of {fmt} data as the model sees them ({legend}):")
     for i, ex in enumerate(shown["examples"], 1):
         trained = sum(1 for _ in ex["segments"] if _["trained"])
@@ -60,8 +60,10 @@ def render_data(shown: dict[str, Any], fmt: str, style: Style) -> str:
     eff = s.get("packing_efficiency")
     rows = [
         ("rows", f"{s['rows']:,} (all of data.train_files, before any eval split)"),
-        ("examples kept", f"{s['examples']:,}" + (f" ({s['dropped_rows']:,} with nothing to train within seq_len dropped)"
-                                                  if s["dropped_rows"] else "")),
+        (
+            "examples kept",
+            f"{s['examples']:,}" + (f" ({s['dropped_rows']:,} with nothing to train within seq_len dropped)" if s["dropped_rows"] else ""),
+        ),
         ("truncated rows", f"{s['truncated_rows']:,} (longer than seq_len {s['seq_len']})"),
         ("tokens", f"{s['tokens']:,}"),
         ("trained tokens", f"{s['trained_tokens']:,}" + (f" ({s['trained_tokens'] / s['tokens']:.0%})" if s["tokens"] else "")),

@@ -46,9 +46,11 @@ def cmd_export(args) -> int:
         return 0
     print(f"Exported {written['source']}\n  to {dest} ({dtype}): {', '.join(written['files'])}")
     print(f"Inference memory for one sequence of {context:,} tokens in {dtype} (gpuplan's memory model):")
-    print(f"  weights {_size(mem.weights_bytes)}, KV cache {_size(mem.kv_cache_bytes)} "
-          f"({mem.kv_bytes_per_token:,} bytes per token), prefill activations {_size(mem.activation_bytes)}, "
-          f"CUDA context and allocator {_size(mem.overhead_bytes)}: {_size(mem.total_bytes)} on one GPU")
+    print(
+        f"  weights {_size(mem.weights_bytes)}, KV cache {_size(mem.kv_cache_bytes)} "
+        f"({mem.kv_bytes_per_token:,} bytes per token), prefill activations {_size(mem.activation_bytes)}, "
+        f"CUDA context and allocator {_size(mem.overhead_bytes)}: {_size(mem.total_bytes)} on one GPU"
+    )
     if serve:
         print("Serve it with one of:")
         print("\n".join(f"  {c}" for c in serve))

@@ -21,8 +21,10 @@ def check_generation_flags(args) -> None:
     if args.max_new_tokens is not None and not 1 <= args.max_new_tokens <= 1_000_000:
         raise UserError(f"--max-new-tokens {args.max_new_tokens} must be at least 1", fix="e.g. --max-new-tokens 64")
     if args.temperature is not None and not 0.0 <= args.temperature <= 100.0:
-        raise UserError(f"--temperature {args.temperature} must be 0 (greedy) or more",
-                        fix="--temperature 0 for the same text every time, 0.7 to sample")
+        raise UserError(
+            f"--temperature {args.temperature} must be 0 (greedy) or more",
+            fix="--temperature 0 for the same text every time, 0.7 to sample",
+        )
     if args.checkpoint is not None and args.checkpoint < 0:
         raise UserError(f"--checkpoint {args.checkpoint} must be a step number (a checkpoint-N folder)")
 
@@ -51,12 +53,14 @@ def read_prompts(args) -> list[str]:
             try:
                 row = json.loads(line)
             except ValueError as e:
-                raise UserError(f"--prompts {path}:{n}: not JSON ({e})",
-                                fix='write one "prompt" string or {"prompt": "..."} per line') from None
+                raise UserError(
+                    f"--prompts {path}:{n}: not JSON ({e})", fix='write one "prompt" string or {"prompt": "..."} per line'
+                ) from None
             row = row.get("prompt") if isinstance(row, dict) else row
             if not isinstance(row, str):
-                raise UserError(f"--prompts {path}:{n}: holds no prompt text",
-                                fix='write one "prompt" string or {"prompt": "..."} per line')
+                raise UserError(
+                    f"--prompts {path}:{n}: holds no prompt text", fix='write one "prompt" string or {"prompt": "..."} per line'
+                )
             prompts.append(row)
         else:
             prompts.append(line)
@@ -97,16 +101,31 @@ def cmd_generate(args) -> int:
     run, loaded, how = _load(args, "gpuplan generate")
     out = []
     for p in prompts:
-        g = generate(loaded, how, [{"role": "user", "content": p}],
-                     max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                     temperature=args.temperature or 0.0, seed=args.seed)
+        g = generate(
+            loaded,
+            how,
+            [{"role": "user", "content": p}],
+            max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+            temperature=args.temperature or 0.0,
+            seed=args.seed,
+        )
         out.append(g)
         if not args.json:
             print(f"> {p}\n{g.completion}\n", flush=True)
     if args.json:
-        print(json.dumps({"model": loaded.what, "device": loaded.device, "format": how.fmt,
-                          "generations": [{"prompt": g.prompt, "text": g.text, "completion": g.completion,
-                                           "new_tokens": g.new_tokens} for g in out]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": loaded.what,
+                    "device": loaded.device,
+                    "format": how.fmt,
+                    "generations": [
+                        {"prompt": g.prompt, "text": g.text, "completion": g.completion, "new_tokens": g.new_tokens} for g in out
+                    ],
+                },
+                indent=2,
+            )
+        )
     return 0
 
 
@@ -136,14 +155,12 @@ def cmd_chat(args) -> int:
             continue
         turns.append({"role": "user", "content": line})
         turns = fit_context(turns, how, loaded.tokenizer, limit, new_tokens)
-        g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0,
-                     seed=args.seed)
+        g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed)
         turns.append({"role": "assistant", "content": g.completion})
         print(("model> " if tty else "") + g.completion, flush=True)
 
 
-def fit_context(turns: list[dict[str, str]], how: Any, tokenizer: Any, limit: int | None,
-                new_tokens: int) -> list[dict[str, str]]:
+def fit_context(turns: list[dict[str, str]], how: Any, tokenizer: Any, limit: int | None, new_tokens: int) -> list[dict[str, str]]:
     """Drop the oldest exchanges while the conversation and the answer would not fit the model's positions."""
     if not limit:
         return turns
@@ -152,6 +169,5 @@ def fit_context(turns: list[dict[str, str]], how: Any, tokenizer: Any, limit: in
         if n + new_tokens <= limit:
             break
         turns = turns[2:]
-        print(f"(the conversation is longer than the model's {limit} positions: forgot the oldest exchange)",
-              file=sys.stderr)
+        print(f"(the conversation is longer than the model's {limit} positions: forgot the oldest exchange)", file=sys.stderr)
     return turns

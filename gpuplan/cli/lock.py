@@ -61,8 +61,8 @@ def cmd_lock(args) -> int:
         render_lock,
     )
     from gpuplan.hub.resolve import README, HubError, resolve, snapshot
-    from gpuplan.plan.inputs.spec_settings import flatten
     from gpuplan.plan.inputs.sources import hub_keys
+    from gpuplan.plan.inputs.spec_settings import flatten
     from gpuplan.spec.load import load_toml
     from gpuplan.spec.validate import validate_spec
 
@@ -85,8 +85,11 @@ def cmd_lock(args) -> int:
         entry = locked_entry(old, key, repo_id, kind, revision)
         try:
             ref = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
-            patterns = (model_fetch_patterns(repo_id, ref.commit, spec.model.allow_pickle_weights, local_only=False)
-                        if kind == "model" else _data_patterns(ref, spec.data.split) + [README])
+            patterns = (
+                model_fetch_patterns(repo_id, ref.commit, spec.model.allow_pickle_weights, local_only=False)
+                if kind == "model"
+                else _data_patterns(ref, spec.data.split) + [README]
+            )
             folder = snapshot(key, repo_id, kind, ref.commit, patterns)
         except HubError as e:
             raise UserError(e.message, key=e.key, fix=e.fix) from None
@@ -94,13 +97,15 @@ def cmd_lock(args) -> int:
         if entry:
             bad = [f for f, h in (entry.get("files") or {}).items() if f in files and files[f] != h]
             if bad:
-                raise UserError(f"{key}: {', '.join(bad)} of {repo_id} at {ref.commit[:12]} in the cache differ from "
-                                f"the sha256 in {target}; delete the repo from the cache ({folder}) and lock again")
-        repos[key] = {"repo_id": repo_id, "repo_type": kind, "revision": revision, "commit": ref.commit,
-                      "files": files}
+                raise UserError(
+                    f"{key}: {', '.join(bad)} of {repo_id} at {ref.commit[:12]} in the cache differ from "
+                    f"the sha256 in {target}; delete the repo from the cache ({folder}) and lock again"
+                )
+        repos[key] = {"repo_id": repo_id, "repo_type": kind, "revision": revision, "commit": ref.commit, "files": files}
         if entry:
-            moved = f" ({revision} now points at {ref.current[:12]}: --upgrade moves it)" \
-                if ref.current and ref.current != ref.commit else ""
+            moved = (
+                f" ({revision} now points at {ref.current[:12]}: --upgrade moves it)" if ref.current and ref.current != ref.commit else ""
+            )
             lines.append(f"  {key}: {repo_id} @ {revision} kept at {ref.commit}{moved}")
         else:
             lines.append(f"  {key}: {repo_id} @ {revision} -> {ref.commit} ({len(files)} files)")

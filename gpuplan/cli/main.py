@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from gpuplan.cli.apply import cmd_apply
 from gpuplan.cli.calibration import cmd_calibration
-from gpuplan.cli.compare import cmd_compare
 from gpuplan.cli.common import report
+from gpuplan.cli.compare import cmd_compare
 from gpuplan.cli.data import cmd_data
 from gpuplan.cli.eval import cmd_eval
 from gpuplan.cli.export import cmd_export
@@ -28,10 +28,24 @@ from gpuplan.cli.spec_files import cmd_fmt, cmd_init
 from gpuplan.cli.state import cmd_show
 from gpuplan.errors import GpuplanError
 
-COMMANDS = {"plan": cmd_plan, "apply": cmd_apply, "show": cmd_show, "validate": cmd_validate, "schema": cmd_schema, "gpus": cmd_gpus,
-            "init": cmd_init, "fmt": cmd_fmt, "compare": cmd_compare, "calibration": cmd_calibration,
-            "data": cmd_data, "lock": cmd_lock,
-            "generate": cmd_generate, "chat": cmd_chat, "eval": cmd_eval, "export": cmd_export}
+COMMANDS = {
+    "plan": cmd_plan,
+    "apply": cmd_apply,
+    "show": cmd_show,
+    "validate": cmd_validate,
+    "schema": cmd_schema,
+    "gpus": cmd_gpus,
+    "init": cmd_init,
+    "fmt": cmd_fmt,
+    "compare": cmd_compare,
+    "calibration": cmd_calibration,
+    "data": cmd_data,
+    "lock": cmd_lock,
+    "generate": cmd_generate,
+    "chat": cmd_chat,
+    "eval": cmd_eval,
+    "export": cmd_export,
+}
 # the commands that import libraries that talk (notices.py)
 QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
 
@@ -63,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug in gpuplan, not a user mistake
         if os.environ.get("GPUPLAN_DEBUG"):
             raise
-        print(f"gpuplan: internal error ({type(e).__name__}: {e}); this is a bug in gpuplan. "
-              "Run with GPUPLAN_DEBUG=1 for the traceback.", file=sys.stderr)
+        print(
+            f"gpuplan: internal error ({type(e).__name__}: {e}); this is a bug in gpuplan. Run with GPUPLAN_DEBUG=1 for the traceback.",
+            file=sys.stderr,
+        )
         return 1
-

@@ -27,8 +27,9 @@ EXAMPLES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpuplan", description="Terraform for GPU training runs.",
-                                epilog="example: gpuplan plan specs/tiny.toml")
+    p = argparse.ArgumentParser(
+        prog="gpuplan", description="Terraform for GPU training runs.", epilog="example: gpuplan plan specs/tiny.toml"
+    )
     p.add_argument("--version", action="version", version=f"gpuplan {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -40,37 +41,39 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (format 1)")
     plan.add_argument("--out", metavar="FILE", help="also write the plan JSON to FILE (apply it later)")
-    plan.add_argument("--trace", action="store_true",
-                      help="also trace two real training steps under FakeTensorMode (imports torch)")
-    plan.add_argument("--detailed-exitcode", action="store_true",
-                      help="exit 2 when the plan differs from the last apply in the output dir")
+    plan.add_argument("--trace", action="store_true", help="also trace two real training steps under FakeTensorMode (imports torch)")
+    plan.add_argument("--detailed-exitcode", action="store_true", help="exit 2 when the plan differs from the last apply in the output dir")
 
     apply = cmd("apply", "Plan (or load a saved plan) and train with transformers.Trainer.")
     apply.add_argument("target", help="spec file (TOML) or saved plan (JSON from plan --out)")
     _plan_flags(apply)
     apply.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    apply.add_argument("--trust-remote-code", action="store_true",
-                       help="allow model code from the model directory (the spec must allow it too)")
+    apply.add_argument(
+        "--trust-remote-code", action="store_true", help="allow model code from the model directory (the spec must allow it too)"
+    )
     apply.add_argument("--restart", action="store_true", help="start over instead of resuming an incompatible run")
     apply.add_argument("--break-lock", action="store_true", help="remove a lock left by a dead process")
-    apply.add_argument("--node-rank", type=int, metavar="R",
-                       help="several nodes without SLURM: run this node's share (0 = the rendezvous host)")
+    apply.add_argument(
+        "--node-rank", type=int, metavar="R", help="several nodes without SLURM: run this node's share (0 = the rendezvous host)"
+    )
 
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")
     show = cmd("show", "Print a saved plan or a run's state (an output dir).")
     show.add_argument("target", help="saved plan (.json) or output dir")
     show.add_argument("--json", action="store_true")
-    show.add_argument("--plot", metavar="FILE.png",
-                      help="also draw the run (loss, eval loss, tokens/s, plan vs measured) to FILE.png (needs matplotlib)")
+    show.add_argument(
+        "--plot", metavar="FILE.png", help="also draw the run (loss, eval loss, tokens/s, plan vs measured) to FILE.png (needs matplotlib)"
+    )
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
 
     compare = cmd("compare", "Plan a spec on every catalog GPU and GPU count: fits, settings, time and cost.")
     compare.add_argument("spec", help="spec file (TOML)")
     compare.add_argument("--gpus", metavar="A,B,..", help="catalog names (default: every GPU in the catalog)")
-    compare.add_argument("--counts", metavar="1,2,4,8", help="total GPU counts (default: 1,2,4,8); "
-                         "counts above a node's GPUs go on several nodes")
+    compare.add_argument(
+        "--counts", metavar="1,2,4,8", help="total GPU counts (default: 1,2,4,8); counts above a node's GPUs go on several nodes"
+    )
     compare.add_argument("--sort", choices=("cost", "time"), default="cost", help="order of the rows (default: cost)")
     compare.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
     compare.add_argument("--no-color", action="store_true", help=argparse.SUPPRESS)
@@ -80,15 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--json", action="store_true")
 
     init = cmd("init", "Write a commented starter spec for a model and a GPU that plans cleanly there.")
-    init.add_argument("model", metavar="MODEL", help="a Hub id (org/name, read from the cache first), a model "
-                                                     "directory, or a config.json")
-    init.add_argument("--method", default="auto", choices=("full", "lora", "qlora", "auto"),
-                      help="what is trained; auto (default): the planner picks full if it fits, else lora, else qlora")
-    init.add_argument("--data", metavar="FILE", help="training data (a local file or a Hub dataset id); its format "
-                                                     "(text, chat, instruction, preference) is read from the rows")
-    init.add_argument("--objective", choices=("sft", "dpo", "kto"), default=None,
-                      help="what the loss is (training.objective); default: read from the rows (preference pairs: dpo, "
-                           "else sft)")
+    init.add_argument("model", metavar="MODEL", help="a Hub id (org/name, read from the cache first), a model directory, or a config.json")
+    init.add_argument(
+        "--method",
+        default="auto",
+        choices=("full", "lora", "qlora", "auto"),
+        help="what is trained; auto (default): the planner picks full if it fits, else lora, else qlora",
+    )
+    init.add_argument(
+        "--data",
+        metavar="FILE",
+        help="training data (a local file or a Hub dataset id); its format (text, chat, instruction, preference) is read from the rows",
+    )
+    init.add_argument(
+        "--objective",
+        choices=("sft", "dpo", "kto"),
+        default=None,
+        help="what the loss is (training.objective); default: read from the rows (preference pairs: dpo, else sft)",
+    )
     init.add_argument("--gpu", metavar="NAME", default="auto", help='catalog name, "cpu", or "auto" (default: auto)')
     init.add_argument("--task", default="causal-lm", help="causal-lm (default), seq-cls or masked-lm")
     init.add_argument("--out", metavar="FILE", default="gpuplan.toml", help="spec to write (default: gpuplan.toml)")
@@ -100,8 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     data = cmd("data", "Show training examples as the model sees them (trained parts marked) and data statistics.")
     data.add_argument("spec", help="spec file (TOML)")
     data.add_argument("--examples", "-n", type=int, default=3, metavar="N", help="examples to show (default 3)")
-    data.add_argument("--json", action="store_true",
-                      help='print {"examples": [{"segments": [{"text", "trained"}]}], "stats": {...}}')
+    data.add_argument("--json", action="store_true", help='print {"examples": [{"segments": [{"text", "trained"}]}], "stats": {...}}')
     _plan_flags(data)
 
     lock = cmd("lock", "Pin every Hub id of a spec to a commit and file hashes, in <spec>.lock.json beside it.")
@@ -121,7 +132,7 @@ def _after_commands(cmd) -> None:
         c.add_argument("--temperature", type=float, metavar="T", help="0 (default): greedy; above 0: sample")
         c.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     gen.add_argument("--prompt", metavar="TEXT", help="one prompt")
-    gen.add_argument("--prompts", metavar="FILE", help="prompts, one per line (.txt) or {\"prompt\": ...} per line (.jsonl)")
+    gen.add_argument("--prompts", metavar="FILE", help='prompts, one per line (.txt) or {"prompt": ...} per line (.jsonl)')
     gen.add_argument("--json", action="store_true", help='print {"generations": [{"prompt", "text", "completion"}]}')
     ev = cmd("eval", "Score a finished run: held-out loss and perplexity, and [eval] tasks with lm-eval.")
     ev.add_argument("spec", help="spec file (TOML) of the run")
@@ -130,14 +141,18 @@ def _after_commands(cmd) -> None:
     exp = cmd("export", "Write a finished run as a standalone safetensors model (adapters merged) and say how to serve it.")
     exp.add_argument("spec", help="spec file (TOML) of the run")
     exp.add_argument("--to", metavar="DIR", required=True, help="new folder for the model")
-    exp.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
-                     help="weights of the export (default: model.dtype; qlora: a 16-bit copy of the base)")
+    exp.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float16", "float32"),
+        help="weights of the export (default: model.dtype; qlora: a 16-bit copy of the base)",
+    )
     exp.add_argument("--context", type=int, metavar="N", help="context length for the memory estimate (default data.seq_len)")
     exp.add_argument("--json", action="store_true")
     for c in (gen, chat, ev, exp):
         c.add_argument("--checkpoint", type=int, metavar="N", help="use checkpoint-N instead of final/")
-        c.add_argument("--trust-remote-code", action="store_true",
-                       help="allow model code from the model directory (the spec must allow it too)")
+        c.add_argument(
+            "--trust-remote-code", action="store_true", help="allow model code from the model directory (the spec must allow it too)"
+        )
 
 
 def _plan_flags(p: argparse.ArgumentParser) -> None:

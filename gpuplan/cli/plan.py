@@ -47,8 +47,10 @@ def cmd_validate(args) -> int:
     loaded = load_toml(args.spec)
     spec = validate_spec(loaded.raw)
     here = loaded.path.parent
-    files = {"data.train_files": [str((here / f).resolve()) for f in spec.data.train_files],
-             "data.eval_files": [str((here / f).resolve()) for f in spec.data.eval_files]}
+    files = {
+        "data.train_files": [str((here / f).resolve()) for f in spec.data.train_files],
+        "data.eval_files": [str((here / f).resolve()) for f in spec.data.eval_files],
+    }
     if problems := data_file_problems(files, str(here)):  # paths relative to the spec, as plan reads them
         raise PlanError(problems)
     print(f"{args.spec}: valid")

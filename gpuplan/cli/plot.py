@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gpuplan.cli.common import UserError
 
@@ -19,16 +20,19 @@ def write_plot(target: str, state: Mapping[str, Any], out: str) -> str:
     try:
         import matplotlib  # noqa: F401  (the optional `plot` extra)
     except ImportError:
-        raise UserError("--plot needs matplotlib, which is not installed: "
-                        "pip install 'gpuplan[plot]' (or pip install matplotlib)") from None
+        raise UserError(
+            "--plot needs matplotlib, which is not installed: pip install 'gpuplan[plot]' (or pip install matplotlib)"
+        ) from None
     from gpuplan.render.plot import draw_run
     from gpuplan.render.run_metrics import read_metrics
 
     plan = state["plan"]
     hw = plan.get("hardware", {})
     device = "CPU" if hw.get("vendor") == "cpu" else f"{hw.get('count', 1) * hw.get('nodes', 1)} x {hw.get('name')}"
-    title = (f"{Path(target).resolve()}: {state.get('status')}, step {state.get('progress', {}).get('global_step')}"
-             f" - {plan.get('model', {}).get('model_type', '?')} on {device}")
+    title = (
+        f"{Path(target).resolve()}: {state.get('status')}, step {state.get('progress', {}).get('global_step')}"
+        f" - {plan.get('model', {}).get('model_type', '?')} on {device}"
+    )
     fig = draw_run(state, read_metrics(target), title)
     dest = Path(out)
     tmp = None

@@ -20,8 +20,16 @@ def cmd_init(args) -> int:
         raise UserError(f"{out} already exists", fix="use --force to overwrite it, or --out to write another file")
     source = model_source(args.model)
     data = data_source(args.data, cwd=Path.cwd(), spec_dir=out.resolve().parent) if args.data else None
-    starter = fitted_starter(source, args.gpu, task=args.task, spec_path=out.resolve(), method=args.method, data=data,
-                             plan=_planner(out), objective=getattr(args, "objective", None))
+    starter = fitted_starter(
+        source,
+        args.gpu,
+        task=args.task,
+        spec_path=out.resolve(),
+        method=args.method,
+        data=data,
+        plan=_planner(out),
+        objective=getattr(args, "objective", None),
+    )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -33,8 +41,10 @@ def cmd_init(args) -> int:
     if warnings:
         report(warnings, args)
     if args.gpu == "auto" and detect_hardware().is_cpu:
-        print(f'No GPU detected on this machine: hardware.gpu = "auto" plans for its CPU here. To plan for a GPU: '
-              f'gpuplan plan {out} --gpu A100-80GB, or set hardware.gpu in {out} (names: gpuplan gpus)')
+        print(
+            f'No GPU detected on this machine: hardware.gpu = "auto" plans for its CPU here. To plan for a GPU: '
+            f"gpuplan plan {out} --gpu A100-80GB, or set hardware.gpu in {out} (names: gpuplan gpus)"
+        )
     return 0
 
 
@@ -52,8 +62,7 @@ def _planner(out: Path):
 
     def plan(text: str):
         loaded = LoadedSpec(path, parse_toml_text(text, path), hashlib.sha256(text.encode()).hexdigest())
-        return plan_spec(loaded, detect=detect_hardware, environment=environment, prices=prices,
-                         calibrations=calibrations)
+        return plan_spec(loaded, detect=detect_hardware, environment=environment, prices=prices, calibrations=calibrations)
 
     return plan
 

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuplan.lifecycle.state import STATE_FILE, load_state
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.lifecycle.drift import diff_plans
 from gpuplan.lifecycle.fingerprint import stale_reasons
-from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.lifecycle.state import STATE_FILE, load_state
 from gpuplan.plan.types import Plan
 
 
@@ -32,11 +32,18 @@ def check_saved_plan(plan: Plan, detect) -> None:
     hardware_now = None
     if not plan.hardware.is_cpu:
         hardware_now = detect().to_dict()
-    reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now,
-                            environment_now=local_environment())
+    reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now, environment_now=local_environment())
     if reasons:
-        raise GpuplanError([Diagnostic("error", None, "stale plan: " + "; ".join(reasons),
-                                    fix=f"plan again: gpuplan plan {plan.spec_path or 'SPEC'} --out PLAN.json")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    None,
+                    "stale plan: " + "; ".join(reasons),
+                    fix=f"plan again: gpuplan plan {plan.spec_path or 'SPEC'} --out PLAN.json",
+                )
+            ]
+        )
 
 
 def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
@@ -45,8 +52,12 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
     if state is None:
         return None
     changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(Plan.from_dict(state["plan"]), plan)]
-    return {"status": state.get("status"), "finished_at": state.get("finished_at"),
-            "started_at": state.get("started_at"), "changes": changes}
+    return {
+        "status": state.get("status"),
+        "finished_at": state.get("finished_at"),
+        "started_at": state.get("started_at"),
+        "changes": changes,
+    }
 
 
 def show(target: str) -> tuple[dict[str, Any], str]:
@@ -59,8 +70,16 @@ def show(target: str) -> tuple[dict[str, Any], str]:
     if path.is_dir():
         state = load_state(path)
         if state is None:
-            raise GpuplanError([Diagnostic("error", None, f"{path}: no {STATE_FILE}: nothing was applied here",
-                                        fix="give a saved plan (.json) or a run's output dir")])
+            raise GpuplanError(
+                [
+                    Diagnostic(
+                        "error",
+                        None,
+                        f"{path}: no {STATE_FILE}: nothing was applied here",
+                        fix="give a saved plan (.json) or a run's output dir",
+                    )
+                ]
+            )
         metrics = read_metrics(path)
         return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples)
     try:

@@ -1,7 +1,7 @@
 """The hardware as an input to planning: the GPU catalog and local detection, no torch.
 
-    lookup(name, memory_gib=None) -> GPUProfile   (catalog.py over catalog.toml)
-    detect() -> (GPUProfile, how)                 (detect.py: nvidia-smi, rocm-smi, or the CPU)
+lookup(name, memory_gib=None) -> GPUProfile   (catalog.py over catalog.toml)
+detect() -> (GPUProfile, how)                 (detect.py: nvidia-smi, rocm-smi, or the CPU)
 """
 
 from __future__ import annotations

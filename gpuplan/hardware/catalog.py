@@ -9,11 +9,12 @@ import dataclasses
 import difflib
 import functools
 import re
+from collections.abc import Mapping
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
-from gpuplan.hardware.profile import GIB, GPUProfile
 from gpuplan.errors import OneProblem
+from gpuplan.hardware.profile import GIB, GPUProfile
 
 try:  # Python 3.11+
     import tomllib
@@ -49,8 +50,7 @@ class AmbiguousGPUError(OneProblem, ValueError):
         self.name = name
         self.candidates = list(candidates)
         super().__init__(
-            f"GPU name {name!r} is ambiguous: it matches {', '.join(self.candidates)}. "
-            "Use one of these names.",
+            f"GPU name {name!r} is ambiguous: it matches {', '.join(self.candidates)}. Use one of these names.",
             key="hardware.gpu",
         )
 
@@ -70,7 +70,7 @@ def _strip_vendor_words(key: str) -> str:
         changed = False
         for word in _VENDOR_WORDS:
             if key.startswith(word) and len(key) > len(word):
-                key = key[len(word):]
+                key = key[len(word) :]
                 changed = True
     return key
 
@@ -85,8 +85,7 @@ def _profile_from_table(name: str, table: Mapping[str, Any]) -> GPUProfile:
             name=name,
             vendor=str(table["vendor"]),
             # the driver's total where the catalog has it, else the datasheet figure read as GiB
-            memory_bytes=(int(table["usable_mib"]) * 1024**2 if "usable_mib" in table
-                          else int(round(float(memory_gib) * GIB))),
+            memory_bytes=(int(table["usable_mib"]) * 1024**2 if "usable_mib" in table else int(round(float(memory_gib) * GIB))),
             datasheet_gb=float(memory_gib),
             compute_capability=(int(cc[0]), int(cc[1])) if cc is not None else None,
             bf16=bool(table["bf16"]),

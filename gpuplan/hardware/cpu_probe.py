@@ -86,17 +86,31 @@ def cpu_figures(cpus: int) -> dict[str, Any] | None:
     except (OSError, ValueError):
         cached = {}
     for entry in cached.get("machines", []) if isinstance(cached, dict) else []:
-        if (entry.get("cpus") == cpus and entry.get("version") == VERSION and entry.get("cpu") == _cpu_model()
-                and entry.get("omp_threads") == _omp()):
+        if (
+            entry.get("cpus") == cpus
+            and entry.get("version") == VERSION
+            and entry.get("cpu") == _cpu_model()
+            and entry.get("omp_threads") == _omp()
+        ):
             return entry
     try:
         figures = measure()
     except ImportError:
         return None
-    entry = {"version": VERSION, "cpu": _cpu_model(), "cpus": cpus, "omp_threads": _omp(), **figures,
-             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "key": machine_key(cpus, figures["threads"])}
-    machines = [e for e in (cached.get("machines", []) if isinstance(cached, dict) else [])
-                if not (e.get("cpus") == cpus and e.get("cpu") == entry["cpu"] and e.get("omp_threads") == _omp())]
+    entry = {
+        "version": VERSION,
+        "cpu": _cpu_model(),
+        "cpus": cpus,
+        "omp_threads": _omp(),
+        **figures,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "key": machine_key(cpus, figures["threads"]),
+    }
+    machines = [
+        e
+        for e in (cached.get("machines", []) if isinstance(cached, dict) else [])
+        if not (e.get("cpus") == cpus and e.get("cpu") == entry["cpu"] and e.get("omp_threads") == _omp())
+    ]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

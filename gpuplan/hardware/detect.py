@@ -94,16 +94,19 @@ def cpu_profile() -> tuple[GPUProfile, str]:
     memory = host_memory_bytes()
     figures = cpu_figures(n)
     if figures is not None:
-        profile = dataclasses.replace(load_catalog()["cpu"], memory_bytes=memory,
-                                      peak_tflops={"fp32": round(figures["fp32_tflops"], 4)},
-                                      memory_bandwidth_gbps=round(figures["gbyte_per_s"], 1))
-        return profile, (f"no GPU found: CPU, {memory / GIB:.1f} GiB host RAM; fp32 matmul "
-                         f"{figures['fp32_tflops']:.3f} TFLOP/s and {figures['gbyte_per_s']:.1f} GB/s measured on "
-                         f"{n} CPUs (gpuplan cpu probe, cached)")
+        profile = dataclasses.replace(
+            load_catalog()["cpu"],
+            memory_bytes=memory,
+            peak_tflops={"fp32": round(figures["fp32_tflops"], 4)},
+            memory_bandwidth_gbps=round(figures["gbyte_per_s"], 1),
+        )
+        return profile, (
+            f"no GPU found: CPU, {memory / GIB:.1f} GiB host RAM; fp32 matmul "
+            f"{figures['fp32_tflops']:.3f} TFLOP/s and {figures['gbyte_per_s']:.1f} GB/s measured on "
+            f"{n} CPUs (gpuplan cpu probe, cached)"
+        )
     per_cpu = _CPU_TFLOPS_AVX512 if _has_avx512() else _CPU_TFLOPS_AVX2
-    profile = dataclasses.replace(
-        load_catalog()["cpu"], memory_bytes=memory, peak_tflops={"fp32": round(n * per_cpu, 3)}
-    )
+    profile = dataclasses.replace(load_catalog()["cpu"], memory_bytes=memory, peak_tflops={"fp32": round(n * per_cpu, 3)})
     how = (
         f"no GPU found: CPU, {memory / GIB:.1f} GiB host RAM; fp32 peak {n} CPUs x "
         f"{per_cpu} TFLOP/s ({'AVX-512' if per_cpu == _CPU_TFLOPS_AVX512 else 'AVX2'}, nominal: torch not installed)"
@@ -120,10 +123,7 @@ def match_device_name(device_name: str, memory_bytes: int | None = None) -> GPUP
     found = [n for n in candidates(device_name) if n != "cpu"]
     catalog = load_catalog()
     if len(found) > 1 and memory_bytes:
-        found = [
-            n for n in found
-            if abs(catalog[n].memory_bytes - memory_bytes) <= _MEMORY_MATCH_TOLERANCE * catalog[n].memory_bytes
-        ]
+        found = [n for n in found if abs(catalog[n].memory_bytes - memory_bytes) <= _MEMORY_MATCH_TOLERANCE * catalog[n].memory_bytes]
     return catalog[found[0]] if len(found) == 1 else None
 
 
@@ -141,9 +141,7 @@ def profile_from_detected(report: DeviceReport, bf16: bool | None = None) -> tup
     gpus = [p for p in catalog.values() if not p.is_cpu]
     if report.vendor == "nvidia" and cc is not None:
         has = {"bf16": cc >= (8, 0), "tf32": cc >= (8, 0), "fp8": cc >= (8, 9)}
-        pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [
-            p for p in gpus if p.vendor == "nvidia"
-        ]
+        pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [p for p in gpus if p.vendor == "nvidia"]
         basis = f"catalog NVIDIA GPUs of compute capability <= {cc[0]}.{cc[1]}"
     else:
         has = {"bf16": bool(bf16), "tf32": False, "fp8": False}

@@ -28,8 +28,7 @@ def catalog_price(name: str) -> Price | None:
     return Price(float(row["usd_per_gpu_hour"]), f"catalog: {row['source']}")
 
 
-def price_for(name: str, *, spec_price: float | None = None,
-              user_prices: Mapping[str, tuple[float, str]] | None = None) -> Price | None:
+def price_for(name: str, *, spec_price: float | None = None, user_prices: Mapping[str, tuple[float, str]] | None = None) -> Price | None:
     """The price that applies to GPU `name`, or None when nobody knows it."""
     if spec_price is not None:
         return Price(float(spec_price), "the spec's hardware.price_per_hour")

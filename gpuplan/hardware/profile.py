@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict, field
-from typing import Any, Mapping
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from gpuplan.units import GIB
 
@@ -58,7 +59,7 @@ class GPUProfile:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GPUProfile":
+    def from_dict(cls, d: Mapping[str, Any]) -> GPUProfile:
         cc = d.get("compute_capability")
         return cls(
             name=d["name"],

@@ -34,8 +34,7 @@ def model_fetch_patterns(repo_id: str, commit: str, allow_pickle: bool, *, local
 def _commit(plan: Plan, key: str) -> str:
     commit = plan.get(key)
     if not commit:
-        raise HubError(key, "the plan names a Hub id without its resolved commit (made by an older gpuplan?); "
-                            "plan again")
+        raise HubError(key, "the plan names a Hub id without its resolved commit (made by an older gpuplan?); plan again")
     return commit
 
 
@@ -59,8 +58,7 @@ def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] |
     """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
     from .splits import SplitError, card_patterns
 
-    folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README],
-                      local_only=local_only)
+    folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README], local_only=local_only)
     readme = os.path.join(folder, README)
     if not os.path.isfile(readme):
         return None
@@ -76,8 +74,9 @@ def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
 
     card = dataset_card_patterns(plan, local_only=local_only)
     patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
-    return snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"),
-                    patterns + [README], local_only=local_only)
+    return snapshot(
+        "data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), patterns + [README], local_only=local_only
+    )
 
 
 def data_files_in(folder: str) -> list[str]:
@@ -98,13 +97,15 @@ def dataset_files(plan: Plan) -> list[str]:
     card = dataset_card_patterns(plan)
     split = dataset_split(plan)
     try:
-        files = [] if not found else matching(folder, found, card) if card is not None \
-            else by_file_names(folder, found, split)
+        files = [] if not found else matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
     except SplitError as e:
         raise HubError("data.split", str(e), fix=e.fix) from None
     if not files:
-        raise HubError("data.dataset", f"{plan.value('data.dataset')} at {plan.get('data.commit')} holds no data "
-                                       f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}")
+        raise HubError(
+            "data.dataset",
+            f"{plan.value('data.dataset')} at {plan.get('data.commit')} holds no data "
+            f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}",
+        )
     return files
 
 

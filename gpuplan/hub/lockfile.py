@@ -35,16 +35,13 @@ def read_lock(spec_path: str | Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise LockFileError(f"{path}: not a readable lock file ({e}); delete it and run `gpuplan lock {spec_path}`") \
-            from None
+        raise LockFileError(f"{path}: not a readable lock file ({e}); delete it and run `gpuplan lock {spec_path}`") from None
     if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION or not isinstance(data.get("repos"), dict):
-        raise LockFileError(f"{path}: not a gpuplan lock file of format {FORMAT_VERSION}; "
-                            f"delete it and run `gpuplan lock {spec_path}`")
+        raise LockFileError(f"{path}: not a gpuplan lock file of format {FORMAT_VERSION}; delete it and run `gpuplan lock {spec_path}`")
     return data["repos"]
 
 
-def locked_entry(repos: dict[str, Any] | None, key: str, repo_id: str, repo_type: str, revision: str
-                 ) -> dict[str, Any] | None:
+def locked_entry(repos: dict[str, Any] | None, key: str, repo_id: str, repo_type: str, revision: str) -> dict[str, Any] | None:
     """The pin for this key when it locks the same repo and revision the spec names, else None."""
     entry = (repos or {}).get(key)
     if not isinstance(entry, dict):

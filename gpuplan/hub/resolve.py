@@ -71,21 +71,27 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
     what = f"{repo_type} {repo_id!r} at revision {revision!r}"
     login = f"log in with `{CLI} auth login` or set HF_TOKEN"
     if isinstance(e, errors.GatedRepoError):
-        return HubError(key, f"{what} is gated: accept its terms on https://huggingface.co/"
-                             f"{'datasets/' if repo_type == 'dataset' else ''}{repo_id} and {login}",
-                        fix=f"{CLI} auth login")
+        return HubError(
+            key,
+            f"{what} is gated: accept its terms on https://huggingface.co/"
+            f"{'datasets/' if repo_type == 'dataset' else ''}{repo_id} and {login}",
+            fix=f"{CLI} auth login",
+        )
     if isinstance(e, errors.RepositoryNotFoundError):
-        return HubError(key, f"{what}: no such repository, or it is private and your token cannot see it; "
-                             f"check the id, or {login}")
+        return HubError(key, f"{what}: no such repository, or it is private and your token cannot see it; check the id, or {login}")
     if isinstance(e, errors.RevisionNotFoundError):
         return HubError(key, f"{what}: no such branch, tag or commit; fix the revision key beside {key}")
     if isinstance(e, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
-        offline = " (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "on", "yes") \
+        offline = (
+            " (HF_HUB_OFFLINE is set)"
+            if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "on", "yes")
             else " (the Hub could not be reached)"
+        )
         need = ", ".join(files) if files else "the snapshot"
         command = fetch_command(repo_id, repo_type, revision, files)
-        return HubError(key, f"{what}: {need} is not in the cache {repo_folder(repo_id, repo_type)}{offline}; "
-                             f"fetch it with `{command}`", fix=command)
+        return HubError(
+            key, f"{what}: {need} is not in the cache {repo_folder(repo_id, repo_type)}{offline}; fetch it with `{command}`", fix=command
+        )
     if isinstance(e, errors.EntryNotFoundError):
         return HubError(key, f"{what} has no {', '.join(files)}; is it a transformers {repo_type}?")
     if isinstance(e, errors.HfHubHTTPError):
@@ -106,14 +112,12 @@ def download_file(key: str, repo_id: str, repo_type: str, revision: str, filenam
         raise _translate(e, key, repo_id, repo_type, revision, (filename,)) from None
 
 
-def snapshot(key: str, repo_id: str, repo_type: str, revision: str, patterns: list[str],
-             local_only: bool = False) -> str:
+def snapshot(key: str, repo_id: str, repo_type: str, revision: str, patterns: list[str], local_only: bool = False) -> str:
     """Local snapshot folder holding the files matching `patterns` (downloaded unless cached)."""
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns,
-                                 local_files_only=local_only)
+        return snapshot_download(repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns, local_files_only=local_only)
     except Exception as e:  # see download_file
         raise _translate(e, key, repo_id, repo_type, revision, ()) from None
 

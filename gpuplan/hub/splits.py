@@ -36,8 +36,7 @@ class SplitError(Exception):
         self.available = available
         close = difflib.get_close_matches(split, available, n=1, cutoff=0.4)
         hint = f'did you mean "{close[0]}"? ' if close else ""
-        super().__init__(f"{split!r} is no split of {where}, which has {', '.join(available)}; "
-                         f"{hint}set data.split to one of them")
+        super().__init__(f"{split!r} is no split of {where}, which has {', '.join(available)}; {hint}set data.split to one of them")
         self.fix = f'set data.split = "{close[0] if close else available[0]}"' if available else None
 
 

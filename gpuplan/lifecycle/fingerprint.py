@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.plan.types import Plan
 
@@ -29,15 +30,20 @@ def fingerprint(plan: Plan, environment: Environment) -> dict[str, Any]:
     return {
         "spec_sha256": plan.spec_sha256,
         "settings_sha256": settings_sha256(plan),
-        "hardware": {"name": hw.name, "memory_bytes": hw.memory_bytes,
-                     "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
-                     "count": hw.count, "nodes": hw.nodes},
+        "hardware": {
+            "name": hw.name,
+            "memory_bytes": hw.memory_bytes,
+            "compute_capability": list(hw.compute_capability) if hw.compute_capability else None,
+            "count": hw.count,
+            "nodes": hw.nodes,
+        },
         "versions": {**{k: packages.get(k) for k in VERSIONED}, "cuda": environment.cuda},
     }
 
 
-def stale_reasons(plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None,
-                  environment_now: Environment) -> list[str]:
+def stale_reasons(
+    plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None, environment_now: Environment
+) -> list[str]:
     """Why a saved plan no longer describes this run (empty: it is current).
 
     spec_sha256_now: hash of the spec file now (None: the file is gone).
@@ -59,8 +65,7 @@ def stale_reasons(plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapp
         if want.get("name") != hardware_now.get("name"):
             reasons.append(f"planned for {want.get('name')}, this machine has {hardware_now.get('name')}")
         elif want.get("compute_capability") != hardware_now.get("compute_capability"):
-            reasons.append(f"compute capability {want.get('compute_capability')} planned, "
-                           f"{hardware_now.get('compute_capability')} here")
+            reasons.append(f"compute capability {want.get('compute_capability')} planned, {hardware_now.get('compute_capability')} here")
     now = {**{k: environment_now.packages.get(k) for k in VERSIONED}, "cuda": environment_now.cuda}
     for name, planned in fp.get("versions", {}).items():
         if planned != now.get(name):

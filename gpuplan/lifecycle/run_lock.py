@@ -61,8 +61,7 @@ class RunLock:
 
     def acquire(self) -> None:
         os.makedirs(self.output_dir, exist_ok=True)
-        me = {"pid": os.getpid(), "host": socket.gethostname(),
-              "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -76,12 +75,17 @@ class RunLock:
                     os.unlink(self.path)
                     continue
                 if alive is False:
-                    raise LockError(f"{self.output_dir} is locked by {who}, which is no longer running "
-                                    "(a crashed apply)", key="output.dir",
-                                    fix="rerun with --break-lock to take it over") from None
-                raise LockError(f"{self.output_dir} is in use by another apply: {who}", key="output.dir",
-                                detail="two runs must not write one output dir",
-                                fix="wait for it, or stop it") from None
+                    raise LockError(
+                        f"{self.output_dir} is locked by {who}, which is no longer running (a crashed apply)",
+                        key="output.dir",
+                        fix="rerun with --break-lock to take it over",
+                    ) from None
+                raise LockError(
+                    f"{self.output_dir} is in use by another apply: {who}",
+                    key="output.dir",
+                    detail="two runs must not write one output dir",
+                    fix="wait for it, or stop it",
+                ) from None
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(me, f)
                 f.flush()
@@ -98,7 +102,7 @@ class RunLock:
                 pass
             self.held = False
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.acquire()
         return self
 

@@ -53,9 +53,16 @@ def load_state(output_dir: str | Path) -> dict[str, Any] | None:
             raise ValueError("no plan in it")
         return state
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise GpuplanError([Diagnostic(
-            "error", "output.dir", f"{path} is corrupt ({e})",
-            fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched")]) from None
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "output.dir",
+                    f"{path} is corrupt ({e})",
+                    fix=f"move {path} away to start over, or restore it from a backup; checkpoints in {output_dir} are untouched",
+                )
+            ]
+        ) from None
 
 
 class RunState:

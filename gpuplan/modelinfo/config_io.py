@@ -38,22 +38,15 @@ def read_config(path: str | Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{p}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}"
-        ) from None
+        raise ModelConfigError(f"{p}:{exc.lineno}:{exc.colno}", f"invalid JSON: {exc.msg}") from None
     if not isinstance(data, dict):
-        raise ModelConfigError(
-            p, f"expected a JSON object at the top level, got {type(data).__name__}"
-        )
+        raise ModelConfigError(p, f"expected a JSON object at the top level, got {type(data).__name__}")
     for key in REQUIRED_KEYS:
         if key not in data:
             raise ModelConfigError(
                 p,
-                f"missing required field {key!r}; add e.g. \"{key}\": \"llama\" "
-                "(the value transformers writes in every config.json)",
+                f'missing required field {key!r}; add e.g. "{key}": "llama" (the value transformers writes in every config.json)',
             )
     if not isinstance(data["model_type"], str) or not data["model_type"]:
-        raise ModelConfigError(
-            p, f"field 'model_type' must be a non-empty string, got {data['model_type']!r}"
-        )
+        raise ModelConfigError(p, f"field 'model_type' must be a non-empty string, got {data['model_type']!r}")
     return data

@@ -17,11 +17,12 @@ def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise ModelConfigError(
-            None, f"model config is missing the required field 'model_type' (got {model_type!r}); "
-            "add it as in a transformers config.json, e.g. \"model_type\": \"llama\"")
+            None,
+            f"model config is missing the required field 'model_type' (got {model_type!r}); "
+            'add it as in a transformers config.json, e.g. "model_type": "llama"',
+        )
     if task not in TASKS:
-        raise ModelConfigError(
-            None, f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+        raise ModelConfigError(None, f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
         raise ModelConfigError(None, f"num_labels = {num_labels!r} is invalid: expected an integer >= 1")
     return model_type
@@ -29,12 +30,13 @@ def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
 
 def unsupported_task(model_type: str, task: str, supported: tuple[str, ...]) -> ModelConfigError:
     return ModelConfigError(
-        None, f"task {task!r} is not supported for model_type {model_type!r}: transformers has no "
-        f"{TASKS[task]} class for it; supported tasks: {', '.join(supported)}")
+        None,
+        f"task {task!r} is not supported for model_type {model_type!r}: transformers has no "
+        f"{TASKS[task]} class for it; supported tasks: {', '.join(supported)}",
+    )
 
 
-def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: int = 2, *,
-                allow_meta_fallback: bool = True) -> ModelFacts:
+def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: int = 2, *, allow_meta_fallback: bool = True) -> ModelFacts:
     """Parameter count, tensor shapes and architecture facts of `config` for `task`.
 
     Known families (known_model_types()) are counted analytically without
@@ -48,9 +50,11 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     if family is None:
         if not allow_meta_fallback:
             raise ModelConfigError(
-                None, f"model_type {model_type!r} has no analytic parameter count (known: "
+                None,
+                f"model_type {model_type!r} has no analytic parameter count (known: "
                 f"{', '.join(known_model_types())}); allow the meta-device fallback, which "
-                "imports torch and transformers, or use one of the known architectures")
+                "imports torch and transformers, or use one of the known architectures",
+            )
         from gpuplan.modelinfo.meta import meta_facts
 
         return meta_facts(config, task, num_labels)
@@ -60,20 +64,32 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     params, dims = counter(model_type, config, task, num_labels)
     notes = list(params.notes)
     if "tie_word_embeddings" not in config:
-        notes.append(f"tie_word_embeddings absent: the {model_type} default "
-                     f"({str(dims.tie_word_embeddings).lower()}) applies")
+        notes.append(f"tie_word_embeddings absent: the {model_type} default ({str(dims.tie_word_embeddings).lower()}) applies")
     if dims.tie_word_embeddings and task != "seq-cls":
         notes.append("output projection tied to the input embeddings: counted once")
     return ModelFacts(
-        model_type=model_type, task=task, n_params=params.total(),
-        param_shapes=tuple(params.items), linear_layers=tuple(params.layers), hidden_size=dims.hidden_size,
-        num_layers=dims.num_layers, num_attention_heads=dims.num_attention_heads,
-        num_key_value_heads=dims.num_key_value_heads, head_dim=dims.head_dim,
-        intermediate_size=dims.intermediate_size, vocab_size=dims.vocab_size,
-        max_position_embeddings=dims.max_position_embeddings, mlp=dims.mlp, norm=dims.norm,
-        tie_word_embeddings=dims.tie_word_embeddings, hidden_dropout=dims.hidden_dropout,
-        attention_dropout=dims.attention_dropout, source="analytic", notes=tuple(notes),
-        **_experts(params))
+        model_type=model_type,
+        task=task,
+        n_params=params.total(),
+        param_shapes=tuple(params.items),
+        linear_layers=tuple(params.layers),
+        hidden_size=dims.hidden_size,
+        num_layers=dims.num_layers,
+        num_attention_heads=dims.num_attention_heads,
+        num_key_value_heads=dims.num_key_value_heads,
+        head_dim=dims.head_dim,
+        intermediate_size=dims.intermediate_size,
+        vocab_size=dims.vocab_size,
+        max_position_embeddings=dims.max_position_embeddings,
+        mlp=dims.mlp,
+        norm=dims.norm,
+        tie_word_embeddings=dims.tie_word_embeddings,
+        hidden_dropout=dims.hidden_dropout,
+        attention_dropout=dims.attention_dropout,
+        source="analytic",
+        notes=tuple(notes),
+        **_experts(params),
+    )
 
 
 def _experts(params) -> dict[str, int]:

@@ -68,6 +68,9 @@ class ModelFacts:
             "vocab_size": self.vocab_size,
             "source": self.source,
             "notes": list(self.notes),
-            **({"num_experts": self.num_experts, "experts_per_token": self.experts_per_token,
-                "active_params": self.active_params} if self.num_experts else {}),
+            **(
+                {"num_experts": self.num_experts, "experts_per_token": self.experts_per_token, "active_params": self.active_params}
+                if self.num_experts
+                else {}
+            ),
         }

@@ -19,28 +19,53 @@ GPT_TASKS = ("causal-lm", "seq-cls")
 ENCODER_TASKS = ("causal-lm", "seq-cls", "masked-lm")
 
 
-
-def classic_dims(cfg: FamilyConfig, inner: int, *, hidden: str = "hidden_size", heads: str = "num_attention_heads",
-                 layers: str = "num_hidden_layers", positions: str = "max_position_embeddings",
-                 hidden_dropout: str, attention_dropout: str) -> Dims:
+def classic_dims(
+    cfg: FamilyConfig,
+    inner: int,
+    *,
+    hidden: str = "hidden_size",
+    heads: str = "num_attention_heads",
+    layers: str = "num_hidden_layers",
+    positions: str = "max_position_embeddings",
+    hidden_dropout: str,
+    attention_dropout: str,
+) -> Dims:
     """Dims of a multi-head (no GQA), plain-MLP, LayerNorm family; the key names differ by family."""
     h, n = cfg.int(hidden), cfg.int(heads)
     check_divides(cfg, hidden, heads)
-    return Dims(hidden_size=h, num_layers=cfg.int(layers, minimum=0), num_attention_heads=n,
-                num_key_value_heads=n, head_dim=h // n, intermediate_size=inner,
-                vocab_size=cfg.int("vocab_size"), max_position_embeddings=cfg.int(positions), mlp="plain",
-                norm="layernorm", tie_word_embeddings=cfg.bool("tie_word_embeddings"),
-                hidden_dropout=cfg.float(hidden_dropout), attention_dropout=cfg.float(attention_dropout))
+    return Dims(
+        hidden_size=h,
+        num_layers=cfg.int(layers, minimum=0),
+        num_attention_heads=n,
+        num_key_value_heads=n,
+        head_dim=h // n,
+        intermediate_size=inner,
+        vocab_size=cfg.int("vocab_size"),
+        max_position_embeddings=cfg.int(positions),
+        mlp="plain",
+        norm="layernorm",
+        tie_word_embeddings=cfg.bool("tie_word_embeddings"),
+        hidden_dropout=cfg.float(hidden_dropout),
+        attention_dropout=cfg.float(attention_dropout),
+    )
 
-def count_gpt2(model_type: str, config: Mapping[str, Any], task: str,
-               num_labels: int) -> tuple[ParamList, Dims]:
+
+def count_gpt2(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """GPT2LMHeadModel / GPT2ForSequenceClassification: Conv1D layers with bias,
     learned positions (wpe), lm_head tied to wte by default."""
     cfg = FamilyConfig(model_type, config, aliases=GPT2_ALIASES)
     h, _ = cfg.int("n_embd"), cfg.int("n_head")  # n_head is checked here, read by classic_dims
     inner = cfg.int("n_inner") or 4 * h  # GPT2Block: n_inner None -> 4 * hidden
-    d = classic_dims(cfg, inner, hidden="n_embd", heads="n_head", layers="n_layer", positions="n_positions",
-                     hidden_dropout="resid_pdrop", attention_dropout="attn_pdrop")  # GPT2Attention checks heads too
+    d = classic_dims(
+        cfg,
+        inner,
+        hidden="n_embd",
+        heads="n_head",
+        layers="n_layer",
+        positions="n_positions",
+        hidden_dropout="resid_pdrop",
+        attention_dropout="attn_pdrop",
+    )  # GPT2Attention checks heads too
     p = ParamList()
     p.embedding("transformer.wte", d.vocab_size, h)
     p.embedding("transformer.wpe", d.max_position_embeddings, h)
@@ -66,8 +91,7 @@ def count_gpt2(model_type: str, config: Mapping[str, Any], task: str,
     return p, d
 
 
-def count_gpt_neox(model_type: str, config: Mapping[str, Any], task: str,
-                   num_labels: int) -> tuple[ParamList, Dims]:
+def count_gpt_neox(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """GPTNeoXForCausalLM / ...ForSequenceClassification (Pythia): fused
     query_key_value, two LayerNorms per (parallel) block, untied lm_head."""
     cfg = FamilyConfig(model_type, config)
@@ -92,8 +116,7 @@ def count_gpt_neox(model_type: str, config: Mapping[str, Any], task: str,
     return p, d
 
 
-def count_opt(model_type: str, config: Mapping[str, Any], task: str,
-              num_labels: int) -> tuple[ParamList, Dims]:
+def count_opt(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """OPTForCausalLM / OPTForSequenceClassification (modeling_opt.py)."""
     cfg = FamilyConfig(model_type, config)
     h, _, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("ffn_dim")
@@ -135,8 +158,7 @@ def _encoder_attention(p: ParamList, name: str, h: int) -> None:
     p.norm(f"{name}.output.LayerNorm", h, bias=True)
 
 
-def count_bert_like(model_type: str, config: Mapping[str, Any], task: str,
-                    num_labels: int) -> tuple[ParamList, Dims]:
+def count_bert_like(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """bert and roberta: BertModel / RobertaModel plus the task head.
 
     Pooler only in BertForSequenceClassification (the MLM/causal heads and all
@@ -149,8 +171,7 @@ def count_bert_like(model_type: str, config: Mapping[str, Any], task: str,
     cross = cfg.bool("add_cross_attention")
     if cross and not cfg.bool("is_decoder"):
         # BertLayer.__init__ raises the same ValueError
-        raise ModelConfigError(None, f"{model_type} config sets add_cross_attention = true "
-                               "without is_decoder = true; set both or neither")
+        raise ModelConfigError(None, f"{model_type} config sets add_cross_attention = true without is_decoder = true; set both or neither")
     base = model_type  # base_model_prefix: "bert" / "roberta"
     p = ParamList()
     p.embedding(f"{base}.embeddings.word_embeddings", d.vocab_size, h)

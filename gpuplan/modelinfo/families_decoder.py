@@ -30,11 +30,9 @@ _STYLES: dict[str, dict[str, Any]] = {
     "llama": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"},
     "mistral": {"qkv_bias": False, "o_bias": False, "mlp_bias": False},
     "qwen2": {"qkv_bias": True, "o_bias": False, "mlp_bias": False},
-    "qwen3": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": False,
-              "qk_norm": True},
+    "qwen3": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": False, "qk_norm": True},
     "gemma": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": False},
-    "gemma2": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": False,
-               "sandwich": True},
+    "gemma2": {"qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": False, "sandwich": True},
     "mixtral": {"qkv_bias": False, "o_bias": False, "mlp_bias": False, "moe": True},
 }
 LLAMA_LIKE = tuple(_STYLES)
@@ -57,9 +55,13 @@ def _common_dims(cfg: FamilyConfig) -> dict[str, Any]:
         check_divides(cfg, "hidden_size", "num_attention_heads")
     check_divides(cfg, "num_attention_heads", "num_key_value_heads", heads, kv)
     return {
-        "hidden_size": hidden, "num_layers": cfg.int("num_hidden_layers", minimum=0),
-        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
-        "intermediate_size": cfg.int("intermediate_size"), "vocab_size": cfg.int("vocab_size"),
+        "hidden_size": hidden,
+        "num_layers": cfg.int("num_hidden_layers", minimum=0),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "intermediate_size": cfg.int("intermediate_size"),
+        "vocab_size": cfg.int("vocab_size"),
         "max_position_embeddings": cfg.int("max_position_embeddings"),
         "tie_word_embeddings": cfg.bool("tie_word_embeddings"),
         "attention_dropout": cfg.float("attention_dropout"),
@@ -78,8 +80,7 @@ def _head(p: ParamList, d: Dims, task: str, num_labels: int, lm_bias: bool) -> N
         p.add("lm_head.bias", d.vocab_size)
 
 
-def count_llama_like(model_type: str, config: Mapping[str, Any], task: str,
-                     num_labels: int) -> tuple[ParamList, Dims]:
+def count_llama_like(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """llama, mistral, qwen2, qwen3, gemma, gemma2, mixtral (separate q/k/v, gated MLP
     or gated experts, RMSNorm)."""
     style = _STYLES[model_type]
@@ -91,8 +92,10 @@ def count_llama_like(model_type: str, config: Mapping[str, Any], task: str,
     p = ParamList()
     if style.get("moe"):
         p.experts = {"num_experts": cfg.int("num_local_experts"), "experts_per_token": cfg.int("num_experts_per_tok")}
-        p.notes.append(f"mixture of experts: {cfg.int('num_local_experts')} experts per layer, "
-                       f"{cfg.int('num_experts_per_tok')} active per token; n_params counts all")
+        p.notes.append(
+            f"mixture of experts: {cfg.int('num_local_experts')} experts per layer, "
+            f"{cfg.int('num_experts_per_tok')} active per token; n_params counts all"
+        )
     p.embedding("model.embed_tokens", d.vocab_size, h)
     for n in range(d.num_layers):
         a, m = f"model.layers.{n}.self_attn", f"model.layers.{n}.mlp"
@@ -122,12 +125,10 @@ def count_llama_like(model_type: str, config: Mapping[str, Any], task: str,
     return p, d
 
 
-def count_phi3(model_type: str, config: Mapping[str, Any], task: str,
-               num_labels: int) -> tuple[ParamList, Dims]:
+def count_phi3(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """phi3: fused qkv_proj and gate_up_proj, no biases (modeling_phi3.py)."""
     cfg = FamilyConfig(model_type, config)
-    d = Dims(**_common_dims(cfg), mlp="gated", norm="rmsnorm",
-             hidden_dropout=cfg.float("resid_pdrop"))
+    d = Dims(**_common_dims(cfg), mlp="gated", norm="rmsnorm", hidden_dropout=cfg.float("resid_pdrop"))
     h, hd, i = d.hidden_size, d.head_dim, d.intermediate_size
     qkv_out = d.num_attention_heads * hd + 2 * d.num_key_value_heads * hd  # Phi3Attention op_size
     p = ParamList()
@@ -145,13 +146,11 @@ def count_phi3(model_type: str, config: Mapping[str, Any], task: str,
     return p, d
 
 
-def count_phi(model_type: str, config: Mapping[str, Any], task: str,
-              num_labels: int) -> tuple[ParamList, Dims]:
+def count_phi(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> tuple[ParamList, Dims]:
     """phi (phi-1/1.5/2): biases everywhere, one LayerNorm per parallel block,
     plain fc1/fc2 MLP, lm_head with bias (modeling_phi.py)."""
     cfg = FamilyConfig(model_type, config)
-    d = Dims(**_common_dims(cfg), mlp="plain", norm="layernorm",
-             hidden_dropout=cfg.float("resid_pdrop"))
+    d = Dims(**_common_dims(cfg), mlp="plain", norm="layernorm", hidden_dropout=cfg.float("resid_pdrop"))
     h, hd, i = d.hidden_size, d.head_dim, d.intermediate_size
     p = ParamList()
     p.embedding("model.embed_tokens", d.vocab_size, h)

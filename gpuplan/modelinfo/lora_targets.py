@@ -22,8 +22,8 @@ import difflib
 from dataclasses import dataclass
 from math import prod
 
-from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.errors import OneProblem
+from gpuplan.modelinfo.facts import ModelFacts
 
 # The seq-cls heads peft's PeftModelForSequenceClassification saves (peft_model.py).
 SEQ_CLS_HEADS = ("classifier", "score")
@@ -68,8 +68,10 @@ def check_saved(facts: ModelFacts, names: list[str] | None) -> None:
         if not any(m.endswith(n) for m in modules):
             close = difflib.get_close_matches(n, short, n=2, cutoff=0.5)
             hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-            raise TargetError(f"{n!r} matches no module of this {facts.model_type} model; {hint}"
-                              "modules_to_save takes module names such as lm_head or embed_tokens")
+            raise TargetError(
+                f"{n!r} matches no module of this {facts.model_type} model; {hint}"
+                "modules_to_save takes module names such as lm_head or embed_tokens"
+            )
 
 
 def saved_modules(facts: ModelFacts, modules_to_save: list[str] | None) -> list[str]:
@@ -93,9 +95,11 @@ def default_modules_to_save(facts: ModelFacts, asked: list[str] | None) -> list[
 def _candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int, int]]:
     """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head."""
     heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set())
-    return [layer for layer in facts.linear_layers
-            if layer[0] not in OUTPUT_LAYERS
-            and not any(layer[0] == h or layer[0].startswith(h + ".") for h in heads)]
+    return [
+        layer
+        for layer in facts.linear_layers
+        if layer[0] not in OUTPUT_LAYERS and not any(layer[0] == h or layer[0].startswith(h + ".") for h in heads)
+    ]
 
 
 def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str]) -> list[str]:
@@ -111,12 +115,13 @@ def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: l
         if any(peft_matches(name, t) for name, *_ in layers):
             continue
         if any(peft_matches(m, t) for m in module_names(facts)):
-            raise TargetError(f"{t!r} is not a linear layer of this {facts.model_type} model (LoRA is planned "
-                              f"on nn.Linear/Conv1D layers); its linear layers are {', '.join(short)}")
+            raise TargetError(
+                f"{t!r} is not a linear layer of this {facts.model_type} model (LoRA is planned "
+                f"on nn.Linear/Conv1D layers); its linear layers are {', '.join(short)}"
+            )
         close = difflib.get_close_matches(t, short, n=2, cutoff=0.5)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise TargetError(f"{t!r} matches no layer of this {facts.model_type} model; {hint}"
-                          f"its linear layers are {', '.join(short)}")
+        raise TargetError(f"{t!r} matches no layer of this {facts.model_type} model; {hint}its linear layers are {', '.join(short)}")
     return list(dict.fromkeys(target_modules))
 
 
@@ -140,9 +145,13 @@ class AdapterCount:
         return self.base_params + self.trainable_params
 
     def to_dict(self) -> dict:
-        return {"trainable_params": self.trainable_params, "adapter_params": self.adapter_params,
-                "saved_params": self.saved_params, "total_params": self.total_params,
-                "per_target": {k: {"layers": n, "params": p} for k, (n, p) in self.per_target.items()}}
+        return {
+            "trainable_params": self.trainable_params,
+            "adapter_params": self.adapter_params,
+            "saved_params": self.saved_params,
+            "total_params": self.total_params,
+            "per_target": {k: {"layers": n, "params": p} for k, (n, p) in self.per_target.items()},
+        }
 
 
 def count_adapters(facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str]) -> AdapterCount:

@@ -24,15 +24,12 @@ from gpuplan.modelinfo.registry import TASKS, known_model_types
 _ALIASES: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim", "word_embed_proj_dim"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads",
-                            "decoder_attention_heads"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads", "decoder_attention_heads"),
     "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
     "head_dim": ("head_dim", "kv_channels"),
-    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "ffn_hidden_size",
-                          "inner_hidden_size", "hidden_dim"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "ffn_hidden_size", "inner_hidden_size", "hidden_dim"),
     "vocab_size": ("vocab_size", "padded_vocab_size"),
-    "max_position_embeddings": ("max_position_embeddings", "n_positions", "seq_length",
-                                "max_sequence_length"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"),
     "hidden_dropout": ("hidden_dropout", "hidden_dropout_prob", "resid_pdrop", "dropout"),
     "attention_dropout": ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop"),
 }
@@ -52,9 +49,11 @@ def _unknown_type_error(model_type: str, transformers_types: list[str]) -> Model
     close = difflib.get_close_matches(model_type, list(known) + others, n=3, cutoff=0.6)
     hint = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     return ModelConfigError(
-        None, f"unknown model_type {model_type!r}: neither gpuplan nor transformers knows it. {hint}"
+        None,
+        f"unknown model_type {model_type!r}: neither gpuplan nor transformers knows it. {hint}"
         f"Counted without torch: {', '.join(known)}; transformers knows {len(others)} "
-        "more (counted on the meta device). Fix the \"model_type\" field of config.json.")
+        'more (counted on the meta device). Fix the "model_type" field of config.json.',
+    )
 
 
 def _build(model_type: str, config: Mapping[str, Any], task: str, num_labels: int) -> Any:
@@ -65,8 +64,9 @@ def _build(model_type: str, config: Mapping[str, Any], task: str, num_labels: in
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     except ImportError as exc:
         raise ModelConfigError(
-            None, f"model_type {model_type!r} has no analytic count and counting it on the meta "
-            f"device needs torch and transformers ({exc}); install them: pip install 'gpuplan[train]'"
+            None,
+            f"model_type {model_type!r} has no analytic count and counting it on the meta "
+            f"device needs torch and transformers ({exc}); install them: pip install 'gpuplan[train]'",
         ) from None
     if model_type not in CONFIG_MAPPING:
         raise _unknown_type_error(model_type, sorted(CONFIG_MAPPING.keys()))
@@ -80,8 +80,7 @@ def _build(model_type: str, config: Mapping[str, Any], task: str, num_labels: in
         transformers.logging.set_verbosity(verbosity)
 
 
-def _instantiate(transformers: Any, torch: Any, model_type: str, kwargs: dict[str, Any],
-                 task: str, num_labels: int) -> Any:
+def _instantiate(transformers: Any, torch: Any, model_type: str, kwargs: dict[str, Any], task: str, num_labels: int) -> Any:
     try:
         hf_config = transformers.AutoConfig.for_model(model_type, **kwargs)
     except Exception as exc:  # strict config validation raises several types
@@ -95,8 +94,7 @@ def _instantiate(transformers: Any, torch: Any, model_type: str, kwargs: dict[st
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc):
             raise unsupported_task(model_type, task, _supported_tasks(model_type)) from None
-        raise ModelConfigError(
-            None, f"transformers cannot build this {model_type} config: {exc}") from None
+        raise ModelConfigError(None, f"transformers cannot build this {model_type} config: {exc}") from None
 
 
 def _supported_tasks(model_type: str) -> tuple[str, ...]:
@@ -116,8 +114,7 @@ def meta_facts(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFa
     model = _build(model_type, config, task, num_labels)
     shapes = tuple((name, tuple(p.shape)) for name, p in model.named_parameters())
     cfg = model.config.get_text_config()
-    notes = [f"unknown architecture {model_type}: counted by instantiating on the meta device "
-             "(imports torch)"]
+    notes = [f"unknown architecture {model_type}: counted by instantiating on the meta device (imports torch)"]
 
     inp = model.get_input_embeddings()
     hidden = _first(cfg, "hidden_size")
@@ -153,16 +150,27 @@ def meta_facts(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFa
     notes.append("mlp and norm kinds inferred from module and parameter names")
     linear = _linear_layers(model, out)
     return ModelFacts(
-        model_type=model_type, task=task, n_params=sum(p.numel() for p in model.parameters()),
-        param_shapes=shapes, hidden_size=int(hidden), num_layers=int(layers),
-        num_attention_heads=int(heads), num_key_value_heads=int(kv),
+        model_type=model_type,
+        task=task,
+        n_params=sum(p.numel() for p in model.parameters()),
+        param_shapes=shapes,
+        hidden_size=int(hidden),
+        num_layers=int(layers),
+        num_attention_heads=int(heads),
+        num_key_value_heads=int(kv),
         head_dim=int(_first(cfg, "head_dim") or hidden // heads),
-        intermediate_size=int(intermediate), vocab_size=int(vocab),
+        intermediate_size=int(intermediate),
+        vocab_size=int(vocab),
         max_position_embeddings=_first(cfg, "max_position_embeddings"),
-        mlp="gated" if gated else "plain", norm="rmsnorm" if rms else "layernorm",
-        tie_word_embeddings=tied, hidden_dropout=float(_first(cfg, "hidden_dropout") or 0.0),
+        mlp="gated" if gated else "plain",
+        norm="rmsnorm" if rms else "layernorm",
+        tie_word_embeddings=tied,
+        hidden_dropout=float(_first(cfg, "hidden_dropout") or 0.0),
         attention_dropout=float(_first(cfg, "attention_dropout") or 0.0),
-        source="meta-device", notes=tuple(notes), linear_layers=linear)
+        source="meta-device",
+        notes=tuple(notes),
+        linear_layers=linear,
+    )
 
 
 def _linear_layers(model: Any, output_embeddings: Any) -> tuple[tuple[str, str, int, int], ...]:

@@ -56,7 +56,6 @@ class ParamList:
         return n
 
 
-
 @dataclass(frozen=True)
 class Dims:
     """The architecture facts a family counter reads from a config."""

@@ -14,43 +14,44 @@ known architecture (tests/test_plan_imports.py).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from gpuplan.hardware.catalog import load_interconnects
 from gpuplan.hardware.prices import price_for
 from gpuplan.hardware.profile import GPUProfile
+from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
-from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.lifecycle.fingerprint import fingerprint
-from gpuplan.plan.engine.graph import rule_order, writers
 from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.checks.fixed_costs import fixed_costs_advice, fixed_share
-from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.engine.graph import Node
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
-from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
+from gpuplan.plan.engine.graph import Node, rule_order, writers
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
 from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fit.savers import saver_cost
+from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.lookup import load_facts, resolve_gpu
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
-from gpuplan.plan.fit.search import workload as solve_workload
-from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
-from gpuplan.plan.estimate.throughput import estimate_throughput
+from gpuplan.plan.methods import method_named
+from gpuplan.plan.rules import ALL_RULES
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
+from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, Saver, ThroughputSection
 from gpuplan.plan.types import Plan, PlanError, Setting
 from gpuplan.spec.load import LoadedSpec, load_toml, table
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
-from gpuplan.plan.methods import method_named
 
 SOURCE_REFS: Node[dict[str, Any]] = Node("sources")  # Hub ids resolved to commits (inputs/sources.py), for assemble
 
 
-def resolve(loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: EnvironmentLike,
-            strict: bool = False) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
+def resolve(
+    loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: EnvironmentLike, strict: bool = False
+) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
     """load, inputs, walk, check: the Resolver holds the outcome, errors included."""
     spec, settings = load(loaded)
     gpu, refs, facts = inputs(loaded, spec, settings, detect)
@@ -66,19 +67,18 @@ def load(loaded: LoadedSpec) -> tuple[Spec, dict[str, Setting]]:
     return spec, flatten(spec, loaded.path.parent, loaded.path.stem)
 
 
-def inputs(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting],
-           detect: Callable[[], GPUProfile] | None) -> tuple[GPUProfile, dict[str, Any], ModelFacts]:
+def inputs(
+    loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], detect: Callable[[], GPUProfile] | None
+) -> tuple[GPUProfile, dict[str, Any], ModelFacts]:
     """What the rules read besides the spec: the GPU, the Hub pins ({} without Hub ids), the model."""
     gpu = resolve_gpu(spec, detect)
     refs = resolve_sources(dict(settings), loaded.path)
     return gpu, refs, load_facts(settings, spec, refs)
 
 
-def walk(settings: dict[str, Setting], gpu: GPUProfile, facts: ModelFacts, *, environment: EnvironmentLike,
-         strict: bool) -> Resolver:
+def walk(settings: dict[str, Setting], gpu: GPUProfile, facts: ModelFacts, *, environment: EnvironmentLike, strict: bool) -> Resolver:
     """Every rule once, in the graph's order (plan/engine/graph.py)."""
-    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment),
-                   written_by=writers(ALL_RULES))
+    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment), written_by=writers(ALL_RULES))
     for rule in rule_order(ALL_RULES):
         ctx.rule = rule
         rule.apply(ctx)
@@ -107,15 +107,14 @@ def plan_spec(
     fit, the hardware that would (plan/alternatives.py)."""
     spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
     if ctx.has_errors:
-        replan = None if not alternatives else (lambda raw: _try_plan(raw, loaded, detect=detect,
-                                                                      environment=environment, strict=strict))
+        replan = None if not alternatives else (lambda raw: _try_plan(raw, loaded, detect=detect, environment=environment, strict=strict))
         raise refusal(ctx, loaded, spec, gpu, replan=replan)
-    return assemble(loaded, spec, settings, gpu, facts, ctx, environment=environment, prices=prices,
-                    calibrations=calibrations)
+    return assemble(loaded, spec, settings, gpu, facts, ctx, environment=environment, prices=prices, calibrations=calibrations)
 
 
-def refusal(ctx: Resolver, loaded: LoadedSpec, spec: Spec, gpu: GPUProfile,
-            replan: Callable[[Mapping[str, Any]], Plan | None] | None) -> PlanError:
+def refusal(
+    ctx: Resolver, loaded: LoadedSpec, spec: Spec, gpu: GPUProfile, replan: Callable[[Mapping[str, Any]], Plan | None] | None
+) -> PlanError:
     """The walk's errors, then its warnings; a run that does not fit names the hardware that
     would, each planned in full by `replan` (None: do not look)."""
     errors = [d for d in ctx.diagnostics if d.severity == "error"]
@@ -135,10 +134,18 @@ def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | N
         return None
 
 
-def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gpu: GPUProfile, facts: ModelFacts,
-             ctx: Resolver, *, environment: EnvironmentLike,
-             prices: Mapping[str, tuple[float, str]] | None = None,
-             calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+def assemble(
+    loaded: LoadedSpec,
+    spec: Spec,
+    settings: Mapping[str, Setting],
+    gpu: GPUProfile,
+    facts: ModelFacts,
+    ctx: Resolver,
+    *,
+    environment: EnvironmentLike,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> Plan:
     """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
     commits, commit_changes, commit_diags = source_settings(ctx.internal[SOURCE_REFS], loaded.path)
@@ -151,30 +158,46 @@ def assemble(loaded: LoadedSpec, spec: Spec, settings: Mapping[str, Setting], gp
     world = hw.world_size
     wl = solve_workload(ctx.internal[FIT_PROBLEM], sol.per_device_batch, sol.knobs)  # what the plan runs
     tf32 = resolved["training.tf32"].value
-    comm = communication(facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect,
-                         network=hw.network, networks=load_interconnects())
+    comm = communication(
+        facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect, network=hw.network, networks=load_interconnects()
+    )
     # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
     extra_terms: list = []
-    throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32,
-                                     comm=comm, extra_terms=extra_terms)
+    throughput = estimate_throughput(
+        facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32, comm=comm, extra_terms=extra_terms
+    )
     calibrated = None
     if calibrations and throughput.step_time:
-        key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing,
-                              sol.savers)
-        calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key,
-                                      modelled=modelled_parts(throughput.step_time))
+        key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing, sol.savers)
+        calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time))
     if calibrated:
-        throughput = estimate_throughput(facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world,
-                                         tf32=tf32, comm=comm, scale=calibrated[0], extra_terms=extra_terms,
-                                         assumption=calibration_assumption(calibrated[1]))
+        throughput = estimate_throughput(
+            facts,
+            wl,
+            gpu,
+            max_steps=spec.training.max_steps,
+            world_size=world,
+            tf32=tf32,
+            comm=comm,
+            scale=calibrated[0],
+            extra_terms=extra_terms,
+            assumption=calibration_assumption(calibrated[1]),
+        )
     throughput = dataclasses.replace(
-        with_communication(throughput, comm), calibration=calibrated[1] if calibrated else None,
-        **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices))
+        with_communication(throughput, comm),
+        calibration=calibrated[1] if calibrated else None,
+        **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices),
+    )
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
-    advice = [auto_resolved_to_cpu(hw.gpu, gpu), long_run(throughput, gpu.is_cpu),
-              step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm)]
-    model = {**facts.summary(), **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts,
-                                                   wl.gradient_checkpointing)}
+    advice = [
+        auto_resolved_to_cpu(hw.gpu, gpu),
+        long_run(throughput, gpu.is_cpu),
+        step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm),
+    ]
+    model = {
+        **facts.summary(),
+        **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts, wl.gradient_checkpointing),
+    }
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
@@ -194,18 +217,31 @@ def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
     from gpuplan.plan.fit.search import _fits, price
 
     def share_at(new):
-        return fixed_share(estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput.world_size or 1,
-                                               tf32=tf32, comm=comm).step_time)
+        return fixed_share(
+            estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput.world_size or 1, tf32=tf32, comm=comm).step_time
+        )
 
     packing = resolved["data.packing"].value if "data.packing" in resolved else None
-    return fixed_costs_advice(throughput.step_time, wl, user_batch=problem.user_batch,
-                              user_accumulation=problem.user_accumulation,
-                              samples_per_device=problem.samples_per_device, packing=packing,
-                              fits=lambda b: _fits(price(problem, b, sol.knobs), problem), share_at=share_at)
+    return fixed_costs_advice(
+        throughput.step_time,
+        wl,
+        user_batch=problem.user_batch,
+        user_accumulation=problem.user_accumulation,
+        samples_per_device=problem.samples_per_device,
+        packing=packing,
+        fits=lambda b: _fits(price(problem, b, sol.knobs), problem),
+        share_at=share_at,
+    )
 
 
-def cost_section(throughput: ThroughputSection, gpu_name: str, world: int, *, spec_price: float | None,
-                 user_prices: Mapping[str, tuple[float, str]] | None) -> dict[str, Any]:
+def cost_section(
+    throughput: ThroughputSection,
+    gpu_name: str,
+    world: int,
+    *,
+    spec_price: float | None,
+    user_prices: Mapping[str, tuple[float, str]] | None,
+) -> dict[str, Any]:
     """price_per_gpu_hour, price_source, cost_usd (run time x GPUs x price); None where unknown."""
     price = price_for(gpu_name, spec_price=spec_price, user_prices=user_prices)
     run = throughput.run_time_s
@@ -222,9 +258,13 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
     count = resolved[0] if resolved else None
     if not method_named(method).frozen_base or count is None:
         return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
-    return {"method": method, "trainable_params": count.trainable_params, "total_params": count.total_params,
-            # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad
-            "adapters": {**count.to_dict(), "enable_input_require_grads": bool(checkpointing)}}
+    return {
+        "method": method,
+        "trainable_params": count.trainable_params,
+        "total_params": count.total_params,
+        # apply reads this: checkpointing with a frozen base needs the embeddings' output to require grad
+        "adapters": {**count.to_dict(), "enable_input_require_grads": bool(checkpointing)},
+    }
 
 
 def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> ThroughputSection:
@@ -238,10 +278,16 @@ def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> T
     exposed = sum(t["exposed_s"] for t in terms if t["group"] == "communication")
     out = dataclasses.replace(throughput, compute_step_time_s=step - exposed, communication=comm)
     if comm.get("time_s"):
-        out = dataclasses.replace(out, notes=(*throughput.notes, f"the step time includes {exposed:.3g} s of data-parallel "
-                        "communication that compute does not hide" if exposed else
-                        f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
-                        "(overlapped: plan/estimate/step_time/links.py)"))
+        out = dataclasses.replace(
+            out,
+            notes=(
+                *throughput.notes,
+                f"the step time includes {exposed:.3g} s of data-parallel communication that compute does not hide"
+                if exposed
+                else f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
+                "(overlapped: plan/estimate/step_time/links.py)",
+            ),
+        )
     return out
 
 
@@ -252,8 +298,9 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float, count: int = 
     est = sol.estimate.to_dict()
     host = None
     if gpu.vendor != "cpu":  # host RAM per node (CPU ranks: the host is the device)
-        host = host_memory(problem.facts, solve_workload(problem, sol.per_device_batch, sol.knobs), est["host_bytes"],
-                           est["host_pinned_bytes"], count).to_dict()
+        host = host_memory(
+            problem.facts, solve_workload(problem, sol.per_device_batch, sol.knobs), est["host_bytes"], est["host_pinned_bytes"], count
+        ).to_dict()
     return MemorySection(
         allocated_peak_bytes=est["allocated_peak_bytes"],
         reserved_peak_bytes=est["reserved_peak_bytes"],
@@ -265,23 +312,26 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float, count: int = 
         host_bytes=est["host_bytes"],  # offloaded to host RAM, per GPU
         host=host,
         layout=sol.knobs.sharding.label,
-        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype, problem))
-                     for n in sol.savers),
+        savers=tuple(Saver(n, sol.saved_bytes.get(n), saver_cost(n, problem.base.weight_dtype, problem)) for n in sol.savers),
         notes=tuple(est["notes"]),
     )
 
 
-def plan_file(path: str | Path, *, detect: Callable[[], GPUProfile] | None = None,
-              environment: EnvironmentLike, strict: bool = False,
-              overrides: Mapping[str, Mapping[str, Any]] | None = None,
-              prices: Mapping[str, tuple[float, str]] | None = None,
-              calibrations: Sequence[Mapping[str, Any]] | None = None) -> Plan:
+def plan_file(
+    path: str | Path,
+    *,
+    detect: Callable[[], GPUProfile] | None = None,
+    environment: EnvironmentLike,
+    strict: bool = False,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> Plan:
     """Plan a spec file. `overrides` ({"hardware": {"gpu": "H100"}}) stand in for spec keys (CLI flags)."""
     loaded = load_toml(path)
     if overrides:
         loaded = dataclasses.replace(loaded, raw=with_overrides(loaded.raw, overrides))
-    return plan_spec(loaded, detect=detect, environment=environment, strict=strict, prices=prices,
-                     calibrations=calibrations)
+    return plan_spec(loaded, detect=detect, environment=environment, strict=strict, prices=prices, calibrations=calibrations)
 
 
 def with_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -16,12 +16,11 @@ from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
-from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.types import PlanError
-from gpuplan.spec.load import table
-from gpuplan.spec.load import LoadedSpec
+from gpuplan.spec.load import LoadedSpec, table
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
 
@@ -38,10 +37,16 @@ def _row_overrides(raw: Mapping[str, Any], gpu: str, per_node: int, nodes: int) 
     return with_overrides(raw, {"hardware": values})
 
 
-def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: EnvironmentLike,
-                detect: Callable[[], GPUProfile] | None = None,
-                prices: Mapping[str, tuple[float, str]] | None = None,
-                calibrations: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def compare_row(
+    loaded: LoadedSpec,
+    gpu: str,
+    total: int,
+    *,
+    environment: EnvironmentLike,
+    detect: Callable[[], GPUProfile] | None = None,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     row: dict[str, Any] = {"gpu": gpu, "count": total, "nodes": None, "fits": False, "error": None}
     split = split_count(gpu, total)
     if split is None:
@@ -57,10 +62,8 @@ def compare_row(loaded: LoadedSpec, gpu: str, total: int, *, environment: Enviro
     if ctx.has_errors:
         first = next(d for d in ctx.diagnostics if d.severity == "error")
         needs = sol.smallest_bytes if sol is not None and not sol.fits else None
-        return {**row, "error": None if needs else first.summary, "needs_bytes": needs,
-                "capacity_bytes": profile.memory_bytes}
-    plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices,
-                    calibrations=calibrations)
+        return {**row, "error": None if needs else first.summary, "needs_bytes": needs, "capacity_bytes": profile.memory_bytes}
+    plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices, calibrations=calibrations)
     s, mem, t = plan.settings, plan.memory, plan.throughput
     precision = precision_label(s, profile.bf16 or profile.is_cpu)
     return {
@@ -105,14 +108,23 @@ def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, An
     return sorted(rows, key=key)
 
 
-def compare(loaded: LoadedSpec, *, gpus: Sequence[str] | None = None, counts: Sequence[int] = DEFAULT_COUNTS,
-            sort: str = "cost", environment: EnvironmentLike, detect: Callable[[], GPUProfile] | None = None,
-            prices: Mapping[str, tuple[float, str]] | None = None,
-            calibrations: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+def compare(
+    loaded: LoadedSpec,
+    *,
+    gpus: Sequence[str] | None = None,
+    counts: Sequence[int] = DEFAULT_COUNTS,
+    sort: str = "cost",
+    environment: EnvironmentLike,
+    detect: Callable[[], GPUProfile] | None = None,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Every (gpu, count) row, sorted; the cheapest (or fastest) fit first and marked `best`."""
-    rows = [compare_row(loaded, g, c, environment=environment, detect=detect, prices=prices,
-                        calibrations=calibrations)
-            for g in (gpus or default_gpus()) for c in counts]
+    rows = [
+        compare_row(loaded, g, c, environment=environment, detect=detect, prices=prices, calibrations=calibrations)
+        for g in (gpus or default_gpus())
+        for c in counts
+    ]
     rows = sort_rows(rows, sort)
     for i, r in enumerate(rows):
         r["best"] = i == 0 and r["fits"]

@@ -65,34 +65,77 @@ class Objective:
 
 
 SFT = Objective(
-    name="sft", summary="supervised fine-tuning (next-token cross-entropy)",
-    grad_sequences=1, nograd_policy_sequences=0, reference_sequences=0, fused_head=False, logprob_tensors=(),
-    trainer_class="Trainer", config_class="TrainingArguments", trl_module=None,
-    loss_types=(), default_loss=None, default_beta=None, example_fields=(),
+    name="sft",
+    summary="supervised fine-tuning (next-token cross-entropy)",
+    grad_sequences=1,
+    nograd_policy_sequences=0,
+    reference_sequences=0,
+    fused_head=False,
+    logprob_tensors=(),
+    trainer_class="Trainer",
+    config_class="TrainingArguments",
+    trl_module=None,
+    loss_types=(),
+    default_loss=None,
+    default_beta=None,
+    example_fields=(),
 )
 
 # dpo_config.py DPOConfig.loss_type help: the values _compute_loss implements
-DPO_LOSSES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
-              "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+DPO_LOSSES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
 PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 
 DPO = Objective(
-    name="dpo", summary="direct preference optimization (Rafailov et al. 2023) on chosen/rejected pairs",
-    grad_sequences=2, nograd_policy_sequences=0, reference_sequences=2, fused_head=True,
+    name="dpo",
+    summary="direct preference optimization (Rafailov et al. 2023) on chosen/rejected pairs",
+    grad_sequences=2,
+    nograd_policy_sequences=0,
+    reference_sequences=2,
+    fused_head=True,
     # per token: log-prob (with grad), entropy, mean logit, top-1 flag (the trainer's metrics), ref log-prob
     logprob_tensors=("log_probs", "entropy", "mean_logits", "is_top1", "ref_log_probs"),
-    trainer_class="DPOTrainer", config_class="DPOConfig", trl_module="trl",
-    loss_types=DPO_LOSSES, default_loss="sigmoid", default_beta=0.1,
-    example_fields=("prompt", "chosen", "rejected"), metrics=PREFERENCE_METRICS,
+    trainer_class="DPOTrainer",
+    config_class="DPOConfig",
+    trl_module="trl",
+    loss_types=DPO_LOSSES,
+    default_loss="sigmoid",
+    default_beta=0.1,
+    example_fields=("prompt", "chosen", "rejected"),
+    metrics=PREFERENCE_METRICS,
 )
 
 KTO = Objective(
-    name="kto", summary="Kahneman-Tversky optimization (Ethayarajh et al. 2024) on labelled completions",
-    grad_sequences=1, nograd_policy_sequences=1, reference_sequences=2, fused_head=True,
+    name="kto",
+    summary="Kahneman-Tversky optimization (Ethayarajh et al. 2024) on labelled completions",
+    grad_sequences=1,
+    nograd_policy_sequences=1,
+    reference_sequences=2,
+    fused_head=True,
     logprob_tensors=("log_probs", "entropy", "mean_logits", "is_top1", "ref_log_probs"),
-    trainer_class="KTOTrainer", config_class="KTOConfig", trl_module="trl",
-    loss_types=("kto", "apo_zero_unpaired"), default_loss="kto", default_beta=0.1,  # kto_config.py
-    example_fields=("prompt", "completion", "label"), metrics=PREFERENCE_METRICS,
+    trainer_class="KTOTrainer",
+    config_class="KTOConfig",
+    trl_module="trl",
+    loss_types=("kto", "apo_zero_unpaired"),
+    default_loss="kto",
+    default_beta=0.1,  # kto_config.py
+    example_fields=("prompt", "completion", "label"),
+    metrics=PREFERENCE_METRICS,
 )
 
 OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
@@ -100,14 +143,16 @@ OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
 # The saver a reference-holding objective adds (rules/preference.py fit_with_reference): no frozen copy,
 # the reference log-probs computed once per example before training (TRL's precompute_ref_log_probs)
 PRECOMPUTED_REFERENCE = "precomputed reference log-probs"
-PRECOMPUTED_REFERENCE_COST = ("the reference forwards run once per example before training instead of in every "
-                              "step (no more FLOPs for one epoch; the first step waits for them); no reference "
-                              "copy in memory")
+PRECOMPUTED_REFERENCE_COST = (
+    "the reference forwards run once per example before training instead of in every "
+    "step (no more FLOPs for one epoch; the first step waits for them); no reference "
+    "copy in memory"
+)
 
 # Objectives TRL 1.16 has only under trl.experimental: why gpuplan does not plan them yet.
 EXPERIMENTAL_IN_TRL = {
     "orpo": "TRL 1.16 ships ORPO only as trl.experimental.orpo.ORPOTrainer (an experimental API, no "
-            "stability promise); gpuplan plans the stable trainers: dpo and kto",
+    "stability promise); gpuplan plans the stable trainers: dpo and kto",
     "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo and kto",
 }
 

@@ -15,7 +15,8 @@ EMULATED = "bf16 (emulated)"
 
 
 def precision_label(settings: Mapping[str, Any], gpu_has_bf16: bool) -> str:
-    """"bf16", "fp16", "bf16 (emulated)", "tf32" or "fp32" for a plan's settings."""
+    """ "bf16", "fp16", "bf16 (emulated)", "tf32" or "fp32" for a plan's settings."""
+
     def value(key: str) -> Any:
         return settings[key].value
 

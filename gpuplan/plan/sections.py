@@ -10,8 +10,9 @@ Nested parts whose keys vary (peak_tflops, components, communication ...) stay m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from gpuplan.plan.estimate.memory.types import Workload
 
@@ -87,7 +88,7 @@ class HardwareSection:
         return _dump(self, self._OUT)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "HardwareSection":
+    def from_dict(cls, d: Mapping[str, Any]) -> HardwareSection:
         return _load(cls, d, cls._IN)
 
 
@@ -126,7 +127,7 @@ class ModelSection:
         return _dump(self, self._OUT, omit_none=self._OPTIONAL)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ModelSection":
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelSection:
         return _load(cls, d, cls._IN)
 
 
@@ -142,7 +143,7 @@ class Saver:
         return {"name": self.name, "saved_bytes": self.saved_bytes, "cost": self.cost}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Saver":
+    def from_dict(cls, d: Mapping[str, Any]) -> Saver:
         return cls(d["name"], d.get("saved_bytes"), d["cost"])
 
 
@@ -181,14 +182,20 @@ class MemorySection:
     traced: Mapping[str, Any] | None = None  # `gpuplan plan --trace` only; absent from the JSON otherwise
 
     _IN: ClassVar = {"savers": _savers_in, "notes": _tuple, "workload": _workload_in}
-    _OUT: ClassVar = {"savers": _savers_out, "notes": _list, "workload": Workload.to_dict,
-                      "components": _dict, "traced": _dict, "host": _dict}
+    _OUT: ClassVar = {
+        "savers": _savers_out,
+        "notes": _list,
+        "workload": Workload.to_dict,
+        "components": _dict,
+        "traced": _dict,
+        "host": _dict,
+    }
 
     def to_dict(self) -> dict[str, Any]:
         return _dump(self, self._OUT, omit_none=("traced", "host"))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "MemorySection":
+    def from_dict(cls, d: Mapping[str, Any]) -> MemorySection:
         return _load(cls, d, cls._IN)
 
 
@@ -225,8 +232,14 @@ class ThroughputSection:
     step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/estimate/step_time)
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "slowdowns": _dict, "saver_seconds": _dict, "communication": _dict,
-                      "calibration": _dict, "step_time": _dict}
+    _OUT: ClassVar = {
+        "notes": _list,
+        "slowdowns": _dict,
+        "saver_seconds": _dict,
+        "communication": _dict,
+        "calibration": _dict,
+        "step_time": _dict,
+    }
 
     @property
     def empty(self) -> bool:
@@ -236,5 +249,5 @@ class ThroughputSection:
         return _dump(self, self._OUT)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ThroughputSection":
+    def from_dict(cls, d: Mapping[str, Any]) -> ThroughputSection:
         return _load(cls, d, cls._IN)

@@ -7,8 +7,9 @@ executor must not branch on it, only on `value`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from gpuplan.errors import Diagnostic, GpuplanError, Severity
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
@@ -109,20 +110,14 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
+    def from_dict(cls, d: Mapping[str, Any]) -> Plan:
         return cls(
             spec_path=d.get("spec_path"),
             spec_sha256=d.get("spec_sha256"),
             hardware=HardwareSection.from_dict(d.get("hardware") or {}),
             model=ModelSection.from_dict(d.get("model") or {}),
-            settings={
-                k: Setting(v["value"], v["source"], v.get("reason"), v.get("rule"))
-                for k, v in d["settings"].items()
-            },
-            changes=tuple(
-                Change(c["action"], c["key"], c["before"], c["after"], c["rule"], c["reason"])
-                for c in d.get("changes", [])
-            ),
+            settings={k: Setting(v["value"], v["source"], v.get("reason"), v.get("rule")) for k, v in d["settings"].items()},
+            changes=tuple(Change(c["action"], c["key"], c["before"], c["after"], c["rule"], c["reason"]) for c in d.get("changes", [])),
             diagnostics=tuple(Diagnostic.from_dict(x) for x in d.get("diagnostics", [])),
             memory=MemorySection.from_dict(d.get("memory") or {}),
             throughput=ThroughputSection.from_dict(d.get("throughput") or {}),

@@ -1,8 +1,8 @@
 """Text and JSON drawn from a plan's dict (docs/design.md principle 7: the two never drift).
 
-    render_plan(plan.to_dict(), style) -> str   (text.py)
-    dumps(plan.to_dict()) -> str                 (json.py: what --json prints)
-    render_run_state, render_drift                (state.py: gpuplan show, drift since the last apply)
+render_plan(plan.to_dict(), style) -> str   (text.py)
+dumps(plan.to_dict()) -> str                 (json.py: what --json prints)
+render_run_state, render_drift                (state.py: gpuplan show, drift since the last apply)
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ object API (Figure + the Agg canvas): no pyplot state, no display needed.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpuplan.render.run_metrics import RunMetrics
 from gpuplan.units import GIB
@@ -38,8 +39,9 @@ def _loss(ax, m: RunMetrics, evaluations: list) -> None:
         ax.plot(m.train_steps, m.loss, color=MEASURED, marker="." if len(m.loss) < 50 else None, label="train loss")
     if m.eval_loss:
         ax.plot(m.eval_steps, m.eval_loss, color=PLANNED, marker="o", label="eval loss")
-    scored = [(e["step"], e["eval_loss"]) for e in evaluations
-              if isinstance(e.get("step"), int) and isinstance(e.get("eval_loss"), (int, float))]
+    scored = [
+        (e["step"], e["eval_loss"]) for e in evaluations if isinstance(e.get("step"), int) and isinstance(e.get("eval_loss"), (int, float))
+    ]
     if scored:  # `gpuplan eval` results (gpuplan-state.json "evaluations")
         steps, losses = zip(*scored)
         ax.scatter(steps, losses, color=EVALUATED, marker="*", s=120, zorder=3, label="gpuplan eval (held-out)")
@@ -71,12 +73,17 @@ def _throughput(ax, m: RunMetrics, planned: float | None) -> None:
 def _bars(ax, labels: list[str], values: list[float | None], unit: str, fmt: str) -> None:
     xs = range(len(labels))
     heights = [v or 0 for v in values]
-    bars = ax.bar(xs, heights, color=[MEASURED, PLANNED, PLANNED][:len(labels)])
+    bars = ax.bar(xs, heights, color=[MEASURED, PLANNED, PLANNED][: len(labels)])
     ax.set_xticks(list(xs), labels)
     ax.set_ylabel(unit)
     for bar, v in zip(bars, values):
-        ax.annotate("unknown" if v is None else fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=9)
+        ax.annotate(
+            "unknown" if v is None else fmt.format(v),
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     ax.margins(y=0.15)
 
 
@@ -87,15 +94,13 @@ def _memory(ax, plan: Mapping[str, Any], results: Mapping[str, Any]) -> None:
     else:  # CPU: the process's peak RSS, which also holds the interpreter and libraries
         measured, what = results.get("peak_rss_bytes"), "measured\n(process peak RSS)"
     values = [measured, mem.get("allocated_peak_bytes"), mem.get("reserved_peak_bytes")]
-    _bars(ax, [what, "plan:\nallocated peak", "plan:\ndevice total"],
-          [None if v is None else v / GIB for v in values], "GiB", "{:.2f} GiB")
+    _bars(ax, [what, "plan:\nallocated peak", "plan:\ndevice total"], [None if v is None else v / GIB for v in values], "GiB", "{:.2f} GiB")
     ax.set_title("Peak memory")
 
 
 def _mean_throughput(ax, plan: Mapping[str, Any], results: Mapping[str, Any]) -> None:
     planned = plan.get("throughput", {}).get("tokens_per_second")
-    _bars(ax, ["measured\n(whole training loop)", "plan estimate"], [results.get("tokens_per_second"), planned],
-          "tokens/s", "{:,.0f}")
+    _bars(ax, ["measured\n(whole training loop)", "plan estimate"], [results.get("tokens_per_second"), planned], "tokens/s", "{:,.0f}")
     ax.set_title("Throughput, whole run")
 
 

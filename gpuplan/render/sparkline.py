@@ -6,7 +6,7 @@ into `width` buckets so the line fits a terminal.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -17,8 +17,7 @@ def sparkline(values: Sequence[float], width: int = 60) -> str:
         return ""
     if len(vals) > width:  # average into width buckets, each a contiguous run of points
         n = len(vals)
-        vals = [sum(vals[i * n // width:(i + 1) * n // width]) / len(vals[i * n // width:(i + 1) * n // width])
-                for i in range(width)]
+        vals = [sum(vals[i * n // width : (i + 1) * n // width]) / len(vals[i * n // width : (i + 1) * n // width]) for i in range(width)]
     lo, hi = min(vals), max(vals)
     if hi == lo:
         return BLOCKS[3] * len(vals)

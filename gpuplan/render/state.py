@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
-from gpuplan.render.sparkline import sparkline
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpuplan.plan.sections import MemorySection, ThroughputSection
+from gpuplan.render.sparkline import sparkline
 from gpuplan.render.text import render_plan, shown
 from gpuplan.units import gib
 
@@ -21,9 +21,13 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
-def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float] = (),
-                     rewards: Mapping[str, Sequence[tuple[int, float]]] | None = None,
-                     samples: Sequence[Mapping[str, Any]] = ()) -> str:
+def render_run_state(
+    path: str,
+    state: Mapping[str, Any],
+    losses: Sequence[float] = (),
+    rewards: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+    samples: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan.
 
     `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss;
@@ -31,14 +35,18 @@ def render_run_state(path: str, state: Mapping[str, Any], losses: Sequence[float
     `samples` (its [eval] sample_prompts lines) the last generation of each prompt."""
     p, r = state.get("progress", {}), state.get("results", {}) or {}
     plan = state["plan"]
-    lines = [f"Run in {path}: {state.get('status')}",
-             f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
-             f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen"]
+    lines = [
+        f"Run in {path}: {state.get('status')}",
+        f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
+        f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen",
+    ]
     if state.get("error"):
         lines.append(f"  error: {state['error']}")
     for o in state.get("oom_replans") or []:
-        lines.append(f"  out of memory at step {o['step']}: per-device batch {o['from']['batch']} -> "
-                     f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)")
+        lines.append(
+            f"  out of memory at step {o['step']}: per-device batch {o['from']['batch']} -> "
+            f"{o['to']['batch']} x {o['to']['accumulation']} accumulation (same effective batch)"
+        )
     measured = r.get("peak_allocated_bytes") or r.get("peak_rss_bytes")
     if measured:
         planned_bytes = MemorySection.from_dict(plan.get("memory") or {}).allocated_peak_bytes
@@ -66,11 +74,13 @@ def evaluation_lines(evaluations: Sequence[Mapping[str, Any]]) -> list[str]:
     for e in evaluations:
         parts = []
         if e.get("eval_loss") is not None:
-            parts.append(f"held-out loss {e['eval_loss']:.4f}"
-                         + (f", perplexity {e['perplexity']:.4f}" if e.get("perplexity") is not None else ""))
+            parts.append(
+                f"held-out loss {e['eval_loss']:.4f}" + (f", perplexity {e['perplexity']:.4f}" if e.get("perplexity") is not None else "")
+            )
         for task, metrics in (e.get("tasks") or {}).items():
-            parts.append(task + " " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
-                                                 if k != "examples" and isinstance(v, (int, float))))
+            parts.append(
+                task + " " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "examples" and isinstance(v, (int, float)))
+            )
         data = e.get("data")
         where = data if isinstance(data, str) else ", ".join(data or [])
         out.append(f"  eval at step {e.get('step')} ({e.get('at')}, {where}): " + "; ".join(parts))
@@ -88,12 +98,16 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     planned_mem = results.get("plan_allocated_peak_bytes")
     if "peak_allocated_bytes" in results:
         measured = results["peak_allocated_bytes"]
-        mem = (f"peak memory: {gib(measured, 2, 'unknown')} allocated, {gib(results['peak_reserved_bytes'], 2, 'unknown')} reserved"
-               f" (CUDA); plan {gib(planned_mem, 2, 'unknown')} allocated{_ratio(measured, planned_mem)}")
+        mem = (
+            f"peak memory: {gib(measured, 2, 'unknown')} allocated, {gib(results['peak_reserved_bytes'], 2, 'unknown')} reserved"
+            f" (CUDA); plan {gib(planned_mem, 2, 'unknown')} allocated{_ratio(measured, planned_mem)}"
+        )
     else:
         measured = results.get("peak_rss_bytes")
-        mem = (f"peak memory: {gib(measured, 2, 'unknown')} process RSS (CPU: includes the interpreter and data);"
-               f" plan {gib(planned_mem, 2, 'unknown')} allocated")
+        mem = (
+            f"peak memory: {gib(measured, 2, 'unknown')} process RSS (CPU: includes the interpreter and data);"
+            f" plan {gib(planned_mem, 2, 'unknown')} allocated"
+        )
     tps, planned_tps = results.get("tokens_per_second"), results.get("plan_tokens_per_second")
     thr = "throughput: " + (f"{tps:,.0f} tokens/s" if tps else "unknown")
     thr += f"; plan {planned_tps:,.0f} tokens/s{_ratio(tps, planned_tps)}" if planned_tps else "; plan: no estimate"
@@ -106,17 +120,23 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     out = [mem, thr, loss]
     if results.get("method", "full") != "full":
         planned = results.get("plan_trainable_params")
-        out.append(f"trainable: {results['trainable_params']:,} parameters ({results['method']} adapters"
-                   + (f"; plan {planned:,})" if planned is not None else ")"))
-        out.append(f"final adapter: {results['final_model_dir']} (adapter_model.safetensors, "
-                   "adapter_config.json; load with peft PeftModel.from_pretrained)")
+        out.append(
+            f"trainable: {results['trainable_params']:,} parameters ({results['method']} adapters"
+            + (f"; plan {planned:,})" if planned is not None else ")")
+        )
+        out.append(
+            f"final adapter: {results['final_model_dir']} (adapter_model.safetensors, "
+            "adapter_config.json; load with peft PeftModel.from_pretrained)"
+        )
         if results.get("merged_model_dir"):
             out.append(f"merged model: {results['merged_model_dir']}")
     else:
         out.append(f"final model: {results['final_model_dir']}")
     cal = results.get("calibration")
     if cal:
-        out.append(f"calibration: {cal['utilisation']:.1%} of peak (MFU {cal['mfu']:.1%}) measured; later plans on "
-                   f"{cal['count'] * cal['nodes']} x {cal['gpu']} use it"
-                   + (f" (recorded in {results['calibration_store']})" if results.get("calibration_store") else ""))
+        out.append(
+            f"calibration: {cal['utilisation']:.1%} of peak (MFU {cal['mfu']:.1%}) measured; later plans on "
+            f"{cal['count'] * cal['nodes']} x {cal['gpu']} use it"
+            + (f" (recorded in {results['calibration_store']})" if results.get("calibration_store") else "")
+        )
     return out

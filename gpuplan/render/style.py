@@ -13,7 +13,7 @@ class Style:
         self.enabled = enabled
 
     @classmethod
-    def for_stream(cls, stream: TextIO) -> "Style":
+    def for_stream(cls, stream: TextIO) -> Style:
         isatty = getattr(stream, "isatty", lambda: False)()
         return cls(bool(isatty) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb")
 

@@ -8,11 +8,12 @@ capacity, the throughput estimate, then a one-line summary.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
-from gpuplan.render.style import PLAIN, Style
 from gpuplan.plan.wording import smi
+from gpuplan.render.style import PLAIN, Style
 from gpuplan.toml_value import toml_value
 from gpuplan.units import gib
 
@@ -57,8 +58,7 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
     per = "per GPU" if not cpu else "per training process"
     if memory.layout not in (None, "single device"):
         per += f" under {memory.layout}"
-    where = f"on {name} with {gib(memory.capacity_bytes)}" if not cpu else \
-        f"on the CPU with {gib(memory.capacity_bytes)} of RAM"
+    where = f"on {name} with {gib(memory.capacity_bytes)}" if not cpu else f"on the CPU with {gib(memory.capacity_bytes)} of RAM"
     lines = [style(f"Memory {per} ({memory.method or 'analytic'} estimate) {where}:", "bold")]
     for k, v in (memory.components or {}).items():
         lines.append(f"  {k:<18} {gib(v):>10}")
@@ -74,12 +74,16 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
         lines.append(f"  {'host RAM (offload)':<18} {gib(memory.host_bytes):>10}   per GPU, outside the device figures")
     host = memory.host
     if host and (host.get("offloaded_bytes") or memory.host_bytes or "4-bit base into host" in host.get("loading", "")):
-        lines.append(f"  {'host RAM per node':<18} {gib(host['peak_bytes']):>10}   loading {gib(host['loading_bytes'])} "
-                     f"({host['loading']}), offloaded {gib(host['offloaded_bytes'])} ({gib(host['pinned_bytes'])} pinned)")
+        lines.append(
+            f"  {'host RAM per node':<18} {gib(host['peak_bytes']):>10}   loading {gib(host['loading_bytes'])} "
+            f"({host['loading']}), offloaded {gib(host['offloaded_bytes'])} ({gib(host['pinned_bytes'])} pinned)"
+        )
     traced = memory.traced
     if traced:
-        lines.append(f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "
-                     f"the estimate is {traced['analytic_minus_traced_fraction']:+.1%} off it")
+        lines.append(
+            f"  {'traced peak':<18} {gib(traced['allocated_peak_bytes']):>10}   two real steps under FakeTensorMode; "
+            f"the estimate is {traced['analytic_minus_traced_fraction']:+.1%} off it"
+        )
         for n in traced.get("notes", []):
             lines.append(style(f"  {n if n.startswith('trace') else 'trace: ' + n}", "dim"))
     for s in memory.savers:
@@ -95,8 +99,10 @@ def render_trainable(model: ModelSection) -> list[str]:
     if not a:
         return []
     total = model.total_params
-    lines = [f"  {model.method}: {model.trainable_params:,} of {total:,} parameters trainable "
-             f"({model.trainable_params / total:.2%}), as peft's get_nb_trainable_parameters counts them"]
+    lines = [
+        f"  {model.method}: {model.trainable_params:,} of {total:,} parameters trainable "
+        f"({model.trainable_params / total:.2%}), as peft's get_nb_trainable_parameters counts them"
+    ]
     for name, t in a["per_target"].items():
         lines.append(f"    {name:<18} {t['layers']:>4} layers {t['params']:>14,} adapter parameters")
     if a.get("saved_params"):
@@ -108,8 +114,10 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     if t.empty:
         return []
     run = t.run_time_s
-    out = [f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
-           + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")]
+    out = [
+        f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
+        + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")
+    ]
     if t.step_time:
         out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
@@ -155,8 +163,7 @@ def summary_line(data: Mapping[str, Any]) -> str:
         f"Plan: {adds} to add, {mods} to change. "
         f"batch {val('training.effective_batch_size')} = {val('training.per_device_train_batch_size')} x "
         f"{val('training.gradient_accumulation_steps')} x {ranks(hw)}; "
-        f"{gib(mem.reserved_peak_bytes)} of {gib(mem.capacity_bytes)}"
-        + ("" if mem.fits else " (does not fit)")
+        f"{gib(mem.reserved_peak_bytes)} of {gib(mem.capacity_bytes)}" + ("" if mem.fits else " (does not fit)")
     )
 
 
@@ -165,10 +172,12 @@ def render_plan(data: Mapping[str, Any], style: Style = PLAIN) -> str:
     model = ModelSection.from_dict(data.get("model") or {})
     n = model.n_params
     size = f"{n / 1e6:,.1f}M parameters" if n else "size unknown"
-    head = (f"gpuplan plan: {data.get('spec_path')}\n"
-            f"  {model.model_type or '?'} ({size}, {model.task}) on "
-            + (f"{hw.count} x {hw.name}" if not on_cpu(hw) else f"the CPU ({ranks(hw)})")
-            + (f" x {hw.nodes} nodes" if hw.nodes > 1 else ""))
+    head = (
+        f"gpuplan plan: {data.get('spec_path')}\n"
+        f"  {model.model_type or '?'} ({size}, {model.task}) on "
+        + (f"{hw.count} x {hw.name}" if not on_cpu(hw) else f"the CPU ({ranks(hw)})")
+        + (f" x {hw.nodes} nodes" if hw.nodes > 1 else "")
+    )
     parts = [head] + render_trainable(model) + [""]
     if data.get("changes"):
         parts.append(style("Changes to the spec:", "bold"))

@@ -1,9 +1,9 @@
 """The spec: a TOML file, read, validated, formatted, or written as a starter.
 
-    load_toml(path) -> LoadedSpec        (load.py: refusals name the file, line and column)
-    validate_spec(raw) -> Spec           (validate.py over schema.py: every problem at once)
-    format_spec_text(text) -> str        (fmt.py: `gpuplan fmt`)
-    starter_spec(config, gpu, ...) -> str (starter.py: `gpuplan init`)
+load_toml(path) -> LoadedSpec        (load.py: refusals name the file, line and column)
+validate_spec(raw) -> Spec           (validate.py over schema.py: every problem at once)
+format_spec_text(text) -> str        (fmt.py: `gpuplan fmt`)
+starter_spec(config, gpu, ...) -> str (starter.py: `gpuplan init`)
 """
 
 from __future__ import annotations

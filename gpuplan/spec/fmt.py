@@ -64,8 +64,16 @@ def format_spec_text(text: str, *, source: str | Path = "<text>") -> str:
         raise GpuplanError([Diagnostic("error", None, f"{source}:{e.line}:{e.col}: invalid TOML: {e}")]) from None
     out = _render(doc)
     if parse_toml_text(out, Path(source)) != before:  # a bug here must never change a spec's meaning
-        raise GpuplanError([Diagnostic("error", None, f"{source}: gpuplan fmt cannot reformat this file without "
-                                    "changing its data; left unchanged", fix="please report this as a bug")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    None,
+                    f"{source}: gpuplan fmt cannot reformat this file without changing its data; left unchanged",
+                    fix="please report this as a bug",
+                )
+            ]
+        )
     return out
 
 
@@ -200,8 +208,8 @@ def _take_adjacent_comments(lines: list[tuple[str, str]], *, is_file_top: bool) 
         n += 1
     if n == 0 or (is_file_top and all(ln == _BLANK for ln in lines[: len(lines) - n])):
         return []
-    taken = [text for _, text in lines[len(lines) - n:]]
-    del lines[len(lines) - n:]
+    taken = [text for _, text in lines[len(lines) - n :]]
+    del lines[len(lines) - n :]
     return taken
 
 

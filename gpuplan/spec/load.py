@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -45,8 +45,9 @@ def model_source(model: str | Path, *, cwd: Path | None = None) -> ModelSource:
     try:
         config = read_config(path)
     except ModelConfigError as e:
-        raise GpuplanError([Diagnostic("error", "model.config", f"model config: {e}",
-                                       fix="give a config.json, a model directory or a Hub id (org/name)")]) from None
+        raise GpuplanError(
+            [Diagnostic("error", "model.config", f"model config: {e}", fix="give a config.json, a model directory or a Hub id (org/name)")]
+        ) from None
     if path.is_dir():
         weights = any(n.endswith(WEIGHT_SUFFIXES) for n in os.listdir(path))
         return ModelSource("model.name_or_path", path, None, path.name, config, str(path), weights)
@@ -62,8 +63,9 @@ def _hub_source(repo_id: str, cwd: Path) -> ModelSource:
         ref = resolve(key, repo_id, "model", "main", None)
         config = read_config(Path(ref.path))
     except HubError as e:  # the Diagnostic plan/inputs/sources.py makes for the same failure
-        raise GpuplanError([Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path "
-                                       f"{cwd / repo_id} exists", fix=e.fix)]) from None
+        raise GpuplanError(
+            [Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path {cwd / repo_id} exists", fix=e.fix)]
+        ) from None
     except ModelConfigError as e:
         raise GpuplanError([Diagnostic("error", key, f"{key}: {e}")]) from None
     return ModelSource(key, None, repo_id, repo_id.rsplit("/", 1)[-1], config, os.path.dirname(ref.path), None)

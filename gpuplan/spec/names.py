@@ -8,15 +8,46 @@ fails when the installed packages disagree.
 from __future__ import annotations
 
 OPTIMIZER_NAMES = (
-    "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused",
-    "adafactor", "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit", "ademamix",
-    "sgd", "adagrad", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit",
-    "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit",
-    "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit", "rmsprop", "rmsprop_bnb",
-    "rmsprop_bnb_8bit", "rmsprop_bnb_32bit", "galore_adamw", "galore_adamw_8bit",
-    "galore_adafactor", "galore_adamw_layerwise", "galore_adamw_8bit_layerwise",
-    "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw", "schedule_free_radam",
-    "schedule_free_adamw", "schedule_free_sgd", "apollo_adamw", "apollo_adamw_layerwise",
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adamw_torch_xla",
+    "adamw_torch_npu_fused",
+    "adafactor",
+    "adamw_anyprecision",
+    "adamw_torch_4bit",
+    "adamw_torch_8bit",
+    "ademamix",
+    "sgd",
+    "adagrad",
+    "adamw_bnb_8bit",
+    "adamw_8bit",
+    "ademamix_8bit",
+    "lion_8bit",
+    "lion_32bit",
+    "paged_adamw_32bit",
+    "paged_adamw_8bit",
+    "paged_ademamix_32bit",
+    "paged_ademamix_8bit",
+    "paged_lion_32bit",
+    "paged_lion_8bit",
+    "rmsprop",
+    "rmsprop_bnb",
+    "rmsprop_bnb_8bit",
+    "rmsprop_bnb_32bit",
+    "galore_adamw",
+    "galore_adamw_8bit",
+    "galore_adafactor",
+    "galore_adamw_layerwise",
+    "galore_adamw_8bit_layerwise",
+    "galore_adafactor_layerwise",
+    "lomo",
+    "adalomo",
+    "grokadamw",
+    "schedule_free_radam",
+    "schedule_free_adamw",
+    "schedule_free_sgd",
+    "apollo_adamw",
+    "apollo_adamw_layerwise",
     "stable_adamw",
 )
 
@@ -29,14 +60,22 @@ REMOVED_OPTIMIZERS = {
 
 # Optimizers that run on bitsandbytes (transformers trainer_optimizer.py imports it for these).
 BNB_OPTIMIZERS = frozenset(
-    n for n in OPTIMIZER_NAMES
-    if n.endswith(("_8bit", "_32bit", "rmsprop_bnb")) and not n.startswith(("adamw_torch", "galore"))
+    n for n in OPTIMIZER_NAMES if n.endswith(("_8bit", "_32bit", "rmsprop_bnb")) and not n.startswith(("adamw_torch", "galore"))
 )
 
 SCHEDULER_TYPES = (
-    "linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-    "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
-    "cosine_warmup_with_min_lr", "warmup_stable_decay", "greedy",
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+    "greedy",
 )
 
 # torch._dynamo backends usable for training that the Trainer can pass on: it builds

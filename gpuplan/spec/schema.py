@@ -6,7 +6,7 @@ job, where every change gets a reason). "auto" asks gpuplan to decide.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -17,9 +17,9 @@ Auto = Literal["auto"]
 Task = Literal["causal-lm", "seq-cls", "masked-lm"]
 # Bounds keep hostile numbers out of the arithmetic; constraints sit inside the union
 # so that "auto" is not compared with a number.
-BatchOrAuto = Union[Annotated[int, Field(ge=1, le=2**20)], Auto]
-WorkersOrAuto = Union[Annotated[int, Field(ge=0, le=256)], Auto]
-StepsOrAuto = Union[Annotated[int, Field(ge=0, le=2**31)], Auto]
+BatchOrAuto = Annotated[int, Field(ge=1, le=2**20)] | Auto
+WorkersOrAuto = Annotated[int, Field(ge=0, le=256)] | Auto
+StepsOrAuto = Annotated[int, Field(ge=0, le=2**31)] | Auto
 
 
 def _no_nul(path: str) -> str:
@@ -42,8 +42,9 @@ def _known_objective(name: str) -> str:
 
     close = difflib.get_close_matches(name, list(OBJECTIVES), n=1, cutoff=0.5)
     hint = f'did you mean "{close[0]}"? ' if close else ""
-    raise ValueError(f'"{name}" is not an objective; {hint}set training.objective = '
-                     f'{" or ".join(chr(34) + o + chr(34) for o in OBJECTIVES)}')
+    raise ValueError(
+        f'"{name}" is not an objective; {hint}set training.objective = {" or ".join(chr(34) + o + chr(34) for o in OBJECTIVES)}'
+    )
 
 
 class _Section(BaseModel):
@@ -52,9 +53,7 @@ class _Section(BaseModel):
 
 class ModelSpec(_Section):
     config: PathStr | None = Field(None, description="Path to a config.json, relative to the spec file.")
-    name_or_path: PathStr | None = Field(
-        None, description="Local model directory (config.json + safetensors weights) to fine-tune."
-    )
+    name_or_path: PathStr | None = Field(None, description="Local model directory (config.json + safetensors weights) to fine-tune.")
     from_scratch: bool = Field(False, description="Random init from the config instead of loading weights.")
     task: Task = Field("causal-lm", description="causal-lm, seq-cls or masked-lm.")
     num_labels: int | None = Field(None, ge=2, le=100_000, description="Number of classes (seq-cls).")
@@ -64,17 +63,15 @@ class ModelSpec(_Section):
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = Field(
         "auto", description="Attention kernel; auto picks sdpa."
     )
-    trust_remote_code: bool = Field(
-        False, description="Run code shipped with the model; apply also needs --trust-remote-code."
+    trust_remote_code: bool = Field(False, description="Run code shipped with the model; apply also needs --trust-remote-code.")
+    allow_pickle_weights: bool = Field(False, description="Allow .bin/.pt weights (pickle can run code); safetensors otherwise.")
+    revision: str = Field(
+        "main", min_length=1, max_length=200, description="Hub ids: branch, tag or commit of name_or_path (the lock file pins it)."
     )
-    allow_pickle_weights: bool = Field(
-        False, description="Allow .bin/.pt weights (pickle can run code); safetensors otherwise."
-    )
-    revision: str = Field("main", min_length=1, max_length=200,
-                          description="Hub ids: branch, tag or commit of name_or_path (the lock file pins it).")
     method: Literal["full", "lora", "qlora", "auto"] = Field(
-        "full", description="What is trained: full (every weight), lora (adapters on a frozen base), "
-                            "qlora (adapters on a 4-bit base); auto: full if it fits, else lora, else qlora."
+        "full",
+        description="What is trained: full (every weight), lora (adapters on a frozen base), "
+        "qlora (adapters on a 4-bit base); auto: full if it fits, else lora, else qlora.",
     )
 
     @model_validator(mode="after")
@@ -90,12 +87,9 @@ class LoraSpec(_Section):
     r: int = Field(16, ge=1, le=65_536, description="LoRA rank (peft LoraConfig.r).")
     lora_alpha: int | None = Field(None, ge=1, le=1_048_576, description="LoRA scaling numerator; default 2 x r.")
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
-    target_modules: Union[
-        Literal["all-linear"],
-        Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=1000)],
-    ] = Field(
-        "all-linear", description='"all-linear" (every linear layer but the output head) or a list of module names.'
-    )
+    target_modules: (
+        Literal["all-linear"] | Annotated[list[Annotated[str, Field(min_length=1, max_length=200)]], Field(min_length=1, max_length=1000)]
+    ) = Field("all-linear", description='"all-linear" (every linear layer but the output head) or a list of module names.')
     use_dora: bool = Field(False, description="Weight-decomposed LoRA (DoRA): one magnitude vector per target.")
     modules_to_save: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         None, max_length=1000, description="Modules trained in full beside the adapters; seq-cls default: the head."
@@ -119,13 +113,17 @@ class HardwareSpec(_Section):
     memory_gib: float | None = Field(None, gt=0, le=100_000, description="Override the catalog's memory.")
     headroom: float = Field(0.08, ge=0.0, le=0.5, description="Fraction of GPU memory the plan keeps free.")
     host_memory_gib: float | None = Field(
-        None, gt=0, le=1_000_000,
+        None,
+        gt=0,
+        le=1_000_000,
         description="Host RAM per node (offload checks); default: this machine's when planning for it "
-                    "(gpu auto/cpu, one node), else unchecked."
+        "(gpu auto/cpu, one node), else unchecked.",
     )
     cpu_count: int | None = Field(
-        None, ge=1, le=100_000,
-        description="CPU cores per node (dataloader workers); default: this machine's when planning for it, else uncapped."
+        None,
+        ge=1,
+        le=100_000,
+        description="CPU cores per node (dataloader workers); default: this machine's when planning for it, else uncapped.",
     )
     interconnect: Literal["auto", "nvlink", "pcie"] = Field("auto", description="GPU-to-GPU link inside a node.")
     network: Literal["auto", "infiniband-ndr", "infiniband-hdr", "ethernet-100g"] = Field(
@@ -142,30 +140,40 @@ class HardwareSpec(_Section):
 
 
 class DataSpec(_Section):
-    train_files: list[PathStr] = Field(default_factory=list, max_length=10_000,
-                                   description="Training data: .txt, .jsonl, .json, .csv or .parquet, relative to the spec.")
+    train_files: list[PathStr] = Field(
+        default_factory=list, max_length=10_000, description="Training data: .txt, .jsonl, .json, .csv or .parquet, relative to the spec."
+    )
     eval_files: list[PathStr] = Field(default_factory=list, max_length=10_000, description="Evaluation data, same formats.")
     eval_fraction: float = Field(0.0, ge=0.0, le=0.5, description="Hold out this fraction of train for eval.")
     text_field: str = Field("text", min_length=1, max_length=200, description="Column holding the text.")
     label_field: str | None = Field(None, min_length=1, max_length=200, description="Label column (seq-cls).")
     seq_len: int = Field(512, ge=8, le=1_048_576, description="Tokens per sequence.")
-    packing: Union[bool, Auto] = Field("auto", description="Pack documents into seq_len blocks (LM tasks).")
-    dataset: str | None = Field(None, min_length=1, max_length=200,
-                                description="A Hub dataset id (org/name) instead of train_files.")
+    packing: bool | Auto = Field("auto", description="Pack documents into seq_len blocks (LM tasks).")
+    dataset: str | None = Field(None, min_length=1, max_length=200, description="A Hub dataset id (org/name) instead of train_files.")
     revision: str = Field("main", min_length=1, max_length=200, description="Branch, tag or commit of data.dataset.")
-    split: str = Field("train", min_length=1, max_length=200,
-                       description="data.dataset: the split to train on, as the dataset card's configs name it "
-                                   "(else by file names: train, test, ...).")
+    split: str = Field(
+        "train",
+        min_length=1,
+        max_length=200,
+        description="data.dataset: the split to train on, as the dataset card's configs name it (else by file names: train, test, ...).",
+    )
     format: Literal["text", "chat", "instruction"] = Field(
-        "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows.")
-    messages_field: str = Field("messages", min_length=1, max_length=200,
-                                description="chat: column holding the list of {role, content} messages.")
+        "text", description="text: plain documents; chat: rows of messages; instruction: prompt/response rows."
+    )
+    messages_field: str = Field(
+        "messages", min_length=1, max_length=200, description="chat: column holding the list of {role, content} messages."
+    )
     chat_template: PathStr | None = Field(
-        None, description='chat: "chatml" or a Jinja file relative to the spec; default: the tokenizer\'s.')
+        None, description='chat: "chatml" or a Jinja file relative to the spec; default: the tokenizer\'s.'
+    )
     prompt_field: str = Field("prompt", min_length=1, max_length=200, description="instruction: the prompt column.")
     response_field: str = Field("response", min_length=1, max_length=200, description="instruction: the response column.")
-    prompt_template: str = Field("### Instruction:\n{prompt}\n\n### Response:\n", min_length=1, max_length=10_000,
-                                 description="instruction: text before the response; {prompt} is the prompt.")
+    prompt_template: str = Field(
+        "### Instruction:\n{prompt}\n\n### Response:\n",
+        min_length=1,
+        max_length=10_000,
+        description="instruction: text before the response; {prompt} is the prompt.",
+    )
     train_on_prompt: bool = Field(False, description="chat/instruction: also train on prompt and user tokens.")
 
     @model_validator(mode="after")
@@ -176,17 +184,16 @@ class DataSpec(_Section):
 
 
 class TrainingSpec(_Section):
-    effective_batch_size: int | None = Field(
-        None, ge=1, le=2**24, description="Sequences per optimizer step, all GPUs."
-    )
+    effective_batch_size: int | None = Field(None, ge=1, le=2**24, description="Sequences per optimizer step, all GPUs.")
     per_device_train_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU per forward; auto: largest that fits.")
     per_device_eval_batch_size: BatchOrAuto = Field("auto", description="Sequences per GPU in evaluation; auto: the train batch.")
     gradient_accumulation_steps: BatchOrAuto = Field(
-        "auto", description="Micro-batches per optimizer step; auto: holds the effective batch.")
-    gradient_checkpointing: Union[bool, Auto] = Field("auto", description="Recompute activations (~20% slower).")
-    bf16: Union[bool, Auto] = Field("auto", description="bf16 mixed precision; auto: on Ampere and newer.")
-    fp16: Union[bool, Auto] = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
-    tf32: Union[bool, Auto] = Field("auto", description="TF32 matmuls for fp32; auto: on Ampere and newer.")
+        "auto", description="Micro-batches per optimizer step; auto: holds the effective batch."
+    )
+    gradient_checkpointing: bool | Auto = Field("auto", description="Recompute activations (~20% slower).")
+    bf16: bool | Auto = Field("auto", description="bf16 mixed precision; auto: on Ampere and newer.")
+    fp16: bool | Auto = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
+    tf32: bool | Auto = Field("auto", description="TF32 matmuls for fp32; auto: on Ampere and newer.")
     optim: str = Field("auto", min_length=1, max_length=100, description="A transformers OptimizerNames value.")
     learning_rate: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
     max_steps: int | None = Field(None, ge=1, le=2**31, description="Optimizer steps; overrides num_train_epochs.")
@@ -201,65 +208,81 @@ class TrainingSpec(_Section):
     save_total_limit: int | None = Field(None, ge=1, le=10_000, description="Keep at most N checkpoints.")
     eval_steps: int | None = Field(None, ge=1, le=2**31, description="Evaluate every N steps (needs eval data).")
     seed: int = Field(42, ge=0, le=2**32 - 1, description="Seed for init and data order.")
-    dataloader_pin_memory: Union[bool, Auto] = Field("auto", description="Pinned host memory; auto: on with CUDA.")
+    dataloader_pin_memory: bool | Auto = Field("auto", description="Pinned host memory; auto: on with CUDA.")
     dataloader_num_workers: WorkersOrAuto = Field("auto", description="Data loading processes; auto: from the CPU count.")
     torch_compile: bool = Field(False, description="torch.compile the model.")
     torch_compile_backend: Literal[COMPILE_BACKENDS] | None = Field(None, description="torch._dynamo backend; default inductor.")  # type: ignore[valid-type]
     torch_compile_mode: Literal[COMPILE_MODES] | None = Field(None, description="torch.compile mode.")  # type: ignore[valid-type]
     torch_empty_cache_steps: StepsOrAuto = Field(0, description="Empty the CUDA cache every N steps; 0 = off.")
-    loss_chunk_size: Union[Annotated[int, Field(ge=0, le=2**20)], Auto] = Field(
-        "auto", description="Output head + loss over chunks of N tokens, recomputed in backward; 0 = off; "
-                            "auto: only when the run needs it to fit.")
-    activation_offloading: bool = Field(False, description="Tensors saved for backward in pinned host RAM, copied "
-                                                           "back in backward (GPUs; not with gradient checkpointing).")
-    use_liger_kernel: bool = Field(False, description="Liger's Triton kernels (fused linear cross-entropy, RMSNorm, "
-                                                      "SwiGLU, RoPE); CUDA/ROCm GPUs, the families Liger patches.")
-    report_to: Union[Literal[("none", "all") + TRACKER_NAMES], list[Literal[TRACKER_NAMES]]] = Field(  # type: ignore[valid-type]
-        "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.')
-    run_name: str | None = Field(None, min_length=1, max_length=200,
-                                 description="The run's name in the trackers; default: the spec's file name.")
+    loss_chunk_size: Annotated[int, Field(ge=0, le=2**20)] | Auto = Field(
+        "auto",
+        description="Output head + loss over chunks of N tokens, recomputed in backward; 0 = off; auto: only when the run needs it to fit.",
+    )
+    activation_offloading: bool = Field(
+        False, description="Tensors saved for backward in pinned host RAM, copied back in backward (GPUs; not with gradient checkpointing)."
+    )
+    use_liger_kernel: bool = Field(
+        False,
+        description="Liger's Triton kernels (fused linear cross-entropy, RMSNorm, "
+        "SwiGLU, RoPE); CUDA/ROCm GPUs, the families Liger patches.",
+    )
+    report_to: Literal[("none", "all") + TRACKER_NAMES] | list[Literal[TRACKER_NAMES]] = Field(  # type: ignore[valid-type]
+        "none", description='Experiment trackers: "tensorboard", "mlflow", "wandb", ... or a list; logs go inside output.dir.'
+    )
+    run_name: str | None = Field(
+        None, min_length=1, max_length=200, description="The run's name in the trackers; default: the spec's file name."
+    )
     objective: Annotated[str, AfterValidator(_known_objective)] = Field(
-        "sft", description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
-                           "(labelled completions), with TRL's trainers; independent of model.method.")
+        "sft",
+        description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
+        "(labelled completions), with TRL's trainers; independent of model.method.",
+    )
 
 
 class PreferenceSpec(_Section):
     """TRL DPOConfig / KTOConfig names (trl 1.16) for training.objective = "dpo" or "kto"."""
 
-    beta: float | None = Field(None, gt=0, le=100,
-                               description="Strength of the pull towards the reference; default: TRL's 0.1.")
-    loss_type: str = Field("auto", min_length=1, max_length=100,
-                           description='A TRL loss_type (dpo: sigmoid, ipo, hinge, ...; kto: kto, apo_zero_unpaired); '
-                                       'auto: sigmoid for dpo, kto for kto.')
-    max_length: int | None = Field(None, ge=8, le=1_048_576,
-                                   description="Tokens of prompt + answer per sequence; default: data.seq_len.")
+    beta: float | None = Field(None, gt=0, le=100, description="Strength of the pull towards the reference; default: TRL's 0.1.")
+    loss_type: str = Field(
+        "auto",
+        min_length=1,
+        max_length=100,
+        description="A TRL loss_type (dpo: sigmoid, ipo, hinge, ...; kto: kto, apo_zero_unpaired); auto: sigmoid for dpo, kto for kto.",
+    )
+    max_length: int | None = Field(None, ge=8, le=1_048_576, description="Tokens of prompt + answer per sequence; default: data.seq_len.")
     max_prompt_length: int | None = Field(
-        None, ge=1, le=1_048_576,
-        description="Rows whose prompt has more tokens are reported unusable; default: max_length - 1.")
+        None, ge=1, le=1_048_576, description="Rows whose prompt has more tokens are reported unusable; default: max_length - 1."
+    )
     reference: Literal["auto", "precomputed", "model"] = Field(
-        "auto", description="The reference: auto (lora/qlora: the base with adapters disabled; full: a frozen copy "
-                            "in the compute dtype, or precomputed log-probs when that alone fits), precomputed "
-                            "(log-probs computed once before training), model (preference.reference_model).")
+        "auto",
+        description="The reference: auto (lora/qlora: the base with adapters disabled; full: a frozen copy "
+        "in the compute dtype, or precomputed log-probs when that alone fits), precomputed "
+        "(log-probs computed once before training), model (preference.reference_model).",
+    )
     reference_model: PathStr | None = Field(
-        None, description="A local model directory to use as the reference (reference = \"model\"; with "
-                           "reference = \"auto\" setting it chooses it).")
+        None,
+        description='A local model directory to use as the reference (reference = "model"; with reference = "auto" setting it chooses it).',
+    )
 
     @model_validator(mode="after")
     def _model_has_a_path(self):
         if self.reference == "model" and self.reference_model is None:
             raise ValueError('preference.reference = "model" needs preference.reference_model (a model directory)')
         if self.reference == "precomputed" and self.reference_model is not None:
-            raise ValueError('preference.reference = "precomputed" computes the reference log-probs with the '
-                             'starting weights, not preference.reference_model; remove one of the two')
+            raise ValueError(
+                'preference.reference = "precomputed" computes the reference log-probs with the '
+                "starting weights, not preference.reference_model; remove one of the two"
+            )
         return self
 
 
 class DistributedSpec(_Section):
     strategy: Literal["auto", "none", "ddp", "fsdp", "deepspeed"] = Field(
-        "auto", description="Data parallel engine for several GPUs; auto: the cheapest that fits.")
+        "auto", description="Data parallel engine for several GPUs; auto: the cheapest that fits."
+    )
     fsdp_sharding: Literal["full_shard", "shard_grad_op", "hybrid_shard"] = Field("full_shard", description="FSDP sharding strategy.")
     fsdp_cpu_offload: bool = Field(False, description="FSDP: parameters and gradients offloaded to host RAM.")
-    zero_stage: Union[Literal[1, 2, 3], Auto] = Field("auto", description="DeepSpeed ZeRO stage.")
+    zero_stage: Literal[1, 2, 3] | Auto = Field("auto", description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="DeepSpeed: optimizer states in host RAM.")
     offload_params: bool = Field(False, description="DeepSpeed ZeRO-3: parameters in host RAM.")
     master_addr: str | None = Field(None, max_length=255, description="Rendezvous host for several nodes.")
@@ -268,7 +291,8 @@ class DistributedSpec(_Section):
 
 class OutputSpec(_Section):
     dir: Annotated[str, Field(min_length=1, max_length=4096), AfterValidator(_no_nul)] | None = Field(
-        None, description="Run directory; default runs/<spec name>.")
+        None, description="Run directory; default runs/<spec name>."
+    )
     merge_adapter: bool = Field(False, description="lora: also save the model with the adapter merged into the base weights.")
 
 
@@ -276,15 +300,20 @@ class EvalSpec(_Section):
     """After training: held-out loss (always), lm-evaluation-harness tasks, sample generations."""
 
     tasks: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
-        default_factory=list, max_length=1000,
-        description="lm-evaluation-harness task names for `gpuplan eval` (needs the `eval` extra: lm-eval).")
+        default_factory=list,
+        max_length=1000,
+        description="lm-evaluation-harness task names for `gpuplan eval` (needs the `eval` extra: lm-eval).",
+    )
     include_path: PathStr | None = Field(
-        None, description="A folder of local lm-eval task YAML files, relative to the spec (offline tasks).")
+        None, description="A folder of local lm-eval task YAML files, relative to the spec (offline tasks)."
+    )
     num_fewshot: int | None = Field(None, ge=0, le=1000, description="lm-eval: few-shot examples per prompt.")
     limit: int | None = Field(None, ge=1, le=2**31, description="lm-eval: at most this many examples per task.")
     sample_prompts: list[Annotated[str, Field(min_length=1, max_length=10_000)]] = Field(
-        default_factory=list, max_length=100,
-        description="Prompts generated at the end of apply (written to metrics.jsonl), in the training's template.")
+        default_factory=list,
+        max_length=100,
+        description="Prompts generated at the end of apply (written to metrics.jsonl), in the training's template.",
+    )
     sample_max_new_tokens: int = Field(32, ge=1, le=4096, description="Tokens generated per sample prompt.")
     sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
 

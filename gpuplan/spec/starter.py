@@ -12,15 +12,16 @@ from __future__ import annotations
 import textwrap
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic.fields import FieldInfo
 
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.hardware.catalog import AmbiguousGPUError, UnknownGPUError, lookup
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo import ModelConfigError, model_facts
-from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.model_source import ModelSource, model_source
 from gpuplan.spec.schema import SECTIONS
 from gpuplan.toml_value import toml_value
@@ -57,10 +58,25 @@ ACTIVE = {
     "quantization": (),
     "hardware": ("gpu", "count", "nodes"),
     "data": ("train_files", "text_field", "seq_len", "packing"),
-    "training": ("effective_batch_size", "per_device_train_batch_size", "gradient_accumulation_steps",
-                 "gradient_checkpointing", "bf16", "fp16", "tf32", "optim", "learning_rate", "max_steps",
-                 "lr_scheduler_type", "logging_steps", "save_steps", "seed", "dataloader_pin_memory",
-                 "dataloader_num_workers", "torch_compile"),
+    "training": (
+        "effective_batch_size",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "gradient_checkpointing",
+        "bf16",
+        "fp16",
+        "tf32",
+        "optim",
+        "learning_rate",
+        "max_steps",
+        "lr_scheduler_type",
+        "logging_steps",
+        "save_steps",
+        "seed",
+        "dataloader_pin_memory",
+        "dataloader_num_workers",
+        "torch_compile",
+    ),
     "preference": (),
     "distributed": ("strategy",),
     "output": ("dir",),
@@ -106,8 +122,14 @@ EXAMPLES: dict[str, Any] = {
 }
 
 
-def starter_spec(model: Path | ModelSource, gpu: str, *, task: str = "causal-lm", spec_dir: Path,
-                 choices: Mapping[str, tuple[Any, str | None]] | None = None) -> str:
+def starter_spec(
+    model: Path | ModelSource,
+    gpu: str,
+    *,
+    task: str = "causal-lm",
+    spec_dir: Path,
+    choices: Mapping[str, tuple[Any, str | None]] | None = None,
+) -> str:
     """A commented spec (format 1) for `model` (config.json, model directory, or a resolved
     ModelSource: spec/model_source.py) on `gpu`.
 
@@ -120,8 +142,16 @@ def starter_spec(model: Path | ModelSource, gpu: str, *, task: str = "causal-lm"
     source = model if isinstance(model, ModelSource) else model_source(Path(model))
     tasks = typing.get_args(SECTIONS["model"].model_fields["task"].annotation)
     if task not in tasks:
-        raise GpuplanError([Diagnostic("error", "model.task", f"task {task!r}: not a task gpuplan knows; "
-                                    f"allowed: {', '.join(tasks)}", fix=f"use --task {tasks[0]}")])
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    "model.task",
+                    f"task {task!r}: not a task gpuplan knows; allowed: {', '.join(tasks)}",
+                    fix=f"use --task {tasks[0]}",
+                )
+            ]
+        )
     profile = _gpu(gpu)
     facts = _facts(source.config, task)
     values, notes = _values(source, profile, gpu, task, source.config, facts, Path(spec_dir))
@@ -163,8 +193,9 @@ def _gpu(gpu: str) -> GPUProfile | None:
     try:
         return lookup(gpu)
     except (UnknownGPUError, AmbiguousGPUError) as e:
-        raise GpuplanError([Diagnostic("error", "hardware.gpu", f"--gpu {gpu!r}: {e}",
-                                    fix='run `gpuplan gpus` for the catalog, or use --gpu auto')]) from None
+        raise GpuplanError(
+            [Diagnostic("error", "hardware.gpu", f"--gpu {gpu!r}: {e}", fix="run `gpuplan gpus` for the catalog, or use --gpu auto")]
+        ) from None
 
 
 def _facts(config: dict[str, Any], task: str):
@@ -177,8 +208,9 @@ def _facts(config: dict[str, Any], task: str):
         raise GpuplanError([Diagnostic("error", "model.task", f"model.task = {task!r}: {e}")]) from None
 
 
-def _values(source: ModelSource, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any],
-            facts, spec_dir: Path) -> tuple[dict[str, Any], dict[str, str]]:
+def _values(
+    source: ModelSource, profile: GPUProfile | None, gpu: str, task: str, config: dict[str, Any], facts, spec_dir: Path
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The active keys' values, and a note for each value the starter chose for this model."""
     values: dict[str, Any] = {}
     for section, keys in ACTIVE.items():
@@ -198,16 +230,16 @@ def _values(source: ModelSource, profile: GPUProfile | None, gpu: str, task: str
     if maxpos:
         # A power of two: roberta's 514 positions hold 512 tokens (two are padding offsets).
         seq_len = 2 ** (min(maxpos, SEQ_LEN_CAP).bit_length() - 1)
-        notes["data.seq_len"] = (f"Starter value: the model has {maxpos} positions; the largest power of two"
-                                 f" up to that, at most {SEQ_LEN_CAP}.")
+        notes["data.seq_len"] = (
+            f"Starter value: the model has {maxpos} positions; the largest power of two up to that, at most {SEQ_LEN_CAP}."
+        )
     values["data.seq_len"] = seq_len
     if task == "seq-cls":
         values["training.effective_batch_size"] = SEQ_CLS_BATCH
         notes["training.effective_batch_size"] = "Starter value: BERT's fine-tuning batch (16 or 32)."
     else:
         values["training.effective_batch_size"] = max(8, min(256, TOKENS_PER_STEP // seq_len))
-        notes["training.effective_batch_size"] = (f"Starter value: about {TOKENS_PER_STEP // 1024}k tokens"
-                                                  " per step at this seq_len.")
+        notes["training.effective_batch_size"] = f"Starter value: about {TOKENS_PER_STEP // 1024}k tokens per step at this seq_len."
     values["training.max_steps"] = 1000
     values["output.dir"] = f"runs/{source.name}"
     if facts is not None and profile is not None and profile.bf16:
@@ -215,8 +247,10 @@ def _values(source: ModelSource, profile: GPUProfile | None, gpu: str, task: str
         usable = profile.memory_bytes * (1 - SECTIONS["hardware"].model_fields["headroom"].default)
         if need > usable:
             values["model.dtype"] = "bfloat16"
-            notes["model.dtype"] = (f"Starter value: fp32 weights + grads + AdamW would need {need / GIB:.0f} GiB"
-                                    f" of the {usable / GIB:.0f} GiB usable on {profile.name}.")
+            notes["model.dtype"] = (
+                f"Starter value: fp32 weights + grads + AdamW would need {need / GIB:.0f} GiB"
+                f" of the {usable / GIB:.0f} GiB usable on {profile.name}."
+            )
     return values, notes
 
 

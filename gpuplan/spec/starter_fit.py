@@ -13,9 +13,10 @@ each saver comes from the planner's saver table (plan/fit/savers.py).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.data_format import DataFormat
@@ -37,8 +38,7 @@ class Starter:
     savers: dict[str, tuple[Any, str]]  # spec key -> (value, the planner's reason) for each saver it turned on
 
 
-def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | None, task: str
-                 ) -> dict[str, tuple[Any, str | None]]:
+def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | None, task: str) -> dict[str, tuple[Any, str | None]]:
     """The --data keys, with the format's reason above data.format (and above the chat template)."""
     if data is None:
         return {}
@@ -46,34 +46,51 @@ def data_choices(source: ModelSource, data: tuple[dict[str, Any], DataFormat] | 
     out: dict[str, tuple[Any, str | None]] = {k: (v, fmt.notes.get(k)) for k, v in values.items()}
     # The data's size is known only when apply reads it: passes over it, not a step count.
     out["training.max_steps"] = (None, None)
-    out["training.num_train_epochs"] = (EPOCHS, f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
-                                                "as many steps as the data makes; set max_steps instead for a fixed "
-                                                "length and for the plan's run time and cost.")
+    out["training.num_train_epochs"] = (
+        EPOCHS,
+        f"--data given: {EPOCHS:g} passes over it (the Trainer's default), "
+        "as many steps as the data makes; set max_steps instead for a fixed "
+        "length and for the plan's run time and cost.",
+    )
     first = "data.format" if "data.format" in values else next(k for k in values if k not in SOURCE_KEYS)
     out[first] = (out[first][0], fmt.summary)
     if values.get("data.format") == "chat" and task == "causal-lm":
         known = chat_template_known(source)
         if known is False:
-            out["data.chat_template"] = ("chatml", f"The tokenizer in {source.name} has no chat template: gpuplan's "
-                                                   "ChatML (<|im_start|>role ... <|im_end|>).")
+            out["data.chat_template"] = (
+                "chatml",
+                f"The tokenizer in {source.name} has no chat template: gpuplan's ChatML (<|im_start|>role ... <|im_end|>).",
+            )
         elif known is None and source.key == "model.config":
             out["data.chat_template"] = ("chatml", "A config.json has no tokenizer: gpuplan's ChatML template.")
         elif known is None:
-            out["data.chat_template"] = ("chatml", f"The tokenizer of {source.name} is not in the cache (planning "
-                                                   "reads only config.json): gpuplan's ChatML, so apply works whichever "
-                                                   "it is; "
-                                                   "comment this line out to use the tokenizer's own template.")
+            out["data.chat_template"] = (
+                "chatml",
+                f"The tokenizer of {source.name} is not in the cache (planning "
+                "reads only config.json): gpuplan's ChatML, so apply works whichever "
+                "it is; "
+                "comment this line out to use the tokenizer's own template.",
+            )
     return out
 
 
-def fitted_starter(source: ModelSource, gpu: str, *, task: str, spec_path: Path, method: str,
-                   data: tuple[dict[str, Any], DataFormat] | None, plan: Callable[[str], Any],
-                   objective: str | None = None) -> Starter:
+def fitted_starter(
+    source: ModelSource,
+    gpu: str,
+    *,
+    task: str,
+    spec_path: Path,
+    method: str,
+    data: tuple[dict[str, Any], DataFormat] | None,
+    plan: Callable[[str], Any],
+    objective: str | None = None,
+) -> Starter:
     """The starter with the planner's method and savers; raises GpuplanError (the plan's own
     errors, nothing written) when no method fits on `gpu`."""
     if method not in METHODS:
-        raise GpuplanError([Diagnostic("error", "model.method", f"--method {method!r}: not a method",
-                                       fix=f"use one of {', '.join(METHODS)}")])
+        raise GpuplanError(
+            [Diagnostic("error", "model.method", f"--method {method!r}: not a method", fix=f"use one of {', '.join(METHODS)}")]
+        )
     base = data_choices(source, data, task)
     if objective is not None:  # --objective: the user's, over what the rows suggested
         base["training.objective"] = (objective, f"Set by init --objective {objective}.")
@@ -115,27 +132,40 @@ def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
         other_gpu = ("run init again with " + " or ".join(f"--gpu {g}" for g in gpus)) if gpus else None
         fix: str | None
         if method != "auto":
-            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits" + (
-                f"; or {other_gpu}" if other_gpu else "")
+            fix = "--method auto lets the planner choose full, lora or qlora, whichever fits" + (f"; or {other_gpu}" if other_gpu else "")
         else:
             fix = other_gpu
-        raise GpuplanError([*kept, Diagnostic("note", None, f"gpuplan init writes only a spec that plans"
-                                              f"{'' if method != 'auto' else ' (full, lora and qlora tried)'}: "
-                                              "nothing was written", fix=fix)]) from None
+        raise GpuplanError(
+            [
+                *kept,
+                Diagnostic(
+                    "note",
+                    None,
+                    f"gpuplan init writes only a spec that plans"
+                    f"{'' if method != 'auto' else ' (full, lora and qlora tried)'}: "
+                    "nothing was written",
+                    fix=fix,
+                ),
+            ]
+        ) from None
 
 
 def next_steps(out: str, source: ModelSource, starter: Starter, data: bool) -> list[str]:
     """What init prints after the spec is written: what it chose, the plan's summary, what to run."""
     from gpuplan.render.text import summary_line
 
-    lines = [f"Wrote {out} for {source.name} on {starter.plan.hardware.name}:",
-             f'  model.method = "{starter.method}": {starter.method_reason}']
+    lines = [
+        f"Wrote {out} for {source.name} on {starter.plan.hardware.name}:",
+        f'  model.method = "{starter.method}": {starter.method_reason}',
+    ]
     lines += [f"  {k} = {_shown(v)}: {why}" for k, (v, why) in starter.savers.items()]
     lines.append(summary_line(starter.plan.to_dict()))
     if source.key == "model.config":
         scratch = "; or set model.from_scratch = true to train from random weights" if starter.method == "full" else ""
-        lines.append(f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
-                     f"or a Hub id (model.name_or_path) before `gpuplan apply {out}`{scratch}")
+        lines.append(
+            f"model.config is a config.json alone, and apply needs weights: run init with a model directory "
+            f"or a Hub id (model.name_or_path) before `gpuplan apply {out}`{scratch}"
+        )
     if data and source.key == "model.config":  # apply needs weights first: the line above says how
         lines.append(f"Next: gpuplan plan {out}")
     elif data:
@@ -149,4 +179,3 @@ def _shown(value: Any) -> str:
     from gpuplan.toml_value import toml_value
 
     return toml_value(value)
-

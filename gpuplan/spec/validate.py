@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -135,9 +136,14 @@ def _translate(err: ValidationError, raw: Mapping[str, Any]) -> list[Diagnostic]
             rest = keys[MAX_UNKNOWN_PER_TABLE:]
             where = f"[{_dotted(table)}]" if table else "the top level"
             shown = ", ".join(_dotted((k,)) for k in rest[:5]) + (", ..." if len(rest) > 5 else "")
-            out.append(Diagnostic("error", _dotted(table + (rest[0],)),
-                                  f"{len(rest)} more unknown keys in {where} ({shown})",
-                                  fix="remove the keys the schema does not have (`gpuplan schema` lists them)"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    _dotted(table + (rest[0],)),
+                    f"{len(rest)} more unknown keys in {where} ({shown})",
+                    fix="remove the keys the schema does not have (`gpuplan schema` lists them)",
+                )
+            )
     for path, errs in grouped.items():
         out.append(_bad_value(path, errs, raw))
     return out
@@ -150,26 +156,34 @@ def _unknown_key(path: tuple, holder: type[BaseModel] | None) -> Diagnostic:
         known = list(SECTIONS)
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
         hint = f"did you mean [{close[0]}]?" if close else "sections are " + ", ".join(f"[{s}]" for s in known)
-        return Diagnostic("error", key, f"[{key}]: unknown section; {hint}",
-                          fix=f"rename [{key}] to [{close[0]}]" if close else f"remove [{key}]")
+        return Diagnostic(
+            "error", key, f"[{key}]: unknown section; {hint}", fix=f"rename [{key}] to [{close[0]}]" if close else f"remove [{key}]"
+        )
     fields = list(holder.model_fields) if holder else []
     close = suggest_key(name, fields)
     parent = _dotted(path[:-1])
     if close:
         also = f" (or {close[1]})" if len(close) > 1 else ""
         return Diagnostic(
-            "error", key, f"{key}: unknown key; did you mean {close[0]}{also}?",
+            "error",
+            key,
+            f"{key}: unknown key; did you mean {close[0]}{also}?",
             fix=f"rename {key} to {parent}.{close[0]}",
         )
     elsewhere = [s for s, cls in SECTIONS.items() if name in cls.model_fields]
     if elsewhere:
         return Diagnostic(
-            "error", key, f"{key}: unknown key in [{parent}]; {name} belongs in [{elsewhere[0]}]",
+            "error",
+            key,
+            f"{key}: unknown key in [{parent}]; {name} belongs in [{elsewhere[0]}]",
             fix=f"move it to [{elsewhere[0]}]",
         )
     return Diagnostic(
-        "error", key, f"{key}: unknown key",
-        detail=f"keys of [{parent}]: " + ", ".join(fields), fix=f"remove {key}",
+        "error",
+        key,
+        f"{key}: unknown key",
+        detail=f"keys of [{parent}]: " + ", ".join(fields),
+        fix=f"remove {key}",
     )
 
 

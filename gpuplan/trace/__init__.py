@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Mapping
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -50,15 +50,16 @@ def _unpacked_sequences(packed: bool = False):
         masking_utils.find_packed_sequence_indices = saved
 
 
-def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
-                 compute_capability: tuple[int, int] | None = None) -> MemoryEstimate:
+def trace_memory(
+    config: Mapping, workload: Workload, *, steps: int = 2, compute_capability: tuple[int, int] | None = None
+) -> MemoryEstimate:
     """Peak memory of `steps` training steps of the model `config` describes (method="traced")."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from gpuplan.trace.cuda_ops import cuda_like_ops
     from gpuplan.trace.build import build_model, make_batch, optimizer_for
+    from gpuplan.trace.cuda_ops import cuda_like_ops
     from gpuplan.trace.tracker import StorageTracker
 
     wl = workload
@@ -148,21 +149,24 @@ def trace_memory(config: Mapping, workload: Workload, *, steps: int = 2,
     rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     notes.append(f"peak at {tracker.peak_where}")
     if wl.device == "cuda":
-        notes.append("traced on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda "
-                     "tensors) under CUDA's autocast cast policy (trace/cuda_autocast.py); SDPA runs CUDA's "
-                     "flash / memory-efficient kernels' shape functions, dropout keeps a bool mask and AdamW "
-                     "runs foreach, as on CUDA (trace/cuda_ops.py); batches have no padding"
-                     + ("; packed examples: transformers' (b, 1, s, s) mask" if packed else ", no packed sequences"))
+        notes.append(
+            "traced on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda "
+            "tensors) under CUDA's autocast cast policy (trace/cuda_autocast.py); SDPA runs CUDA's "
+            "flash / memory-efficient kernels' shape functions, dropout keeps a bool mask and AdamW "
+            "runs foreach, as on CUDA (trace/cuda_ops.py); batches have no padding"
+            + ("; packed examples: transformers' (b, 1, s, s) mask" if packed else ", no packed sequences")
+        )
     if wl.device == "cuda" and amp_dtype is not None:
         from gpuplan.trace.cuda_autocast import unlisted_ops
 
         if unlisted := unlisted_ops():
-            notes.append(f"torch {torch.__version__} autocasts {', '.join(unlisted)} on CUDA by a policy gpuplan "
-                         "does not know: traced with CPU autocast's")
+            notes.append(
+                f"torch {torch.__version__} autocasts {', '.join(unlisted)} on CUDA by a policy gpuplan "
+                "does not know: traced with CPU autocast's"
+            )
     if wl.amp == "fp16":
         notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
-    notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB "
-                 f"(process peak {rss_peak / 2**20:.0f} MiB)")
+    notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB (process peak {rss_peak / 2**20:.0f} MiB)")
     return MemoryEstimate(
         allocated_peak_bytes=int(allocated),
         reserved_peak_bytes=int(allocated + overhead),

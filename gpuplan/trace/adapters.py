@@ -42,8 +42,7 @@ def quantize_to_4bit(model: torch.nn.Module, wl: Workload) -> None:
     for name, module in list(model.named_modules()):
         if not (isinstance(module, Conv1D) or type(module) is torch.nn.Linear):
             continue
-        if any(name == k or name.endswith("." + k) or k.startswith(name + ".") or (name + ".").startswith(k + ".")
-               for k in keep):
+        if any(name == k or name.endswith("." + k) or k.startswith(name + ".") or (name + ".").startswith(k + ".") for k in keep):
             continue
         if isinstance(module, Conv1D):
             fan_in, fan_out = module.weight.shape
@@ -57,8 +56,9 @@ def quantize_to_4bit(model: torch.nn.Module, wl: Workload) -> None:
     model.config.quantization_config = {"load_in_4bit": True}
 
 
-def _linear4bit(bnb, fan_in: int, fan_out: int, weight: torch.Tensor, bias, compute, double_quant: bool,
-                quant_type: str) -> torch.nn.Module:
+def _linear4bit(
+    bnb, fan_in: int, fan_out: int, weight: torch.Tensor, bias, compute, double_quant: bool, quant_type: str
+) -> torch.nn.Module:
     """A real bnb.nn.Linear4bit (its own forward, and peft dispatches its 4-bit LoRA layer on it)
     whose weight is the packed uint8 tensor and QuantState quantize_4bit returns on fake tensors.
     Params4bit itself cannot wrap a FakeTensor (_make_subclass refuses), so the weight is a plain
@@ -66,14 +66,21 @@ def _linear4bit(bnb, fan_in: int, fan_out: int, weight: torch.Tensor, bias, comp
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        new = bnb.nn.Linear4bit(fan_in, fan_out, bias is not None, compute, compress_statistics=double_quant,
-                                quant_type=quant_type, device="meta")
-    packed, state = bnb.functional.quantize_4bit(weight.to(compute).contiguous(), blocksize=64,
-                                                 compress_statistics=double_quant, quant_type=quant_type,
-                                                 quant_storage=torch.uint8)
+        new = bnb.nn.Linear4bit(
+            fan_in, fan_out, bias is not None, compute, compress_statistics=double_quant, quant_type=quant_type, device="meta"
+        )
+    packed, state = bnb.functional.quantize_4bit(
+        weight.to(compute).contiguous(), blocksize=64, compress_statistics=double_quant, quant_type=quant_type, quant_storage=torch.uint8
+    )
     param = torch.nn.Parameter(packed, requires_grad=False)
-    for key, value in (("quant_state", state), ("compress_statistics", double_quant), ("quant_type", quant_type),
-                       ("blocksize", 64), ("quant_storage", torch.uint8), ("bnb_quantized", True)):
+    for key, value in (
+        ("quant_state", state),
+        ("compress_statistics", double_quant),
+        ("quant_type", quant_type),
+        ("blocksize", 64),
+        ("quant_storage", torch.uint8),
+        ("bnb_quantized", True),
+    ):
         setattr(param, key, value)
     new.weight = param
     new.quant_state = state
@@ -188,8 +195,12 @@ def _wrap(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
 
     a = wl.adapters
     config = peft.LoraConfig(
-        r=a.r, lora_alpha=2 * a.r, lora_dropout=a.lora_dropout, target_modules=list(a.target_modules),
-        use_dora=a.use_dora, modules_to_save=list(a.modules_to_save) or None,
+        r=a.r,
+        lora_alpha=2 * a.r,
+        lora_dropout=a.lora_dropout,
+        target_modules=list(a.target_modules),
+        use_dora=a.use_dora,
+        modules_to_save=list(a.modules_to_save) or None,
         task_type=_TASK_TYPES.get(wl.task),
     )
     return peft.get_peft_model(model, config)

@@ -9,7 +9,8 @@ memory are made explicitly instead (see `optimizer_for` and trace/__init__.py).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -38,8 +39,9 @@ def build_config(config: Mapping[str, Any], wl: Workload):
     try:
         cfg = AutoConfig.for_model(model_type, **d)
     except ValueError as e:
-        raise ValueError(f"model_type {model_type!r} is not one this transformers knows ({e}); "
-                         "trace a config whose model_type transformers supports") from e
+        raise ValueError(
+            f"model_type {model_type!r} is not one this transformers knows ({e}); trace a config whose model_type transformers supports"
+        ) from e
     if wl.task == "seq-cls":
         cfg.num_labels = wl.num_labels
         if getattr(cfg, "pad_token_id", None) is None:

@@ -22,59 +22,189 @@ from contextlib import contextmanager
 import torch
 
 # autocast_mode.cpp, TORCH_LIBRARY_IMPL(aten, AutocastCUDA, m), torch 2.13.
-LOWER_PRECISION = frozenset({
-    "_convolution", "_convolution.deprecated", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul",
-    "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
-    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention", "cudnn_convolution",
-    "cudnn_convolution_transpose",
-})
-FP32 = frozenset({
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh",
-    "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm", "native_layer_norm",
-    "group_norm", "rms_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
-    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
-    "pdist", "cdist", "renorm", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
-    "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d",
-    "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d",
-    "_upsample_bicubic2d_aa",
-})
+LOWER_PRECISION = frozenset(
+    {
+        "_convolution",
+        "_convolution.deprecated",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_tbc",
+        "conv_transpose1d",
+        "conv_transpose2d.input",
+        "conv_transpose3d.input",
+        "convolution",
+        "prelu",
+        "addmm",
+        "addmv",
+        "addr",
+        "matmul",
+        "einsum",
+        "mm",
+        "mv",
+        "linalg_vecdot",
+        "linear",
+        "addbmm",
+        "baddbmm",
+        "bmm",
+        "chain_matmul",
+        "linalg_multi_dot",
+        "_thnn_fused_lstm_cell",
+        "_thnn_fused_gru_cell",
+        "lstm_cell",
+        "gru_cell",
+        "rnn_tanh_cell",
+        "rnn_relu_cell",
+        "_scaled_dot_product_flash_attention",
+        "scaled_dot_product_attention",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+    }
+)
+FP32 = frozenset(
+    {
+        "acos",
+        "asin",
+        "cosh",
+        "erfinv",
+        "exp",
+        "expm1",
+        "log",
+        "log10",
+        "log2",
+        "log1p",
+        "reciprocal",
+        "rsqrt",
+        "sinh",
+        "tan",
+        "pow.Tensor_Scalar",
+        "pow.Tensor_Tensor",
+        "pow.Scalar",
+        "softplus",
+        "layer_norm",
+        "native_layer_norm",
+        "group_norm",
+        "rms_norm",
+        "frobenius_norm.dim",
+        "nuclear_norm",
+        "nuclear_norm.dim",
+        "cosine_similarity",
+        "poisson_nll_loss",
+        "cosine_embedding_loss",
+        "nll_loss",
+        "nll_loss2d",
+        "hinge_embedding_loss",
+        "kl_div",
+        "l1_loss",
+        "smooth_l1_loss",
+        "huber_loss",
+        "mse_loss",
+        "margin_ranking_loss",
+        "multilabel_margin_loss",
+        "soft_margin_loss",
+        "triplet_margin_loss",
+        "multi_margin_loss",
+        "binary_cross_entropy_with_logits",
+        "dist",
+        "pdist",
+        "cdist",
+        "renorm",
+        "logsumexp",
+        "upsample_nearest1d",
+        "_upsample_nearest_exact1d",
+        "upsample_nearest2d",
+        "_upsample_nearest_exact2d",
+        "upsample_nearest3d",
+        "_upsample_nearest_exact3d",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa",
+        "upsample_trilinear3d",
+        "upsample_bicubic2d",
+        "_upsample_bicubic2d_aa",
+    }
+)
 # float32 unless the call gives a dtype (CastPolicy::fp32_set_opt_dtype): the output is float32
-FP32_SET_OPT_DTYPE = frozenset({
-    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
-    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
-})
+FP32_SET_OPT_DTYPE = frozenset(
+    {
+        "prod",
+        "prod.dim_int",
+        "softmax.int",
+        "log_softmax.int",
+        "cumprod",
+        "cumsum",
+        "linalg_vector_norm",
+        "linalg_matrix_norm",
+        "linalg_matrix_norm.str_ord",
+        "sum",
+        "sum.dim_IntList",
+    }
+)
 # redispatched to the overload with a dtype argument, float32 (CastPolicy::fp32_append_dtype)
 FP32_APPEND_DTYPE = {"norm.Scalar": "norm.ScalarOpt_dtype", "norm.ScalarOpt_dim": "norm.dtype"}
-PROMOTE = frozenset({
-    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put", "tensordot",
-    "scatter_add",
-})
+PROMOTE = frozenset(
+    {
+        "addcdiv",
+        "addcmul",
+        "atan2",
+        "bilinear",
+        "cross",
+        "dot",
+        "vdot",
+        "grid_sampler",
+        "index_put",
+        "tensordot",
+        "scatter_add",
+    }
+)
 BANNED = frozenset({"binary_cross_entropy"})  # CUDA autocast raises: "unsafe to autocast"
 # CPU autocast's lower-precision list (autocast_mode.cpp, AutocastCPU): shared ops keep CPU's kernel
-CPU_LOWER_PRECISION = frozenset({
-    "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d", "conv3d.padding", "bmm", "mm", "linalg_vecdot",
-    "baddbmm", "addmm", "addbmm", "linear", "_convolution.deprecated", "matmul", "conv_tbc", "mkldnn_rnn_layer",
-    "conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input", "prelu", "scaled_dot_product_attention",
-    "_native_multi_head_attention",
-})
+CPU_LOWER_PRECISION = frozenset(
+    {
+        "conv1d",
+        "conv1d.padding",
+        "conv2d",
+        "conv2d.padding",
+        "conv3d",
+        "conv3d.padding",
+        "bmm",
+        "mm",
+        "linalg_vecdot",
+        "baddbmm",
+        "addmm",
+        "addbmm",
+        "linear",
+        "_convolution.deprecated",
+        "matmul",
+        "conv_tbc",
+        "mkldnn_rnn_layer",
+        "conv_transpose1d",
+        "conv_transpose2d.input",
+        "conv_transpose3d.input",
+        "prelu",
+        "scaled_dot_product_attention",
+        "_native_multi_head_attention",
+    }
+)
 
 
 def cuda_policy(op: str) -> str | None:
     """CUDA autocast's policy for an aten overload name ("softmax.int"), None when it has none."""
-    for name, ops in (("lower_precision_fp", LOWER_PRECISION), ("fp32", FP32), ("fp32_set_opt_dtype", FP32_SET_OPT_DTYPE),
-                      ("fp32_append_dtype", FP32_APPEND_DTYPE), ("promote", PROMOTE), ("banned", BANNED)):
+    for name, ops in (
+        ("lower_precision_fp", LOWER_PRECISION),
+        ("fp32", FP32),
+        ("fp32_set_opt_dtype", FP32_SET_OPT_DTYPE),
+        ("fp32_append_dtype", FP32_APPEND_DTYPE),
+        ("promote", PROMOTE),
+        ("banned", BANNED),
+    ):
         if op in ops:
             return name
     return None
 
 
 def _registered(key: str) -> set[str]:
-    return {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key(key)
-            if n.startswith("aten::")}
+    return {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key(key) if n.startswith("aten::")}
 
 
 def _eligible(t) -> bool:
@@ -120,15 +250,16 @@ def _kernel(op_name: str, policy: str):
             elif policy == "fp32_set_opt_dtype" and args and _eligible(args[0]):
                 if dtype_at < len(args):  # the dispatcher passes schema arguments positionally
                     if args[dtype_at] is None:
-                        args = (*args[:dtype_at], torch.float32, *args[dtype_at + 1:])
+                        args = (*args[:dtype_at], torch.float32, *args[dtype_at + 1 :])
                 elif kwargs.get("dtype") is None:
                     kwargs = {**kwargs, "dtype": torch.float32}
             elif policy == "fp32_append_dtype" and args and _eligible(args[0]):
                 target = FP32_APPEND_DTYPE[op_name].partition(".")[2]
                 return getattr(getattr(torch.ops.aten, packet), target)(*args, **kwargs, dtype=torch.float32)
             elif policy == "banned":
-                raise RuntimeError(f"torch.{packet} is unsafe to autocast on CUDA (CUDA autocast refuses it); "
-                                   "use binary_cross_entropy_with_logits")
+                raise RuntimeError(
+                    f"torch.{packet} is unsafe to autocast on CUDA (CUDA autocast refuses it); use binary_cross_entropy_with_logits"
+                )
             return op(*args, **kwargs)
 
     return kernel

@@ -23,15 +23,13 @@ import torch
 import torch.nn.functional as F
 
 
-def _cuda_like_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                    enable_gqa=False):
+def _cuda_like_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if torch.is_autocast_enabled("cpu"):
         dt = torch.get_autocast_dtype("cpu")  # autocast's cast of SDPA inputs (lower-precision list)
         query, key, value = (t.to(dt) if t.is_floating_point() and t.dtype != dt else t for t in (query, key, value))
     half = query.dtype in (torch.float16, torch.bfloat16)
     if half and query.shape[-1] <= 256 and attn_mask is None:
-        out = torch.ops.aten._scaled_dot_product_flash_attention(
-            query, key, value, dropout_p, is_causal, False, scale=scale)
+        out = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)
         return out[0]
     if key.shape[-3] != query.shape[-3]:
         rep = query.shape[-3] // key.shape[-3]
@@ -40,8 +38,7 @@ def _cuda_like_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
     need_lse = query.requires_grad or key.requires_grad or value.requires_grad
-    out = torch.ops.aten._scaled_dot_product_efficient_attention(
-        query, key, value, attn_mask, need_lse, dropout_p, is_causal, scale=scale)
+    out = torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, attn_mask, need_lse, dropout_p, is_causal, scale=scale)
     return out[0]
 
 

@@ -13,17 +13,15 @@ from gpuplan.plan.types import Plan
 
 
 def trace_plan(plan: Plan) -> Plan:
-    from gpuplan.trace import trace_memory  # imports torch
-
     from gpuplan.hub.fetch import model_dir  # a Hub id: its cached snapshot, where planning put config.json
+    from gpuplan.trace import trace_memory  # imports torch
 
     source = plan.get("model.config") or model_dir(plan)
     config = read_config(source)
     wl = plan.memory.workload
     if wl.engine != "none":
         # A data-parallel rank runs the same micro-batch; sharding is priced analytically.
-        wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1,
-                                 offload_optimizer=False, offload_params=False)
+        wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1, offload_optimizer=False, offload_params=False)
     if wl.gradient_accumulation_steps > 2:
         # From the second micro-batch on, every micro-batch of a step holds the same
         # tensors (gradients live across them), so two show the peak of any number.
@@ -32,9 +30,15 @@ def trace_plan(plan: Plan) -> Plan:
     wl = dataclasses.replace(wl, liger_kernel=False)
     traced = trace_memory(config, wl, compute_capability=plan.hardware.compute_capability)
     if liger:  # memory/liger.py: Triton kernels, CUDA/ROCm only
-        traced = dataclasses.replace(traced, notes=(*traced.notes, "Liger's kernels are Triton GPU kernels and cannot "
-                                                    "run on fake CPU tensors: traced with transformers' own loss and "
-                                                    "layers (the plan counts Liger's fused loss)"))
+        traced = dataclasses.replace(
+            traced,
+            notes=(
+                *traced.notes,
+                "Liger's kernels are Triton GPU kernels and cannot "
+                "run on fake CPU tensors: traced with transformers' own loss and "
+                "layers (the plan counts Liger's fused loss)",
+            ),
+        )
     analytic = plan.memory.allocated_peak_bytes
     diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
     memory = dataclasses.replace(plan.memory, traced={**traced.to_dict(), "analytic_minus_traced_fraction": diff})

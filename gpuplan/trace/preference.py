@@ -20,8 +20,9 @@ no-ops, as gpuplan/trace/build.py does for bitsandbytes' CUDA update kernel.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,8 +66,7 @@ def build_reference(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module 
     from gpuplan.trace.build import build_model
 
     compute = {"bf16": "bfloat16", "fp16": "float16"}.get(wl.amp or "", wl.weight_dtype)
-    ref = build_model(config, dataclasses.replace(wl, weight_dtype=compute, adapters=None,
-                                                  gradient_checkpointing=False))
+    ref = build_model(config, dataclasses.replace(wl, weight_dtype=compute, adapters=None, gradient_checkpointing=False))
     ref.eval()
     ref.requires_grad_(False)
     add_head(ref)
@@ -84,8 +84,9 @@ def _logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tens
     return out.log_probs.sum(dim=1)
 
 
-def preference_loss(model: torch.nn.Module, ref: torch.nn.Module | None, wl: Workload, vocab: int,
-                    amp_dtype: Any, on_head: Any = None) -> torch.Tensor:
+def preference_loss(
+    model: torch.nn.Module, ref: torch.nn.Module | None, wl: Workload, vocab: int, amp_dtype: Any, on_head: Any = None
+) -> torch.Tensor:
     """One micro-batch's loss (backward is the caller's); `on_head` marks where the head starts."""
     obj = objective(wl.objective)
     b, s = wl.per_device_batch, wl.seq_len

@@ -147,6 +147,7 @@ class StorageTracker(TorchDispatchMode):
     def track_fused_head(self, model: torch.nn.Module, ref: torch.nn.Module | None) -> None:
         """TRL's fused head never calls the output embedding module: its part starts when a
         backbone returns. A frozen reference's parameters are weights (they get no gradient)."""
+
         def enter(_m, _a):
             self.in_head = False
 

@@ -17,16 +17,61 @@ import random
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "specs", "data")
 
-PEOPLE = ["the miller", "the old shepherd", "the baker's daughter", "a young clerk", "the schoolmaster",
-          "the ferryman", "my grandmother", "the blacksmith", "a travelling tinker", "the widow Hale",
-          "the vicar", "two fishermen", "the innkeeper", "a tired soldier", "the children"]
-PLACES = ["the village green", "the mill by the river", "the long road to town", "the harbour",
-          "the church on the hill", "the market square", "the edge of the wood", "the narrow bridge",
-          "the orchard", "the inn at the crossroads", "the quiet lane", "the top of the cliff"]
-TIMES = ["In the morning", "Before dawn", "At noon", "Late in the evening", "On the first day of spring",
-         "When the harvest was in", "Every Sunday", "In the winter", "After the storm", "At dusk"]
-VERBS = ["walked to", "looked across", "waited by", "spoke of", "remembered", "hurried past",
-         "sang about", "came back to", "dreamed of", "wrote a letter about"]
+PEOPLE = [
+    "the miller",
+    "the old shepherd",
+    "the baker's daughter",
+    "a young clerk",
+    "the schoolmaster",
+    "the ferryman",
+    "my grandmother",
+    "the blacksmith",
+    "a travelling tinker",
+    "the widow Hale",
+    "the vicar",
+    "two fishermen",
+    "the innkeeper",
+    "a tired soldier",
+    "the children",
+]
+PLACES = [
+    "the village green",
+    "the mill by the river",
+    "the long road to town",
+    "the harbour",
+    "the church on the hill",
+    "the market square",
+    "the edge of the wood",
+    "the narrow bridge",
+    "the orchard",
+    "the inn at the crossroads",
+    "the quiet lane",
+    "the top of the cliff",
+]
+TIMES = [
+    "In the morning",
+    "Before dawn",
+    "At noon",
+    "Late in the evening",
+    "On the first day of spring",
+    "When the harvest was in",
+    "Every Sunday",
+    "In the winter",
+    "After the storm",
+    "At dusk",
+]
+VERBS = [
+    "walked to",
+    "looked across",
+    "waited by",
+    "spoke of",
+    "remembered",
+    "hurried past",
+    "sang about",
+    "came back to",
+    "dreamed of",
+    "wrote a letter about",
+]
 ADJS = ["grey", "quiet", "bright", "cold", "green", "crooked", "warm", "empty", "busy", "ancient", "small"]
 NOUNS = ["rain", "wind", "bread", "lamp", "boat", "bell", "garden", "letter", "horse", "fire", "river", "road"]
 FEELINGS = ["glad", "weary", "hopeful", "uneasy", "content", "restless", "proud", "sorry"]
@@ -43,7 +88,7 @@ def _sentence(r: random.Random) -> str:
     elif kind == 2:
         s = f"The {r.choice(ADJS)} {r.choice(NOUNS)} stood near {r.choice(PLACES)}, and nobody knew why."
     elif kind == 3:
-        s = f"\"Will you bring the {r.choice(NOUNS)}?\" asked {p}. \"I will,\" said {q}, \"if the {r.choice(NOUNS)} is {r.choice(ADJS)}.\""
+        s = f'"Will you bring the {r.choice(NOUNS)}?" asked {p}. "I will," said {q}, "if the {r.choice(NOUNS)} is {r.choice(ADJS)}."'
     elif kind == 4:
         s = f"{p} was {r.choice(FEELINGS)}, for the {r.choice(NOUNS)} had come back to {r.choice(PLACES)}."
     else:

@@ -21,22 +21,46 @@ SENTIMENT_CSV = str(REPO / "specs" / "data" / "sentiment.csv")
 SENTIMENT_JSONL = str(REPO / "specs" / "data" / "sentiment.jsonl")
 
 CPU_PROFILE = {
-    "name": "cpu", "vendor": "cpu", "memory_bytes": 16 * 2**30, "compute_capability": None,
-    "bf16": False, "tf32": False, "fp8": False, "peak_tflops": {"fp32": 0.5},
-    "memory_bandwidth_gbps": 20.0, "interconnect": {}, "aliases": [],
+    "name": "cpu",
+    "vendor": "cpu",
+    "memory_bytes": 16 * 2**30,
+    "compute_capability": None,
+    "bf16": False,
+    "tf32": False,
+    "fp8": False,
+    "peak_tflops": {"fp32": 0.5},
+    "memory_bandwidth_gbps": 20.0,
+    "interconnect": {},
+    "aliases": [],
 }
-H100_PROFILE = dict(CPU_PROFILE, name="H100-80GB", vendor="nvidia", memory_bytes=80 * 2**30,
-                    compute_capability=[9, 0], bf16=True, tf32=True, fp8=True)
+H100_PROFILE = dict(
+    CPU_PROFILE, name="H100-80GB", vendor="nvidia", memory_bytes=80 * 2**30, compute_capability=[9, 0], bf16=True, tf32=True, fp8=True
+)
 
 # A Llama small enough that a training step takes milliseconds on one CPU core.
 MICRO_LLAMA = {
-    "model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 260, "max_position_embeddings": 256,
-    "pad_token_id": 256, "bos_token_id": 257, "eos_token_id": 258, "tie_word_embeddings": True,
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 260,
+    "max_position_embeddings": 256,
+    "pad_token_id": 256,
+    "bos_token_id": 257,
+    "eos_token_id": 258,
+    "tie_word_embeddings": True,
 }
 MICRO_BERT = {
-    "model_type": "bert", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "vocab_size": 261, "max_position_embeddings": 256, "pad_token_id": 256,
+    "model_type": "bert",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 261,
+    "max_position_embeddings": 256,
+    "pad_token_id": 256,
 }
 
 
@@ -134,8 +158,9 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-def cpu_plan(tmp_path: Path, hardware: dict[str, Any] | None = None, memory: dict | None = None,
-             throughput: dict | None = None, **overrides: Any) -> Plan:
+def cpu_plan(
+    tmp_path: Path, hardware: dict[str, Any] | None = None, memory: dict | None = None, throughput: dict | None = None, **overrides: Any
+) -> Plan:
     values = defaults(tmp_path)
     unknown = set(overrides) - set(values)
     assert not unknown, f"not a contract key: {unknown}"

@@ -41,12 +41,34 @@ dir = "{out}"
 """
 
 
-def tiny_spec(path: Path, out: Path, *, max_steps: int = 4, seq_len: int = 32, batch: int = 4, lr: str = "3e-3",
-              save_steps: int = 2, keep: int = 3, model_extra: str = "", config: Path = MODEL_CONFIG) -> Path:
+def tiny_spec(
+    path: Path,
+    out: Path,
+    *,
+    max_steps: int = 4,
+    seq_len: int = 32,
+    batch: int = 4,
+    lr: str = "3e-3",
+    save_steps: int = 2,
+    keep: int = 3,
+    model_extra: str = "",
+    config: Path = MODEL_CONFIG,
+) -> Path:
     """Write a tiny from-scratch spec with absolute paths; returns its path."""
-    path.write_text(SPEC.format(config=config, corpus=CORPUS, seq_len=seq_len, batch=batch, lr=lr,
-                                max_steps=max_steps, save_steps=save_steps, keep=keep, out=out,
-                                model_extra=model_extra))
+    path.write_text(
+        SPEC.format(
+            config=config,
+            corpus=CORPUS,
+            seq_len=seq_len,
+            batch=batch,
+            lr=lr,
+            max_steps=max_steps,
+            save_steps=save_steps,
+            keep=keep,
+            out=out,
+            model_extra=model_extra,
+        )
+    )
     return path
 
 
@@ -62,13 +84,15 @@ def command(*args: str) -> list[str]:
 
 def gpuplan(*args: Any, cwd: Path | None = None, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess:
     """Run `gpuplan ARGS` to completion; stdin is not a terminal."""
-    return subprocess.run(command(*args), cwd=cwd, env=env(**env_extra), capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        command(*args), cwd=cwd, env=env(**env_extra), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def start(*args: Any, cwd: Path | None = None, **env_extra: str) -> subprocess.Popen:
-    return subprocess.Popen(command(*args), cwd=cwd, env=env(**env_extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        command(*args), cwd=cwd, env=env(**env_extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
 
 
 def state(out: Path) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import collections
 import json
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 from hypothesis import event
 from hypothesis.control import currently_in_test_context
 
@@ -75,7 +75,7 @@ def check_rejection(path: Path, e: PlanError) -> None:
         else:
             assert d.summary.startswith(where + ":"), f"error names neither a key nor the file: {d}"
             if "invalid TOML" in d.summary and "nesting too deep" not in d.summary:
-                pos = d.summary[len(where) + 1:].split(":")
+                pos = d.summary[len(where) + 1 :].split(":")
                 assert pos[0].isdigit() and pos[1].isdigit(), f"TOML error without line:col: {d.summary}"
 
 

@@ -14,10 +14,10 @@ from typing import Literal, Union, get_args, get_origin
 
 from hypothesis import strategies as st
 
-from tests.helpers.fuzz_toml import toml_str
 from gpuplan.hardware.catalog import names
 from gpuplan.spec.names import OPTIMIZER_NAMES, REMOVED_OPTIMIZERS
 from gpuplan.spec.schema import SECTIONS
+from tests.helpers.fuzz_toml import toml_str
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "specs" / "models"
 MODEL_CONFIGS = sorted(str(p) for p in MODELS_DIR.glob("*.json"))
@@ -60,7 +60,9 @@ def valid_specs(output_dir: str) -> st.SearchStrategy[dict]:
             num_labels=st.integers(2, 1000),
             dtype=st.one_of(st.sampled_from(["float32", "bfloat16"]), choices("model.dtype")),
             attn_implementation=choices("model.attn_implementation"),
-            from_scratch=st.booleans(), trust_remote_code=st.booleans(), allow_pickle_weights=st.booleans(),
+            from_scratch=st.booleans(),
+            trust_remote_code=st.booleans(),
+            allow_pickle_weights=st.booleans(),
         ),
     )
     hardware = st.fixed_dictionaries(
@@ -68,8 +70,10 @@ def valid_specs(output_dir: str) -> st.SearchStrategy[dict]:
         optional=_opt(
             count=st.one_of(st.integers(1, 16), st.sampled_from([64, 1024])),
             nodes=st.one_of(st.integers(1, 8), st.sampled_from([512, 4096])),
-            memory_gib=st.floats(0.25, 4096), headroom=st.floats(0, 0.5),
-            host_memory_gib=st.floats(1, 4096), cpu_count=st.integers(1, 512),
+            memory_gib=st.floats(0.25, 4096),
+            headroom=st.floats(0, 0.5),
+            host_memory_gib=st.floats(1, 4096),
+            cpu_count=st.integers(1, 512),
             interconnect=choices("hardware.interconnect"),
             network=choices("hardware.network"),
         ),
@@ -78,9 +82,12 @@ def valid_specs(output_dir: str) -> st.SearchStrategy[dict]:
         {},
         optional=_opt(
             seq_len=st.one_of(st.integers(8, 4096), st.sampled_from([8192, 32768, 131072, 1_048_576])),
-            packing=AUTO_BOOL, train_files=st.lists(st.sampled_from(["data/a.jsonl", "d/b.txt", "c.csv"]), max_size=3),
-            eval_files=st.lists(st.just("data/eval.jsonl"), max_size=1), eval_fraction=st.floats(0, 0.5),
-            text_field=st.sampled_from(["text", "content"]), label_field=st.sampled_from(["label", "y"]),
+            packing=AUTO_BOOL,
+            train_files=st.lists(st.sampled_from(["data/a.jsonl", "d/b.txt", "c.csv"]), max_size=3),
+            eval_files=st.lists(st.just("data/eval.jsonl"), max_size=1),
+            eval_fraction=st.floats(0, 0.5),
+            text_field=st.sampled_from(["text", "content"]),
+            label_field=st.sampled_from(["label", "y"]),
         ),
     )
     training = st.fixed_dictionaries(
@@ -90,15 +97,28 @@ def valid_specs(output_dir: str) -> st.SearchStrategy[dict]:
             per_device_train_batch_size=st.one_of(st.just("auto"), BATCHES),
             per_device_eval_batch_size=st.one_of(st.just("auto"), BATCHES),
             gradient_accumulation_steps=st.one_of(st.just("auto"), st.integers(1, 64)),
-            gradient_checkpointing=AUTO_BOOL, bf16=AUTO_BOOL, fp16=AUTO_BOOL, tf32=AUTO_BOOL,
+            gradient_checkpointing=AUTO_BOOL,
+            bf16=AUTO_BOOL,
+            fp16=AUTO_BOOL,
+            tf32=AUTO_BOOL,
             optim=st.sampled_from(("auto",) + OPTIMIZER_NAMES + tuple(REMOVED_OPTIMIZERS)),
-            learning_rate=st.floats(1e-7, 1), max_steps=st.integers(1, 10**6), num_train_epochs=st.floats(0.1, 100),
-            lr_scheduler_type=choices("training.lr_scheduler_type"), warmup_steps=st.integers(0, 10_000),
-            warmup_ratio=st.floats(0, 0.99), weight_decay=st.floats(0, 1), max_grad_norm=st.floats(0, 10),
-            logging_steps=st.integers(1, 1000), save_steps=st.integers(1, 10_000), save_total_limit=st.integers(1, 10),
-            eval_steps=st.integers(1, 10_000), seed=st.integers(0, 2**32 - 1),
-            dataloader_pin_memory=AUTO_BOOL, dataloader_num_workers=st.one_of(st.just("auto"), st.integers(0, 32)),
-            torch_compile=st.booleans(), torch_compile_backend=choices("training.torch_compile_backend"),
+            learning_rate=st.floats(1e-7, 1),
+            max_steps=st.integers(1, 10**6),
+            num_train_epochs=st.floats(0.1, 100),
+            lr_scheduler_type=choices("training.lr_scheduler_type"),
+            warmup_steps=st.integers(0, 10_000),
+            warmup_ratio=st.floats(0, 0.99),
+            weight_decay=st.floats(0, 1),
+            max_grad_norm=st.floats(0, 10),
+            logging_steps=st.integers(1, 1000),
+            save_steps=st.integers(1, 10_000),
+            save_total_limit=st.integers(1, 10),
+            eval_steps=st.integers(1, 10_000),
+            seed=st.integers(0, 2**32 - 1),
+            dataloader_pin_memory=AUTO_BOOL,
+            dataloader_num_workers=st.one_of(st.just("auto"), st.integers(0, 32)),
+            torch_compile=st.booleans(),
+            torch_compile_backend=choices("training.torch_compile_backend"),
             torch_compile_mode=choices("training.torch_compile_mode"),
             torch_empty_cache_steps=st.one_of(st.just("auto"), st.integers(0, 100)),
         ),
@@ -108,9 +128,12 @@ def valid_specs(output_dir: str) -> st.SearchStrategy[dict]:
         optional=_opt(
             strategy=choices("distributed.strategy"),
             fsdp_sharding=choices("distributed.fsdp_sharding"),
-            fsdp_cpu_offload=st.booleans(), zero_stage=choices("distributed.zero_stage"),
-            offload_optimizer=st.booleans(), offload_params=st.booleans(),
-            master_addr=st.sampled_from(["10.0.0.1", "node0"]), master_port=st.integers(1, 65535),
+            fsdp_cpu_offload=st.booleans(),
+            zero_stage=choices("distributed.zero_stage"),
+            offload_optimizer=st.booleans(),
+            offload_params=st.booleans(),
+            master_addr=st.sampled_from(["10.0.0.1", "node0"]),
+            master_port=st.integers(1, 65535),
         ),
     )
     output = st.fixed_dictionaries({}, optional=_opt(dir=st.sampled_from([output_dir, "runs/x", "../out"])))
@@ -159,6 +182,8 @@ SCALARS = st.one_of(
     st.text(max_size=40),
     st.sampled_from(["auto", "AUTO", "", "true", "1", "none", "null", "nan", "-1", "0x10", "../../etc/passwd"]),
 )
+
+
 def _small_containers(inner: st.SearchStrategy) -> st.SearchStrategy:
     return st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=10), inner, max_size=4))
 
@@ -169,9 +194,9 @@ VALUES = st.recursive(SCALARS, _small_containers, max_leaves=8)
 def _misspell(key: str, how: int, at: int) -> str:
     i = at % max(len(key), 1)
     if how == 0:
-        return key[:i] + key[i + 1:]  # drop a character
+        return key[:i] + key[i + 1 :]  # drop a character
     if how == 1:
-        return key[:i] + key[i:i + 2][::-1] + key[i + 2:]  # swap two
+        return key[:i] + key[i : i + 2][::-1] + key[i + 2 :]  # swap two
     if how == 2:
         return key.upper()
     return key.replace("_", "-")
@@ -230,7 +255,7 @@ def text_damage(draw, text: str) -> str:
     if kind == "insert":
         return text[:i] + draw(st.sampled_from(['"', "[", "]", "=", "{", "\n", "\\", "'''", "\x00", "\x7f", "\u2028"])) + text[i:]
     if kind == "delete":
-        return text[:i] + text[i + 1:]
+        return text[:i] + text[i + 1 :]
     if kind == "unclose":
         return text + '\nx = "unterminated'
     lines = text.splitlines()
@@ -238,9 +263,24 @@ def text_damage(draw, text: str) -> str:
     return "\n".join(lines[: j + 1] + lines[j:]) + "\n"
 
 
-CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
-                 "intermediate_size", "max_position_embeddings", "head_dim", "model_type", "num_local_experts",
-                 "num_experts_per_tok", "tie_word_embeddings", "n_embd", "n_layer", "n_head", "torch_dtype"]
+CONFIG_FIELDS = [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "intermediate_size",
+    "max_position_embeddings",
+    "head_dim",
+    "model_type",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "tie_word_embeddings",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "torch_dtype",
+]
 
 
 @st.composite
@@ -258,6 +298,8 @@ def damaged_model_config(draw) -> str:
 
 # ---- (c) hostile ----------------------------------------------------------------------
 KEYS = st.text(min_size=0, max_size=20)
+
+
 def _containers(inner: st.SearchStrategy) -> st.SearchStrategy:
     return st.one_of(st.lists(inner, max_size=5), st.dictionaries(KEYS, inner, max_size=5))
 
@@ -294,16 +336,52 @@ def deep_text(draw) -> str:
     where = draw(st.sampled_from(["top", "training", "model"]))
     if where == "top":
         return body + "\n"
-    head = f'[model]\nconfig = {toml_str(MODEL_CONFIGS[0])}\n'
+    head = f"[model]\nconfig = {toml_str(MODEL_CONFIGS[0])}\n"
     return head + ("" if where == "model" else "[training]\n") + body.replace("[a", "[training.a") + "\n"
 
 
-SMALL_TEXTS = st.sampled_from(["", " ", "\n", "\n\n\n", "# only a comment\n", "\ufeff", "\ufeff[model]\n",
-                               "[model]", "[model]\n", "model = 1", "model = {}", "[[model]]\nconfig = 'x'",
-                               "[model]\nconfig = ''", "[model]\nconfig = '/'", "[model]\nconfig = '/dev/null'",
-                               '[model]\nconfig = "\\u0000"', "\x00", "=", "[]", "[model\n"])
+SMALL_TEXTS = st.sampled_from(
+    [
+        "",
+        " ",
+        "\n",
+        "\n\n\n",
+        "# only a comment\n",
+        "\ufeff",
+        "\ufeff[model]\n",
+        "[model]",
+        "[model]\n",
+        "model = 1",
+        "model = {}",
+        "[[model]]\nconfig = 'x'",
+        "[model]\nconfig = ''",
+        "[model]\nconfig = '/'",
+        "[model]\nconfig = '/dev/null'",
+        '[model]\nconfig = "\\u0000"',
+        "\x00",
+        "=",
+        "[]",
+        "[model\n",
+    ]
+)
 
 # Values for path keys: absurd, empty, NUL bytes, too long, a directory, a device.
-FIXED_PATHS = ["", ".", "/", "..", "/dev/null", "/proc/self/status", "/etc", "~", "a\x00b", "\x00",
-               "x" * 300, "/".join(["d"] * 2000), "y" * 5000, "spec.toml", "config-dir", "bad.json"]
+FIXED_PATHS = [
+    "",
+    ".",
+    "/",
+    "..",
+    "/dev/null",
+    "/proc/self/status",
+    "/etc",
+    "~",
+    "a\x00b",
+    "\x00",
+    "x" * 300,
+    "/".join(["d"] * 2000),
+    "y" * 5000,
+    "spec.toml",
+    "config-dir",
+    "bad.json",
+]
 PATH_VALUES = st.one_of(st.sampled_from(FIXED_PATHS), st.text(max_size=30))

@@ -21,8 +21,7 @@ from tests.helpers.apply_plans import MICRO_LLAMA
 REPO = Path(__file__).resolve().parents[2]
 
 
-def add_repo(cache: Path, repo_id: str, files: dict[str, bytes], *, repo_type: str = "model",
-             ref: str = "main") -> str:
+def add_repo(cache: Path, repo_id: str, files: dict[str, bytes], *, repo_type: str = "model", ref: str = "main") -> str:
     """Put `files` in the cache as one commit of `repo_id`, point refs/<ref> at it, return the commit."""
     folder = cache / f"{repo_type}s--{repo_id.replace('/', '--')}"
     digest = hashlib.sha1()
@@ -59,16 +58,16 @@ def tiny_model_files(tmp_path: Path, seed: int = 0) -> dict[str, bytes]:
 
 
 def chat_rows(n: int = 24) -> bytes:
-    rows = [{"messages": [{"role": "user", "content": f"Add {i} and 1."},
-                          {"role": "assistant", "content": f"{i} + 1 = {i + 1}."}]} for i in range(n)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"Add {i} and 1."}, {"role": "assistant", "content": f"{i} + 1 = {i + 1}."}]}
+        for i in range(n)
+    ]
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
 def run_cli(args: list[str], cache: Path, *, offline: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
-           "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     env.pop("HF_TOKEN", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 # Llama-2 / Mistral style: [INST] user [/INST] assistant</s>
-LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
-                   "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
+LLAMA2_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+    "{% else %} {{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+)
 
 
 def llama_tokenizer() -> Any:

@@ -13,8 +13,8 @@ import os
 import random
 from pathlib import Path
 
-from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
 from gpuplan.apply.run import execute
+from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
 
 # hidden 64 (MICRO_LLAMA has 32): bitsandbytes 0.50's CPU inference repacking of 4-bit weights
 # (functional._convert_weight_packed_for_cpu, taken in eval mode on AVX512-BF16 CPUs) needs
@@ -25,9 +25,11 @@ BASE_LLAMA = dict(MICRO_LLAMA, hidden_size=64, intermediate_size=128, initialize
 def pretrain_base(tmp: Path, steps: int = 8) -> str:
     """Train BASE_LLAMA on the shipped corpus for `steps` steps; returns its final/ directory."""
     config = write_config(tmp, BASE_LLAMA, "base-llama.json")
-    results = execute(cpu_plan(tmp, **{"model.config": config, "training.max_steps": steps,
-                                       "data.seq_len": 32, "output.dir": str(tmp / "pretrain")}),
-                      echo=lambda s: None, progress=False)
+    results = execute(
+        cpu_plan(tmp, **{"model.config": config, "training.max_steps": steps, "data.seq_len": 32, "output.dir": str(tmp / "pretrain")}),
+        echo=lambda s: None,
+        progress=False,
+    )
     return results["final_model_dir"]
 
 
@@ -52,9 +54,18 @@ def file_hashes(directory: str) -> dict[str, str]:
 
 def finetune_overrides(base_dir: str, text: str, method: str, **extra) -> dict:
     """cpu_plan overrides for an adapter fine-tune of `base_dir` on `text`."""
-    return {"model.config": None, "model.name_or_path": base_dir, "model.from_scratch": False,
-            "model.method": method, "data.train_files": [text], "data.seq_len": 32,
-            "training.learning_rate": 1e-2, "training.max_steps": 12, "training.logging_steps": 1, **extra}
+    return {
+        "model.config": None,
+        "model.name_or_path": base_dir,
+        "model.from_scratch": False,
+        "model.method": method,
+        "data.train_files": [text],
+        "data.seq_len": 32,
+        "training.learning_rate": 1e-2,
+        "training.max_steps": 12,
+        "training.logging_steps": 1,
+        **extra,
+    }
 
 
 SPEC = """\
@@ -88,9 +99,9 @@ merge_adapter = {merge}
 """
 
 
-def adapter_spec(path: Path, *, base: str, text: str, out: Path, method: str = "lora", r: int = 8,
-                 max_steps: int = 6, merge: bool = False) -> Path:
+def adapter_spec(
+    path: Path, *, base: str, text: str, out: Path, method: str = "lora", r: int = 8, max_steps: int = 6, merge: bool = False
+) -> Path:
     """A spec fine-tuning `base` with adapters on CPU; returns its path."""
-    path.write_text(SPEC.format(base=base, text=text, out=out, method=method, r=r, max_steps=max_steps,
-                                merge=str(merge).lower()))
+    path.write_text(SPEC.format(base=base, text=text, out=out, method=method, r=r, max_steps=max_steps, merge=str(merge).lower()))
     return path

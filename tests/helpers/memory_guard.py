@@ -23,24 +23,78 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 # Small models, one per block style the analytic model tabulates (plan/memory/activations.py
 # STYLE_OF); widths differ from the coefficient fits' so the guard is not the fit's own data.
 FAMILIES = {
-    "llama": dict(model_type="llama", hidden_size=192, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=6, num_key_value_heads=2, vocab_size=3000, max_position_embeddings=2048),
-    "mistral": dict(model_type="mistral", hidden_size=160, intermediate_size=448, num_hidden_layers=2,
-                    num_attention_heads=5, num_key_value_heads=1, vocab_size=2500, sliding_window=None,
-                    max_position_embeddings=2048),
-    "qwen2": dict(model_type="qwen2", hidden_size=224, intermediate_size=576, num_hidden_layers=2,
-                  num_attention_heads=7, num_key_value_heads=1, vocab_size=3500, tie_word_embeddings=True,
-                  max_position_embeddings=2048),
-    "gemma": dict(model_type="gemma", hidden_size=192, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=1, head_dim=48, vocab_size=3000,
-                  max_position_embeddings=2048),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        vocab_size=3000,
+        max_position_embeddings=2048,
+    ),
+    "mistral": dict(
+        model_type="mistral",
+        hidden_size=160,
+        intermediate_size=448,
+        num_hidden_layers=2,
+        num_attention_heads=5,
+        num_key_value_heads=1,
+        vocab_size=2500,
+        sliding_window=None,
+        max_position_embeddings=2048,
+    ),
+    "qwen2": dict(
+        model_type="qwen2",
+        hidden_size=224,
+        intermediate_size=576,
+        num_hidden_layers=2,
+        num_attention_heads=7,
+        num_key_value_heads=1,
+        vocab_size=3500,
+        tie_word_embeddings=True,
+        max_position_embeddings=2048,
+    ),
+    "gemma": dict(
+        model_type="gemma",
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=48,
+        vocab_size=3000,
+        max_position_embeddings=2048,
+    ),
     "gpt2": dict(model_type="gpt2", n_embd=192, n_layer=2, n_head=6, vocab_size=3000, n_positions=2048),
-    "gpt_neox": dict(model_type="gpt_neox", hidden_size=192, intermediate_size=768, num_hidden_layers=2,
-                     num_attention_heads=6, vocab_size=3000, max_position_embeddings=2048),
-    "opt": dict(model_type="opt", hidden_size=192, ffn_dim=768, num_hidden_layers=2, num_attention_heads=6,
-                vocab_size=3000, word_embed_proj_dim=192, max_position_embeddings=2048),
-    "phi": dict(model_type="phi", hidden_size=192, intermediate_size=768, num_hidden_layers=2,
-                num_attention_heads=6, vocab_size=3000, max_position_embeddings=2048),
+    "gpt_neox": dict(
+        model_type="gpt_neox",
+        hidden_size=192,
+        intermediate_size=768,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        vocab_size=3000,
+        max_position_embeddings=2048,
+    ),
+    "opt": dict(
+        model_type="opt",
+        hidden_size=192,
+        ffn_dim=768,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        vocab_size=3000,
+        word_embed_proj_dim=192,
+        max_position_embeddings=2048,
+    ),
+    "phi": dict(
+        model_type="phi",
+        hidden_size=192,
+        intermediate_size=768,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        vocab_size=3000,
+        max_position_embeddings=2048,
+    ),
 }
 # the rotary decoder families with position_ids, whose transformers mask builder detects packing
 PACKING_FAMILIES = frozenset({"llama", "mistral", "qwen2", "gemma", "phi", "gpt_neox", "gpt2"})
@@ -75,8 +129,15 @@ class Case:
         if a is not None:
             bits.append(f"r{a.r}:{'+'.join(a.target_modules)}")
             bits += [x for x, on in (("dora", a.use_dora), (f"drop{a.lora_dropout}", a.lora_dropout > 0)) if on]
-        bits += [x for x, on in (("ckpt", wl.gradient_checkpointing), ("packed", wl.packed),
-                                 (f"acc{wl.gradient_accumulation_steps}", wl.gradient_accumulation_steps > 1)) if on]
+        bits += [
+            x
+            for x, on in (
+                ("ckpt", wl.gradient_checkpointing),
+                ("packed", wl.packed),
+                (f"acc{wl.gradient_accumulation_steps}", wl.gradient_accumulation_steps > 1),
+            )
+            if on
+        ]
         return "-".join(bits)
 
 
@@ -99,12 +160,24 @@ def sample(seed: int, n: int, methods: tuple[str, ...] = METHODS) -> list[Case]:
         if method != "full":
             names = resolve_targets(facts, "all-linear", [])
             targets = tuple(sorted(rng.sample(names, rng.randint(1, len(names)))))
-            adapters = Adapters(method=method, r=rng.choice([4, 8, 16, 32, 64]), target_modules=targets,
-                                use_dora=rng.random() < 0.3, lora_dropout=rng.choice([0.0, 0.0, 0.05, 0.1]),
-                                compute_dtype="bfloat16")
-        wl = Workload(b, s, gradient_accumulation_steps=rng.choice([1, 1, 1, 2]), optim=rng.choice(OPTIMIZERS),
-                      gradient_checkpointing=rng.random() < 0.4, adapters=adapters,
-                      packed=family in PACKING_FAMILIES and rng.random() < 0.3, **PRECISIONS[prec])
+            adapters = Adapters(
+                method=method,
+                r=rng.choice([4, 8, 16, 32, 64]),
+                target_modules=targets,
+                use_dora=rng.random() < 0.3,
+                lora_dropout=rng.choice([0.0, 0.0, 0.05, 0.1]),
+                compute_dtype="bfloat16",
+            )
+        wl = Workload(
+            b,
+            s,
+            gradient_accumulation_steps=rng.choice([1, 1, 1, 2]),
+            optim=rng.choice(OPTIMIZERS),
+            gradient_checkpointing=rng.random() < 0.4,
+            adapters=adapters,
+            packed=family in PACKING_FAMILIES and rng.random() < 0.3,
+            **PRECISIONS[prec],
+        )
         out.append(Case(family, wl))
     return out
 

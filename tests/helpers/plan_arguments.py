@@ -38,8 +38,13 @@ def build_with_scheduler(plan: Plan) -> dict[str, Any]:
     args = built["args"]
     steps = args.max_steps if args.max_steps > 0 else 100
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
-    get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=args.get_warmup_steps(steps),
-                  num_training_steps=steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs)
+    get_scheduler(
+        args.lr_scheduler_type,
+        opt,
+        num_warmup_steps=args.get_warmup_steps(steps),
+        num_training_steps=steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
     return built
 
 

@@ -11,8 +11,7 @@ SPECS = REPO / "specs"
 MODELS = SPECS / "models"
 
 # A fixed environment so plans do not depend on what this machine has installed.
-ENV = {"packages": {"torch": "2.13.0", "transformers": "5.24.0", "bitsandbytes": "0.50.2"},
-       "cuda": "12.8", "cpu_count": 16}
+ENV = {"packages": {"torch": "2.13.0", "transformers": "5.24.0", "bitsandbytes": "0.50.2"}, "cuda": "12.8", "cpu_count": 16}
 ENV_NO_BNB = {**ENV, "packages": {"torch": "2.13.0", "transformers": "5.24.0", "bitsandbytes": None}}
 
 
@@ -26,8 +25,7 @@ def plan_text(tmp_path: Path, text: str, *, strict: bool = False, env=ENV, detec
     return plan_file(write_spec(tmp_path, text), environment=env, strict=strict, detect=detect, overrides=overrides)
 
 
-def spec(model: str = "llama-160m", gpu: str = "A100-80GB", training: str = "", data: str = "seq_len = 512",
-         extra: str = "") -> str:
+def spec(model: str = "llama-160m", gpu: str = "A100-80GB", training: str = "", data: str = "seq_len = 512", extra: str = "") -> str:
     """A spec text with the common parts filled in."""
     return f"""
 [model]

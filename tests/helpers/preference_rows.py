@@ -17,8 +17,7 @@ def pairs(n: int = 64, seed: int = 7) -> list[dict[str, str]]:
     for _ in range(n):
         words = rnd.sample(WORDS, 3)
         wrong = [words[2], rnd.choice([w for w in WORDS if w not in words]), words[0]]
-        out.append({"prompt": " ".join(words) + " ->", "chosen": " " + " ".join(words) + ".",
-                    "rejected": " " + " ".join(wrong) + "."})
+        out.append({"prompt": " ".join(words) + " ->", "chosen": " " + " ".join(words) + ".", "rejected": " " + " ".join(wrong) + "."})
     return out
 
 
@@ -38,9 +37,14 @@ def write_jsonl(path: Path, rows: list) -> str:
 
 def conversational(rows: list[dict[str, str]]) -> list[dict]:
     """The same pairs as conversations: a user prompt, the assistant's chosen / rejected turn."""
-    return [{"prompt": [{"role": "user", "content": r["prompt"]}],
-             "chosen": [{"role": "assistant", "content": r["chosen"].strip()}],
-             "rejected": [{"role": "assistant", "content": r["rejected"].strip()}]} for r in rows]
+    return [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "chosen": [{"role": "assistant", "content": r["chosen"].strip()}],
+            "rejected": [{"role": "assistant", "content": r["rejected"].strip()}],
+        }
+        for r in rows
+    ]
 
 
 SPEC = """\
@@ -73,8 +77,22 @@ dir = "{out}"
 """
 
 
-def preference_spec(path: Path, *, base: str, data: str, out: Path, objective: str = "dpo", method: str = "full",
-                    lr: str = "1e-3", steps: int = 16, save_steps: int = 1000, extra: str = "") -> Path:
-    path.write_text(SPEC.format(base=base, data=data, out=out, objective=objective, method=method, lr=lr,
-                                steps=steps, save_steps=save_steps, extra=extra))
+def preference_spec(
+    path: Path,
+    *,
+    base: str,
+    data: str,
+    out: Path,
+    objective: str = "dpo",
+    method: str = "full",
+    lr: str = "1e-3",
+    steps: int = 16,
+    save_steps: int = 1000,
+    extra: str = "",
+) -> Path:
+    path.write_text(
+        SPEC.format(
+            base=base, data=data, out=out, objective=objective, method=method, lr=lr, steps=steps, save_steps=save_steps, extra=extra
+        )
+    )
     return path

@@ -9,7 +9,7 @@ any working directory. This reads the file system and nothing else: no torch.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from gpuplan.plan.types import Diagnostic
 
@@ -27,12 +27,20 @@ def data_file_problems(files: Mapping[str, list[str]], spec_dir: str) -> list[Di
             where = f"{key}[{i}]"
             if os.path.isfile(path):
                 if os.path.getsize(path) == 0:
-                    out.append(Diagnostic("error", where, f"{where}: {path} is empty",
-                                          fix=f"put the training text in {path}, or remove it from {key}"))
+                    out.append(
+                        Diagnostic(
+                            "error", where, f"{where}: {path} is empty", fix=f"put the training text in {path}, or remove it from {key}"
+                        )
+                    )
                 continue
             what = "is a directory, not a file" if os.path.isdir(path) else "does not exist"
-            out.append(Diagnostic(
-                "error", where, f"{where}: {path} {what}",
-                detail=f"paths in {key} are relative to the spec's directory ({spec_dir})",
-                fix=f"create {path}, or correct {key} (list the files themselves, not a directory)"))
+            out.append(
+                Diagnostic(
+                    "error",
+                    where,
+                    f"{where}: {path} {what}",
+                    detail=f"paths in {key} are relative to the spec's directory ({spec_dir})",
+                    fix=f"create {path}, or correct {key} (list the files themselves, not a directory)",
+                )
+            )
     return out

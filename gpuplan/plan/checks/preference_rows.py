@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from gpuplan.plan.objectives import Objective
 from gpuplan.plan.types import Diagnostic
@@ -48,8 +49,11 @@ class RowReport:
 
 
 def _is_messages(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in v)
+    return (
+        isinstance(v, list)
+        and bool(v)
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in v)
+    )
 
 
 def _empty(v: Any) -> bool:
@@ -60,8 +64,9 @@ def _empty(v: Any) -> bool:
     return False
 
 
-def check_rows(rows: Iterable[Mapping[str, Any]], obj: Objective, max_prompt_tokens: int,
-               prompt_tokens: Callable[[Any], int | None]) -> RowReport:
+def check_rows(
+    rows: Iterable[Mapping[str, Any]], obj: Objective, max_prompt_tokens: int, prompt_tokens: Callable[[Any], int | None]
+) -> RowReport:
     """Count the unusable rows of a preference split. `prompt_tokens(prompt)` is the prompt's length
     in tokens, or None when it cannot be measured (a conversational prompt at plan time)."""
     report = RowReport()
@@ -117,6 +122,7 @@ def plain_prompt_counter(tokenizer_file: str | None, byte_level: bool) -> Callab
     the byte-level tokenizer's one id per UTF-8 byte (it adds none); None for conversational prompts."""
     encode: Callable[[str], int] | None = None
     if byte_level:
+
         def encode(text: str) -> int:
             return len(text.encode("utf-8"))
     elif tokenizer_file and os.path.isfile(tokenizer_file):
@@ -141,9 +147,18 @@ def report_diagnostics(report: RowReport, key: str, where: str, obj: Objective) 
     out = []
     for problem, n in report.problems.items():
         rows = ", ".join(str(r) for r in report.first[problem]) + (", ..." if n > SHOWN_ROWS else "")
-        fix = ("raise preference.max_prompt_length, or shorten or remove those rows" if "max_prompt_length" in problem
-               else f"fix or remove those rows: a {obj.name} row has {' / '.join(obj.example_fields)}")
-        out.append(Diagnostic(
-            "error", key, f"{key}: {n} of {report.rows} {obj.name} rows in {where} {problem} (rows {rows})",
-            detail="gpuplan drops no row silently: every row is trained on or reported", fix=fix))
+        fix = (
+            "raise preference.max_prompt_length, or shorten or remove those rows"
+            if "max_prompt_length" in problem
+            else f"fix or remove those rows: a {obj.name} row has {' / '.join(obj.example_fields)}"
+        )
+        out.append(
+            Diagnostic(
+                "error",
+                key,
+                f"{key}: {n} of {report.rows} {obj.name} rows in {where} {problem} (rows {rows})",
+                detail="gpuplan drops no row silently: every row is trained on or reported",
+                fix=fix,
+            )
+        )
     return out

@@ -18,9 +18,10 @@ tests/test_plan_graph.py checks the two agree.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import heapq
-from typing import TYPE_CHECKING, Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -42,7 +43,7 @@ class Node(str, Generic[T]):
 
     __slots__ = ()
 
-    def __new__(cls, name: str) -> "Node[T]":
+    def __new__(cls, name: str) -> Node[T]:
         return super().__new__(cls, INTERNAL + name)
 
 
@@ -56,7 +57,7 @@ class Rule:
     id: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
-    apply: Callable[["Resolver"], None]
+    apply: Callable[[Resolver], None]
     doc: str = ""
     # Finer ids a Change of this rule may carry (batch.tensor_core_multiple inside batch.split).
     explains: tuple[str, ...] = ()
@@ -66,7 +67,7 @@ class GraphError(Exception):
     """The rule set itself is wrong (a bug in gpuplan, not a user mistake)."""
 
 
-def build_graph(rules: Iterable[Rule]) -> "nx.DiGraph":
+def build_graph(rules: Iterable[Rule]) -> nx.DiGraph:
     import networkx as nx
 
     g = nx.DiGraph()

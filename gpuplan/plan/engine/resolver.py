@@ -17,7 +17,6 @@ from gpuplan.plan.inputs.environment import Environment
 from gpuplan.plan.types import Change, Diagnostic, Setting
 from gpuplan.toml_value import toml_value
 
-
 T = TypeVar("T")
 
 
@@ -92,8 +91,9 @@ class Resolver:
         """
         rule_id = self._check_write(key)
         if rule is not None:
-            assert self.rule is not None and (rule == rule_id or rule in self.rule.explains), \
+            assert self.rule is not None and (rule == rule_id or rule in self.rule.explains), (
                 f"rule {rule_id} records {rule} without declaring it"
+            )
             rule_id = rule
         before = self.spec_settings[key]
         if value == before.value and type(value) is type(before.value):
@@ -106,8 +106,11 @@ class Resolver:
                 self.error(
                     key,
                     f"{key} = {before.value!r} would be changed to {value!r} (--strict): {reason}",
-                    fix=(f"set {key} = {toml_value(value)} or drop --strict" if value is not None
-                         else f"remove {key} from the spec or drop --strict"),
+                    fix=(
+                        f"set {key} = {toml_value(value)} or drop --strict"
+                        if value is not None
+                        else f"remove {key} from the spec or drop --strict"
+                    ),
                 )
                 self.resolved[key] = before
                 return
@@ -135,4 +138,3 @@ class Resolver:
     @property
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.diagnostics)
-

@@ -37,8 +37,7 @@ FIXED_GROUPS = ("fixed costs",)
 
 
 def calibration_key(dtype: str, method: str, checkpointing: bool, savers: Iterable[str]) -> dict[str, Any]:
-    return {"dtype": dtype, "method": method, "gradient_checkpointing": bool(checkpointing),
-            "savers": sorted(savers)}
+    return {"dtype": dtype, "method": method, "gradient_checkpointing": bool(checkpointing), "savers": sorted(savers)}
 
 
 def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
@@ -52,15 +51,20 @@ def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
 
 
 def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:
-    return [r for r in records
-            if r.get("gpu") == gpu and r.get("count") == count and r.get("nodes", 1) == nodes
-            and isinstance(r.get("modelled_s"), Mapping) and r.get("step_time_s")]
+    return [
+        r
+        for r in records
+        if r.get("gpu") == gpu
+        and r.get("count") == count
+        and r.get("nodes", 1) == nodes
+        and isinstance(r.get("modelled_s"), Mapping)
+        and r.get("step_time_s")
+    ]
 
 
 def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
     """(s_work, s_fixed) by least squares over runs of different mixes; None when singular."""
-    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], r["step_time_s"] - r["modelled_s"]["other"])
-           for r in runs]
+    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], r["step_time_s"] - r["modelled_s"]["other"]) for r in runs]
     a = sum(w * w for w, _, _ in pts)
     b = sum(w * f for w, f, _ in pts)
     c = sum(f * f for _, f, _ in pts)
@@ -75,8 +79,9 @@ def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
     return {"work": sw, "fixed": sf}
 
 
-def calibrated_scale(records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int, *,
-                     key: Mapping[str, Any], modelled: Mapping[str, float]) -> tuple[dict[str, float], dict[str, Any]] | None:
+def calibrated_scale(
+    records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int, *, key: Mapping[str, Any], modelled: Mapping[str, float]
+) -> tuple[dict[str, float], dict[str, Any]] | None:
     """(the scale of the work and fixed terms, the `throughput.calibration` section), or None."""
     runs = matching_runs(records, gpu.name, count, nodes)
     if not runs:
@@ -92,11 +97,18 @@ def calibrated_scale(records: Sequence[Mapping[str, Any]], gpu: GPUProfile, coun
         s = max(y / max(x, 1e-12), 1e-3)
         scale = {"work": s, "fixed": s}
     section = {
-        "run": latest.get("run"), "finished_at": latest.get("finished_at"), "spec_path": latest.get("spec_path"),
-        "measured": {k: latest.get(k) for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation",
-                                                 "flops_per_token", "n_params", "peak_memory_bytes")},
-        "scale": scale, "runs_used": len(used), "runs_on_this_hardware": len(runs),
-        "same_key": bool(same), "carried_across": carried,
+        "run": latest.get("run"),
+        "finished_at": latest.get("finished_at"),
+        "spec_path": latest.get("spec_path"),
+        "measured": {
+            k: latest.get(k)
+            for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation", "flops_per_token", "n_params", "peak_memory_bytes")
+        },
+        "scale": scale,
+        "runs_used": len(used),
+        "runs_on_this_hardware": len(runs),
+        "same_key": bool(same),
+        "carried_across": carried,
         "modelled_before": dict(modelled),
     }
     return scale, section
@@ -108,10 +120,16 @@ def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str
 
 def calibration_assumption(section: Mapping[str, Any]) -> str:
     m, s = section["measured"], section["scale"]
-    how = (f"work x {s['work']:.2f}, fixed costs x {s['fixed']:.2f}" if abs(s["work"] - s["fixed"]) > 1e-9
-           else f"the model's terms x {s['work']:.2f}")
-    over = (f"fitted over {section['runs_used']} measured runs" if section["runs_used"] > 1
-            else f"measured {m['tokens_per_second']:,.0f} tokens/s in {section['run']}")
+    how = (
+        f"work x {s['work']:.2f}, fixed costs x {s['fixed']:.2f}"
+        if abs(s["work"] - s["fixed"]) > 1e-9
+        else f"the model's terms x {s['work']:.2f}"
+    )
+    over = (
+        f"fitted over {section['runs_used']} measured runs"
+        if section["runs_used"] > 1
+        else f"measured {m['tokens_per_second']:,.0f} tokens/s in {section['run']}"
+    )
     carried = ""
     if section["carried_across"]:
         carried = "; carried across " + ", ".join(section["carried_across"]) + " through the model's terms"

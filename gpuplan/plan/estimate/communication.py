@@ -17,7 +17,8 @@ compute; the step-time model (plan/estimate/step_time/links.py) overlaps it as i
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
@@ -28,8 +29,9 @@ from gpuplan.plan.methods import method_of
 DEFAULT_NETWORK = "InfiniBand-NDR"
 
 
-def bandwidth_gbps(gpu: GPUProfile, nodes: int, interconnect: str, network: str,
-                   networks: Mapping[str, Mapping[str, float]]) -> tuple[float, str]:
+def bandwidth_gbps(
+    gpu: GPUProfile, nodes: int, interconnect: str, network: str, networks: Mapping[str, Mapping[str, float]]
+) -> tuple[float, str]:
     """(GB/s per GPU of the slowest link the collective crosses, its name)."""
     if nodes > 1:
         name = next((n for n in networks if n.lower() == network.lower()), DEFAULT_NETWORK) if network != "auto" else DEFAULT_NETWORK
@@ -40,15 +42,22 @@ def bandwidth_gbps(gpu: GPUProfile, nodes: int, interconnect: str, network: str,
     return links["nvlink"], "NVLink"
 
 
-def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: int, nodes: int,
-                  interconnect: str = "auto", network: str = "auto",
-                  networks: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+def communication(
+    facts: ModelFacts,
+    wl: Workload,
+    gpu: GPUProfile,
+    *,
+    count: int,
+    nodes: int,
+    interconnect: str = "auto",
+    network: str = "auto",
+    networks: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
     world = count * nodes
     if world == 1 or wl.engine == "none":
         return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
     if wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"):
-        return _sharded_adapters(facts, wl, gpu, count=count, nodes=nodes, interconnect=interconnect,
-                                 network=network, networks=networks)
+        return _sharded_adapters(facts, wl, gpu, count=count, nodes=nodes, interconnect=interconnect, network=network, networks=networks)
     p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
     if method_of(wl.adapters).frozen_base:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
@@ -68,8 +77,10 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
         stored = DTYPE_BYTES[wl.weight_dtype]
         base = (facts.n_params - body) * stored + body * (0.5 if wl.adapters.method == "qlora" else stored)
         volume = ring * (2 * base + p_bytes) * accum
-        formula = ("all-gather of the frozen base in forward and backward + reduce-scatter of the adapters' "
-                   "gradients per micro-batch: (N-1)/N x (2 x base + adapters) x accum")
+        formula = (
+            "all-gather of the frozen base in forward and backward + reduce-scatter of the adapters' "
+            "gradients per micro-batch: (N-1)/N x (2 x base + adapters) x accum"
+        )
     elif wl.zero_stage <= 1:
         volume, formula = 2 * ring * p_bytes, "all-reduce of gradients per step: 2(N-1)/N x P x b"
     elif wl.zero_stage == 2:
@@ -88,11 +99,13 @@ def communication(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: in
         out["cross_node_link"] = clink
         out["cross_link_gbyte_per_s"] = cbw
     if wl.engine == "fsdp" and wl.gradient_checkpointing:
-        out["activation_checkpointing"] = ("FSDP's own (fsdp_config): each unit recomputes inside its backward, whose "
-                                           "all-gather is counted above; no extra traffic")
+        out["activation_checkpointing"] = (
+            "FSDP's own (fsdp_config): each unit recomputes inside its backward, whose all-gather is counted above; no extra traffic"
+        )
     out["time_s"] = time_s
-    out["assumption"] = ("ring collectives at the link's datasheet bandwidth; the step time overlaps them with "
-                         "compute (plan/estimate/step_time/links.py)")
+    out["assumption"] = (
+        "ring collectives at the link's datasheet bandwidth; the step time overlaps them with compute (plan/estimate/step_time/links.py)"
+    )
     return out
 
 
@@ -105,11 +118,21 @@ def _sharded_adapters(facts: ModelFacts, wl: Workload, gpu: GPUProfile, **link: 
     gathered, grads, _, _ = _volumes(facts, wl)
     accum = max(wl.gradient_accumulation_steps, 1)
     volume = accum * (n - 1) / n * ((gathered if wl.engine == "fsdp" or wl.zero_stage == 3 else 0) + grads)
-    bw, name = bandwidth_gbps(gpu, 1 if n <= link["count"] else link["nodes"], link.get("interconnect", "auto"),
-                              link.get("network", "auto"), link.get("networks") or {})
-    return {"bytes_per_gpu_per_step": int(volume), "link": name, "link_gbyte_per_s": bw,
-            "formula": "all-gathers of the frozen base and adapters per unit + reduce-scatter of the adapters' "
-                       "gradients, every micro-batch; with offload the host-link copies and the CPU optimizer step",
-            "terms": terms, "time_s": sum(terms.values()),
-            "assumption": "ring collectives at the link's datasheet bandwidth, host copies at the PCIe figure, "
-                          f"no overlap (upper bound): {describe(terms) or 'none'}"}
+    bw, name = bandwidth_gbps(
+        gpu,
+        1 if n <= link["count"] else link["nodes"],
+        link.get("interconnect", "auto"),
+        link.get("network", "auto"),
+        link.get("networks") or {},
+    )
+    return {
+        "bytes_per_gpu_per_step": int(volume),
+        "link": name,
+        "link_gbyte_per_s": bw,
+        "formula": "all-gathers of the frozen base and adapters per unit + reduce-scatter of the adapters' "
+        "gradients, every micro-batch; with offload the host-link copies and the CPU optimizer step",
+        "terms": terms,
+        "time_s": sum(terms.values()),
+        "assumption": "ring collectives at the link's datasheet bandwidth, host copies at the PCIe figure, "
+        f"no overlap (upper bound): {describe(terms) or 'none'}",
+    }

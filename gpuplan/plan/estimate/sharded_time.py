@@ -25,7 +25,7 @@ the catalog (hardware/catalog.toml interconnect.pcie). Times assume no overlap (
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
@@ -51,8 +51,7 @@ def _volumes(facts: ModelFacts, wl: Workload) -> tuple[int, int, int, int]:
         from gpuplan.plan.estimate.memory.states import optimizer_kind
 
         lay = adapter_layout(facts, wl.adapters)
-        sh = sharded_adapter_states(facts, wl, lay.adapter_params, lay.saved_params, lay.adapter_shapes,
-                                    optimizer_kind(wl.optim)[0])
+        sh = sharded_adapter_states(facts, wl, lay.adapter_params, lay.saved_params, lay.adapter_shapes, optimizer_kind(wl.optim)[0])
         trainable = lay.adapter_params + lay.saved_params
         # each all-gather first copies this rank's 1/N of what it gathers to the GPU (with offload)
         return sh.gathered_per_step, cb * trainable, sh.gathered_per_step // n, -(-trainable // n)
@@ -61,9 +60,17 @@ def _volumes(facts: ModelFacts, wl: Workload) -> tuple[int, int, int, int]:
     return gathers * cb * p, cb * p, gathers * cb * p // n, -(-p // n)
 
 
-def sharded_step_terms(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, count: int, nodes: int,
-                       interconnect: str = "auto", network: str = "auto",
-                       networks: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
+def sharded_step_terms(
+    facts: ModelFacts,
+    wl: Workload,
+    gpu: GPUProfile,
+    *,
+    count: int,
+    nodes: int,
+    interconnect: str = "auto",
+    network: str = "auto",
+    networks: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, float]:
     """Seconds per optimizer step of each term in TERMS (0.0 when it does not apply)."""
     out = dict.fromkeys(TERMS, 0.0)
     n = max(wl.shard_world_size, 1)

@@ -33,15 +33,15 @@ from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.memory.preference import policy_workload
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
-from gpuplan.plan.sections import ThroughputSection
 from gpuplan.plan.methods import FULL, LORA, method_of
 from gpuplan.plan.objectives import objective
+from gpuplan.plan.sections import ThroughputSection
 
 # The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
@@ -64,8 +64,7 @@ def matmul_params(facts: ModelFacts) -> tuple[int, int]:
     return n - embedding, embedding  # n_params holds both matrices
 
 
-def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool,
-                    frozen_base: bool = False) -> tuple[int, int]:
+def flops_per_token(facts: ModelFacts, seq_len: int, gradient_checkpointing: bool, frozen_base: bool = False) -> tuple[int, int]:
     """(model FLOPs, hardware FLOPs) per trained token; they differ by recomputation.
 
     frozen_base (LoRA/QLoRA): backward computes input gradients only, no weight
@@ -112,9 +111,15 @@ def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tupl
     def term(name: str, sequences: int) -> Term | None:
         if not sequences:
             return None
-        return Term(name, "matmuls", forward * sequences, "micro-batch", "device",
-                    f"{sequences} forward(s) per example without gradients: 2/{units} of the policy's matmul and "
-                    f"attention time per sequence", "plan/objectives.py")
+        return Term(
+            name,
+            "matmuls",
+            forward * sequences,
+            "micro-batch",
+            "device",
+            f"{sequences} forward(s) per example without gradients: 2/{units} of the policy's matmul and attention time per sequence",
+            "plan/objectives.py",
+        )
 
     ref = obj.reference_sequences
     if workload.reference == "precomputed":
@@ -165,8 +170,7 @@ def estimate_throughput(
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
     obj = objective(workload.objective)  # dpo: 2 sequences per example (plan/objectives.py)
-    tokens = (workload.per_device_batch * obj.grad_sequences * workload.seq_len
-              * workload.gradient_accumulation_steps * world_size)
+    tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base
     model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
@@ -187,12 +191,15 @@ def estimate_throughput(
     if workload.gradient_checkpointing:
         formula = "8N_layers + 6N_head + 16LHQT per token: full recomputation (Korthikanti et al. 2022)"
     if facts.num_experts:
-        notes.append(f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
-                     f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
-                     f"{facts.n_params / 1e9:.1f}B")
+        notes.append(
+            f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
+            f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
+            f"{facts.n_params / 1e9:.1f}B"
+        )
     if frozen:
-        formula = ("4N + 12LHQT per token: a frozen base has no weight-gradient matmuls"
-                   + ("; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""))
+        formula = "4N + 12LHQT per token: a frozen base has no weight-gradient matmuls" + (
+            "; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""
+        )
     slowdowns: dict[str, float] = {}
     if workload.liger_kernel:
         notes.append(liger.speedup_note())
@@ -209,18 +216,29 @@ def estimate_throughput(
             # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
             # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
             policy = policy_workload(workload)
-            first = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm,
-                                    scale=scale, extra=[*extra_terms, *savers])
+            first = step_time_model(
+                facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, scale=scale, extra=[*extra_terms, *savers]
+            )
             nograd_term, pass_term = nograd_forward_terms(obj, workload, first.terms)
-            model = first if nograd_term is None else step_time_model(
-                facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, scale=scale,
-                extra=[*extra_terms, *savers, nograd_term])
+            model = (
+                first
+                if nograd_term is None
+                else step_time_model(
+                    facts,
+                    policy,
+                    gpu,
+                    compute_dtype=dtype,
+                    peak_tflops=peak,
+                    comm=comm,
+                    scale=scale,
+                    extra=[*extra_terms, *savers, nograd_term],
+                )
+            )
             if pass_term is not None:
                 precompute_s = pass_term.seconds * workload.gradient_accumulation_steps
             step_time = model.step_s
             saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
-            assumption = assumption or (f"step-time model, {model.constants.name} constants "
-                                        f"({model.constants.source})")
+            assumption = assumption or (f"step-time model, {model.constants.name} constants ({model.constants.source})")
         else:
             step_time = flops / (world_size * peak * 1e12 * utilisation)
             assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
@@ -233,19 +251,25 @@ def estimate_throughput(
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
         if precompute and max_steps is not None and run_time is not None:
-            pass_s = max_steps * (precompute_s if precompute_s is not None
-                                  else precompute / (world_size * peak * 1e12 * util))
+            pass_s = max_steps * (precompute_s if precompute_s is not None else precompute / (world_size * peak * 1e12 * util))
             run_time += pass_s
-            notes.append(f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
-                         "reference forward per example, assuming each of the max_steps' examples once")
+            notes.append(
+                f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
+                "reference forward per example, assuming each of the max_steps' examples once"
+            )
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
     if obj.is_preference:
-        notes.append(f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
-                     "backward" + (f", {obj.reference_sequences} through the reference, forward only"
-                                   if workload.reference not in ("none", "precomputed") else "")
-                     + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only"
-                        if obj.nograd_policy_sequences else ""))
+        notes.append(
+            f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
+            "backward"
+            + (
+                f", {obj.reference_sequences} through the reference, forward only"
+                if workload.reference not in ("none", "precomputed")
+                else ""
+            )
+            + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only" if obj.nograd_policy_sequences else "")
+        )
     out = {
         "tokens_per_step": tokens,
         "model_flops_per_token": model_per_token,

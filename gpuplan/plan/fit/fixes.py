@@ -17,7 +17,6 @@ import dataclasses
 from dataclasses import dataclass
 
 from gpuplan.errors import Diagnostic
-
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.plan.fit.savers import KNOBS, SAVERS, user_saver_label
 from gpuplan.plan.fit.search import FitProblem, FitSolution, Sharding, solve
@@ -91,23 +90,33 @@ def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
     fixes = []
     base, gpu = p.base, p.gpu
     if not base.liger_kernel and not liger.unavailable(p.facts.model_type, base.task, gpu.vendor, gpu.name):
-        q = dataclasses.replace(p, base=dataclasses.replace(base, liger_kernel=True, loss_chunk_size=0),
-                                auto=p.auto - {"loss_chunk_size"},
-                                fixed=dataclasses.replace(p.fixed, loss_chunk_size=0))
+        q = dataclasses.replace(
+            p,
+            base=dataclasses.replace(base, liger_kernel=True, loss_chunk_size=0),
+            auto=p.auto - {"loss_chunk_size"},
+            fixed=dataclasses.replace(p.fixed, loss_chunk_size=0),
+        )
         if _fits(q):
-            fixes.append(Fix("saver", "training.use_liger_kernel = true (Liger's fused linear cross-entropy; "
-                             "pip install liger-kernel)"))
+            fixes.append(Fix("saver", "training.use_liger_kernel = true (Liger's fused linear cross-entropy; pip install liger-kernel)"))
     ckpt_fixed = "gradient_checkpointing" in user_set and p.fixed.gradient_checkpointing
     link = gpu.interconnect.get("pcie") or 0.0
     if not base.offload_activations and not offload_activations.unavailable(base.device, ckpt_fixed, link):
-        q = dataclasses.replace(p, base=dataclasses.replace(base, offload_activations=True),
-                                auto=p.auto - {"gradient_checkpointing"},
-                                fixed=dataclasses.replace(p.fixed, gradient_checkpointing=False))
+        q = dataclasses.replace(
+            p,
+            base=dataclasses.replace(base, offload_activations=True),
+            auto=p.auto - {"gradient_checkpointing"},
+            fixed=dataclasses.replace(p.fixed, gradient_checkpointing=False),
+        )
         if sol := _fits(q):
             moved = sol.estimate.offloaded_activation_bytes
             seconds = offload_activations.transfer_seconds(moved, sol.accumulation, link)
-            fixes.append(Fix("saver", f"training.activation_offloading = true ({moved / GIB:.0f} GiB of host RAM "
-                             f"per GPU, {seconds:.2g} s per step over the host link)"))
+            fixes.append(
+                Fix(
+                    "saver",
+                    f"training.activation_offloading = true ({moved / GIB:.0f} GiB of host RAM "
+                    f"per GPU, {seconds:.2g} s per step over the host link)",
+                )
+            )
     return fixes
 
 
@@ -116,8 +125,9 @@ def _fits(p: FitProblem) -> FitSolution | None:
     return sol if sol.fits else None
 
 
-def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: int, nodes: int,
-                   headroom: float, effective_set: bool) -> list[Fix]:
+def verified_fixes(
+    p: FitProblem, *, user_set: set[str], strategy: str, count: int, nodes: int, headroom: float, effective_set: bool
+) -> list[Fix]:
     fixes: list[Fix] = []
     # savers the spec fixed
     for knob, key in dict((s.knob, s.setting) for s in SAVERS).items():
@@ -160,8 +170,10 @@ def verified_fixes(p: FitProblem, *, user_set: set[str], strategy: str, count: i
                 fixes.append(Fix("gpus", f"{where} (FSDP full_shard over {new_world} GPUs)"))
                 break
     # a larger GPU
-    bigger = sorted((g for g in load_catalog().values()
-                     if g.vendor == p.gpu.vendor and g.memory_bytes > p.gpu.memory_bytes), key=lambda g: g.memory_bytes)
+    bigger = sorted(
+        (g for g in load_catalog().values() if g.vendor == p.gpu.vendor and g.memory_bytes > p.gpu.memory_bytes),
+        key=lambda g: g.memory_bytes,
+    )
     for gpu in bigger:
         if _fits(dataclasses.replace(p, gpu=gpu, usable_bytes=int(gpu.memory_bytes * (1 - headroom)))):
             fixes.append(Fix("gpu", f'hardware.gpu = "{gpu.name}"'))

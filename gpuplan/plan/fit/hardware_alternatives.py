@@ -41,10 +41,13 @@ class Alternative:
         hw = self.plan.hardware
         world = hw.world_size
         s = self.plan.settings
-        batch = (f"batch {s['training.per_device_train_batch_size'].value} x "
-                 f"{s['training.gradient_accumulation_steps'].value} x {world} GPU(s)")
-        return (f"{self.what}: {'; '.join(self.lines)}  -> {gib(mem.reserved_peak_bytes)} of "
-                f"{gib(mem.capacity_bytes, 0)} per GPU, {mem.layout}, {batch}")
+        batch = (
+            f"batch {s['training.per_device_train_batch_size'].value} x {s['training.gradient_accumulation_steps'].value} x {world} GPU(s)"
+        )
+        return (
+            f"{self.what}: {'; '.join(self.lines)}  -> {gib(mem.reserved_peak_bytes)} of "
+            f"{gib(mem.capacity_bytes, 0)} per GPU, {mem.layout}, {batch}"
+        )
 
 
 def _hardware_raw(raw: Mapping[str, Any], **values: Any) -> dict[str, Any]:
@@ -98,15 +101,13 @@ def more_gpus(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, p
     return None
 
 
-def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int,
-                          plan: PlanFn) -> list[Alternative]:
+def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, plan: PlanFn) -> list[Alternative]:
     if gpu.is_cpu:
         return []
     return [a for a in (larger_gpu(raw, gpu, count, nodes, plan), more_gpus(raw, gpu, count, nodes, plan)) if a]
 
 
-def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loaded, spec, gpu: GPUProfile,
-                               plan: PlanFn) -> list[Diagnostic]:
+def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loaded, spec, gpu: GPUProfile, plan: PlanFn) -> list[Diagnostic]:
     """`errors` with the no-fit error's fix naming the hardware that fits (or saying none does);
     the memory fit's own one-key fixes follow, without the hardware ones when the hardware
     above is planned in full. The error is the one the no-fit record made, whatever its method."""
@@ -117,8 +118,7 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loade
             if alts:
                 found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
             else:
-                found = (f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), "
-                         f"nor up to {MAX_GPUS} x {gpu.name}")
+                found = f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), nor up to {MAX_GPUS} x {gpu.name}"
             rest = nofit.fix_text(drop_hardware=bool(alts))
             out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)
             break

@@ -14,9 +14,9 @@ import math
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.host import HostMemory, host_memory
-from gpuplan.plan.rules.common import FIT_PROBLEM
 from gpuplan.plan.fit.search import workload
 from gpuplan.plan.inputs.target import is_local
+from gpuplan.plan.rules.common import FIT_PROBLEM
 from gpuplan.units import GIB
 
 HOST_VERIFIED = "the host RAM per node recomputed with this change (estimate/memory/host.py)"
@@ -66,13 +66,20 @@ def check_host_memory(ctx: Resolver, sol) -> None:
     if not (relevant or given):
         return
     if not have:
-        ctx.note("hardware.host_memory_gib", f"the plan needs {hm.describe(count)}; the training hosts' RAM is not known",
-                 fix=f"set hardware.host_memory_gib to the training hosts' RAM (at least {_need_gib(hm)}) to have it checked")
+        ctx.note(
+            "hardware.host_memory_gib",
+            f"the plan needs {hm.describe(count)}; the training hosts' RAM is not known",
+            fix=f"set hardware.host_memory_gib to the training hosts' RAM (at least {_need_gib(hm)}) to have it checked",
+        )
         return
     if hm.peak <= HOST_LIMIT * have:
         return
-    ctx.error("hardware.host_memory_gib", f"the plan needs {hm.describe(count)}; the host has {have / GIB:.0f} GiB "
-              f"({HOST_LIMIT:.0%} usable: {HOST_LIMIT * have / GIB:.0f} GiB)", fix="; or ".join(host_fixes(ctx, sol)))
+    ctx.error(
+        "hardware.host_memory_gib",
+        f"the plan needs {hm.describe(count)}; the host has {have / GIB:.0f} GiB "
+        f"({HOST_LIMIT:.0%} usable: {HOST_LIMIT * have / GIB:.0f} GiB)",
+        fix="; or ".join(host_fixes(ctx, sol)),
+    )
 
 
 def host_fixes(ctx: Resolver, sol, problem=None) -> list[str]:
@@ -84,8 +91,9 @@ def host_fixes(ctx: Resolver, sol, problem=None) -> list[str]:
     for fewer in range(count // 2, 0, -1):
         hm = plan_host_memory(ctx, sol, fewer, problem)
         if hm is not None and (count * nodes) % fewer == 0 and hm.peak <= limit:
-            fixes.append(f"hardware.count = {fewer}, hardware.nodes = {count * nodes // fewer} "
-                         f"(the same GPUs, {hm.peak / GIB:.0f} GiB per node)")
+            fixes.append(
+                f"hardware.count = {fewer}, hardware.nodes = {count * nodes // fewer} (the same GPUs, {hm.peak / GIB:.0f} GiB per node)"
+            )
             break
     hm = plan_host_memory(ctx, sol, None, problem)
     if hm is not None:

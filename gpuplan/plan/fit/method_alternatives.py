@@ -14,11 +14,10 @@ import dataclasses
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.fit.host_memory import plan_host_memory
-from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.fit.search import FitProblem, solve
 from gpuplan.plan.methods import ADAPTER_METHODS
+from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.units import GIB
-
 
 
 def _distributed_lines(ctx: Resolver, sh) -> list[str]:
@@ -26,8 +25,7 @@ def _distributed_lines(ctx: Resolver, sh) -> list[str]:
     if sh.engine not in ("fsdp", "deepspeed") or ctx.spec("distributed.strategy") == "auto":
         return []
     if sh.engine == "fsdp":
-        return ['strategy = "fsdp"', f'fsdp_sharding = "{sh.fsdp_sharding}"',
-                f"fsdp_cpu_offload = {str(sh.offload_params).lower()}"]
+        return ['strategy = "fsdp"', f'fsdp_sharding = "{sh.fsdp_sharding}"', f"fsdp_cpu_offload = {str(sh.offload_params).lower()}"]
     return ['strategy = "deepspeed"', f"zero_stage = {sh.zero_stage}"]
 
 
@@ -56,7 +54,9 @@ def adapter_alternatives(ctx: Resolver, problem: FitProblem) -> list[str]:
             continue  # it would not fit the host RAM known (plan/fit/host_memory.py)
         host_txt = f"; host RAM {host.peak / GIB:.0f} GiB per node" if host and host.peak else ""
         dist = _distributed_lines(ctx, sh)
-        out.append(f"{method} needs {sol.estimate.reserved_peak_bytes / GIB:.1f} GiB of "
-                   f"{problem.usable_bytes / GIB:.1f} usable (per-device batch {sol.per_device_batch}{savers}{layout}"
-                   f"{host_txt}): add under [model]: {'; '.join(lines)}" + (f"; under [distributed]: {'; '.join(dist)}" if dist else ""))
+        out.append(
+            f"{method} needs {sol.estimate.reserved_peak_bytes / GIB:.1f} GiB of "
+            f"{problem.usable_bytes / GIB:.1f} usable (per-device batch {sol.per_device_batch}{savers}{layout}"
+            f"{host_txt}): add under [model]: {'; '.join(lines)}" + (f"; under [distributed]: {'; '.join(dist)}" if dist else "")
+        )
     return out

@@ -63,8 +63,16 @@ def _eight_bit(p: FitProblem, sh: Sharding) -> bool:
 
 
 EIGHT_BIT_OPTIMIZER = SaverSpec(
-    "8-bit optimizer", "8bit-adam", "optim", "training.optim", EIGHT_BIT,
-    "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)", _eight_bit)
+    "8-bit optimizer",
+    "8bit-adam",
+    "optim",
+    "training.optim",
+    EIGHT_BIT,
+    "no measurable step-time cost; Adam states 8 -> ~2 bytes per parameter (bitsandbytes)",
+    _eight_bit,
+)
+
+
 def flops_per_token_at(p: FitProblem) -> float:
     """Hardware FLOPs per token without recomputation (estimate/throughput.py): what slowdowns divide."""
     from gpuplan.plan.estimate.throughput import flops_per_token
@@ -77,22 +85,48 @@ def _chunk_slowdown(p: FitProblem) -> float:
 
 
 CHUNKED_LOSS = SaverSpec(
-    loss_chunking.NAME, "chunked-ce", "loss_chunk_size", loss_chunking.KEY, loss_chunking.CHUNK_TOKENS,
+    loss_chunking.NAME,
+    "chunked-ce",
+    "loss_chunk_size",
+    loss_chunking.KEY,
+    loss_chunking.CHUNK_TOKENS,
     "the output head's forward runs once more per chunk in backward",
     # "loss_chunk_size" is in `auto` only where the model's forward can take it (rules/memory.py)
     # dpo / kto: TRL's fused log-prob head never builds the logits, so there is nothing to chunk
-    lambda p, sh: p.base.task == "causal-lm" and p.base.objective == "sft", slowdown=_chunk_slowdown)
+    lambda p, sh: p.base.task == "causal-lm" and p.base.objective == "sft",
+    slowdown=_chunk_slowdown,
+)
 CACHE_EMPTYING = SaverSpec(
-    "cache emptying", "empty-cache", "torch_empty_cache_steps", "training.torch_empty_cache_steps", EMPTY_CACHE_STEPS,
-    "about 10% slower (the guide); frees the allocator's cached blocks", lambda p, sh: p.base.device == "cuda",
-    slowdown=lambda p: 0.10)
+    "cache emptying",
+    "empty-cache",
+    "torch_empty_cache_steps",
+    "training.torch_empty_cache_steps",
+    EMPTY_CACHE_STEPS,
+    "about 10% slower (the guide); frees the allocator's cached blocks",
+    lambda p, sh: p.base.device == "cuda",
+    slowdown=lambda p: 0.10,
+)
 CHECKPOINTING = SaverSpec(
-    "gradient checkpointing", "ckpt", "gradient_checkpointing", "training.gradient_checkpointing", True,
-    "about 20% slower (the guide): one extra forward", lambda p, sh: True, slowdown=lambda p: 0.20)
+    "gradient checkpointing",
+    "ckpt",
+    "gradient_checkpointing",
+    "training.gradient_checkpointing",
+    True,
+    "about 20% slower (the guide): one extra forward",
+    lambda p, sh: True,
+    slowdown=lambda p: 0.20,
+)
 ADAFACTOR_OPTIMIZER = SaverSpec(
-    "Adafactor", "adafactor", "optim", "training.optim", ADAFACTOR,
-    "factored second moments, no first moment: slower convergence (the guide)", lambda p, sh: _full_weights(p),
-    supersedes=("8-bit optimizer",), slowdown=lambda p: float("inf"))  # convergence, not speed: the last resort
+    "Adafactor",
+    "adafactor",
+    "optim",
+    "training.optim",
+    ADAFACTOR,
+    "factored second moments, no first moment: slower convergence (the guide)",
+    lambda p, sh: _full_weights(p),
+    supersedes=("8-bit optimizer",),
+    slowdown=lambda p: float("inf"),
+)  # convergence, not speed: the last resort
 
 SAVERS: tuple[SaverSpec, ...] = (EIGHT_BIT_OPTIMIZER, CHUNKED_LOSS, CACHE_EMPTYING, CHECKPOINTING, ADAFACTOR_OPTIMIZER)
 BY_NAME = {s.name: s for s in SAVERS}

@@ -26,6 +26,7 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
 from gpuplan.plan.fit.savers import BY_NAME, SAVERS
 
+
 @dataclass(frozen=True)
 class Sharding:
     """How data-parallel ranks share the model states (see Workload)."""
@@ -212,15 +213,16 @@ def solve(p: FitProblem) -> FitSolution:
     names, knobs = steps[-1]
     smallest = min(candidates)
     est = price(p, smallest, knobs)
-    return FitSolution(smallest, p.samples_per_device // smallest, knobs, est, False, names,
-                       {}, smallest % p.tensor_multiple == 0, est.reserved_peak_bytes)
+    return FitSolution(
+        smallest, p.samples_per_device // smallest, knobs, est, False, names, {}, smallest % p.tensor_multiple == 0, est.reserved_peak_bytes
+    )
 
 
 def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> tuple[tuple[str, ...], Knobs]:
     """Drop savers the chosen batch fits without (the last one added is needed, except on an
     offload step: the ladder turns every saver on there, so any of them may be superfluous)."""
     offload = knobs.sharding.offload_optimizer or knobs.sharding.offload_params
-    for name in (names if offload else names[:-1]):
+    for name in names if offload else names[:-1]:
         without = _undo(name, knobs, p.fixed)
         if _fits(price(p, batch, without), p, batch, without):
             names = tuple(n for n in names if n != name)

@@ -14,13 +14,33 @@ from typing import Any
 
 # Packages whose presence changes the plan or its fingerprint.
 WATCHED = (
-    "torch", "transformers", "accelerate", "bitsandbytes", "flash_attn", "deepspeed", "datasets",
-    "torchao", "galore_torch", "apollo_torch", "lomo_optim", "grokadamw", "schedulefree",
-    "torch_optimi", "torchdistx", "tvm", "liger_kernel",
+    "torch",
+    "transformers",
+    "accelerate",
+    "bitsandbytes",
+    "flash_attn",
+    "deepspeed",
+    "datasets",
+    "torchao",
+    "galore_torch",
+    "apollo_torch",
+    "lomo_optim",
+    "grokadamw",
+    "schedulefree",
+    "torch_optimi",
+    "torchdistx",
+    "tvm",
+    "liger_kernel",
 )
 # The pip (distribution) name of each watched module where the two differ: what `pip install` takes.
-PIP_NAMES = {"flash_attn": "flash-attn", "galore_torch": "galore-torch", "apollo_torch": "apollo-torch",
-             "lomo_optim": "lomo-optim", "torch_optimi": "torch-optimi", "liger_kernel": "liger-kernel"}
+PIP_NAMES = {
+    "flash_attn": "flash-attn",
+    "galore_torch": "galore-torch",
+    "apollo_torch": "apollo-torch",
+    "lomo_optim": "lomo-optim",
+    "torch_optimi": "torch-optimi",
+    "liger_kernel": "liger-kernel",
+}
 
 
 def package_versions() -> dict[str, str | None]:
@@ -63,9 +83,13 @@ class Environment:
         if unknown:
             raise TypeError(f"unknown environment fields: {sorted(unknown)}")
         trackers = value.get("trackers")
-        return cls(packages=dict(value.get("packages") or {}), trackers=None if trackers is None else dict(trackers),
-                   host_memory_bytes=value.get("host_memory_bytes"), cuda=value.get("cuda"),
-                   cpu_count=value.get("cpu_count"))
+        return cls(
+            packages=dict(value.get("packages") or {}),
+            trackers=None if trackers is None else dict(trackers),
+            host_memory_bytes=value.get("host_memory_bytes"),
+            cuda=value.get("cuda"),
+            cpu_count=value.get("cpu_count"),
+        )
 
     def has(self, package: str) -> bool:
         return bool(self.packages.get(package))

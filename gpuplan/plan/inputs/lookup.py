@@ -23,8 +23,16 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
         if hw.gpu == "auto":
             detected = detect() if detect is not None else None
             if detected is None:
-                raise PlanError([Diagnostic("error", "hardware.gpu", 'hardware.gpu = "auto" but no device was detected',
-                                            fix='set hardware.gpu to a catalog name such as "A100-80GB"')])
+                raise PlanError(
+                    [
+                        Diagnostic(
+                            "error",
+                            "hardware.gpu",
+                            'hardware.gpu = "auto" but no device was detected',
+                            fix='set hardware.gpu to a catalog name such as "A100-80GB"',
+                        )
+                    ]
+                )
             gpu = detected
             if hw.memory_gib is not None:
                 gpu = dataclasses.replace(gpu, memory_bytes=int(hw.memory_gib * GIB))
@@ -36,8 +44,9 @@ def resolve_gpu(spec: Spec, detect: Callable[[], GPUProfile] | None) -> GPUProfi
             gpu = cpu_profile()[0]
         return gpu
     except (UnknownGPUError, AmbiguousGPUError) as e:
-        raise PlanError([Diagnostic("error", "hardware.gpu", f"hardware.gpu = {hw.gpu!r}: {e}",
-                                    fix="run `gpuplan gpus` for the catalog")]) from None
+        raise PlanError(
+            [Diagnostic("error", "hardware.gpu", f"hardware.gpu = {hw.gpu!r}: {e}", fix="run `gpuplan gpus` for the catalog")]
+        ) from None
 
 
 def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, Any] | None = None) -> ModelFacts:

@@ -31,8 +31,7 @@ def hub_keys(settings: dict[str, Setting]) -> list[tuple[str, str, str, str]]:
 def resolve_sources(settings: dict[str, Setting], spec_path: Path) -> dict[str, Any]:
     """{spec key: HubRef} for the spec's Hub ids ({} when it has none)."""
     if settings["data.dataset"].value is not None and settings["data.train_files"].value:
-        raise PlanError([Diagnostic("error", "data.dataset", "data.dataset and data.train_files are both set",
-                                    fix="keep one of them")])
+        raise PlanError([Diagnostic("error", "data.dataset", "data.dataset and data.train_files are both set", fix="keep one of them")])
     keys = hub_keys(settings)
     if not keys:
         return {}
@@ -51,8 +50,7 @@ def resolve_sources(settings: dict[str, Setting], spec_path: Path) -> dict[str, 
             refs[key] = resolve(key, repo_id, kind, revision, entry["commit"] if entry else None)
         except HubError as e:
             local = spec_path.parent / repo_id
-            diags.append(Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path "
-                                    f"{local} exists", fix=e.fix))
+            diags.append(Diagnostic("error", key, e.message, detail=f"{key} is read as a Hub id: no local path {local} exists", fix=e.fix))
     if "data.dataset" in refs and not diags:
         diags += _split_diagnostics(refs["data.dataset"], settings["data.split"].value)
     if diags:
@@ -72,8 +70,7 @@ def _split_diagnostics(ref: Any, split: str) -> list[Diagnostic]:
         if os.path.isfile(readme):
             card_patterns(readme, split)
     except SplitError as e:
-        return [Diagnostic("error", "data.split", f"data.split: {e}", detail=f"{ref.repo_id} at {ref.commit[:12]}",
-                           fix=e.fix)]
+        return [Diagnostic("error", "data.split", f"data.split: {e}", detail=f"{ref.repo_id} at {ref.commit[:12]}", fix=e.fix)]
     return []
 
 
@@ -92,15 +89,18 @@ def source_settings(refs: dict[str, Any], spec_path: Path) -> tuple[dict[str, Se
         if ref.locked:
             reason = f"{ref.repo_id} @ {ref.revision}: pinned in {lock_name}"
             if ref.current and ref.current != ref.commit:
-                diags.append(Diagnostic(
-                    "warning", commit_key,
-                    f"{ref.repo_id} {ref.revision} has moved to {ref.current[:12]} since it was locked at "
-                    f"{ref.commit[:12]}; the plan uses the locked commit",
-                    fix=f"gpuplan lock {spec_path} --upgrade"))
+                diags.append(
+                    Diagnostic(
+                        "warning",
+                        commit_key,
+                        f"{ref.repo_id} {ref.revision} has moved to {ref.current[:12]} since it was locked at "
+                        f"{ref.commit[:12]}; the plan uses the locked commit",
+                        fix=f"gpuplan lock {spec_path} --upgrade",
+                    )
+                )
         else:
             reason = f"{ref.repo_id} @ {ref.revision}: where the revision points now (not locked)"
-            diags.append(Diagnostic("note", commit_key, f"{ref.repo_id} is not pinned in {lock_name}",
-                                    fix=f"gpuplan lock {spec_path}"))
+            diags.append(Diagnostic("note", commit_key, f"{ref.repo_id} is not pinned in {lock_name}", fix=f"gpuplan lock {spec_path}"))
         settings[commit_key] = Setting(ref.commit, "derived", reason, RULE)
         changes.append(Change("add", commit_key, None, ref.commit, RULE, reason))
     return settings, changes, diags

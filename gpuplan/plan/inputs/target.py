@@ -9,7 +9,8 @@ installed there; cores and host RAM come from hardware.cpu_count / host_memory_g
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuplan.plan.inputs.environment import Environment
@@ -40,5 +41,8 @@ def target_packages(spec: Callable[[str], Any], environment: Environment) -> dic
 def install_note(ctx, key: str, package: str, what: str) -> None:
     """Say that the target needs `package` when this machine lacks it (a plan for elsewhere)."""
     if not ctx.environment.has(package):
-        ctx.note(key, f"{what} needs the {package} package on the training machines (not installed where this plan was made)",
-                 fix=f"pip install {package} on every node before `gpuplan apply`")
+        ctx.note(
+            key,
+            f"{what} needs the {package} package on the training machines (not installed where this plan was made)",
+            fix=f"pip install {package} on every node before `gpuplan apply`",
+        )

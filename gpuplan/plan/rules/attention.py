@@ -13,8 +13,8 @@ supports: sdpa (linear attention memory), else eager.
 from __future__ import annotations
 
 from gpuplan.modelinfo.attention import attention_support, support_source
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.inputs.target import install_note, is_local, target_packages
 
 
@@ -43,11 +43,13 @@ def attention(ctx: Resolver) -> None:
     fallback = "sdpa" if sdpa_ok else "eager"
     if want == "auto":
         if sdpa_ok:
-            ctx.resolve("model.attn_implementation", "sdpa",
-                        "torch SDPA: fused flash / memory-efficient kernels, attention memory linear in seq_len")
+            ctx.resolve(
+                "model.attn_implementation",
+                "sdpa",
+                "torch SDPA: fused flash / memory-efficient kernels, attention memory linear in seq_len",
+            )
         else:
-            ctx.resolve("model.attn_implementation", "eager",
-                        f"{no_sdpa}: eager attention, batch x heads x seq_len^2 scores per layer")
+            ctx.resolve("model.attn_implementation", "eager", f"{no_sdpa}: eager attention, batch x heads x seq_len^2 scores per layer")
         return
     if want == "sdpa" and not sdpa_ok:
         ctx.resolve("model.attn_implementation", "eager", f"{no_sdpa}; transformers would raise: eager attention instead")
@@ -62,19 +64,27 @@ def attention(ctx: Resolver) -> None:
         if not is_local(ctx.spec):
             install_note(ctx, "model.attn_implementation", "flash_attn", "flash_attention_2")
     if want == "eager":
-        ctx.note("model.attn_implementation", "eager attention keeps batch x heads x seq_len^2 scores per layer",
-                 fix='set model.attn_implementation = "sdpa" unless you need attention weights' if sdpa_ok else None)
+        ctx.note(
+            "model.attn_implementation",
+            "eager attention keeps batch x heads x seq_len^2 scores per layer",
+            fix='set model.attn_implementation = "sdpa" unless you need attention weights' if sdpa_ok else None,
+        )
     ctx.keep("model.attn_implementation")
 
 
 RULES = (
     Rule(
         "attention.implementation",
-        reads=("spec:model.attn_implementation", "spec:model.dtype", "training.bf16", "training.fp16",
-               "spec:hardware.gpu", "spec:hardware.nodes"),
+        reads=(
+            "spec:model.attn_implementation",
+            "spec:model.dtype",
+            "training.bf16",
+            "training.fp16",
+            "spec:hardware.gpu",
+            "spec:hardware.nodes",
+        ),
         writes=("model.attn_implementation",),
         apply=attention,
-        doc="sdpa where the family supports it; flash_attention_2 only with its package, a GPU it supports and "
-            "16-bit compute.",
+        doc="sdpa where the family supports it; flash_attention_2 only with its package, a GPU it supports and 16-bit compute.",
     ),
 )

@@ -27,12 +27,16 @@ def frozen_base_dtype(ctx: Resolver, method: str, bf16: bool, compute: str) -> t
     if method == "full" or ctx.is_user("model.dtype"):
         return asked, None
     if method == "qlora":
-        return compute, (f"qlora: the base loads in the 4-bit compute dtype ({compute}), so bitsandbytes dequantizes "
-                         "straight to it; prepare_model_for_kbit_training then casts the unquantized parts "
-                         "(embeddings, norms, head) to fp32")
+        return compute, (
+            f"qlora: the base loads in the 4-bit compute dtype ({compute}), so bitsandbytes dequantizes "
+            "straight to it; prepare_model_for_kbit_training then casts the unquantized parts "
+            "(embeddings, norms, head) to fp32"
+        )
     if bf16 and ctx.gpu.vendor != "cpu" and asked == "float32":
         saved = 2 * ctx.facts.n_params / GIB
-        return "bfloat16", (f"lora: the frozen base needs no fp32 master weights (only the fp32 adapters train), so it "
-                            f"loads in bfloat16, the dtype bf16 mixed precision computes in: {saved:.1f} GiB less "
-                            "than fp32")
+        return "bfloat16", (
+            f"lora: the frozen base needs no fp32 master weights (only the fp32 adapters train), so it "
+            f"loads in bfloat16, the dtype bf16 mixed precision computes in: {saved:.1f} GiB less "
+            "than fp32"
+        )
     return asked, None

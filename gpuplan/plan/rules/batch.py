@@ -7,13 +7,13 @@ effective batch, and the effective batch itself when it was derived.
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.plan.fit.search import price, tensor_core_multiple
 from gpuplan.plan.objectives import objective
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
-from gpuplan.units import GIB
-from gpuplan.plan.fit.search import price, tensor_core_multiple
 from gpuplan.plan.wording import matrix_units
+from gpuplan.units import GIB
 
 KEYS = (
     "training.effective_batch_size",
@@ -36,13 +36,17 @@ def split(ctx: Resolver) -> None:
     where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
-            why = (f"per_device_train_batch_size x gradient_accumulation_steps x "
-                   f"{'GPUs' if not ctx.gpu.is_cpu else 'CPU processes'} = {b} x {a} x {world}")
+            why = (
+                f"per_device_train_batch_size x gradient_accumulation_steps x "
+                f"{'GPUs' if not ctx.gpu.is_cpu else 'CPU processes'} = {b} x {a} x {world}"
+            )
         else:
-            why = (f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device "
-                   f"x {world} device(s)")
-            ctx.note("training.effective_batch_size", f"effective batch {e} is the Trainer default, not a choice",
-                     fix="set training.effective_batch_size to what your recipe needs; gpuplan then picks the split")
+            why = f"no effective_batch_size given: the Trainer's default of {TRAINER_DEFAULT_BATCH} per device x {world} device(s)"
+            ctx.note(
+                "training.effective_batch_size",
+                f"effective batch {e} is the Trainer default, not a choice",
+                fix="set training.effective_batch_size to what your recipe needs; gpuplan then picks the split",
+            )
         ctx.resolve("training.effective_batch_size", e, why)
     else:
         ctx.keep("training.effective_batch_size")
@@ -55,42 +59,62 @@ def split(ctx: Resolver) -> None:
     if user_b != "auto" and user_b != b:
         user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
         if s % user_b:
-            ctx.resolve("training.per_device_train_batch_size", b,
-                        f"{user_b} per device does not divide the {s} samples per device per step "
-                        f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
-                        rule="batch.fit")
+            ctx.resolve(
+                "training.per_device_train_batch_size",
+                b,
+                f"{user_b} per device does not divide the {s} samples per device per step "
+                f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
+                rule="batch.fit",
+            )
         elif user_need > p.usable_bytes:
-            ctx.resolve("training.per_device_train_batch_size", b,
-                        f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
-                        f"{b} is the nearest batch that fits", rule="batch.fit")
+            ctx.resolve(
+                "training.per_device_train_batch_size",
+                b,
+                f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
+                f"{b} is the nearest batch that fits",
+                rule="batch.fit",
+            )
         else:  # it divides and fits: moved for the GEMM shape (solve._choose)
-            ctx.resolve("training.per_device_train_batch_size", b,
-                        f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
-                        f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
-                        f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
-                        f"{b} is the nearest such batch that fits and divides the {s} samples per device",
-                        rule="batch.tensor_core_multiple")
+            ctx.resolve(
+                "training.per_device_train_batch_size",
+                b,
+                f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
+                f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
+                f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
+                f"{b} is the nearest such batch that fits and divides the {s} samples per device",
+                rule="batch.tensor_core_multiple",
+            )
     elif user_b == "auto":
-        tail = (f"; {b} x {seq} = {b * seq:,} tokens per micro-batch, a multiple of {g} for {cores}"
-                if g > 1 and (b * seq) % g == 0 else "")
-        ctx.resolve("training.per_device_train_batch_size", b,
-                    f"largest per-device batch that fits in {usable:.1f} GiB and divides {s} samples per device{tail}",
-                    rule="batch.fit")
+        tail = f"; {b} x {seq} = {b * seq:,} tokens per micro-batch, a multiple of {g} for {cores}" if g > 1 and (b * seq) % g == 0 else ""
+        ctx.resolve(
+            "training.per_device_train_batch_size",
+            b,
+            f"largest per-device batch that fits in {usable:.1f} GiB and divides {s} samples per device{tail}",
+            rule="batch.fit",
+        )
     else:
         ctx.keep("training.per_device_train_batch_size")
     if not sol.on_tensor_multiple and m > 1 and sol.fits:
         tokens = f"{b} x {seq} = {b * seq:,} tokens per micro-batch is not a multiple of {g} ({cores})"
         if s % m == 0:  # a batch multiple divides the per-device samples: memory is the limit
-            ctx.note("training.per_device_train_batch_size", f"{tokens}: {m} per device does not fit",
-                     fix="more GPUs or memory savers (set them to \"auto\") make room for a multiple")
+            ctx.note(
+                "training.per_device_train_batch_size",
+                f"{tokens}: {m} per device does not fit",
+                fix='more GPUs or memory savers (set them to "auto") make room for a multiple',
+            )
         else:
-            ctx.note("training.per_device_train_batch_size",
-                     f"{tokens}: no batch that makes it one divides the {s} samples per device",
-                     fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m} per device")
+            ctx.note(
+                "training.per_device_train_batch_size",
+                f"{tokens}: no batch that makes it one divides the {s} samples per device",
+                fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m} per device",
+            )
 
     if ctx.spec("training.gradient_accumulation_steps") == "auto":
-        why = (f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}" if a > 1
-               else f"the effective batch {e} fits in one pass per device: no accumulation (the guide: many steps slow training)")
+        why = (
+            f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}"
+            if a > 1
+            else f"the effective batch {e} fits in one pass per device: no accumulation (the guide: many steps slow training)"
+        )
         ctx.resolve("training.gradient_accumulation_steps", a, why, rule="batch.split")
     elif ctx.spec("training.gradient_accumulation_steps") != a:
         ctx.resolve("training.gradient_accumulation_steps", a, f"holds the effective batch {e} at {b} per device", rule="batch.split")
@@ -98,8 +122,7 @@ def split(ctx: Resolver) -> None:
         ctx.keep("training.gradient_accumulation_steps")
 
     if ctx.spec("training.per_device_eval_batch_size") == "auto":
-        ctx.resolve("training.per_device_eval_batch_size", b,
-                    "same as the train batch: evaluation keeps no gradients or optimizer states")
+        ctx.resolve("training.per_device_eval_batch_size", b, "same as the train batch: evaluation keeps no gradients or optimizer states")
     else:
         ctx.keep("training.per_device_eval_batch_size")
 
@@ -120,7 +143,6 @@ def _dtype(ctx: Resolver) -> str:
     if ctx.get("training.fp16"):
         return "fp16"
     return "TF32"
-
 
 
 # GEMM shapes the spec fixes (issue 11 item 12): the vocabulary and the padded length.
@@ -150,31 +172,60 @@ def gemm_shapes(ctx: Resolver) -> None:
         padded = -(-vocab // VOCAB_PAD) * VOCAB_PAD
         rows = padded - vocab
         extra = rows * facts.hidden_size * (1 if facts.tie_word_embeddings else 2)
-        ctx.note("model.config", f"vocab_size {vocab:,} is not a multiple of {g}: the output head's GEMM misses the "
-                 f"{cores}' preferred shape on every step",
-                 detail=f"padding to {padded:,} adds {rows} rows ({extra:,} parameters, "
-                        f"{extra / facts.n_params:.2%} of the model); the saved model's vocab_size becomes {padded:,} "
-                        "(the tokenizer never produces the new ids); gpuplan does not resize for you",
-                 fix=f"before training: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD})")
+        ctx.note(
+            "model.config",
+            f"vocab_size {vocab:,} is not a multiple of {g}: the output head's GEMM misses the {cores}' preferred shape on every step",
+            detail=f"padding to {padded:,} adds {rows} rows ({extra:,} parameters, "
+            f"{extra / facts.n_params:.2%} of the model); the saved model's vocab_size becomes {padded:,} "
+            "(the tokenizer never produces the new ids); gpuplan does not resize for you",
+            fix=f"before training: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={VOCAB_PAD})",
+        )
     seq = ctx.spec("data.seq_len")
     # dpo / kto: TRL pads each batch to its longest sequence, not to data.seq_len: no padded length to suggest
     if ctx.get("data.packing") is False and seq % g and ctx.spec("training.objective") == "sft":
         up = -(-seq // g) * g
-        ctx.note("data.seq_len", f"examples are padded to data.seq_len = {seq}, not a multiple of {g} ({cores}): "
-                 "the padded length is an attention GEMM dimension",
-                 fix=f"set data.seq_len = {up} (apply pads to seq_len, as a collator's pad_to_multiple_of would)")
+        ctx.note(
+            "data.seq_len",
+            f"examples are padded to data.seq_len = {seq}, not a multiple of {g} ({cores}): "
+            "the padded length is an attention GEMM dimension",
+            fix=f"set data.seq_len = {up} (apply pads to seq_len, as a collator's pad_to_multiple_of would)",
+        )
 
 
 RULES = (
-    Rule("batch.split", reads=(FIT_SOLUTION, FIT_PROBLEM, "training.bf16", "training.fp16",
-                               "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
-                               "spec:training.gradient_accumulation_steps", "spec:training.per_device_eval_batch_size",
-                               "spec:hardware.count", "spec:hardware.nodes"),
-         writes=KEYS, apply=split, explains=("batch.tensor_core_multiple", "batch.fit"),
-         doc="effective = per-device x accumulation x GPUs; tensor-core multiples; accumulation kept small."),
-    Rule("batch.gemm_shapes", reads=("training.bf16", "training.fp16", "training.tf32", "data.packing",
-                                     "spec:model.dtype", "spec:model.task", "spec:data.seq_len",
-                                     "spec:training.objective"),
-         writes=(), apply=gemm_shapes,
-         doc="suggest a vocabulary and padded length in multiples of the tensor-core shape."),
+    Rule(
+        "batch.split",
+        reads=(
+            FIT_SOLUTION,
+            FIT_PROBLEM,
+            "training.bf16",
+            "training.fp16",
+            "spec:training.effective_batch_size",
+            "spec:training.per_device_train_batch_size",
+            "spec:training.gradient_accumulation_steps",
+            "spec:training.per_device_eval_batch_size",
+            "spec:hardware.count",
+            "spec:hardware.nodes",
+        ),
+        writes=KEYS,
+        apply=split,
+        explains=("batch.tensor_core_multiple", "batch.fit"),
+        doc="effective = per-device x accumulation x GPUs; tensor-core multiples; accumulation kept small.",
+    ),
+    Rule(
+        "batch.gemm_shapes",
+        reads=(
+            "training.bf16",
+            "training.fp16",
+            "training.tf32",
+            "data.packing",
+            "spec:model.dtype",
+            "spec:model.task",
+            "spec:data.seq_len",
+            "spec:training.objective",
+        ),
+        writes=(),
+        apply=gemm_shapes,
+        doc="suggest a vocabulary and padded length in multiples of the tensor-core shape.",
+    ),
 )

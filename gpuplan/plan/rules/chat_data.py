@@ -17,10 +17,27 @@ import os
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 
-PACKED_POSITION_FAMILIES = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3", "gpt2",
-    "gpt_neox", "olmo", "olmo2", "granite", "starcoder2", "cohere",
-})
+PACKED_POSITION_FAMILIES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi",
+        "phi3",
+        "gpt2",
+        "gpt_neox",
+        "olmo",
+        "olmo2",
+        "granite",
+        "starcoder2",
+        "cohere",
+    }
+)
 
 
 def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
@@ -33,36 +50,53 @@ def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
     elif can and ctx.get("model.attn_implementation") == "flash_attention_2":
         # transformers 5.24 takes flash-attn's varlen path only for a one-row batch
         # (modeling_flash_attention_utils._is_packed_sequence): gpuplan/apply/flatten.py
-        ctx.resolve("data.packing", True,
-                    f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example; "
-                    "each micro-batch's blocks are laid end to end in one row, so flash_attention_2's varlen "
-                    f"kernel (sequence bounds from the position ids) keeps {family}'s examples apart")
+        ctx.resolve(
+            "data.packing",
+            True,
+            f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example; "
+            "each micro-batch's blocks are laid end to end in one row, so flash_attention_2's varlen "
+            f"kernel (sequence bounds from the position ids) keeps {family}'s examples apart",
+        )
     elif can:
-        ctx.resolve("data.packing", True,
-                    f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example "
-                    f"so {family} attends within each example only")
+        ctx.resolve(
+            "data.packing",
+            True,
+            f"{fmt}: whole examples packed into {seq}-token blocks, position ids reset per example "
+            f"so {family} attends within each example only",
+        )
     else:
-        ctx.resolve("data.packing", False,
-                    f"{fmt}: {family} is not a family known to keep packed examples apart by their position ids; "
-                    f"each example is padded to {seq} tokens instead")
+        ctx.resolve(
+            "data.packing",
+            False,
+            f"{fmt}: {family} is not a family known to keep packed examples apart by their position ids; "
+            f"each example is padded to {seq} tokens instead",
+        )
 
 
 def chat_checks(ctx: Resolver, fmt: str, task: str) -> None:
     if task != "causal-lm":
-        ctx.error("data.format", f'data.format = "{fmt}" trains a causal LM on responses, not model.task = "{task}"',
-                  fix='set model.task = "causal-lm" or data.format = "text"')
+        ctx.error(
+            "data.format",
+            f'data.format = "{fmt}" trains a causal LM on responses, not model.task = "{task}"',
+            fix='set model.task = "causal-lm" or data.format = "text"',
+        )
     if fmt != "chat" or ctx.spec("data.chat_template") is not None:
         template = ctx.spec("data.chat_template")
         if fmt == "chat" and template not in CHAT_TEMPLATES and not os.path.isfile(template):
-            ctx.error("data.chat_template", f"data.chat_template = {template!r}: no such file",
-                      fix=f'set data.chat_template = "chatml" or a path to a Jinja file ({", ".join(CHAT_TEMPLATES)})')
+            ctx.error(
+                "data.chat_template",
+                f"data.chat_template = {template!r}: no such file",
+                fix=f'set data.chat_template = "chatml" or a path to a Jinja file ({", ".join(CHAT_TEMPLATES)})',
+            )
         return
     source = ctx.spec("model.name_or_path") if not ctx.spec("model.from_scratch") else None
     if source is None or os.path.isdir(source) and not _has_chat_template(source):
-        where = "a model trained from scratch uses the byte-level tokenizer, which has none" if source is None \
+        where = (
+            "a model trained from scratch uses the byte-level tokenizer, which has none"
+            if source is None
             else f"the tokenizer in {source} has none"
-        ctx.error("data.chat_template", f'data.format = "chat" needs a chat template: {where}',
-                  fix='set data.chat_template = "chatml"')
+        )
+        ctx.error("data.chat_template", f'data.format = "chat" needs a chat template: {where}', fix='set data.chat_template = "chatml"')
 
 
 def _has_chat_template(model_dir: str) -> bool:

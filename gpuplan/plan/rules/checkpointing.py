@@ -6,8 +6,8 @@ Recomputing activations in the backward pass costs about 20% speed (the guide,
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.fit.savers import CHECKPOINTING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
@@ -23,8 +23,11 @@ def checkpointing(ctx: Resolver) -> None:
         return
     on = sol.knobs.gradient_checkpointing
     if ctx.spec("training.activation_offloading"):
-        ctx.resolve("training.gradient_checkpointing", False, "off: activation offloading keeps the activations in "
-                    "host RAM instead (training.activation_offloading)")
+        ctx.resolve(
+            "training.gradient_checkpointing",
+            False,
+            "off: activation offloading keeps the activations in host RAM instead (training.activation_offloading)",
+        )
         return
     if on:
         saved = sol.saved_bytes.get(CHECKPOINTING.name, 0) / GIB
@@ -35,7 +38,11 @@ def checkpointing(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("checkpointing.auto", reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing", "spec:training.activation_offloading"),
-         writes=("training.gradient_checkpointing",), apply=checkpointing,
-         doc="on only when the run does not fit without it."),
+    Rule(
+        "checkpointing.auto",
+        reads=(FIT_SOLUTION, "spec:training.gradient_checkpointing", "spec:training.activation_offloading"),
+        writes=("training.gradient_checkpointing",),
+        apply=checkpointing,
+        doc="on only when the run does not fit without it.",
+    ),
 )

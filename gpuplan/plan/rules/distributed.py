@@ -13,17 +13,24 @@ use_orig_params is obsolete there).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.fit.search import Sharding
 from gpuplan.plan.inputs.target import install_note, is_local
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.spec.names import BNB_OPTIMIZERS
 
-KEYS = ("distributed.strategy", "distributed.fsdp_sharding", "distributed.fsdp_cpu_offload",
-        "distributed.zero_stage", "distributed.offload_optimizer", "distributed.offload_params")
+KEYS = (
+    "distributed.strategy",
+    "distributed.fsdp_sharding",
+    "distributed.fsdp_cpu_offload",
+    "distributed.zero_stage",
+    "distributed.offload_optimizer",
+    "distributed.offload_params",
+)
 
 
 def _fsdp(kind: str, count: int, world: int, offload: bool) -> Sharding:
@@ -58,8 +65,11 @@ def sharding_candidates(spec: Callable[[str], Any], packages: dict, cpu: bool = 
     ddp = (Sharding("ddp", 0, 1),)
     if bnb:
         return ddp  # 8-bit states do not shard: DDP only
-    return ddp + (_fsdp("shard_grad_op", count, world, False), _fsdp("full_shard", count, world, False),
-                  _fsdp("full_shard", count, world, True))
+    return ddp + (
+        _fsdp("shard_grad_op", count, world, False),
+        _fsdp("full_shard", count, world, False),
+        _fsdp("full_shard", count, world, True),
+    )
 
 
 def strategy(ctx: Resolver) -> None:
@@ -68,11 +78,18 @@ def strategy(ctx: Resolver) -> None:
     world = ctx.spec("hardware.count") * ctx.spec("hardware.nodes")
     _conflicts(ctx, asked)
     if ctx.gpu.is_cpu and world > 1 and asked == "deepspeed":
-        ctx.error("distributed.strategy", 'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
-                  "several CPU processes train with DDP or FSDP2 over gloo", fix='set distributed.strategy = "fsdp" (or "ddp")')
+        ctx.error(
+            "distributed.strategy",
+            'distributed.strategy = "deepspeed" on hardware "cpu": DeepSpeed needs CUDA GPUs; '
+            "several CPU processes train with DDP or FSDP2 over gloo",
+            fix='set distributed.strategy = "fsdp" (or "ddp")',
+        )
     if ctx.gpu.is_cpu and asked == "fsdp" and ctx.spec("distributed.fsdp_cpu_offload"):
-        ctx.error("distributed.fsdp_cpu_offload", "distributed.fsdp_cpu_offload = true on hardware \"cpu\": the parameters "
-                  "already live in host RAM, there is nothing to offload", fix="remove distributed.fsdp_cpu_offload")
+        ctx.error(
+            "distributed.fsdp_cpu_offload",
+            'distributed.fsdp_cpu_offload = true on hardware "cpu": the parameters already live in host RAM, there is nothing to offload',
+            fix="remove distributed.fsdp_cpu_offload",
+        )
     if sol is None:
         for k in KEYS:
             ctx.keep(k)
@@ -86,17 +103,23 @@ def strategy(ctx: Resolver) -> None:
         why = _auto_reason(ctx, sol, sh)
         ctx.resolve("distributed.strategy", chosen, why)
     elif asked == "deepspeed" and sh.engine == "fsdp":
-        ctx.resolve("distributed.strategy", "fsdp",
-                    "deepspeed is not installed here; FSDP FULL_SHARD is torch's equivalent of ZeRO-3 "
-                    "(pip install deepspeed to keep DeepSpeed)")
+        ctx.resolve(
+            "distributed.strategy",
+            "fsdp",
+            "deepspeed is not installed here; FSDP FULL_SHARD is torch's equivalent of ZeRO-3 (pip install deepspeed to keep DeepSpeed)",
+        )
     else:
         ctx.keep("distributed.strategy")
     if sh.engine == "fsdp":
         changed = sh.fsdp_sharding != ctx.spec("distributed.fsdp_sharding")
         ctx.resolve("distributed.fsdp_sharding", sh.fsdp_sharding, f"{sh.label} fits" if changed else None)
-        ctx.resolve("distributed.fsdp_cpu_offload", sh.offload_params,
-                    "nothing fits on the GPUs without offloading parameters and optimizer states to host RAM" if sh.offload_params
-                    else f"{sh.label} fits without offload to host RAM (offload runs the optimizer step on the CPU)")
+        ctx.resolve(
+            "distributed.fsdp_cpu_offload",
+            sh.offload_params,
+            "nothing fits on the GPUs without offloading parameters and optimizer states to host RAM"
+            if sh.offload_params
+            else f"{sh.label} fits without offload to host RAM (offload runs the optimizer step on the CPU)",
+        )
     else:
         ctx.keep("distributed.fsdp_sharding")
         ctx.keep("distributed.fsdp_cpu_offload")
@@ -104,10 +127,18 @@ def strategy(ctx: Resolver) -> None:
         install_note(ctx, "distributed.strategy", "deepspeed", "DeepSpeed ZeRO")
     if sh.engine == "deepspeed":
         ctx.resolve("distributed.zero_stage", sh.zero_stage, f"the lowest ZeRO stage that fits ({sh.label})")
-        ctx.resolve("distributed.offload_optimizer", sh.offload_optimizer, "ZeRO-3 alone does not fit" if sh.offload_optimizer
-                    else f"{sh.label} fits without optimizer offload")
-        ctx.resolve("distributed.offload_params", sh.offload_params, "ZeRO-3 with optimizer offload does not fit" if sh.offload_params
-                    else ("parameter offload needs ZeRO-3; " if sh.zero_stage < 3 else "") + f"{sh.label} fits without it")
+        ctx.resolve(
+            "distributed.offload_optimizer",
+            sh.offload_optimizer,
+            "ZeRO-3 alone does not fit" if sh.offload_optimizer else f"{sh.label} fits without optimizer offload",
+        )
+        ctx.resolve(
+            "distributed.offload_params",
+            sh.offload_params,
+            "ZeRO-3 with optimizer offload does not fit"
+            if sh.offload_params
+            else ("parameter offload needs ZeRO-3; " if sh.zero_stage < 3 else "") + f"{sh.label} fits without it",
+        )
     else:
         for k in KEYS[3:]:
             ctx.keep(k)
@@ -119,34 +150,54 @@ def _auto_reason(ctx: Resolver, sol, sh: Sharding) -> str:
     if sh.engine == "ddp":
         return f"the model and its states fit on each GPU: DDP, one all-reduce of the gradients per step over {world} GPUs"
     if sh.zero_stage == 2:
-        return (f"a full replica does not fit; {sh.label} shards gradients and optimizer states over {sh.shard_world_size} "
-                "GPUs at no more traffic than DDP (ZeRO-2)")
+        return (
+            f"a full replica does not fit; {sh.label} shards gradients and optimizer states over {sh.shard_world_size} "
+            "GPUs at no more traffic than DDP (ZeRO-2)"
+        )
     if sh.offload_params:
         return f"even fully sharded the states do not fit: {sh.label} keeps them in host RAM (slow: CPU optimizer step)"
-    return (f"gradients and optimizer states sharded are not enough; {sh.label} also shards the parameters over "
-            f"{sh.shard_world_size} GPUs (ZeRO-3, 1.5x DDP's traffic)")
+    return (
+        f"gradients and optimizer states sharded are not enough; {sh.label} also shards the parameters over "
+        f"{sh.shard_world_size} GPUs (ZeRO-3, 1.5x DDP's traffic)"
+    )
 
 
 def _conflicts(ctx: Resolver, asked: str) -> None:
     optim = ctx.spec("training.optim")
     if asked in ("fsdp", "deepspeed") and optim in BNB_OPTIMIZERS:
-        ctx.error("training.optim", f'training.optim = "{optim}" (bitsandbytes 8-bit) with distributed.strategy = "{asked}": '
-                  "its quantized states cannot be sharded", fix='set training.optim = "auto" or distributed.strategy = "ddp"')
+        ctx.error(
+            "training.optim",
+            f'training.optim = "{optim}" (bitsandbytes 8-bit) with distributed.strategy = "{asked}": '
+            "its quantized states cannot be sharded",
+            fix='set training.optim = "auto" or distributed.strategy = "ddp"',
+        )
     fsdp_set = [k for k in ("fsdp_sharding", "fsdp_cpu_offload") if ctx.is_user(f"distributed.{k}")]
     zero_set = [k for k in ("zero_stage", "offload_optimizer", "offload_params") if ctx.is_user(f"distributed.{k}")]
     if asked == "deepspeed" and fsdp_set:
-        ctx.error(f"distributed.{fsdp_set[0]}", f"distributed.{fsdp_set[0]} is an FSDP option but distributed.strategy = \"deepspeed\": "
-                  "DeepSpeed and FSDP cannot be used together", fix=f"remove distributed.{fsdp_set[0]}")
+        ctx.error(
+            f"distributed.{fsdp_set[0]}",
+            f'distributed.{fsdp_set[0]} is an FSDP option but distributed.strategy = "deepspeed": '
+            "DeepSpeed and FSDP cannot be used together",
+            fix=f"remove distributed.{fsdp_set[0]}",
+        )
     if ctx.is_user("distributed.fsdp_sharding") and ctx.spec("distributed.fsdp_sharding") == "hybrid_shard":
-        ctx.error("distributed.fsdp_sharding", 'distributed.fsdp_sharding = "hybrid_shard" is not applied: gpuplan runs FSDP2, '
-                  "and transformers 5.24 offers hybrid sharding only through the deprecated FSDP1",
-                  fix='set distributed.fsdp_sharding = "full_shard" (or "shard_grad_op")')
+        ctx.error(
+            "distributed.fsdp_sharding",
+            'distributed.fsdp_sharding = "hybrid_shard" is not applied: gpuplan runs FSDP2, '
+            "and transformers 5.24 offers hybrid sharding only through the deprecated FSDP1",
+            fix='set distributed.fsdp_sharding = "full_shard" (or "shard_grad_op")',
+        )
     if asked == "fsdp" and zero_set:
-        ctx.error(f"distributed.{zero_set[0]}", f"distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = \"fsdp\"",
-                  fix=f"remove distributed.{zero_set[0]} or set distributed.strategy = \"deepspeed\"")
+        ctx.error(
+            f"distributed.{zero_set[0]}",
+            f'distributed.{zero_set[0]} is a DeepSpeed option but distributed.strategy = "fsdp"',
+            fix=f'remove distributed.{zero_set[0]} or set distributed.strategy = "deepspeed"',
+        )
     if ctx.spec("training.torch_compile") and asked in ("fsdp", "auto") and ctx.spec("hardware.count") * ctx.spec("hardware.nodes") > 1:
-        ctx.note("training.torch_compile", "torch.compile with FSDP: apply uses FSDP2, which keeps the original parameters "
-                 "(no use_orig_params needed)")
+        ctx.note(
+            "training.torch_compile",
+            "torch.compile with FSDP: apply uses FSDP2, which keeps the original parameters (no use_orig_params needed)",
+        )
 
 
 def _host_memory(ctx: Resolver, sol) -> None:
@@ -156,11 +207,26 @@ def _host_memory(ctx: Resolver, sol) -> None:
 
 
 RULES = (
-    Rule("distributed.strategy",
-         reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:distributed.strategy", "spec:hardware.count", "spec:hardware.nodes",
-                "spec:hardware.host_memory_gib", "spec:training.optim", "spec:training.torch_compile", "spec:hardware.gpu",
-                "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload", "spec:distributed.zero_stage",
-                "spec:distributed.offload_optimizer", "spec:distributed.offload_params"),
-         writes=KEYS, apply=strategy,
-         doc="DDP/FSDP/DeepSpeed: the cheapest that fits; refuses 8-bit with sharding, FSDP with DeepSpeed, offload beyond host RAM."),
+    Rule(
+        "distributed.strategy",
+        reads=(
+            FIT_SOLUTION,
+            FIT_PROBLEM,
+            "spec:distributed.strategy",
+            "spec:hardware.count",
+            "spec:hardware.nodes",
+            "spec:hardware.host_memory_gib",
+            "spec:training.optim",
+            "spec:training.torch_compile",
+            "spec:hardware.gpu",
+            "spec:distributed.fsdp_sharding",
+            "spec:distributed.fsdp_cpu_offload",
+            "spec:distributed.zero_stage",
+            "spec:distributed.offload_optimizer",
+            "spec:distributed.offload_params",
+        ),
+        writes=KEYS,
+        apply=strategy,
+        doc="DDP/FSDP/DeepSpeed: the cheapest that fits; refuses 8-bit with sharding, FSDP with DeepSpeed, offload beyond host RAM.",
+    ),
 )

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.liger import KEY, unavailable
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.fit.search import price
 from gpuplan.plan.inputs.target import install_note, is_local
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.units import gib
 
 
@@ -25,10 +25,12 @@ def saving(sol, problem) -> str:
     without = dataclasses.replace(problem, base=dataclasses.replace(problem.base, liger_kernel=False))
     plain = price(without, sol.per_device_batch, sol.knobs)
     saved = plain.reserved_peak_bytes - sol.estimate.reserved_peak_bytes
-    return (f"Liger kernels: the fused linear cross-entropy never holds the [{sol.per_device_batch * problem.base.seq_len:,}"
-            f" x {problem.facts.vocab_size:,}] logits (loss path {gib(sol.estimate.components['logits_loss'])} at the peak, "
-            f"{gib(plain.components['logits_loss'])} with transformers' loss): the peak is {gib(saved)} lower; "
-            "the RMSNorm / SwiGLU / RoPE kernels' savings are not counted (Triton, not traceable here)")
+    return (
+        f"Liger kernels: the fused linear cross-entropy never holds the [{sol.per_device_batch * problem.base.seq_len:,}"
+        f" x {problem.facts.vocab_size:,}] logits (loss path {gib(sol.estimate.components['logits_loss'])} at the peak, "
+        f"{gib(plain.components['logits_loss'])} with transformers' loss): the peak is {gib(saved)} lower; "
+        "the RMSNorm / SwiGLU / RoPE kernels' savings are not counted (Triton, not traceable here)"
+    )
 
 
 def kernels(ctx: Resolver) -> None:
@@ -41,8 +43,12 @@ def kernels(ctx: Resolver) -> None:
         return
     chunk = ctx.spec("training.loss_chunk_size")
     if chunk not in ("auto", 0):
-        ctx.error(KEY, f"{KEY} = true and training.loss_chunk_size = {chunk}: Liger's fused linear cross-entropy "
-                       "replaces the loss that chunking would split", fix='set training.loss_chunk_size = "auto" or 0')
+        ctx.error(
+            KEY,
+            f"{KEY} = true and training.loss_chunk_size = {chunk}: Liger's fused linear cross-entropy "
+            "replaces the loss that chunking would split",
+            fix='set training.loss_chunk_size = "auto" or 0',
+        )
         return
     ctx.keep(KEY)
     sol, problem = ctx.get(FIT_SOLUTION), ctx.get(FIT_PROBLEM)
@@ -50,15 +56,29 @@ def kernels(ctx: Resolver) -> None:
         ctx.note(KEY, saving(sol, problem))
     if not ctx.environment.has("liger_kernel"):
         if is_local(ctx.spec):
-            ctx.error(KEY, f"{KEY} = true needs the liger-kernel package, which is not installed here",
-                      fix="pip install liger-kernel, or set training.use_liger_kernel = false")
+            ctx.error(
+                KEY,
+                f"{KEY} = true needs the liger-kernel package, which is not installed here",
+                fix="pip install liger-kernel, or set training.use_liger_kernel = false",
+            )
         else:
             install_note(ctx, KEY, "liger_kernel", f"{KEY} = true")
 
 
 RULES = (
-    Rule("liger.kernels", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:training.loss_chunk_size", "spec:model.task",
-                                 "spec:hardware.gpu", "spec:hardware.nodes"),
-         writes=(KEY,), apply=kernels,
-         doc="Liger's kernels on CUDA/ROCm GPUs for the families it patches; refused elsewhere with the reason."),
+    Rule(
+        "liger.kernels",
+        reads=(
+            FIT_SOLUTION,
+            FIT_PROBLEM,
+            "spec:" + KEY,
+            "spec:training.loss_chunk_size",
+            "spec:model.task",
+            "spec:hardware.gpu",
+            "spec:hardware.nodes",
+        ),
+        writes=(KEY,),
+        apply=kernels,
+        doc="Liger's kernels on CUDA/ROCm GPUs for the families it patches; refused elsewhere with the reason.",
+    ),
 )

@@ -15,9 +15,9 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.plan.engine.graph import Rule
 from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapters, default_modules_to_save, resolve_targets
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
 from gpuplan.units import gib
@@ -38,8 +38,11 @@ def lora_config(ctx: Resolver) -> None:
         ctx.keep("lora.lora_alpha")
     user_set = [k for k in LORA_KEYS if ctx.is_user(f"lora.{k}")]
     if method == "full" and user_set:
-        ctx.warn(f"lora.{user_set[0]}", '[lora] is set but model.method = "full": the adapters settings are not used',
-                 fix='set model.method = "lora" (or "qlora"), or remove [lora]')
+        ctx.warn(
+            f"lora.{user_set[0]}",
+            '[lora] is set but model.method = "full": the adapters settings are not used',
+            fix='set model.method = "lora" (or "qlora"), or remove [lora]',
+        )
     asked_save = ctx.spec("lora.modules_to_save")
     try:
         check_saved(ctx.facts, asked_save)
@@ -52,32 +55,39 @@ def lora_config(ctx: Resolver) -> None:
         return
     saved = default_modules_to_save(ctx.facts, asked_save)
     if saved != asked_save and record:
-        ctx.resolve("lora.modules_to_save", saved,
-                    f"sequence classification: the new head {', '.join(s for s in saved or [] if s not in (asked_save or []))} "
-                    "trains in full beside the adapters (peft's SEQ_CLS task saves it too)")
+        ctx.resolve(
+            "lora.modules_to_save",
+            saved,
+            f"sequence classification: the new head {', '.join(s for s in saved or [] if s not in (asked_save or []))} "
+            "trains in full beside the adapters (peft's SEQ_CLS task saves it too)",
+        )
     else:
         ctx.keep("lora.modules_to_save")
     asked = ctx.spec("lora.target_modules")
     try:
         targets = resolve_targets(ctx.facts, asked, saved or [])
     except TargetError as e:
-        ctx.error("lora.target_modules", f"lora.target_modules: {e}",
-                  fix='set lora.target_modules = "all-linear" or to names from that list')
+        ctx.error(
+            "lora.target_modules", f"lora.target_modules: {e}", fix='set lora.target_modules = "all-linear" or to names from that list'
+        )
         ctx.keep("lora.target_modules")
         ctx.set_internal(LORA_COUNT, None)
         return
     if not record:
         ctx.keep("lora.target_modules")
     elif asked == "all-linear":
-        ctx.resolve("lora.target_modules", targets,
-                    f'"all-linear": every linear layer of this {ctx.facts.model_type} model but the output head, '
-                    "by the names peft matches")
+        ctx.resolve(
+            "lora.target_modules",
+            targets,
+            f'"all-linear": every linear layer of this {ctx.facts.model_type} model but the output head, by the names peft matches',
+        )
     elif targets != asked:
         ctx.resolve("lora.target_modules", targets, "duplicates removed")
     else:
         ctx.keep("lora.target_modules")
-    ctx.set_internal(LORA_COUNT, (count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or []),
-                                    tuple(targets), tuple(saved or ())))
+    ctx.set_internal(
+        LORA_COUNT, (count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or []), tuple(targets), tuple(saved or ()))
+    )
 
 
 def merge(ctx: Resolver) -> None:
@@ -86,14 +96,19 @@ def merge(ctx: Resolver) -> None:
         return
     method = ctx.get("model.method")
     if method == "qlora":
-        ctx.error("output.merge_adapter",
-                  "output.merge_adapter = true with qlora: merging into the 4-bit base re-quantizes the merged "
-                  "weights (peft warns of rounding errors), so the saved model would not be the one trained",
-                  fix="set output.merge_adapter = false and merge later into a 16-bit copy of the base "
-                      "(PeftModel.from_pretrained on the unquantized model, then merge_and_unload())")
+        ctx.error(
+            "output.merge_adapter",
+            "output.merge_adapter = true with qlora: merging into the 4-bit base re-quantizes the merged "
+            "weights (peft warns of rounding errors), so the saved model would not be the one trained",
+            fix="set output.merge_adapter = false and merge later into a 16-bit copy of the base "
+            "(PeftModel.from_pretrained on the unquantized model, then merge_and_unload())",
+        )
     elif method == "full":
-        ctx.warn("output.merge_adapter", 'output.merge_adapter = true with model.method = "full": no adapter to merge',
-                 fix="remove output.merge_adapter")
+        ctx.warn(
+            "output.merge_adapter",
+            'output.merge_adapter = true with model.method = "full": no adapter to merge',
+            fix="remove output.merge_adapter",
+        )
     ctx.keep("output.merge_adapter")
 
 
@@ -104,8 +119,11 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
         return None
     _, targets, saved = resolved
     return Adapters(
-        method=method, r=ctx.spec("lora.r"), target_modules=targets,
-        modules_to_save=saved, use_dora=ctx.spec("lora.use_dora"),
+        method=method,
+        r=ctx.spec("lora.r"),
+        target_modules=targets,
+        modules_to_save=saved,
+        use_dora=ctx.spec("lora.use_dora"),
         lora_dropout=ctx.spec("lora.lora_dropout"),
         quant_type=ctx.spec("quantization.bnb_4bit_quant_type"),
         double_quant=ctx.spec("quantization.bnb_4bit_use_double_quant"),
@@ -114,17 +132,27 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("lora.config",
-         reads=("spec:model.method", "spec:lora.r", "spec:lora.lora_alpha", "spec:lora.target_modules",
-                "spec:lora.use_dora", "spec:lora.modules_to_save"),
-         writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
-         apply=lora_config,
-         doc="lora_alpha 2 x r; all-linear -> explicit layer names (did-you-mean for unknown ones); seq-cls saves the head."),
-    Rule("lora.merge",
-         reads=("spec:output.merge_adapter", "model.method"),
-         writes=("output.merge_adapter",),
-         apply=merge,
-         doc="merge_adapter: lora only; a 4-bit base is refused (re-quantizing the merge changes the model)."),
+    Rule(
+        "lora.config",
+        reads=(
+            "spec:model.method",
+            "spec:lora.r",
+            "spec:lora.lora_alpha",
+            "spec:lora.target_modules",
+            "spec:lora.use_dora",
+            "spec:lora.modules_to_save",
+        ),
+        writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
+        apply=lora_config,
+        doc="lora_alpha 2 x r; all-linear -> explicit layer names (did-you-mean for unknown ones); seq-cls saves the head.",
+    ),
+    Rule(
+        "lora.merge",
+        reads=("spec:output.merge_adapter", "model.method"),
+        writes=("output.merge_adapter",),
+        apply=merge,
+        doc="merge_adapter: lora only; a 4-bit base is refused (re-quantizing the merge changes the model).",
+    ),
 )
 
 
@@ -140,14 +168,21 @@ def select_method(ctx: Resolver) -> None:
     for method, sol in tried:
         need = sol.estimate.reserved_peak_bytes if sol.fits else sol.smallest_bytes
         why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({gib(need)})")
-    ctx.resolve("model.method", chosen, 'model.method = "auto": ' + ", ".join(why)
-                + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"))
+    ctx.resolve(
+        "model.method",
+        chosen,
+        'model.method = "auto": '
+        + ", ".join(why)
+        + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"),
+    )
 
 
 RULES = RULES + (
-    Rule("lora.method",
-         reads=("spec:model.method", FIT_METHOD),
-         writes=("model.method",),
-         apply=select_method,
-         doc='model.method "auto": full if it fits, else lora, else qlora, with the reason; otherwise kept.'),
+    Rule(
+        "lora.method",
+        reads=("spec:model.method", FIT_METHOD),
+        writes=("model.method",),
+        apply=select_method,
+        doc='model.method "auto": full if it fits, else lora, else qlora, with the reason; otherwise kept.',
+    ),
 )

@@ -8,11 +8,11 @@ the spec sets is kept, and refused where the model's forward cannot take it.
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.loss_chunking import KEY, NAME, unavailable
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.fit.savers import saver_cost
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.units import gib
 
 
@@ -40,17 +40,22 @@ def chunking(ctx: Resolver) -> None:
     vocab = problem.facts.vocab_size
     if chunk:
         saved = sol.saved_bytes.get(NAME)
-        why = (f"per-device batch {sol.per_device_batch} does not fit without it: the output head and the loss "
-               f"run over {chunk:,}-token chunks, each recomputed in backward, so the [{tokens:,} x {vocab:,}] "
-               f"logits and their fp32 copies never exist at once: saves {gib(saved)} ({cost})")
+        why = (
+            f"per-device batch {sol.per_device_batch} does not fit without it: the output head and the loss "
+            f"run over {chunk:,}-token chunks, each recomputed in backward, so the [{tokens:,} x {vocab:,}] "
+            f"logits and their fp32 copies never exist at once: saves {gib(saved)} ({cost})"
+        )
     else:
         why = f"off: the run fits without chunking the loss ({cost})"
     ctx.resolve(KEY, chunk, why)
 
 
 RULES = (
-    Rule("loss_chunking.auto", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:model.task",
-                                         "spec:training.use_liger_kernel"),
-         writes=(KEY,), apply=chunking,
-         doc="chunked cross-entropy only when the run does not fit without it; refused where the model cannot."),
+    Rule(
+        "loss_chunking.auto",
+        reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:model.task", "spec:training.use_liger_kernel"),
+        writes=(KEY,),
+        apply=chunking,
+        doc="chunked cross-entropy only when the run does not fit without it; refused where the model cannot.",
+    ),
 )

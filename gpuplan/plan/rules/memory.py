@@ -11,12 +11,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, cast
 
-from gpuplan.plan.engine.resolver import Resolver
+from gpuplan.errors import Diagnostic
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.loss_chunking import unavailable as chunking_unavailable
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.errors import Diagnostic
 from gpuplan.plan.fit.fixes import Fix, NoFit, no_fit_fix, savers_on, verified_fixes
+from gpuplan.plan.fit.host_memory import HOST_VERIFIED, host_fixes, host_limit, host_needs
+from gpuplan.plan.fit.method_alternatives import adapter_alternatives
+from gpuplan.plan.fit.savers import SAVERS
+from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.inputs.target import target_packages
+from gpuplan.plan.methods import METHODS
+from gpuplan.plan.objectives import objective
+from gpuplan.plan.rules.base_dtype import frozen_base_dtype
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
     FIT_PROBLEM,
@@ -27,18 +35,10 @@ from gpuplan.plan.rules.common import (
     TRAINER_DEFAULT_BATCH,
     world_size,
 )
-from gpuplan.plan.rules.base_dtype import frozen_base_dtype
 from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
-from gpuplan.plan.fit.method_alternatives import adapter_alternatives
-from gpuplan.plan.objectives import objective
-from gpuplan.plan.rules.preference import fit_with_reference, reference_for
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
-from gpuplan.plan.fit.host_memory import HOST_VERIFIED, host_fixes, host_limit, host_needs
-from gpuplan.plan.fit.savers import SAVERS
-from gpuplan.plan.methods import METHODS
-from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
-from gpuplan.plan.inputs.target import target_packages
+from gpuplan.plan.rules.preference import fit_with_reference, reference_for
 from gpuplan.units import GIB
 
 
@@ -65,25 +65,33 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
     if e is None:
         return (b or TRAINER_DEFAULT_BATCH) * (a or 1)
     if e % world:
-        ctx.error("training.effective_batch_size",
-                  f"training.effective_batch_size = {e} does not split over {ranks(ctx, world)}",
-                  fix=f"set training.effective_batch_size = {_nearest_multiples(e, world)}")
+        ctx.error(
+            "training.effective_batch_size",
+            f"training.effective_batch_size = {e} does not split over {ranks(ctx, world)}",
+            fix=f"set training.effective_batch_size = {_nearest_multiples(e, world)}",
+        )
         return None
     s = e // world
     if b is not None and a is not None and b * a != s:
-        ctx.error("training.effective_batch_size",
-                  f"training.effective_batch_size = {e} but per_device_train_batch_size x "
-                  f"gradient_accumulation_steps x {'processes' if ctx.gpu.is_cpu else 'GPUs'} = "
-                  f"{b} x {a} x {world} = {b * a * world}",
-                  fix=(f"set training.gradient_accumulation_steps = {s // b}" if s % b == 0
-                       else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"))
+        ctx.error(
+            "training.effective_batch_size",
+            f"training.effective_batch_size = {e} but per_device_train_batch_size x "
+            f"gradient_accumulation_steps x {'processes' if ctx.gpu.is_cpu else 'GPUs'} = "
+            f"{b} x {a} x {world} = {b * a * world}",
+            fix=(
+                f"set training.gradient_accumulation_steps = {s // b}"
+                if s % b == 0
+                else f"set training.effective_batch_size = {b * a * world}, or remove one of the three"
+            ),
+        )
         return None
     if a is not None and s % a:
-        ctx.error("training.gradient_accumulation_steps",
-                  f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
-                  f"{'process' if ctx.gpu.is_cpu else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
-                  fix='set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = '
-                      f"{_nearest_multiples(e, a * world)}")
+        ctx.error(
+            "training.gradient_accumulation_steps",
+            f"training.gradient_accumulation_steps = {a} does not divide the {s} samples per "
+            f"{'process' if ctx.gpu.is_cpu else 'GPU'} per step (effective_batch_size {e} / {ranks(ctx, world)})",
+            fix=f'set training.gradient_accumulation_steps = "auto" or training.effective_batch_size = {_nearest_multiples(e, a * world)}',
+        )
         return None
     return s
 
@@ -120,8 +128,11 @@ def fit(ctx: Resolver) -> None:
     liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
     if liger or chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
         chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
-    auto = frozenset(k for k, v in (("optim", optim), ("gradient_checkpointing", ckpt),
-                                   ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk)) if v == "auto")
+    auto = frozenset(
+        k
+        for k, v in (("optim", optim), ("gradient_checkpointing", ckpt), ("torch_empty_cache_steps", empty), ("loss_chunk_size", chunk))
+        if v == "auto"
+    )
     fixed = Knobs(
         gradient_checkpointing=False if ckpt == "auto" else ckpt,
         optim=default_optimizer(gpu) if optim == "auto" else optim,
@@ -150,25 +161,36 @@ def fit(ctx: Resolver) -> None:
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
     gemm = tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32"))
     problem = FitProblem(
-        facts=ctx.facts, gpu=gpu, base=base, world_size=world, usable_bytes=usable,
-        samples_per_device=s, user_batch=user_b, user_accumulation=user_a, fixed=fixed, auto=auto,
+        facts=ctx.facts,
+        gpu=gpu,
+        base=base,
+        world_size=world,
+        usable_bytes=usable,
+        samples_per_device=s,
+        user_batch=user_b,
+        user_accumulation=user_a,
+        fixed=fixed,
+        auto=auto,
         tensor_multiple=batch_multiple(gemm, base.seq_len * objective(base.objective).grad_sequences),
         gemm_multiple=gemm,
         eight_bit_available=bool(packages.get("bitsandbytes")) and not gpu.is_cpu,
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
-        host_limit_bytes=host_limit(ctx), ranks_per_node=ctx.spec("hardware.count"),
+        host_limit_bytes=host_limit(ctx),
+        ranks_per_node=ctx.spec("hardware.count"),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
     tried = []
     # auto is the explicit opt-in to change what is trained: full if it fits, else lora, else qlora
-    for method in (tuple(METHODS) if asked == "auto" else (asked,)):
+    for method in tuple(METHODS) if asked == "auto" else (asked,):
         adapters = adapters_for(method, ctx)
         dtype, dtype_reason = frozen_base_dtype(ctx, method, bool(bf16), ctx.get(QUANT_COMPUTE))
         m = METHODS[method]  # a 16-bit frozen base takes the compute dtype; qlora's estimate reads the 4-bit layout
         weight_dtype = dtype if m.frozen_base and not m.quantized_base else base.weight_dtype
-        problem = dataclasses.replace(problem, base=dataclasses.replace(
-            base, adapters=adapters, reference=reference_for(ctx, method), weight_dtype=cast(Any, weight_dtype)))
+        problem = dataclasses.replace(
+            problem,
+            base=dataclasses.replace(base, adapters=adapters, reference=reference_for(ctx, method), weight_dtype=cast(Any, weight_dtype)),
+        )
         engines = METHODS[method].engines  # lora/qlora shard too (estimate/memory/adapters_sharded.py)
         planned = tuple(sh for sh in shardings if sh.engine in engines)
         if planned != shardings:
@@ -194,10 +216,15 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
     user_set = {s.knob for s in SAVERS if ctx.is_user(s.setting)}
-    fixes = verified_fixes(p, user_set=user_set, strategy=ctx.spec("distributed.strategy"),
-                           count=ctx.spec("hardware.count"), nodes=ctx.spec("hardware.nodes"),
-                           headroom=ctx.spec("hardware.headroom"),
-                           effective_set=ctx.spec("training.effective_batch_size") is not None)
+    fixes = verified_fixes(
+        p,
+        user_set=user_set,
+        strategy=ctx.spec("distributed.strategy"),
+        count=ctx.spec("hardware.count"),
+        nodes=ctx.spec("hardware.nodes"),
+        headroom=ctx.spec("hardware.headroom"),
+        effective_set=ctx.spec("training.effective_batch_size") is not None,
+    )
     hint = ""
     if user_set:
         hint = "; " + ", ".join(f"training.{k}" for k in sorted(user_set)) + " set by the spec"
@@ -207,17 +234,25 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
         hint += "; what fits instead (it trains adapters, not every weight): " + "; ".join(alternatives)
     if sol.estimate.reserved_peak_bytes <= p.usable_bytes and p.host_limit_bytes is not None:
         # the GPUs hold it only with offload, and the offloaded states do not fit the host RAM known
-        hint = (f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
-                f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)") + hint
+        hint = (
+            f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
+            f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)"
+        ) + hint
         fixes = [Fix("host", f, HOST_VERIFIED) for f in host_fixes(ctx, sol, p)] + list(fixes)
     error = Diagnostic(
-        "error", "hardware.gpu",
+        "error",
+        "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
         f"an {gpu.name} has {gpu.memory_label if cap != int(cap) else f'{cap:.0f} GiB'} ({p.usable_bytes / GIB:.1f} "
         f"usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
-        detail="peak by part: " + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v) + hint
-               + ("" if fixes or alternatives else "; no single change gpuplan can check (savers, bf16 weights, a shorter "
-                  "seq_len, more GPUs, a larger GPU) makes it fit"),
+        detail="peak by part: "
+        + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v)
+        + hint
+        + (
+            ""
+            if fixes or alternatives
+            else "; no single change gpuplan can check (savers, bf16 weights, a shorter seq_len, more GPUs, a larger GPU) makes it fit"
+        ),
         fix=no_fit_fix(tuple(fixes), tuple(alternatives)),
     )
     ctx.diagnostics.append(error)
@@ -228,20 +263,50 @@ RULES = (
     Rule(
         "memory.fit",
         reads=(
-            "training.bf16", "training.fp16", "training.tf32", "model.attn_implementation",
-            "spec:model.dtype", "spec:data.seq_len", "spec:model.task", "spec:model.num_labels",
-            "spec:hardware.count", "spec:hardware.nodes", "spec:hardware.headroom", "spec:hardware.gpu",
-            "spec:hardware.host_memory_gib", "spec:training.effective_batch_size", "spec:training.per_device_train_batch_size",
-            "spec:training.gradient_accumulation_steps", "spec:training.gradient_checkpointing",
-            "spec:training.optim", "spec:training.torch_empty_cache_steps", "spec:training.loss_chunk_size",
-            "spec:training.use_liger_kernel", "spec:training.activation_offloading",
-            "spec:distributed.strategy", "spec:distributed.fsdp_sharding", "spec:distributed.fsdp_cpu_offload",
-            "spec:distributed.zero_stage", "spec:distributed.offload_optimizer", "spec:distributed.offload_params",
-            "spec:model.method", LORA_COUNT, "lora.target_modules", "lora.modules_to_save",
-            QUANT_COMPUTE, "spec:lora.r", "spec:lora.use_dora", "spec:lora.lora_dropout",
-            "spec:quantization.bnb_4bit_quant_type", "spec:quantization.bnb_4bit_use_double_quant",
-            "spec:training.objective", "spec:preference.reference", "spec:preference.reference_model",
-            "preference.max_length", "data.packing", "spec:data.format",
+            "training.bf16",
+            "training.fp16",
+            "training.tf32",
+            "model.attn_implementation",
+            "spec:model.dtype",
+            "spec:data.seq_len",
+            "spec:model.task",
+            "spec:model.num_labels",
+            "spec:hardware.count",
+            "spec:hardware.nodes",
+            "spec:hardware.headroom",
+            "spec:hardware.gpu",
+            "spec:hardware.host_memory_gib",
+            "spec:training.effective_batch_size",
+            "spec:training.per_device_train_batch_size",
+            "spec:training.gradient_accumulation_steps",
+            "spec:training.gradient_checkpointing",
+            "spec:training.optim",
+            "spec:training.torch_empty_cache_steps",
+            "spec:training.loss_chunk_size",
+            "spec:training.use_liger_kernel",
+            "spec:training.activation_offloading",
+            "spec:distributed.strategy",
+            "spec:distributed.fsdp_sharding",
+            "spec:distributed.fsdp_cpu_offload",
+            "spec:distributed.zero_stage",
+            "spec:distributed.offload_optimizer",
+            "spec:distributed.offload_params",
+            "spec:model.method",
+            LORA_COUNT,
+            "lora.target_modules",
+            "lora.modules_to_save",
+            QUANT_COMPUTE,
+            "spec:lora.r",
+            "spec:lora.use_dora",
+            "spec:lora.lora_dropout",
+            "spec:quantization.bnb_4bit_quant_type",
+            "spec:quantization.bnb_4bit_use_double_quant",
+            "spec:training.objective",
+            "spec:preference.reference",
+            "spec:preference.reference_model",
+            "preference.max_length",
+            "data.packing",
+            "spec:data.format",
         ),
         writes=(FIT_SOLUTION, FIT_PROBLEM, FIT_METHOD, NO_FIT, "model.dtype"),
         apply=fit,

@@ -7,8 +7,8 @@ saver memory.fit chooses, is rules/checkpointing.py.
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.fit.savers import CACHE_EMPTYING
 from gpuplan.plan.rules.common import FIT_SOLUTION
 from gpuplan.units import GIB
@@ -29,15 +29,20 @@ def empty_cache(ctx: Resolver) -> None:
     steps = sol.knobs.torch_empty_cache_steps
     if steps:
         saved = sol.saved_bytes.get(CACHE_EMPTYING.name, 0) / GIB
-        why = (f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks "
-               "(about 10% slower)")
+        why = (
+            f"near the memory limit: emptying the CUDA cache every {steps} steps frees {saved:.1f} GiB of cached blocks (about 10% slower)"
+        )
     else:
         why = "off: the run fits without emptying the CUDA cache (it costs about 10% speed)"
     ctx.resolve("training.torch_empty_cache_steps", steps, why)
 
 
 RULES = (
-    Rule("memory_savers.empty_cache", reads=(FIT_SOLUTION, "spec:training.torch_empty_cache_steps"),
-         writes=("training.torch_empty_cache_steps",), apply=empty_cache,
-         doc="empty the CUDA cache only near the limit; off on CPU."),
+    Rule(
+        "memory_savers.empty_cache",
+        reads=(FIT_SOLUTION, "spec:training.torch_empty_cache_steps"),
+        writes=("training.torch_empty_cache_steps",),
+        apply=empty_cache,
+        doc="empty the CUDA cache only near the limit; off on CPU.",
+    ),
 )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.offload_activations import KEY, transfer_seconds, unavailable
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.fit.search import price
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.units import gib
 
 
@@ -34,12 +34,15 @@ def check(ctx: Resolver) -> None:
         return
     moved = sol.estimate.offloaded_activation_bytes
     seconds = transfer_seconds(moved, sol.accumulation, link)
-    without = price(dataclasses.replace(problem, base=dataclasses.replace(problem.base, offload_activations=False)),
-                    sol.per_device_batch, sol.knobs)
+    without = price(
+        dataclasses.replace(problem, base=dataclasses.replace(problem.base, offload_activations=False)), sol.per_device_batch, sol.knobs
+    )
     saved = without.reserved_peak_bytes - sol.estimate.reserved_peak_bytes
-    summary = (f"activation offloading: {gib(moved)} of saved activations per micro-batch in pinned host RAM per GPU, "
-               f"copied out in forward and back in backward over the {link:g} GB/s host link: +{seconds:.3g} s per step "
-               f"(not overlapped); the GPU peak is {gib(saved)} lower")
+    summary = (
+        f"activation offloading: {gib(moved)} of saved activations per micro-batch in pinned host RAM per GPU, "
+        f"copied out in forward and back in backward over the {link:g} GB/s host link: +{seconds:.3g} s per step "
+        f"(not overlapped); the GPU peak is {gib(saved)} lower"
+    )
     if without.reserved_peak_bytes <= problem.usable_bytes:
         ctx.warn(KEY, summary + "; the run fits without it", fix=f"set {KEY} = false to save that time")
     else:
@@ -47,8 +50,11 @@ def check(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("offload_activations.check", reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:training.gradient_checkpointing",
-                                               "spec:hardware.gpu"),
-         writes=(KEY,), apply=check,
-         doc="activation offloading priced in host RAM and host-link time; refused on CPU and with checkpointing."),
+    Rule(
+        "offload_activations.check",
+        reads=(FIT_SOLUTION, FIT_PROBLEM, "spec:" + KEY, "spec:training.gradient_checkpointing", "spec:hardware.gpu"),
+        writes=(KEY,),
+        apply=check,
+        doc="activation offloading priced in host RAM and host-link time; refused on CPU and with checkpointing.",
+    ),
 )

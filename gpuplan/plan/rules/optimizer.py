@@ -9,28 +9,37 @@ reason.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.paging import is_paged, paged_share, paging_wording
 from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, EIGHT_BIT_OPTIMIZER
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.inputs.target import install_note, is_local, target_packages
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.spec.names import BNB_OPTIMIZERS, REMOVED_OPTIMIZERS
 from gpuplan.units import gib
 
 # Optimizers needing a package beyond torch/transformers (trainer_optimizer.py in 5.24).
 NEEDS_PACKAGE = {
-    "adamw_torch_4bit": "torchao", "adamw_torch_8bit": "torchao",
-    "adamw_anyprecision": "torchdistx", "galore_adamw": "galore_torch",
-    "galore_adamw_8bit": "galore_torch", "galore_adafactor": "galore_torch",
-    "galore_adamw_layerwise": "galore_torch", "galore_adamw_8bit_layerwise": "galore_torch",
-    "galore_adafactor_layerwise": "galore_torch", "apollo_adamw": "apollo_torch",
-    "apollo_adamw_layerwise": "apollo_torch", "lomo": "lomo_optim", "adalomo": "lomo_optim",
-    "grokadamw": "grokadamw", "schedule_free_radam": "schedulefree",
-    "schedule_free_adamw": "schedulefree", "schedule_free_sgd": "schedulefree",
+    "adamw_torch_4bit": "torchao",
+    "adamw_torch_8bit": "torchao",
+    "adamw_anyprecision": "torchdistx",
+    "galore_adamw": "galore_torch",
+    "galore_adamw_8bit": "galore_torch",
+    "galore_adafactor": "galore_torch",
+    "galore_adamw_layerwise": "galore_torch",
+    "galore_adamw_8bit_layerwise": "galore_torch",
+    "galore_adafactor_layerwise": "galore_torch",
+    "apollo_adamw": "apollo_torch",
+    "apollo_adamw_layerwise": "apollo_torch",
+    "lomo": "lomo_optim",
+    "adalomo": "lomo_optim",
+    "grokadamw": "grokadamw",
+    "schedule_free_radam": "schedulefree",
+    "schedule_free_adamw": "schedulefree",
+    "schedule_free_sgd": "schedulefree",
     "stable_adamw": "torch_optimi",
 }
 NEEDS_DEVICE = {"adamw_torch_xla": "an XLA device", "adamw_torch_npu_fused": "an Ascend NPU"}
@@ -74,11 +83,16 @@ def select(ctx: Resolver) -> None:
     if sh.engine == "deepspeed" and sh.offload_optimizer:
         # apply's DeepSpeed config carries an "optimizer" section: DeepSpeed builds its CPU
         # Adam (DeepSpeedCPUAdam, AdamW mode) and the Trainer builds no optimizer of its own
-        why = ("DeepSpeed optimizer offload: DeepSpeed's CPU AdamW (DeepSpeedCPUAdam) runs the optimizer step "
-               "on the host; this value is not used")
+        why = (
+            "DeepSpeed optimizer offload: DeepSpeed's CPU AdamW (DeepSpeedCPUAdam) runs the optimizer step "
+            "on the host; this value is not used"
+        )
         if asked not in ("auto", "adamw_torch", "adamw_torch_fused"):
-            ctx.warn("training.optim", f'training.optim = "{asked}" is not used: with optimizer offload DeepSpeed runs its CPU AdamW',
-                     fix='set distributed.offload_optimizer = false to keep this optimizer, or training.optim = "auto"')
+            ctx.warn(
+                "training.optim",
+                f'training.optim = "{asked}" is not used: with optimizer offload DeepSpeed runs its CPU AdamW',
+                fix='set distributed.offload_optimizer = false to keep this optimizer, or training.optim = "auto"',
+            )
         ctx.resolve("training.optim", chosen, why)
         return
     if asked == "auto":
@@ -92,10 +106,11 @@ def select(ctx: Resolver) -> None:
             problem = ctx.get(FIT_PROBLEM)
             if problem is not None and problem.base.adapters is not None:
                 states = sol.estimate.components.get("optimizer_states", 0)
-                where = (f"{states / 1024**2:.0f} MiB" if states or not sol.estimate.host_bytes
-                         else "in host RAM (CPU offload)")
-                why += (f"; the adapters' AdamW states are {where}, so an 8-bit optimizer or "
-                        "Adafactor would buy almost nothing and is not used for memory")
+                where = f"{states / 1024**2:.0f} MiB" if states or not sol.estimate.host_bytes else "in host RAM (CPU offload)"
+                why += (
+                    f"; the adapters' AdamW states are {where}, so an 8-bit optimizer or "
+                    "Adafactor would buy almost nothing and is not used for memory"
+                )
         ctx.resolve("training.optim", chosen, why)
         return
     _, reason = requested_optimizer(asked, ctx.gpu, target_packages(ctx.spec, ctx.environment))
@@ -119,9 +134,12 @@ def _trainable_shapes(problem) -> list:
 
 
 RULES = (
-    Rule("optimizer.select", reads=("spec:training.optim", FIT_SOLUTION, FIT_PROBLEM, "spec:hardware.gpu", "spec:hardware.nodes"),
-         writes=("training.optim",),
-         apply=select,
-         doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
-             "removed or unavailable optimizers replaced with a reason."),
+    Rule(
+        "optimizer.select",
+        reads=("spec:training.optim", FIT_SOLUTION, FIT_PROBLEM, "spec:hardware.gpu", "spec:hardware.nodes"),
+        writes=("training.optim",),
+        apply=select,
+        doc="auto: fused AdamW on CUDA; 8-bit AdamW or Adafactor under memory pressure; "
+        "removed or unavailable optimizers replaced with a reason.",
+    ),
 )

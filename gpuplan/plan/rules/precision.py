@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.wording import bf16_capability
 
 
@@ -60,16 +60,23 @@ def mixed_precision(ctx: Resolver) -> None:
 
     ctx.resolve("training.bf16", new_bf16, _bf16_reason(ctx, new_bf16))
     if new_fp16 and cpu:
-        ctx.resolve("training.fp16", False,
-                    "CPU training has no fp16 mixed precision (the Trainer's GradScaler needs CUDA); planned in fp32")
+        ctx.resolve(
+            "training.fp16", False, "CPU training has no fp16 mixed precision (the Trainer's GradScaler needs CUDA); planned in fp32"
+        )
     else:
         ctx.resolve("training.fp16", new_fp16, _fp16_reason(ctx, new_fp16))
     if bf16_missing and fp16 is False:
-        ctx.warn("training.bf16", f"{gpu.name} has no bf16 and training.fp16 = false: training runs in fp32",
-                 fix="set training.fp16 = true for mixed precision")
+        ctx.warn(
+            "training.bf16",
+            f"{gpu.name} has no bf16 and training.fp16 = false: training runs in fp32",
+            fix="set training.fp16 = true for mixed precision",
+        )
     if dtype == "bfloat16" and not gpu.bf16 and not cpu:
-        ctx.warn("model.dtype", f'model.dtype = "bfloat16" on {gpu.name}, which has no native bf16: emulated, slow',
-                 fix='set model.dtype = "float32" and let gpuplan pick fp16')
+        ctx.warn(
+            "model.dtype",
+            f'model.dtype = "bfloat16" on {gpu.name}, which has no native bf16: emulated, slow',
+            fix='set model.dtype = "float32" and let gpuplan pick fp16',
+        )
 
 
 def fp16_trained_weights(ctx: Resolver) -> None:
@@ -84,23 +91,30 @@ def fp16_trained_weights(ctx: Resolver) -> None:
     method = ctx.spec("model.method") or "full"
     scaler = "the Trainer's GradScaler cannot unscale fp16 gradients and fp16 master weights lose small updates"
     if method == "full":
-        ctx.error("model.dtype", f'model.dtype = "float16": pure fp16 full fine-tuning is refused ({scaler})',
-                  fix='set model.dtype = "float32" with training.fp16 = true (AMP), or model.dtype = "bfloat16"')
+        ctx.error(
+            "model.dtype",
+            f'model.dtype = "float16": pure fp16 full fine-tuning is refused ({scaler})',
+            fix='set model.dtype = "float32" with training.fp16 = true (AMP), or model.dtype = "bfloat16"',
+        )
         return
     if method == "auto":  # resolved later, from the memory fit: it may pick full fine-tuning
-        ctx.error("model.dtype", f'model.dtype = "float16" with model.method = "auto": full fine-tuning, one of the '
-                                 f"methods it may pick, cannot train fp16 weights ({scaler})",
-                  fix='set model.method = "lora" or "qlora" (fp32 adapters over the fp16 base), or model.dtype = "float32"')
+        ctx.error(
+            "model.dtype",
+            f'model.dtype = "float16" with model.method = "auto": full fine-tuning, one of the '
+            f"methods it may pick, cannot train fp16 weights ({scaler})",
+            fix='set model.method = "lora" or "qlora" (fp32 adapters over the fp16 base), or model.dtype = "float32"',
+        )
         return
     copies = list(ctx.spec("lora.modules_to_save") or [])
     if ctx.spec("model.task") == "seq-cls":
         copies.append("the seq-cls head")
     if method == "lora" and copies:
-        ctx.error("model.dtype",
-                  f'model.dtype = "float16" with LoRA: peft trains full fp16 copies of {", ".join(copies)} '
-                  f"beside the fp32 adapters ({scaler})",
-                  fix='set model.method = "qlora" (its non-4-bit modules train in fp32), model.dtype = "bfloat16" '
-                      'on a GPU with bf16, or model.dtype = "float32"')
+        ctx.error(
+            "model.dtype",
+            f'model.dtype = "float16" with LoRA: peft trains full fp16 copies of {", ".join(copies)} beside the fp32 adapters ({scaler})',
+            fix='set model.method = "qlora" (its non-4-bit modules train in fp32), model.dtype = "bfloat16" '
+            'on a GPU with bf16, or model.dtype = "float32"',
+        )
 
 
 def _bf16_reason(ctx: Resolver, value: bool) -> str:
@@ -126,8 +140,10 @@ def _fp16_reason(ctx: Resolver, value: bool) -> str:
         if ctx.spec("training.bf16") is True:
             return f"{gpu.name} has no bf16: fp16 mixed precision (with loss scaling) replaces it"
         if ctx.spec("model.dtype") == "float16":
-            return ("model.dtype = \"float16\": fp16 autocast over the frozen fp16 base, with loss scaling of the "
-                    "adapters' fp32 gradients (peft keeps the adapters in fp32)")
+            return (
+                'model.dtype = "float16": fp16 autocast over the frozen fp16 base, with loss scaling of the '
+                "adapters' fp32 gradients (peft keeps the adapters in fp32)"
+            )
         return f"{gpu.name} predates bf16: fp16 mixed precision with loss scaling"
     if gpu.is_cpu:
         return "CPU: no fp16 mixed precision"
@@ -165,8 +181,14 @@ def _no_tf32(gpu) -> str:
 RULES = (
     Rule(
         "precision.mixed",
-        reads=("spec:training.bf16", "spec:training.fp16", "spec:model.dtype", "spec:model.method",
-               "spec:lora.modules_to_save", "spec:model.task"),
+        reads=(
+            "spec:training.bf16",
+            "spec:training.fp16",
+            "spec:model.dtype",
+            "spec:model.method",
+            "spec:lora.modules_to_save",
+            "spec:model.task",
+        ),
         writes=("training.bf16", "training.fp16"),
         apply=mixed_precision,
         doc="fp16/bf16 exclusive; bf16 needs Ampere+ (else fp16); auto by GPU generation; none on CPU.",

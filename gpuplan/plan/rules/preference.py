@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.plan.engine.graph import Rule
-from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
+from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
 from gpuplan.plan.estimate.memory.types import Reference
+from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
@@ -39,22 +40,30 @@ def settings(ctx: Resolver) -> None:
         return
     beta = ctx.spec("preference.beta")
     if beta is None:
-        ctx.resolve("preference.beta", obj.default_beta,
-                    f"{obj.name}: TRL's default beta (trl {obj.config_class}); higher keeps the policy closer "
-                    "to the reference")
+        ctx.resolve(
+            "preference.beta",
+            obj.default_beta,
+            f"{obj.name}: TRL's default beta (trl {obj.config_class}); higher keeps the policy closer to the reference",
+        )
     else:
         ctx.keep("preference.beta")
     loss = ctx.spec("preference.loss_type")
     if loss == "auto":
-        why = ("the DPO loss of Rafailov et al. 2023, -log sigmoid(beta x margin), TRL's default" if obj.name == "dpo"
-               else "the KTO loss of Ethayarajh et al. 2024, TRL's default")
+        why = (
+            "the DPO loss of Rafailov et al. 2023, -log sigmoid(beta x margin), TRL's default"
+            if obj.name == "dpo"
+            else "the KTO loss of Ethayarajh et al. 2024, TRL's default"
+        )
         ctx.resolve("preference.loss_type", obj.default_loss, why)
     elif loss not in obj.loss_types:
         close = difflib.get_close_matches(loss, obj.loss_types, n=1, cutoff=0.5)
         hint = f'; did you mean "{close[0]}"?' if close else ""
-        ctx.error("preference.loss_type", f"preference.loss_type = {loss!r} is not a {obj.config_class} loss{hint}",
-                  detail="allowed: " + ", ".join(obj.loss_types),
-                  fix=f'set preference.loss_type = "{close[0] if close else obj.default_loss}"')
+        ctx.error(
+            "preference.loss_type",
+            f"preference.loss_type = {loss!r} is not a {obj.config_class} loss{hint}",
+            detail="allowed: " + ", ".join(obj.loss_types),
+            fix=f'set preference.loss_type = "{close[0] if close else obj.default_loss}"',
+        )
         ctx.keep("preference.loss_type")
     else:
         ctx.keep("preference.loss_type")
@@ -62,33 +71,50 @@ def settings(ctx: Resolver) -> None:
     length = ctx.spec("preference.max_length")
     if length is None:
         length = seq
-        ctx.resolve("preference.max_length", seq, f"{obj.name}: prompt + answer in data.seq_len = {seq} tokens "
-                                                  "per sequence (TRL truncates longer ones at the end)")
+        ctx.resolve(
+            "preference.max_length",
+            seq,
+            f"{obj.name}: prompt + answer in data.seq_len = {seq} tokens per sequence (TRL truncates longer ones at the end)",
+        )
     else:
         ctx.keep("preference.max_length")
     prompt = ctx.spec("preference.max_prompt_length")
     if prompt is None:
         prompt = length - 1
-        ctx.resolve("preference.max_prompt_length", prompt,
-                    "a prompt must leave room for at least one answer token in max_length")
+        ctx.resolve("preference.max_prompt_length", prompt, "a prompt must leave room for at least one answer token in max_length")
     elif prompt >= length:
-        ctx.error("preference.max_prompt_length",
-                  f"preference.max_prompt_length = {prompt} leaves no answer token in max_length = {length}",
-                  fix=f"set preference.max_prompt_length = {length // 2}")
+        ctx.error(
+            "preference.max_prompt_length",
+            f"preference.max_prompt_length = {prompt} leaves no answer token in max_length = {length}",
+            fix=f"set preference.max_prompt_length = {length // 2}",
+        )
         ctx.keep("preference.max_prompt_length")
     else:
         ctx.keep("preference.max_prompt_length")
     if ctx.spec("model.task") != "causal-lm":
-        ctx.error("training.objective", f'training.objective = "{obj.name}" trains a causal LM, not model.task = '
-                                        f'"{ctx.spec("model.task")}"', fix='set model.task = "causal-lm"')
-    for key, what in (("training.loss_chunk_size", "chunked cross-entropy"), ("training.use_liger_kernel", "Liger"),
-                      ("training.activation_offloading", "activation offloading")):
+        ctx.error(
+            "training.objective",
+            f'training.objective = "{obj.name}" trains a causal LM, not model.task = "{ctx.spec("model.task")}"',
+            fix='set model.task = "causal-lm"',
+        )
+    for key, what in (
+        ("training.loss_chunk_size", "chunked cross-entropy"),
+        ("training.use_liger_kernel", "Liger"),
+        ("training.activation_offloading", "activation offloading"),
+    ):
         if ctx.spec(key) not in (False, 0, None, "auto"):  # gpuplan's installs patch the model's forward, which TRL's fused head replaces
-            ctx.error(key, f"{key}: {what} is not planned with training.objective = \"{obj.name}\" (TRL's fused "
-                           "log-prob head replaces the model's loss path)", fix=f"remove {key}")
+            ctx.error(
+                key,
+                f'{key}: {what} is not planned with training.objective = "{obj.name}" (TRL\'s fused '
+                "log-prob head replaces the model's loss path)",
+                fix=f"remove {key}",
+            )
     if ctx.spec("data.format") == "instruction":
-        ctx.error("data.format", f'{obj.name} rows are {" / ".join(obj.example_fields)}, not instruction rows',
-                  fix='set data.format = "text" (plain fields) or "chat" (lists of messages)')
+        ctx.error(
+            "data.format",
+            f"{obj.name} rows are {' / '.join(obj.example_fields)}, not instruction rows",
+            fix='set data.format = "text" (plain fields) or "chat" (lists of messages)',
+        )
     _check_data(ctx, obj, prompt)
 
 
@@ -105,10 +131,13 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
             report = check_rows(rows, obj, max_prompt, count)
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
             if report.prompts_unmeasured and not report.unusable:
-                ctx.note(f"{key}[{i}]", f"{report.prompts_unmeasured} of {report.rows} prompts in {path} cannot be "
-                                        "measured here (conversational, or no tokenizer.json in the model "
-                                        "directory): apply measures them against preference.max_prompt_length "
-                                        "before it writes anything")
+                ctx.note(
+                    f"{key}[{i}]",
+                    f"{report.prompts_unmeasured} of {report.rows} prompts in {path} cannot be "
+                    "measured here (conversational, or no tokenizer.json in the model "
+                    "directory): apply measures them against preference.max_prompt_length "
+                    "before it writes anything",
+                )
 
 
 def reference_for(ctx: Resolver, method: str) -> Reference:
@@ -137,8 +166,11 @@ def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any])
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)
     if alt.fits and (not sol.fits or len(alt.savers) < len(sol.savers)):
-        alt = dataclasses.replace(alt, savers=(PRECOMPUTED_REFERENCE, *alt.savers),
-                                  saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, base)})
+        alt = dataclasses.replace(
+            alt,
+            savers=(PRECOMPUTED_REFERENCE, *alt.savers),
+            saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, base)},
+        )
         return other, alt
     return problem, sol
 
@@ -159,42 +191,75 @@ def reference(ctx: Resolver) -> None:
     if asked == "auto" and ctx.spec("preference.reference_model") is not None:
         asked = "model"  # setting the model chooses it
     if ref == "adapters-off":
-        why = (f"{method}: the reference is the base with adapters disabled (peft), no second copy of the weights")
+        why = f"{method}: the reference is the base with adapters disabled (peft), no second copy of the weights"
     elif ref == "precomputed":
         why = "precomputed: one reference forward per example before training, no reference in memory"
         if asked == "auto":
-            why = (f"a frozen reference copy ({gib:.1f} GiB) would need more memory savers: the reference log-probs "
-                   "are computed once per example before training instead, and no copy is held")
+            why = (
+                f"a frozen reference copy ({gib:.1f} GiB) would need more memory savers: the reference log-probs "
+                "are computed once per example before training instead, and no copy is held"
+            )
     elif asked == "model":
-        why = (f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
-               f"architecture in the compute dtype ({gib:.1f} GiB)")
+        why = (
+            f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
+            f"architecture in the compute dtype ({gib:.1f} GiB)"
+        )
     else:
         why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB)"
     path = ctx.spec("preference.reference_model")
     if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
-        ctx.error("preference.reference_model", f"preference.reference_model = {path!r}: no model directory with "
-                  "a config.json there", fix="point it at a local model directory (config.json + safetensors), "
-                  'relative to the spec, or set preference.reference = "auto"')
+        ctx.error(
+            "preference.reference_model",
+            f"preference.reference_model = {path!r}: no model directory with a config.json there",
+            fix="point it at a local model directory (config.json + safetensors), "
+            'relative to the spec, or set preference.reference = "auto"',
+        )
     ctx.resolve("preference.reference", {"copy": "model" if asked == "model" else "copy"}.get(ref, ref), why)
     b = sol.per_device_batch
     if obj.grad_sequences > 1:
-        ctx.note("training.objective",
-                 f"{obj.name}: each example is a chosen and a rejected sequence in one forward: per-device batch "
-                 f"{b} examples = {b * obj.grad_sequences} sequences of {base.seq_len} tokens")
+        ctx.note(
+            "training.objective",
+            f"{obj.name}: each example is a chosen and a rejected sequence in one forward: per-device batch "
+            f"{b} examples = {b * obj.grad_sequences} sequences of {base.seq_len} tokens",
+        )
 
 
 RULES = (
-    Rule("preference.settings",
-         reads=("spec:training.objective", "spec:preference.beta", "spec:preference.loss_type",
-                "spec:preference.max_length", "spec:preference.max_prompt_length", "spec:data.seq_len",
-                "spec:model.task", "spec:data.format", "spec:data.train_files", "spec:data.eval_files",
-                "spec:model.name_or_path", "spec:model.from_scratch", "spec:training.loss_chunk_size",
-                "spec:training.use_liger_kernel", "spec:training.activation_offloading"),
-         writes=_KEYS, apply=settings,
-         doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked."),
-    Rule("preference.reference",
-         reads=(FIT_SOLUTION, FIT_METHOD, FIT_PROBLEM, "spec:training.objective",
-                "spec:preference.reference", "spec:preference.reference_model"),
-         writes=("preference.reference",), apply=reference,
-         doc="the reference the fit used: adapters disabled, a frozen copy, or precomputed log-probs."),
+    Rule(
+        "preference.settings",
+        reads=(
+            "spec:training.objective",
+            "spec:preference.beta",
+            "spec:preference.loss_type",
+            "spec:preference.max_length",
+            "spec:preference.max_prompt_length",
+            "spec:data.seq_len",
+            "spec:model.task",
+            "spec:data.format",
+            "spec:data.train_files",
+            "spec:data.eval_files",
+            "spec:model.name_or_path",
+            "spec:model.from_scratch",
+            "spec:training.loss_chunk_size",
+            "spec:training.use_liger_kernel",
+            "spec:training.activation_offloading",
+        ),
+        writes=_KEYS,
+        apply=settings,
+        doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked.",
+    ),
+    Rule(
+        "preference.reference",
+        reads=(
+            FIT_SOLUTION,
+            FIT_METHOD,
+            FIT_PROBLEM,
+            "spec:training.objective",
+            "spec:preference.reference",
+            "spec:preference.reference_model",
+        ),
+        writes=("preference.reference",),
+        apply=reference,
+        doc="the reference the fit used: adapters disabled, a frozen copy, or precomputed log-probs.",
+    ),
 )

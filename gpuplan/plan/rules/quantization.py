@@ -8,8 +8,8 @@ without it becomes float16.
 
 from __future__ import annotations
 
-from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.engine.graph import Rule
+from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.rules.common import QUANT_COMPUTE
 
 
@@ -23,17 +23,29 @@ def compute_dtype(ctx: Resolver) -> None:
         return
     if asked == "auto":
         if cpu:
-            ctx.resolve("quantization.bnb_4bit_compute_dtype", "bfloat16",
-                        "CPU: bitsandbytes' CPU backend dequantizes 4-bit weights to bfloat16 (fp16 has no fast CPU matmul)")
+            ctx.resolve(
+                "quantization.bnb_4bit_compute_dtype",
+                "bfloat16",
+                "CPU: bitsandbytes' CPU backend dequantizes 4-bit weights to bfloat16 (fp16 has no fast CPU matmul)",
+            )
         elif gpu.bf16:
-            ctx.resolve("quantization.bnb_4bit_compute_dtype", "bfloat16",
-                        f"{gpu.name} has bf16: 4-bit weights dequantize to bfloat16 for each matmul")
+            ctx.resolve(
+                "quantization.bnb_4bit_compute_dtype",
+                "bfloat16",
+                f"{gpu.name} has bf16: 4-bit weights dequantize to bfloat16 for each matmul",
+            )
         else:
-            ctx.resolve("quantization.bnb_4bit_compute_dtype", "float16",
-                        f"{gpu.name} has no bf16 (compute capability < 8.0): 4-bit weights dequantize to float16")
+            ctx.resolve(
+                "quantization.bnb_4bit_compute_dtype",
+                "float16",
+                f"{gpu.name} has no bf16 (compute capability < 8.0): 4-bit weights dequantize to float16",
+            )
     elif asked == "bfloat16" and not gpu.bf16 and not cpu:
-        ctx.resolve("quantization.bnb_4bit_compute_dtype", "float16",
-                    f"{gpu.name} has no bf16 (compute capability < 8.0): 4-bit matmuls compute in float16")
+        ctx.resolve(
+            "quantization.bnb_4bit_compute_dtype",
+            "float16",
+            f"{gpu.name} has no bf16 (compute capability < 8.0): 4-bit matmuls compute in float16",
+        )
     else:
         ctx.keep("quantization.bnb_4bit_compute_dtype")
 
@@ -47,9 +59,11 @@ def _compute_dtype(gpu, asked: str) -> str:
 
 
 RULES = (
-    Rule("quantization.compute_dtype",
-         reads=("spec:quantization.bnb_4bit_compute_dtype", "spec:model.method"),
-         writes=("quantization.bnb_4bit_compute_dtype", QUANT_COMPUTE),
-         apply=compute_dtype,
-         doc="4-bit compute dtype: bf16 where the GPU has it, else fp16; bf16 on CPU."),
+    Rule(
+        "quantization.compute_dtype",
+        reads=("spec:quantization.bnb_4bit_compute_dtype", "spec:model.method"),
+        writes=("quantization.bnb_4bit_compute_dtype", QUANT_COMPUTE),
+        apply=compute_dtype,
+        doc="4-bit compute dtype: bf16 where the GPU has it, else fp16; bf16 on CPU.",
+    ),
 )

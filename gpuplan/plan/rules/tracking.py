@@ -30,20 +30,28 @@ def report_to(ctx: Resolver) -> None:
                 continue
             package = TRACKERS[name][1]
             if local:
-                ctx.error("training.report_to", f"training.report_to names {name!r}, which is not installed here",
-                          fix=f"pip install {package}, or remove {name!r} from training.report_to")
+                ctx.error(
+                    "training.report_to",
+                    f"training.report_to names {name!r}, which is not installed here",
+                    fix=f"pip install {package}, or remove {name!r} from training.report_to",
+                )
             else:  # a plan for other machines: apply checks there (apply/packages.py), as for other packages
-                ctx.note("training.report_to", f"training.report_to names {name!r}: it needs the {package} package "
-                         "on the training machines (not installed where this plan was made)",
-                         fix=f"pip install {package} on every node before `gpuplan apply`")
+                ctx.note(
+                    "training.report_to",
+                    f"training.report_to names {name!r}: it needs the {package} package "
+                    "on the training machines (not installed where this plan was made)",
+                    fix=f"pip install {package} on every node before `gpuplan apply`",
+                )
     out = ctx.spec("output.dir")
     where = []
     if "tensorboard" in names:
         logdir = os.path.join(out, TENSORBOARD_DIR)
         where.append(f"TensorBoard event files in {logdir} (view: tensorboard --logdir {logdir})")
     if "mlflow" in names:
-        where.append(f"MLflow runs in file:{os.path.join(out, MLFLOW_DIR)} unless MLFLOW_TRACKING_URI is set "
-                     f"(view: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:{os.path.join(out, MLFLOW_DIR)})")
+        where.append(
+            f"MLflow runs in file:{os.path.join(out, MLFLOW_DIR)} unless MLFLOW_TRACKING_URI is set "
+            f"(view: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:{os.path.join(out, MLFLOW_DIR)})"
+        )
     if want == "all":
         where.append("every installed tracker the Trainer knows")
     if where:
@@ -51,8 +59,11 @@ def report_to(ctx: Resolver) -> None:
 
 
 RULES = (
-    Rule("tracking.report_to", reads=("spec:training.report_to", "spec:output.dir", "spec:training.run_name",
-                                      "spec:hardware.gpu", "spec:hardware.nodes"),
-         writes=("training.report_to",), apply=report_to,
-         doc="report_to trackers are installed; where their logs go."),
+    Rule(
+        "tracking.report_to",
+        reads=("spec:training.report_to", "spec:output.dir", "spec:training.run_name", "spec:hardware.gpu", "spec:hardware.nodes"),
+        writes=("training.report_to",),
+        apply=report_to,
+        doc="report_to trackers are installed; where their logs go.",
+    ),
 )

@@ -29,12 +29,16 @@ from gpuplan.plan.estimate.memory.types import Workload
 
 # model_type -> block style
 STYLE_OF = {
-    "llama": "llama", "mistral": "llama", "qwen2": "llama",
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
     "mixtral": "llama",  # llama's attention and norms; its MoE block: moe_extra_per_token
     "gemma": "gemma",
     "gpt2": "gpt2",
     "gpt_neox": "gpt_neox",
-    "bert": "bert", "roberta": "bert", "xlm-roberta": "bert",
+    "bert": "bert",
+    "roberta": "bert",
+    "xlm-roberta": "bert",
     "opt": "opt",
     "phi": "phi",
 }
@@ -100,26 +104,54 @@ _SDPA = {
 # the dropped probabilities; no log-sum-exp (-4a). Measured by the same fit. BERT's softmax
 # takes no dtype: under CUDA autocast (float32 list) its output is fp32 as GPT-2's, c_as 7.
 _EAGER = {
-    ("llama", "fp32"): (0, 0, -4, 4), ("llama", "half"): (4, -4, -4, 6), ("llama", "amp"): (4, -4, -4, 6),
-    ("gemma", "fp32"): (0, 0, -4, 4), ("gemma", "half"): (4, -4, -4, 6), ("gemma", "amp"): (4, -4, -4, 6),
-    ("gpt2", "fp32"): (0, 0, -4, 9), ("gpt2", "half"): (0, 0, -4, 5), ("gpt2", "amp"): (0, 0, -4, 7),
-    ("bert", "fp32"): (0, 0, -4, 9), ("bert", "half"): (0, 0, -4, 5), ("bert", "amp"): (0, 0, -4, 7),
-    ("gpt_neox", "fp32"): (0, 0, -4, 4), ("gpt_neox", "half"): (0, 0, -4, 6), ("gpt_neox", "amp"): (0, 0, -4, 6),
-    ("opt", "fp32"): (0, 0, -4, 4), ("opt", "half"): (0, 0, -4, 6), ("opt", "amp"): (0, 0, -4, 6),
-    ("phi", "fp32"): (0, 0, -4, 4), ("phi", "half"): (0, 0, -4, 6), ("phi", "amp"): (0, 0, -4, 6),
+    ("llama", "fp32"): (0, 0, -4, 4),
+    ("llama", "half"): (4, -4, -4, 6),
+    ("llama", "amp"): (4, -4, -4, 6),
+    ("gemma", "fp32"): (0, 0, -4, 4),
+    ("gemma", "half"): (4, -4, -4, 6),
+    ("gemma", "amp"): (4, -4, -4, 6),
+    ("gpt2", "fp32"): (0, 0, -4, 9),
+    ("gpt2", "half"): (0, 0, -4, 5),
+    ("gpt2", "amp"): (0, 0, -4, 7),
+    ("bert", "fp32"): (0, 0, -4, 9),
+    ("bert", "half"): (0, 0, -4, 5),
+    ("bert", "amp"): (0, 0, -4, 7),
+    ("gpt_neox", "fp32"): (0, 0, -4, 4),
+    ("gpt_neox", "half"): (0, 0, -4, 6),
+    ("gpt_neox", "amp"): (0, 0, -4, 6),
+    ("opt", "fp32"): (0, 0, -4, 4),
+    ("opt", "half"): (0, 0, -4, 6),
+    ("opt", "amp"): (0, 0, -4, 6),
+    ("phi", "fp32"): (0, 0, -4, 4),
+    ("phi", "half"): (0, 0, -4, 6),
+    ("phi", "amp"): (0, 0, -4, 6),
 }
 # Outside the layers, per token: (n_h, n_d, n_1): embedding output (layer 0's input),
 # final norm, rotary cos/sin (2 x d per token; gpt_neox rotates a quarter of d),
 # position ids (int64) and dropout masks of gpt2/bert/opt embeddings; phi rotates half of
 # d, gpt_neox a quarter. Measured by the same fit.
 _OUTSIDE = {
-    ("llama", "fp32"): (12, 8, 4), ("llama", "half"): (8, 4, 4), ("llama", "amp"): (8, 8, 4),
-    ("gemma", "fp32"): (12, 8, 4), ("gemma", "half"): (10, 4, 4), ("gemma", "amp"): (8, 8, 4),
-    ("gpt2", "fp32"): (9, 0, 16), ("gpt2", "half"): (5, 0, 12), ("gpt2", "amp"): (5, 0, 16),
-    ("bert", "fp32"): (9, 0, 16), ("bert", "half"): (5, 0, 12), ("bert", "amp"): (5, 0, 16),
-    ("gpt_neox", "fp32"): (8, 2, 8), ("gpt_neox", "half"): (4, 1, 4), ("gpt_neox", "amp"): (4, 2, 8),
-    ("opt", "fp32"): (8, 0, 16), ("opt", "half"): (4, 0, 12), ("opt", "amp"): (4, 0, 16),
-    ("phi", "fp32"): (8, 4, 8), ("phi", "half"): (4, 2, 4), ("phi", "amp"): (4, 4, 8),
+    ("llama", "fp32"): (12, 8, 4),
+    ("llama", "half"): (8, 4, 4),
+    ("llama", "amp"): (8, 8, 4),
+    ("gemma", "fp32"): (12, 8, 4),
+    ("gemma", "half"): (10, 4, 4),
+    ("gemma", "amp"): (8, 8, 4),
+    ("gpt2", "fp32"): (9, 0, 16),
+    ("gpt2", "half"): (5, 0, 12),
+    ("gpt2", "amp"): (5, 0, 16),
+    ("bert", "fp32"): (9, 0, 16),
+    ("bert", "half"): (5, 0, 12),
+    ("bert", "amp"): (5, 0, 16),
+    ("gpt_neox", "fp32"): (8, 2, 8),
+    ("gpt_neox", "half"): (4, 1, 4),
+    ("gpt_neox", "amp"): (4, 2, 8),
+    ("opt", "fp32"): (8, 0, 16),
+    ("opt", "half"): (4, 0, 12),
+    ("opt", "amp"): (4, 0, 16),
+    ("phi", "fp32"): (8, 4, 8),
+    ("phi", "half"): (4, 2, 4),
+    ("phi", "amp"): (4, 4, 8),
 }
 _PER_LAYER_CONST_H = {"gemma": 8}  # bytes per layer per hidden unit: gemma's fp32 (1 + w) per norm
 _DROPOUT_STYLES = {"gpt2": 2, "bert": 2, "opt": 2}
@@ -170,8 +202,7 @@ def activation_parts(facts: ModelFacts, wl: Workload) -> ActivationParts:
     note = None
     style = STYLE_OF.get(facts.model_type)
     if style is None:
-        note = (f"no activation model for model_type {facts.model_type!r}; "
-                "estimated with the Llama block (RMSNorm, gated MLP, rotary)")
+        note = f"no activation model for model_type {facts.model_type!r}; estimated with the Llama block (RMSNorm, gated MLP, rotary)"
         style = "llama"
     mode = mode_of(wl)
     b, s = wl.per_device_batch, wl.seq_len

@@ -34,14 +34,14 @@ from math import prod
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
-from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
-from gpuplan.plan.estimate.memory.preference import reference_bytes
 from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
+from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
 from gpuplan.plan.estimate.memory.layout import model_layout
-from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.lora_activations import dora_transient_bytes, lora_layer_bytes, lora_mode
-from gpuplan.plan.estimate.memory.packed_mask import packed_mask_layer_bytes, packed_mask_outside_bytes
+from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.packed_mask import packed_mask_layer_bytes, packed_mask_outside_bytes
+from gpuplan.plan.estimate.memory.preference import reference_bytes
 from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
@@ -96,23 +96,29 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         q_bytes, q_values, rest, largest4 = base_4bit_split(facts, a.double_quant)
         base = q_bytes + 4 * rest
         saved_b = 4
-        notes.append(f"qlora: {q_values / 1e9:.2f}B linear weights in 4-bit {a.quant_type} blocks of 64"
-                     f"{' with double-quantized absmax' if a.double_quant else ''} ({q_bytes / 1024**3:.2f} GiB); "
-                     f"prepare_model_for_kbit_training upcasts the other {rest / 1e6:.0f}M parameters (embeddings, "
-                     f"norms, head) to fp32 ({4 * rest / 1024**3:.2f} GiB)")
+        notes.append(
+            f"qlora: {q_values / 1e9:.2f}B linear weights in 4-bit {a.quant_type} blocks of 64"
+            f"{' with double-quantized absmax' if a.double_quant else ''} ({q_bytes / 1024**3:.2f} GiB); "
+            f"prepare_model_for_kbit_training upcasts the other {rest / 1e6:.0f}M parameters (embeddings, "
+            f"norms, head) to fp32 ({4 * rest / 1024**3:.2f} GiB)"
+        )
     else:
         base = wb * n_base
         saved_b = wb
         largest4 = 0
     adapter_w = 4 * lay.adapter_params  # fp32: autocast_adapter_dtype
     if largest4:
-        notes.append(f"qlora: each 4-bit matmul dequantizes its weight to {a.compute_dtype} in forward and again in "
-                     f"backward (bitsandbytes MatMul4Bit): up to {2 * largest4 / 1024**2:.0f} MiB transient per layer")
+        notes.append(
+            f"qlora: each 4-bit matmul dequantizes its weight to {a.compute_dtype} in forward and again in "
+            f"backward (bitsandbytes MatMul4Bit): up to {2 * largest4 / 1024**2:.0f} MiB transient per layer"
+        )
     if not qlora:
         notes.append(f"lora: frozen base in {wl.weight_dtype} ({base / 1024**3:.2f} GiB), no gradients for it")
-    notes.append(f"adapters: {lay.adapter_params / 1e6:.1f}M values in fp32 whatever the base dtype (peft's "
-                 f"autocast_adapter_dtype): {adapter_w / 1024**2:.0f} MiB weights + {adapter_w / 1024**2:.0f} MiB "
-                 f"gradients + optimizer states")
+    notes.append(
+        f"adapters: {lay.adapter_params / 1e6:.1f}M values in fp32 whatever the base dtype (peft's "
+        f"autocast_adapter_dtype): {adapter_w / 1024**2:.0f} MiB weights + {adapter_w / 1024**2:.0f} MiB "
+        f"gradients + optimizer states"
+    )
     saved_w = saved_b * lay.saved_params
     weights = base + adapter_w + saved_w + reference_bytes(facts, wl)  # a separate frozen reference
     grads = adapter_w + saved_w
@@ -127,8 +133,10 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     step_temp = optimizer_step_temp_bytes(kind, n_train, max((prod(s) for _, s in lay.adapter_shapes), default=0), 4)
     if kind.startswith("bnb8") or kind == "adafactor":
         adam = 2 * grads
-        notes.append(f"adapters: {wl.optim} keeps {states / 1024**2:.0f} MiB of optimizer states where AdamW "
-                     f"would keep {adam / 1024**2:.0f} MiB: little to gain with {n_train / 1e6:.1f}M trainable values")
+        notes.append(
+            f"adapters: {wl.optim} keeps {states / 1024**2:.0f} MiB of optimizer states where AdamW "
+            f"would keep {adam / 1024**2:.0f} MiB: little to gain with {n_train / 1e6:.1f}M trainable values"
+        )
 
     # activations: the base's parts (embeddings, loss path, MLP gradients) from the full model,
     # the layers from the measured LoRA rows
@@ -143,9 +151,15 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         notes.append(row_note)
     per_layer = tokens * per_token + layer_const + packed_mask_layer_bytes(facts, awl, lora_mode(awl) != "fp32")
     if a.use_dora:
-        notes.append("DoRA: each target keeps its base output and lora_B's output for the magnitude's gradient"
-                     + ("; with lora_dropout the base output is recomputed from the dropped input and its weight "
-                        "(a 16-bit copy under autocast or from 4-bit) stays saved" if a.lora_dropout > 0 else ""))
+        notes.append(
+            "DoRA: each target keeps its base output and lora_B's output for the magnitude's gradient"
+            + (
+                "; with lora_dropout the base output is recomputed from the dropped input and its weight "
+                "(a 16-bit copy under autocast or from 4-bit) stays saved"
+                if a.lora_dropout > 0
+                else ""
+            )
+        )
     h = facts.hidden_size
     layers = facts.num_layers
     layout = model_layout(facts)
@@ -171,8 +185,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         # outside the checkpointed layers only the final norm's input (residual dtype) and the
         # int64 positions stay saved (measured against the trace, benchmarks/lora_memory_accuracy.py)
         resid = 2 if mode == "half" else 4
-        saved_acts = (layers * parts.per_layer_checkpointed + tokens * (resid * h + 8)
-                      + packed_mask_outside_bytes(awl))
+        saved_acts = layers * parts.per_layer_checkpointed + tokens * (resid * h + 8) + packed_mask_outside_bytes(awl)
         fwd_casts = adapter_casts + head_casts  # per-op casts of checkpointed layers are not kept
         bwd_casts = head_casts  # autocast's cache is gone once forward leaves autocast
         recompute = per_layer + (base_casts - head_casts) // max(layers, 1) + adapter_casts // max(layers, 1)
@@ -195,19 +208,26 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     host = pinned = 0
     if wl.engine in ("fsdp", "deepspeed"):  # the base and the adapters' states sharded (memory/adapters_sharded.py)
         sh = sharded_adapter_states(facts, wl, lay.adapter_params, lay.saved_params, lay.adapter_shapes, kind)
-        weights, grads, states, step_temp, acc, buckets = (sh.weights, sh.grads, sh.states, sh.step_temp,
-                                                           sh.accumulated, sh.buckets)
-        gathered = {"fwd": sh.gathered_forward, "head": sh.gathered_head, "last": sh.gathered_last_layer,
-                    "first": sh.gathered_first_layer}
+        weights, grads, states, step_temp, acc, buckets = (sh.weights, sh.grads, sh.states, sh.step_temp, sh.accumulated, sh.buckets)
+        gathered = {"fwd": sh.gathered_forward, "head": sh.gathered_head, "last": sh.gathered_last_layer, "first": sh.gathered_first_layer}
         host, pinned = sh.host_bytes, sh.pinned_bytes
         notes.extend(sh.notes)
 
     def moment(g: int, act: int, logits: int, temp: int = 0, at: str = "") -> dict[str, int]:
-        return {"weights": weights + gathered.get(at, 0), "gradients": g + buckets, "optimizer_states": states,
-                "activations": act, "logits_loss": logits, "temporaries": temp}
+        return {
+            "weights": weights + gathered.get(at, 0),
+            "gradients": g + buckets,
+            "optimizer_states": states,
+            "activations": act,
+            "logits_loss": logits,
+            "temporaries": temp,
+        }
 
-    first = (parts.per_layer_checkpointed + recompute if wl.gradient_checkpointing
-             else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1)))
+    first = (
+        parts.per_layer_checkpointed + recompute
+        if wl.gradient_checkpointing
+        else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1))
+    )
     moments = [
         moment(acc, saved_acts + fwd_casts, parts.logits_fwd, at="fwd"),
         moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start, at="fwd"),
@@ -219,8 +239,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     ]
     if qlora and (wl.engine == "deepspeed" or (wl.engine == "fsdp" and not wl.offload_params)):
         # loaded whole onto each GPU before the engine shards it (memory/host.py): the 4-bit base + its fp32 rest
-        moments.append({"weights": base, "gradients": 0, "optimizer_states": 0, "activations": 0, "logits_loss": 0,
-                        "temporaries": 0})
+        moments.append({"weights": base, "gradients": 0, "optimizer_states": 0, "activations": 0, "logits_loss": 0, "temporaries": 0})
     peak = max(moments, key=lambda c: sum(c.values()))
     allocated = sum(peak.values())
     cc = gpu.compute_capability if gpu is not None else None
@@ -230,10 +249,19 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     if wl.gradient_checkpointing:
         # transformers 5.24 modeling_utils._activation_checkpointing_enable: {"use_reentrant": False}
         # unless the caller passes kwargs (the Trainer passes gradient_checkpointing_kwargs = None)
-        notes.append("checkpointing a frozen base: transformers checkpoints non-reentrantly (use_reentrant=False), "
-                     "so the adapters inside checkpointed blocks get gradients though the layer inputs do not "
-                     "require grad; apply also calls enable_input_require_grads(), which only reentrant "
-                     "checkpointing would need")
-    return MemoryEstimate(int(allocated), int(allocated + overhead), components, "analytic", tuple(notes),
-                          host_bytes=int(host + offloaded), host_pinned_bytes=int(pinned + offloaded),
-                          offloaded_activation_bytes=int(offloaded))
+        notes.append(
+            "checkpointing a frozen base: transformers checkpoints non-reentrantly (use_reentrant=False), "
+            "so the adapters inside checkpointed blocks get gradients though the layer inputs do not "
+            "require grad; apply also calls enable_input_require_grads(), which only reentrant "
+            "checkpointing would need"
+        )
+    return MemoryEstimate(
+        int(allocated),
+        int(allocated + overhead),
+        components,
+        "analytic",
+        tuple(notes),
+        host_bytes=int(host + offloaded),
+        host_pinned_bytes=int(pinned + offloaded),
+        offloaded_activation_bytes=int(offloaded),
+    )

@@ -111,16 +111,19 @@ def base_parts(facts: ModelFacts, qlora: bool, double_quant: bool, stored: int, 
     embed = 0 if facts.tie_word_embeddings else min(facts.vocab_size * facts.hidden_size, outside)
     small = sum(prod(s) if s else 1 for _, s in facts.param_shapes if (prod(s) if s else 1) < DS_PERSISTENCE_THRESHOLD)
     return BaseParts(
-        shardable=packed + stored * (total - q_values), replicated=q_bytes - packed,
+        shardable=packed + stored * (total - q_values),
+        replicated=q_bytes - packed,
         layer=packed // layers + stored * rest_layer,
         layer_gathered=packed // layers + gathered * rest_layer,
         tail_gathered=gathered * (outside - embed),
-        embed_gathered=gathered * embed, small=small,
+        embed_gathered=gathered * embed,
+        small=small,
     )
 
 
-def sharded_adapter_states(facts: ModelFacts, wl: Workload, adapter_values: int, saved_values: int,
-                           adapter_shapes: tuple, kind: str) -> AdapterShards:
+def sharded_adapter_states(
+    facts: ModelFacts, wl: Workload, adapter_values: int, saved_values: int, adapter_shapes: tuple, kind: str
+) -> AdapterShards:
     a = wl.adapters
     assert a is not None
     n = max(wl.shard_world_size, 1)
@@ -160,27 +163,33 @@ def sharded_adapter_states(facts: ModelFacts, wl: Workload, adapter_values: int,
     offload = wl.offload_params or wl.offload_optimizer
     accumulated = grads if wl.gradient_accumulation_steps > 1 else 0  # sync_each_batch: sharded
     host = pinned = 0
-    notes = [f"FSDP ZeRO-{wl.zero_stage} over {n} {'CPU processes' if wl.device == 'cpu' else 'GPUs'}: the frozen base "
-             f"sharded, {base.shardable / GIB / n:.2f} GiB of {base.shardable / GIB:.2f} GiB per rank; 'weights' includes "
-             f"the units gathered in flight ({g_layer / 2**20:.0f} MiB per decoder layer)"]
+    notes = [
+        f"FSDP ZeRO-{wl.zero_stage} over {n} {'CPU processes' if wl.device == 'cpu' else 'GPUs'}: the frozen base "
+        f"sharded, {base.shardable / GIB / n:.2f} GiB of {base.shardable / GIB:.2f} GiB per rank; 'weights' includes "
+        f"the units gathered in flight ({g_layer / 2**20:.0f} MiB per decoder layer)"
+    ]
     if qlora:
-        notes.append(f"FSDP + qlora: bnb_4bit_quant_storage = the compute dtype so the packed 4-bit weights shard "
-                     f"(uint8 storage would stay whole on every GPU: accelerate ignores it); the QuantStates "
-                     f"({base.replicated / GIB:.2f} GiB) are not parameters and stay whole on every GPU")
+        notes.append(
+            f"FSDP + qlora: bnb_4bit_quant_storage = the compute dtype so the packed 4-bit weights shard "
+            f"(uint8 storage would stay whole on every GPU: accelerate ignores it); the QuantStates "
+            f"({base.replicated / GIB:.2f} GiB) are not parameters and stay whole on every GPU"
+        )
     weights = base_shard + base.replicated + adapter_w
     if offload:
         host = base_shard + adapter_w + grads + states
         pinned = base_shard + adapter_w
         weights, grads, states, step_temp, accumulated = base.replicated, 0, 0, 0, 0
-        notes.append(f"FSDP CPU offload: {host / GIB:.1f} GiB per rank in host RAM ({pinned / GIB:.1f} GiB of it "
-                     "pinned parameter shards); each unit's shard is copied to the GPU before its all-gather and "
-                     "the optimizer steps on the CPU")
-    return AdapterShards(weights, grads, states, step_temp, 0, accumulated, fwd, head, last, first, host, pinned,
-                         per_step, tuple(notes))
+        notes.append(
+            f"FSDP CPU offload: {host / GIB:.1f} GiB per rank in host RAM ({pinned / GIB:.1f} GiB of it "
+            "pinned parameter shards); each unit's shard is copied to the GPU before its all-gather and "
+            "the optimizer steps on the CPU"
+        )
+    return AdapterShards(weights, grads, states, step_temp, 0, accumulated, fwd, head, last, first, host, pinned, per_step, tuple(notes))
 
 
-def _deepspeed(facts: ModelFacts, wl: Workload, n: int, trainable: int, adapter_shapes: tuple, kind: str,
-               qlora: bool, layers: int) -> AdapterShards:
+def _deepspeed(
+    facts: ModelFacts, wl: Workload, n: int, trainable: int, adapter_shapes: tuple, kind: str, qlora: bool, layers: int
+) -> AdapterShards:
     stage = wl.zero_stage
     lb = 2  # DeepSpeed runs 16-bit modules (bf16/fp16 "auto" from TrainingArguments)
     a = wl.adapters
@@ -218,12 +227,30 @@ def _deepspeed(facts: ModelFacts, wl: Workload, n: int, trainable: int, adapter_
         host += moved
         pinned += moved
         weights -= moved
-    notes = [f"DeepSpeed ZeRO-{stage} over {n} GPUs with adapters: fp32 master, Adam and gradient partitions only for "
-             f"the {trainable / 1e6:.1f}M trainable values; the frozen base "
-             + (f"partitioned ({base.shardable / GIB / n:.2f} GiB per GPU)" if stage == 3 else "whole on every GPU")]
+    notes = [
+        f"DeepSpeed ZeRO-{stage} over {n} GPUs with adapters: fp32 master, Adam and gradient partitions only for "
+        f"the {trainable / 1e6:.1f}M trainable values; the frozen base "
+        + (f"partitioned ({base.shardable / GIB / n:.2f} GiB per GPU)" if stage == 3 else "whole on every GPU")
+    ]
     if qlora:
-        notes.append("DeepSpeed + qlora: bnb_4bit_quant_storage = the compute dtype, so ZeRO-3 partitions the packed "
-                     "weights (peft's DeepSpeed guide); the 4-bit base loads whole onto each GPU first (apply builds the "
-                     "model before the DeepSpeed config exists, so zero.Init does not partition it while loading)")
-    return AdapterShards(weights, grads, states, 0, buckets, grads if wl.gradient_accumulation_steps > 1 else 0,
-                         fwd, head, last, first, host, pinned, per_step, tuple(notes))
+        notes.append(
+            "DeepSpeed + qlora: bnb_4bit_quant_storage = the compute dtype, so ZeRO-3 partitions the packed "
+            "weights (peft's DeepSpeed guide); the 4-bit base loads whole onto each GPU first (apply builds the "
+            "model before the DeepSpeed config exists, so zero.Init does not partition it while loading)"
+        )
+    return AdapterShards(
+        weights,
+        grads,
+        states,
+        0,
+        buckets,
+        grads if wl.gradient_accumulation_steps > 1 else 0,
+        fwd,
+        head,
+        last,
+        first,
+        host,
+        pinned,
+        per_step,
+        tuple(notes),
+    )

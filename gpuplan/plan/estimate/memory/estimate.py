@@ -53,8 +53,10 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     if note:
         notes.append(note)
     if wl.optim.startswith("paged_"):
-        notes.append("paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory; "
-                     "counted here although torch.cuda.max_memory_allocated does not show them")
+        notes.append(
+            "paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory; "
+            "counted here although torch.cuda.max_memory_allocated does not show them"
+        )
     # model states per GPU under wl.engine, and the unsharded parameters in flight
     # (memory/sharding.py); engine "none" is the single-device case
     st = sharded_states(facts, wl, layout, kind)
@@ -97,9 +99,12 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         # next layer saved its own input) (trace of a checkpointed layer, peak listing)
         act_b = 2 if (amp or half) else 4
         consumed = tokens * facts.intermediate_size * act_b if facts.mlp == "gated" else 0
-        recompute = (parts.per_layer - consumed
-                     - tokens * facts.hidden_size * (2 if half else 4)
-                     + (2 * layout.cast_params // max(layers, 1) if amp else 0))
+        recompute = (
+            parts.per_layer
+            - consumed
+            - tokens * facts.hidden_size * (2 if half else 4)
+            + (2 * layout.cast_params // max(layers, 1) if amp else 0)
+        )
     else:
         saved = layers * parts.per_layer + parts.outside_layers
         fwd_casts = bwd_casts = casts
@@ -112,11 +117,16 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         offloaded = offloaded_bytes(parts.per_layer, layers, parts.outside_layers) + bwd_casts
         saved, bwd_casts = parts.per_layer, bwd_casts // max(layers, 1)
 
-    def moment(gradients: int, activations: int, logits: int, temporaries: int = 0,
-               gathered: int = 0) -> dict[str, int]:
+    def moment(gradients: int, activations: int, logits: int, temporaries: int = 0, gathered: int = 0) -> dict[str, int]:
         # gathered (unsharded) parameters count as weights, communication buckets as gradients
-        return {"weights": weights + gathered, "gradients": gradients + buckets, "optimizer_states": states,
-                "activations": activations, "logits_loss": logits, "temporaries": temporaries}
+        return {
+            "weights": weights + gathered,
+            "gradients": gradients + buckets,
+            "optimizer_states": states,
+            "activations": activations,
+            "logits_loss": logits,
+            "temporaries": temporaries,
+        }
 
     # chunked cross-entropy: each chunk's backward makes its own head weight gradient (compute
     # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/test_chunked_loss.py)
@@ -133,16 +143,14 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     # (j = L-1: the head's and L-1 layers' gradients; the embeddings' comes last).
     # Memory is linear in j in between, so the ends bound it.
     grads_at_first_layer = head_grad + (layers - 1) * layer_grads
-    moments.append(moment(acc or head_grad, saved + bwd_casts + recompute, 0, parts.layer_backward,
-                          gathered=st.gathered_last_layer))
+    moments.append(moment(acc or head_grad, saved + bwd_casts + recompute, 0, parts.layer_backward, gathered=st.gathered_last_layer))
     if wl.gradient_checkpointing:
         first = parts.outside_layers + parts.per_layer_checkpointed + recompute
     elif offloaded:
         first = parts.per_layer + bwd_casts
     else:
         first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
-    moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward,
-                          gathered=st.gathered_first_layer))
+    moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward, gathered=st.gathered_first_layer))
     peak = max(moments, key=lambda c: sum(c.values()))
     allocated = sum(peak.values())
     cc = gpu.compute_capability if gpu is not None else None

@@ -47,13 +47,20 @@ class HostMemory:
     loading_how: str
 
     def to_dict(self) -> dict[str, int | str]:
-        return {"loading_bytes": self.loading, "offloaded_bytes": self.offloaded, "pinned_bytes": self.pinned,
-                "peak_bytes": self.peak, "loading": self.loading_how}
+        return {
+            "loading_bytes": self.loading,
+            "offloaded_bytes": self.offloaded,
+            "pinned_bytes": self.pinned,
+            "peak_bytes": self.peak,
+            "loading": self.loading_how,
+        }
 
     def describe(self, count: int) -> str:
-        return (f"{self.peak / GIB:.0f} GiB of host RAM per node ({count} rank{'s' if count != 1 else ''}): loading "
-                f"{self.loading / GIB:.0f} GiB ({self.loading_how}), offloaded states {self.offloaded / GIB:.0f} GiB "
-                f"({self.pinned / GIB:.0f} GiB of it pinned)")
+        return (
+            f"{self.peak / GIB:.0f} GiB of host RAM per node ({count} rank{'s' if count != 1 else ''}): loading "
+            f"{self.loading / GIB:.0f} GiB ({self.loading_how}), offloaded states {self.offloaded / GIB:.0f} GiB "
+            f"({self.pinned / GIB:.0f} GiB of it pinned)"
+        )
 
 
 def loaded_model_bytes(facts: ModelFacts, wl: Workload) -> int:
@@ -67,8 +74,7 @@ def loaded_model_bytes(facts: ModelFacts, wl: Workload) -> int:
     return DTYPE_BYTES[wl.weight_dtype] * facts.n_params
 
 
-def host_memory(facts: ModelFacts, wl: Workload, host_bytes_per_rank: int, pinned_per_rank: int,
-                count: int) -> HostMemory:
+def host_memory(facts: ModelFacts, wl: Workload, host_bytes_per_rank: int, pinned_per_rank: int, count: int) -> HostMemory:
     """Host RAM of one node of `count` ranks."""
     qlora = wl.adapters is not None and wl.adapters.method == "qlora"
     offload = wl.offload_params or wl.offload_optimizer

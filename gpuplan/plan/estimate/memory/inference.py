@@ -46,21 +46,27 @@ class InferenceMemory:
         return self.kv_cache_bytes // max(self.context * self.batch, 1)
 
     def to_dict(self) -> dict[str, int | str]:
-        return {"weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "activation_bytes": self.activation_bytes, "overhead_bytes": self.overhead_bytes,
-                "total_bytes": self.total_bytes, "context": self.context, "batch": self.batch, "dtype": self.dtype}
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "activation_bytes": self.activation_bytes,
+            "overhead_bytes": self.overhead_bytes,
+            "total_bytes": self.total_bytes,
+            "context": self.context,
+            "batch": self.batch,
+            "dtype": self.dtype,
+        }
 
 
-def inference_memory(facts: ModelFacts, *, dtype: str, context: int, batch: int = 1, device: str = "cuda",
-                     compute_capability: tuple[int, int] | None = None) -> InferenceMemory:
+def inference_memory(
+    facts: ModelFacts, *, dtype: str, context: int, batch: int = 1, device: str = "cuda", compute_capability: tuple[int, int] | None = None
+) -> InferenceMemory:
     b = DTYPE_BYTES[dtype]
-    h, a, kv, d, i = (facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim,
-                      facts.intermediate_size)
+    h, a, kv, d, i = (facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim, facts.intermediate_size)
     tokens = context * batch
     weights = facts.n_params * b
     kv_cache = 2 * facts.num_layers * kv * d * tokens * b
     mlp = 3 * i if facts.mlp == "gated" else 2 * i
     activations = tokens * (2 * h + 2 * a * d + 2 * kv * d + mlp) * b + batch * facts.vocab_size * 4
     allocated = weights + kv_cache + activations
-    return InferenceMemory(weights, kv_cache, activations, overhead_bytes(allocated, device, compute_capability),
-                           context, batch, dtype)
+    return InferenceMemory(weights, kv_cache, activations, overhead_bytes(allocated, device, compute_capability), context, batch, dtype)

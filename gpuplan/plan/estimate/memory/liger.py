@@ -47,8 +47,10 @@ def unavailable(model_type: str, task: str, vendor: str, gpu_name: str) -> str |
     if task != "causal-lm":
         return f"Liger patches causal language models; model.task is {task!r}"
     if model_type not in FAMILIES:
-        return (f"liger-kernel does not patch model_type {model_type!r} "
-                f"(it patches, of the families gpuplan plans: {', '.join(sorted(FAMILIES))})")
+        return (
+            f"liger-kernel does not patch model_type {model_type!r} "
+            f"(it patches, of the families gpuplan plans: {', '.join(sorted(FAMILIES))})"
+        )
     return None
 
 
@@ -67,5 +69,4 @@ def flce_bytes(tokens: int, hidden: int, vocab: int, act_bytes: int, head_grad_b
 
 
 def speedup_note() -> str:
-    return ("Liger kernels: the step time does not count their speed-up (Hsu et al. 2024 report ~20% more "
-            "end-to-end throughput)")
+    return "Liger kernels: the step time does not count their speed-up (Hsu et al. 2024 report ~20% more end-to-end throughput)"

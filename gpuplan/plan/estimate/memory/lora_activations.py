@@ -54,63 +54,65 @@ _KEPT_INPUT = {"opt": frozenset({"fc2"})}
 ROWS: dict[tuple[str, str, str], tuple[int, int, int, int, int, int, int]] = {
     # derived from the all-linear / attention rows fitted before (each pair is one frozen layer
     # plus its targets' inputs: the two agree for every style and mode), then re-fitted
-    ('llama', 'fp32', 'lora'): (8, 16, 0, 12, 4, 8, 4),
-    ('llama', 'amp', 'lora'): (8, 4, 4, 6, 4, 8, 2),
-    ('llama', 'half', 'lora'): (8, 4, 4, 6, 4, 8, 4),
-    ('llama', 'amp', 'qlora'): (8, 4, 4, 12, 4, 8, 2),
-    ('llama', 'fp32', 'qlora'): (8, 16, 0, 12, 4, 8, 4),
-    ('gemma', 'amp', 'lora'): (8, 4, 4, 6, 4, 2, 2),
-    ('gemma', 'half', 'lora'): (8, 4, 4, 6, 4, 2, 4),
-    ('gemma', 'amp', 'qlora'): (8, 4, 4, 12, 4, 2, 2),
-    ('gpt2', 'fp32', 'lora'): (26, 0, 0, 16, 4, 16, 4),
-    ('gpt2', 'amp', 'lora'): (18, 0, 0, 14, 4, 16, 2),  # re-fitted under CUDA autocast (gelu_new's pow fp32)
-    ('gpt2', 'half', 'lora'): (14, 0, 0, 8, 4, 8, 4),
-    ('gpt2', 'amp', 'qlora'): (18, 0, 0, 16, 4, 6, 2),
-    ('gpt2', 'fp32', 'qlora'): (26, 0, 0, 16, 4, 6, 4),
-    ('gpt_neox', 'fp32', 'lora'): (28, 0, 0, 4, 4, 16, 4),
-    ('gpt_neox', 'amp', 'lora'): (16, 0, 0, 2, 4, 16, 2),
-    ('gpt_neox', 'half', 'lora'): (14, 0, 0, 2, 4, 8, 4),
-    ('gpt_neox', 'amp', 'qlora'): (12, 0, 0, 4, 4, 6, 2),
-    ('gpt_neox', 'fp32', 'qlora'): (28, 0, 0, 4, 4, 6, 4),
-    ('opt', 'fp32', 'lora'): (26, 0, 0, 4, 4, 16, 4),
-    ('opt', 'amp', 'lora'): (18, 0, 0, 2, 4, 16, 2),
-    ('opt', 'half', 'lora'): (14, 0, 0, 2, 4, 8, 4),
-    ('opt', 'amp', 'qlora'): (18, 0, 0, 4, 4, 6, 2),
-    ('opt', 'fp32', 'qlora'): (26, 0, 0, 4, 4, 6, 4),
-    ('bert', 'amp', 'lora'): (18, 0, 0, 2, 4, 16, 2),
-    ('bert', 'half', 'lora'): (14, 0, 0, 2, 4, 8, 4),
-    ('bert', 'amp', 'qlora'): (18, 0, 0, 4, 4, 6, 2),
-    ('phi', 'amp', 'lora'): (12, 0, 0, 14, 4, 8, 2),  # re-fitted under CUDA autocast (gelu_new's pow fp32)
-    ('phi', 'half', 'lora'): (10, 0, 0, 8, 4, 4, 4),
-    ('phi', 'amp', 'qlora'): (12, 0, 0, 16, 4, -2, 2),
+    ("llama", "fp32", "lora"): (8, 16, 0, 12, 4, 8, 4),
+    ("llama", "amp", "lora"): (8, 4, 4, 6, 4, 8, 2),
+    ("llama", "half", "lora"): (8, 4, 4, 6, 4, 8, 4),
+    ("llama", "amp", "qlora"): (8, 4, 4, 12, 4, 8, 2),
+    ("llama", "fp32", "qlora"): (8, 16, 0, 12, 4, 8, 4),
+    ("gemma", "amp", "lora"): (8, 4, 4, 6, 4, 2, 2),
+    ("gemma", "half", "lora"): (8, 4, 4, 6, 4, 2, 4),
+    ("gemma", "amp", "qlora"): (8, 4, 4, 12, 4, 2, 2),
+    ("gpt2", "fp32", "lora"): (26, 0, 0, 16, 4, 16, 4),
+    ("gpt2", "amp", "lora"): (18, 0, 0, 14, 4, 16, 2),  # re-fitted under CUDA autocast (gelu_new's pow fp32)
+    ("gpt2", "half", "lora"): (14, 0, 0, 8, 4, 8, 4),
+    ("gpt2", "amp", "qlora"): (18, 0, 0, 16, 4, 6, 2),
+    ("gpt2", "fp32", "qlora"): (26, 0, 0, 16, 4, 6, 4),
+    ("gpt_neox", "fp32", "lora"): (28, 0, 0, 4, 4, 16, 4),
+    ("gpt_neox", "amp", "lora"): (16, 0, 0, 2, 4, 16, 2),
+    ("gpt_neox", "half", "lora"): (14, 0, 0, 2, 4, 8, 4),
+    ("gpt_neox", "amp", "qlora"): (12, 0, 0, 4, 4, 6, 2),
+    ("gpt_neox", "fp32", "qlora"): (28, 0, 0, 4, 4, 6, 4),
+    ("opt", "fp32", "lora"): (26, 0, 0, 4, 4, 16, 4),
+    ("opt", "amp", "lora"): (18, 0, 0, 2, 4, 16, 2),
+    ("opt", "half", "lora"): (14, 0, 0, 2, 4, 8, 4),
+    ("opt", "amp", "qlora"): (18, 0, 0, 4, 4, 6, 2),
+    ("opt", "fp32", "qlora"): (26, 0, 0, 4, 4, 6, 4),
+    ("bert", "amp", "lora"): (18, 0, 0, 2, 4, 16, 2),
+    ("bert", "half", "lora"): (14, 0, 0, 2, 4, 8, 4),
+    ("bert", "amp", "qlora"): (18, 0, 0, 4, 4, 6, 2),
+    ("phi", "amp", "lora"): (12, 0, 0, 14, 4, 8, 2),  # re-fitted under CUDA autocast (gelu_new's pow fp32)
+    ("phi", "half", "lora"): (10, 0, 0, 8, 4, 4, 4),
+    ("phi", "amp", "qlora"): (12, 0, 0, 16, 4, -2, 2),
     # fitted
-    ('gemma', 'fp32', 'lora'): (8, 16, 0, 12, 4, 2, 4),
-    ('gemma', 'fp32', 'qlora'): (8, 16, 0, 12, 4, 2, 4),
-    ('phi', 'fp32', 'lora'): (20, 0, 0, 16, 4, 8, 4),
-    ('phi', 'fp32', 'qlora'): (20, 0, 0, 16, 4, -2, 4),
+    ("gemma", "fp32", "lora"): (8, 16, 0, 12, 4, 2, 4),
+    ("gemma", "fp32", "qlora"): (8, 16, 0, 12, 4, 2, 4),
+    ("phi", "fp32", "lora"): (20, 0, 0, 16, 4, 8, 4),
+    ("phi", "fp32", "qlora"): (20, 0, 0, 16, 4, -2, 4),
     # half-amp, fitted (residual under 300 bytes per layer; gpt_neox 2.5 kB)
-    ('llama', 'half-amp', 'lora'): (8, 4, 4, 6, 4, 8, 2),
-    ('gemma', 'half-amp', 'lora'): (8, 4, 4, 6, 4, 2, 2),
-    ('gpt2', 'half-amp', 'lora'): (18, 0, 0, 14, 4, 4, 2),
-    ('gpt_neox', 'half-amp', 'lora'): (20, 0, 0, 2, 4, -1, 2),
-    ('bert', 'half-amp', 'lora'): (18, 0, 0, 2, 4, 4, 2),
-    ('opt', 'half-amp', 'lora'): (18, 0, 0, 2, 4, 4, 2),
-    ('phi', 'half-amp', 'lora'): (12, 0, 0, 14, 4, 2, 2),
+    ("llama", "half-amp", "lora"): (8, 4, 4, 6, 4, 8, 2),
+    ("gemma", "half-amp", "lora"): (8, 4, 4, 6, 4, 2, 2),
+    ("gpt2", "half-amp", "lora"): (18, 0, 0, 14, 4, 4, 2),
+    ("gpt_neox", "half-amp", "lora"): (20, 0, 0, 2, 4, -1, 2),
+    ("bert", "half-amp", "lora"): (18, 0, 0, 2, 4, 4, 2),
+    ("opt", "half-amp", "lora"): (18, 0, 0, 2, 4, 4, 2),
+    ("phi", "half-amp", "lora"): (12, 0, 0, 14, 4, 2, 2),
 }
 # (mode, method) -> (c_out; c_out of a target reading the attention output; c_out and c_w with
 # lora_dropout, where the base output is F.linear's, in autocast's dtype under autocast).
 # Measured: benchmarks/lora_coefficients.py's trace, DoRA minus LoRA, 1 vs 2 layers, 64 vs 128 tokens.
 _DORA = {
-    ("fp32", "lora"): (8, 8, 8, 0), ("amp", "lora"): (4, 4, 4, 2), ("half", "lora"): (6, 6, 8, 4),
+    ("fp32", "lora"): (8, 8, 8, 0),
+    ("amp", "lora"): (4, 4, 4, 2),
+    ("half", "lora"): (6, 6, 8, 4),
     ("half-amp", "lora"): (4, 4, 4, 2),
     # bitsandbytes Linear4bit returns its input's dtype: fp32 beside the 16-bit lora_B output,
     # except where the input is the 16-bit attention output
-    ("amp", "qlora"): (6, 4, 4, 2), ("fp32", "qlora"): (8, 8, 8, 4),
+    ("amp", "qlora"): (6, 4, 4, 2),
+    ("fp32", "qlora"): (8, 8, 8, 4),
 }
 
 
-_ATTENTION_INPUT = frozenset({"q_proj", "k_proj", "v_proj", "c_attn", "query_key_value", "query", "key", "value",
-                              "qkv_proj", "Wqkv"})
+_ATTENTION_INPUT = frozenset({"q_proj", "k_proj", "v_proj", "c_attn", "query_key_value", "query", "key", "value", "qkv_proj", "Wqkv"})
 _MLP_INPUT = frozenset({"gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "dense_h_to_4h", "w1", "w3"})
 _PARALLEL = frozenset({"phi", "gpt_neox"})  # attention and MLP both read the layer input
 
@@ -124,8 +126,13 @@ def first_layer_saving(style: str, row: tuple, facts: ModelFacts, targets: list[
     c_h, c_q, c_kv, c_i, c_a, c_1, _ = row
     shorts = {name.rsplit(".", 1)[-1] for name, _, _ in targets}
     d = facts.head_dim
-    attention = (c_h * facts.hidden_size + c_q * facts.num_attention_heads * d
-                 + c_kv * facts.num_key_value_heads * d + c_a * facts.num_attention_heads + c_1)
+    attention = (
+        c_h * facts.hidden_size
+        + c_q * facts.num_attention_heads * d
+        + c_kv * facts.num_key_value_heads * d
+        + c_a * facts.num_attention_heads
+        + c_1
+    )
     mlp = c_i * facts.intermediate_size
     attn_in = bool(shorts & _ATTENTION_INPUT)
     attn_out = any(reads_attention(name) for name, _, _ in targets)
@@ -192,8 +199,14 @@ def lora_layer_bytes(facts: ModelFacts, wl: Workload, style: str) -> tuple[int, 
         note = f"no measured LoRA activation row for {style} ({mode}): the Llama block's is used"
     c_h, c_q, c_kv, c_i, c_a, c_1, c_in = row
     h, i, d = facts.hidden_size, facts.intermediate_size, facts.head_dim
-    per_token = (c_h * h + c_q * facts.num_attention_heads * d + c_kv * facts.num_key_value_heads * d + c_i * i
-                 + c_a * facts.num_attention_heads + c_1)
+    per_token = (
+        c_h * h
+        + c_q * facts.num_attention_heads * d
+        + c_kv * facts.num_key_value_heads * d
+        + c_i * i
+        + c_a * facts.num_attention_heads
+        + c_1
+    )
     targets = targets_of_layer(facts, a.target_modules)
     # with lora_dropout every target's lora_A reads its own dropout output, shared by none
     per_token += c_in * adapter_inputs(style, targets, shared=mode == "fp32" and a.lora_dropout == 0)

@@ -31,8 +31,7 @@ KEY = "training.loss_chunk_size"
 # into about tokens x hidden / vocab: at 8B (vocab / hidden ~ 31) and 8k tokens both are
 # ~256-1,024 tokens.
 CHUNK_TOKENS = 1024
-FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral", "phi", "phi3",
-                      "gpt2", "gpt_neox", "opt"})
+FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral", "phi", "phi3", "gpt2", "gpt_neox", "opt"})
 
 
 def unavailable(model_type: str, task: str) -> str | None:
@@ -40,8 +39,10 @@ def unavailable(model_type: str, task: str) -> str | None:
     if task != "causal-lm":
         return f"chunked cross-entropy is for causal-lm; model.task is {task!r}"
     if model_type not in FAMILIES:
-        return (f"{model_type!r}'s CausalLM forward is not one gpuplan has checked computes "
-                f"the loss straight from lm_head's logits (checked: {', '.join(sorted(FAMILIES))})")
+        return (
+            f"{model_type!r}'s CausalLM forward is not one gpuplan has checked computes "
+            f"the loss straight from lm_head's logits (checked: {', '.join(sorted(FAMILIES))})"
+        )
     return None
 
 
@@ -68,5 +69,7 @@ def cost_fraction(hidden_size: int, vocab_size: int, flops_per_token: float) -> 
 
 def cost_wording(hidden_size: int, vocab_size: int, flops_per_token: float) -> str:
     frac = cost_fraction(hidden_size, vocab_size, flops_per_token)
-    return (f"about {frac:.0%} slower: the output head's forward runs once more per chunk in backward "
-            f"(2 x {hidden_size:,} x {vocab_size:,} FLOPs per token)")
+    return (
+        f"about {frac:.0%} slower: the output head's forward runs once more per chunk in backward "
+        f"(2 x {hidden_size:,} x {vocab_size:,} FLOPs per token)"
+    )

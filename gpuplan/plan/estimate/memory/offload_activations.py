@@ -43,8 +43,10 @@ def unavailable(device: str, gradient_checkpointing: bool, host_link_gbps: float
     if device == "cpu":
         return "on a CPU the activations already live in host RAM: offloading them cannot help"
     if gradient_checkpointing:
-        return ("with gradient checkpointing each layer keeps only its input, which torch's checkpoint holds itself: "
-                "offloading would move almost nothing")
+        return (
+            "with gradient checkpointing each layer keeps only its input, which torch's checkpoint holds itself: "
+            "offloading would move almost nothing"
+        )
     if not host_link_gbps:
         return "the catalog has no host link (PCIe) bandwidth for this GPU: the copies cannot be priced"
     return None

@@ -53,14 +53,17 @@ def page_in_seconds(state_bytes: int, host_link_gbps: float) -> float:
 def paging_wording(optim: str, state_bytes: int, host_link_gbps: float | None, cpu: bool) -> str:
     """What paging does and does not save for this plan (the optimizer reason's tail)."""
     if cpu:
-        return (f"{optim} on a CPU device: bitsandbytes does not page there (plain states, with a warning); "
-                "paging saves nothing")
+        return f"{optim} on a CPU device: bitsandbytes does not page there (plain states, with a warning); paging saves nothing"
     link = ""
     if host_link_gbps:
-        link = (f"; a step that paged them out spends up to {page_in_seconds(state_bytes, host_link_gbps):.2g} s "
-                f"bringing them back over the {host_link_gbps:g} GB/s host link")
-    return (f"{optim}: the optimizer states of tensors of >= 100,000 elements (at most {gib(state_bytes, 2)} here) "
-            "live in CUDA unified memory, which the driver pages to host RAM when the GPU runs short, so a spike can "
-            f"borrow at most those {gib(state_bytes, 2)}; weights, gradients, activations and the logits are not paged"
-            + link
-            + "; the plan counts the states as resident (torch.cuda.max_memory_allocated does not show them)")
+        link = (
+            f"; a step that paged them out spends up to {page_in_seconds(state_bytes, host_link_gbps):.2g} s "
+            f"bringing them back over the {host_link_gbps:g} GB/s host link"
+        )
+    return (
+        f"{optim}: the optimizer states of tensors of >= 100,000 elements (at most {gib(state_bytes, 2)} here) "
+        "live in CUDA unified memory, which the driver pages to host RAM when the GPU runs short, so a spike can "
+        f"borrow at most those {gib(state_bytes, 2)}; weights, gradients, activations and the logits are not paged"
+        + link
+        + "; the plan counts the states as resident (torch.cuda.max_memory_allocated does not show them)"
+    )

@@ -47,9 +47,11 @@ def linear4bit_bytes(n: int, double_quant: bool) -> int:
 def quantized_layers(facts: ModelFacts) -> tuple[tuple[str, str, int, int], ...]:
     """The Linear/Conv1D layers transformers replaces with Linear4bit."""
     heads = SEQ_CLS_HEADS if facts.task == "seq-cls" else ()
-    return tuple(layer for layer in facts.linear_layers
-                 if layer[0] not in OUTPUT_LAYERS
-                 and not any(layer[0] == h or layer[0].startswith(h + ".") for h in heads))
+    return tuple(
+        layer
+        for layer in facts.linear_layers
+        if layer[0] not in OUTPUT_LAYERS and not any(layer[0] == h or layer[0].startswith(h + ".") for h in heads)
+    )
 
 
 @lru_cache(maxsize=256)

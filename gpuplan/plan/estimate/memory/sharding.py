@@ -126,14 +126,25 @@ def sharded_states(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: s
     grads = wb * p
     states = optimizer_state_bytes(kind, p, layout.n_tensors, facts.param_shapes, wb)
     return ShardedStates(
-        weights=wb * p, grads_backward=grads, grads_step=grads, optimizer_states=states,
+        weights=wb * p,
+        grads_backward=grads,
+        grads_step=grads,
+        optimizer_states=states,
         step_temp=optimizer_step_temp_bytes(kind, p, layout.largest_tensor, wb),
         accumulated_grads=grads if wl.gradient_accumulation_steps > 1 else 0,
         buckets=grads if wl.engine == "ddp" else 0,
-        gathered_forward=0, gathered_head=0, gathered_last_layer=0, gathered_first_layer=0,
-        host_bytes=0, autocast_casts=True,
-        notes=("DDP: 'gradients' includes the reducer's buckets, a second copy of the gradients "
-               "(gradient_as_bucket_view=False, the accelerate default)",) if wl.engine == "ddp" else (),
+        gathered_forward=0,
+        gathered_head=0,
+        gathered_last_layer=0,
+        gathered_first_layer=0,
+        host_bytes=0,
+        autocast_casts=True,
+        notes=(
+            "DDP: 'gradients' includes the reducer's buckets, a second copy of the gradients "
+            "(gradient_as_bucket_view=False, the accelerate default)",
+        )
+        if wl.engine == "ddp"
+        else (),
     )
 
 
@@ -147,8 +158,7 @@ def _per_unit(facts: ModelFacts, layout: ModelLayout) -> tuple[int, int, int]:
     return layer, max(outside - embed, 0), embed
 
 
-def _optimizer_shard(kind: str, shard: int, p: int, facts: ModelFacts, layout: ModelLayout,
-                     state_bytes: int, n_tensors: int) -> int:
+def _optimizer_shard(kind: str, shard: int, p: int, facts: ModelFacts, layout: ModelLayout, state_bytes: int, n_tensors: int) -> int:
     if kind in ("adamw", "adamw_fused"):
         return optimizer_state_bytes(kind, shard, n_tensors, (), state_bytes)
     full = optimizer_state_bytes(kind, p, layout.n_tensors, facts.param_shapes, state_bytes)
@@ -186,11 +196,21 @@ def _fsdp(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) -> Sh
     if offload:
         weights = grads = states = step_temp = 0  # CPUOffloadPolicy: the step runs on the CPU
     return ShardedStates(
-        weights=weights, grads_backward=grads, grads_step=grads, optimizer_states=states,
-        step_temp=step_temp, accumulated_grads=accumulated if wl.gradient_accumulation_steps > 1 else 0,
-        buckets=0, gathered_forward=fwd, gathered_head=head, gathered_last_layer=last,
-        gathered_first_layer=first, host_bytes=host, autocast_casts=False,
-        notes=_fsdp_notes(wl, n, mb, cb, host), host_pinned=pinned,
+        weights=weights,
+        grads_backward=grads,
+        grads_step=grads,
+        optimizer_states=states,
+        step_temp=step_temp,
+        accumulated_grads=accumulated if wl.gradient_accumulation_steps > 1 else 0,
+        buckets=0,
+        gathered_forward=fwd,
+        gathered_head=head,
+        gathered_last_layer=last,
+        gathered_first_layer=first,
+        host_bytes=host,
+        autocast_casts=False,
+        notes=_fsdp_notes(wl, n, mb, cb, host),
+        host_pinned=pinned,
     )
 
 
@@ -238,28 +258,44 @@ def _deepspeed(facts: ModelFacts, wl: Workload, layout: ModelLayout, kind: str) 
         host += lb * part
         weights -= lb * part
     return ShardedStates(
-        weights=weights, grads_backward=grads, grads_step=grads_step, optimizer_states=states,
-        step_temp=step_temp, accumulated_grads=grads if wl.gradient_accumulation_steps > 1 else 0,
-        buckets=buckets, gathered_forward=fwd, gathered_head=head, gathered_last_layer=last,
-        gathered_first_layer=first, host_bytes=host, autocast_casts=False,
-        notes=_ds_notes(wl, n, half, host), host_pinned=host,  # apply's config: pin_memory = true
+        weights=weights,
+        grads_backward=grads,
+        grads_step=grads_step,
+        optimizer_states=states,
+        step_temp=step_temp,
+        accumulated_grads=grads if wl.gradient_accumulation_steps > 1 else 0,
+        buckets=buckets,
+        gathered_forward=fwd,
+        gathered_head=head,
+        gathered_last_layer=last,
+        gathered_first_layer=first,
+        host_bytes=host,
+        autocast_casts=False,
+        notes=_ds_notes(wl, n, half, host),
+        host_pinned=host,  # apply's config: pin_memory = true
     )
 
 
 def _fsdp_notes(wl: Workload, n: int, mb: int, cb: int, host: int) -> tuple[str, ...]:
     ranks, own = ("CPU processes", "each process") if wl.device == "cpu" else ("GPUs", "the GPU")
     where = f"host RAM ({host / GIB:.1f} GiB per GPU, CPU offload)" if host else own
-    out = [f"FSDP ZeRO-{wl.zero_stage} over {n} {ranks}: {_DTYPE_NAME[mb]} shards of parameters, gradients "
-           f"and optimizer states in {where}; 'weights' includes the {_DTYPE_NAME[cb]} units gathered in flight"]
+    out = [
+        f"FSDP ZeRO-{wl.zero_stage} over {n} {ranks}: {_DTYPE_NAME[mb]} shards of parameters, gradients "
+        f"and optimizer states in {where}; 'weights' includes the {_DTYPE_NAME[cb]} units gathered in flight"
+    ]
     if wl.gradient_accumulation_steps > 1 and FSDP_SYNC_EACH_BATCH:
-        out.append("FSDP with gradient accumulation: reduce-scatter every micro-batch (accelerate "
-                   "sync_each_batch), so gradients stay sharded between micro-batches")
+        out.append(
+            "FSDP with gradient accumulation: reduce-scatter every micro-batch (accelerate "
+            "sync_each_batch), so gradients stay sharded between micro-batches"
+        )
     return tuple(out)
 
 
 def _ds_notes(wl: Workload, n: int, half: bool, host: int) -> tuple[str, ...]:
-    out = [f"DeepSpeed ZeRO-{wl.zero_stage} over {n} GPUs ({'16-bit params, fp32 master and Adam' if half else 'fp32'}); "
-           "'gradients' includes the reduce bucket (reduce_bucket_size 5e8 elements, DeepSpeed's default)"]
+    out = [
+        f"DeepSpeed ZeRO-{wl.zero_stage} over {n} GPUs ({'16-bit params, fp32 master and Adam' if half else 'fp32'}); "
+        "'gradients' includes the reduce bucket (reduce_bucket_size 5e8 elements, DeepSpeed's default)"
+    ]
     if host:
         out.append(f"offload: {host / GIB:.1f} GiB per GPU in host RAM")
     return tuple(out)

@@ -34,19 +34,37 @@ BNB_QMAP_BYTES = 2 * 256 * 4  # "dynamic" + "udynamic" fp32 maps, shared
 
 # OptimizerNames value -> (family, number of states, 8-bit)
 _BNB = {
-    "adamw_bnb_8bit": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2,
-    "paged_adamw_32bit": 2, "lion_8bit": 1, "paged_lion_8bit": 1,
-    "lion_32bit": 1, "paged_lion_32bit": 1, "rmsprop_bnb_8bit": 1,
-    "rmsprop_bnb_32bit": 1, "rmsprop_bnb": 1,
-    "ademamix_8bit": 3, "paged_ademamix_8bit": 3, "ademamix": 3, "paged_ademamix_32bit": 3,
+    "adamw_bnb_8bit": 2,
+    "adamw_8bit": 2,
+    "paged_adamw_8bit": 2,
+    "paged_adamw_32bit": 2,
+    "lion_8bit": 1,
+    "paged_lion_8bit": 1,
+    "lion_32bit": 1,
+    "paged_lion_32bit": 1,
+    "rmsprop_bnb_8bit": 1,
+    "rmsprop_bnb_32bit": 1,
+    "rmsprop_bnb": 1,
+    "ademamix_8bit": 3,
+    "paged_ademamix_8bit": 3,
+    "ademamix": 3,
+    "paged_ademamix_32bit": 3,
 }
 
 
 def optimizer_kind(optim: str) -> tuple[str, str | None]:
     """(kind, note). kind in adamw, adamw_fused, bnb8:<n>, bnb32:<n>, adafactor, sgd, adagrad, rmsprop."""
     o = optim.lower()
-    if o in ("adamw_torch", "adamw_hf", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused",
-             "adamw_anyprecision", "stable_adamw", "grokadamw"):
+    if o in (
+        "adamw_torch",
+        "adamw_hf",
+        "adamw_torch_xla",
+        "adamw_torch_npu_fused",
+        "adamw_apex_fused",
+        "adamw_anyprecision",
+        "stable_adamw",
+        "grokadamw",
+    ):
         return "adamw", None
     if o == "adamw_torch_fused":
         return "adamw_fused", None
@@ -69,8 +87,9 @@ def _numels(param_shapes) -> tuple[int, ...]:
 
 
 # nn.Embedding weights of the supported families (modelinfo names), tied heads included.
-EMBEDDING_MODULES = frozenset({"embed_tokens", "embed_in", "embed_positions", "wte", "wpe", "word_embeddings",
-                               "position_embeddings", "token_type_embeddings"})
+EMBEDDING_MODULES = frozenset(
+    {"embed_tokens", "embed_in", "embed_positions", "wte", "wpe", "word_embeddings", "position_embeddings", "token_type_embeddings"}
+)
 
 
 def is_embedding(name: str) -> bool:

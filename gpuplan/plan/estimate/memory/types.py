@@ -6,8 +6,9 @@ a `MemoryEstimate` is what that costs, part by part, at the peak.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 WeightDtype = Literal["float32", "bfloat16", "float16"]
 Amp = Literal["fp16", "bf16"] | None
@@ -43,9 +44,8 @@ class Adapters:
     compute_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Adapters":
-        return cls(**{**d, "target_modules": tuple(d["target_modules"]),
-                      "modules_to_save": tuple(d.get("modules_to_save") or ())})
+    def from_dict(cls, d: Mapping[str, Any]) -> Adapters:
+        return cls(**{**d, "target_modules": tuple(d["target_modules"]), "modules_to_save": tuple(d.get("modules_to_save") or ())})
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Workload:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
+    def from_dict(cls, d: Mapping[str, Any]) -> Workload:
         a = d.get("adapters")
         return cls(**{**d, "adapters": Adapters.from_dict(a) if a else None})
 

@@ -79,18 +79,22 @@ FITTED = {
 # Volta: no row in the file; Shoeybi et al. 2019 (Megatron-LM, sec. 5.1) sustain 39 TFLOP/s
 # on one V100 (30% of its 125 TFLOP/s fp16 peak, recompute counted) for a 1.2B model at
 # 8 x 1024 tokens per micro-batch, where the matmuls are ~85% of the step: 0.30 / 0.85.
-VOLTA = ArchConstants("volta", 0.35, 1.68e-5, "Megatron-LM (Shoeybi et al. 2019) sec. 5.1: 39 TFLOP/s on one "
-                      "V100; per-kernel cost as fitted")
+VOLTA = ArchConstants(
+    "volta", 0.35, 1.68e-5, "Megatron-LM (Shoeybi et al. 2019) sec. 5.1: 39 TFLOP/s on one V100; per-kernel cost as fitted"
+)
 # Other classes without a published row borrow a fitted one (named in the source).
-BORROWED = {"turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada",
-            "cdna2": "ampere-dc", "cdna3": "hopper"}
+BORROWED = {"turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada", "cdna2": "ampere-dc", "cdna3": "hopper"}
 # CPU: the peak and bandwidth come from hardware/cpu_probe.py (measured on the machine), so
 # the matmul fraction is of a measured 512^3 matmul rate (0.9: larger GEMMs run a little
 # better, small ones worse, not fitted); the per-op cost is an estimate of eager PyTorch's
 # dispatch plus autograd on a CPU (~30 us, not fitted). benchmarks/time_accuracy.py checks
 # the resulting default against runs on this machine (benchmarks/RESULTS.md).
-CPU = ArchConstants("cpu", 0.9, 3e-5, "CPU: peak and bandwidth measured by hardware/cpu_probe.py; 30 us per op, "
-                    "an estimate checked by benchmarks/time_accuracy.py")
+CPU = ArchConstants(
+    "cpu",
+    0.9,
+    3e-5,
+    "CPU: peak and bandwidth measured by hardware/cpu_probe.py; 30 us per op, an estimate checked by benchmarks/time_accuracy.py",
+)
 
 
 def arch_class(gpu: GPUProfile) -> str:
@@ -124,5 +128,4 @@ def constants_for(gpu: GPUProfile) -> ArchConstants:
     if cls == "volta":
         return dataclasses.replace(VOLTA, kernel_s=FITTED["ampere-dc"].kernel_s)
     other = FITTED[BORROWED[cls]]
-    return dataclasses.replace(other, name=cls, source=f"{other.source}; no published row for {cls}, "
-                               f"{other.name}'s used")
+    return dataclasses.replace(other, name=cls, source=f"{other.source}; no published row for {cls}, {other.name}'s used")

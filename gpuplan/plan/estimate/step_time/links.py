@@ -47,12 +47,28 @@ def communication_terms(comm: Mapping[str, Any] | None, wl: Workload) -> list[Te
     pcie = comm.get("link") == "PCIe"
     kind, how = ("serial", "serial (PCIe: staged through host memory)") if pcie else ("link", "overlapped with compute")
     if wl.zero_stage >= 2:
-        return [Term("collectives (sharded)", "communication", t / wl.gradient_accumulation_steps, "micro-batch",
-                     kind, f"{comm['formula']} over {comm.get('link')}, per micro-batch, {how}",
-                     "plan/estimate/communication.py; Zhao et al. 2023")]
-    return [Term("gradient all-reduce", "communication", t, "step", kind,
-                 f"{comm['formula']} over {comm.get('link')}, {how if pcie else 'overlapped with the last backward'}",
-                 "plan/estimate/communication.py; Li et al. 2020")]
+        return [
+            Term(
+                "collectives (sharded)",
+                "communication",
+                t / wl.gradient_accumulation_steps,
+                "micro-batch",
+                kind,
+                f"{comm['formula']} over {comm.get('link')}, per micro-batch, {how}",
+                "plan/estimate/communication.py; Zhao et al. 2023",
+            )
+        ]
+    return [
+        Term(
+            "gradient all-reduce",
+            "communication",
+            t,
+            "step",
+            kind,
+            f"{comm['formula']} over {comm.get('link')}, {how if pcie else 'overlapped with the last backward'}",
+            "plan/estimate/communication.py; Li et al. 2020",
+        )
+    ]
 
 
 def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -> list[Term]:
@@ -65,12 +81,28 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
         gathers = 3 if s.checkpointing else 2
         params = s.n_params * s.stored_weight_bytes / shards * gathers
         grads = s.trainable_params * s.grad_bytes / shards
-        out.append(Term("CPU offload copies", "offload", (params + grads) / link, "micro-batch", "serial",
-                        f"parameter shard host-to-device x {gathers} gathers + gradient shard device-to-host, "
-                        "over the host link", "FSDP CPUOffload; catalog pcie"))
+        out.append(
+            Term(
+                "CPU offload copies",
+                "offload",
+                (params + grads) / link,
+                "micro-batch",
+                "serial",
+                f"parameter shard host-to-device x {gathers} gathers + gradient shard device-to-host, over the host link",
+                "FSDP CPUOffload; catalog pcie",
+            )
+        )
     else:  # optimizer offload: gradients down and parameters up once per step
         t = s.trainable_params / shards * (s.grad_bytes + s.act_bytes)
-        out.append(Term("CPU offload copies", "offload", t / link, "step", "serial",
-                        "gradient shard device-to-host + parameter shard host-to-device per step, over the host link",
-                        "DeepSpeed ZeRO-Offload; catalog pcie"))
+        out.append(
+            Term(
+                "CPU offload copies",
+                "offload",
+                t / link,
+                "step",
+                "serial",
+                "gradient shard device-to-host + parameter shard host-to-device per step, over the host link",
+                "DeepSpeed ZeRO-Offload; catalog pcie",
+            )
+        )
     return out

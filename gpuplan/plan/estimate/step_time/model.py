@@ -80,12 +80,22 @@ class StepTime:
             "bound_by": self.bound(),
             "summary": self.summary(),
             "arch_class": self.constants.name,
-            "constants": {"matmul_efficiency": self.constants.matmul_efficiency,
-                          "kernel_s": self.constants.kernel_s, "source": self.constants.source},
+            "constants": {
+                "matmul_efficiency": self.constants.matmul_efficiency,
+                "kernel_s": self.constants.kernel_s,
+                "source": self.constants.source,
+            },
             "scale": dict(self.scale),
-            **({"calibrated_constants": {  # what the measured runs put in place of the class's fitted constants
-                "matmul_efficiency": self.constants.matmul_efficiency / self.scale.get("work", 1.0),
-                "kernel_s": self.constants.kernel_s * self.scale.get("fixed", 1.0)}} if self.scale else {}),
+            **(
+                {
+                    "calibrated_constants": {  # what the measured runs put in place of the class's fitted constants
+                        "matmul_efficiency": self.constants.matmul_efficiency / self.scale.get("work", 1.0),
+                        "kernel_s": self.constants.kernel_s * self.scale.get("fixed", 1.0),
+                    }
+                }
+                if self.scale
+                else {}
+            ),
         }
 
 
@@ -131,9 +141,18 @@ def combine(terms: Sequence[Term], accumulation: int, on_cpu: bool) -> tuple[flo
     return step, micro, exposed
 
 
-def step_time(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, compute_dtype: str, peak_tflops: float,
-              comm: Mapping[str, Any] | None = None, constants: K.ArchConstants | None = None,
-              scale: Mapping[str, float] | None = None, extra: Sequence[Term] = ()) -> StepTime:
+def step_time(
+    facts: ModelFacts,
+    wl: Workload,
+    gpu: GPUProfile,
+    *,
+    compute_dtype: str,
+    peak_tflops: float,
+    comm: Mapping[str, Any] | None = None,
+    constants: K.ArchConstants | None = None,
+    scale: Mapping[str, float] | None = None,
+    extra: Sequence[Term] = (),
+) -> StepTime:
     """The step time of `wl` on one `gpu`, by term. `comm`: plan/estimate/communication.py's section;
     `constants`: the class's (default: the fitted ones); `scale`: a calibration's
     {"work": x, "fixed": y} multipliers; `extra`: more named terms to combine."""
@@ -144,10 +163,16 @@ def step_time(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *, compute_dtype
     host_bw = load_catalog()["cpu"].memory_bandwidth_gbps * 1e9
     zero3 = wl.engine == "deepspeed" and wl.zero_stage == 3
     shards = wl.shard_world_size if wl.zero_stage >= 1 else 1
-    terms: list[Term] = [*matmul_terms(s, c, peak, bw), *attention_terms(s, c, peak, bw), *memory_terms(s, bw),
-                         *optimizer_terms(s, bw, shards, host_bw if (wl.offload_optimizer or wl.offload_params) else None),
-                         *fixed_terms(s, c, zero3), *communication_terms(comm, wl),
-                         *offload_terms(s, wl, gpu, host_bw), *extra]
+    terms: list[Term] = [
+        *matmul_terms(s, c, peak, bw),
+        *attention_terms(s, c, peak, bw),
+        *memory_terms(s, bw),
+        *optimizer_terms(s, bw, shards, host_bw if (wl.offload_optimizer or wl.offload_params) else None),
+        *fixed_terms(s, c, zero3),
+        *communication_terms(comm, wl),
+        *offload_terms(s, wl, gpu, host_bw),
+        *extra,
+    ]
     scale = dict(scale or {})
     terms = [_scaled(t, scale) for t in terms]
     step, micro, exposed = combine(terms, s.accumulation, s.on_cpu)

@@ -27,10 +27,16 @@ def chunked_loss_term(facts: ModelFacts, wl: Workload, gpu: GPUProfile, peak_flo
     chunk = loss_chunking.loss_tokens(m, wl.loss_chunk_size)
     flops = loss_chunking.extra_flops_per_token(facts.hidden_size, facts.vocab_size) * m
     eta = gemm_efficiency(K.constants_for(gpu), chunk)
-    return Term(loss_chunking.NAME, "matmuls", flops / (eta * peak_flops), "micro-batch", "device",
-                f"2 x {facts.hidden_size:,} x {facts.vocab_size:,} x m FLOPs (the head recomputed per chunk in "
-                f"backward) at eta({chunk:,} rows) of the peak",
-                "Kaplan et al. 2020; estimate/memory/loss_chunking.py")
+    return Term(
+        loss_chunking.NAME,
+        "matmuls",
+        flops / (eta * peak_flops),
+        "micro-batch",
+        "device",
+        f"2 x {facts.hidden_size:,} x {facts.vocab_size:,} x m FLOPs (the head recomputed per chunk in "
+        f"backward) at eta({chunk:,} rows) of the peak",
+        "Kaplan et al. 2020; estimate/memory/loss_chunking.py",
+    )
 
 
 def offload_term(facts: ModelFacts, wl: Workload, gpu: GPUProfile) -> Term:
@@ -38,10 +44,15 @@ def offload_term(facts: ModelFacts, wl: Workload, gpu: GPUProfile) -> Term:
 
     moved = estimate_memory(facts, wl, gpu).offloaded_activation_bytes
     link = float(gpu.interconnect["pcie"])
-    return Term(offload_activations.NAME, "offload", offload_activations.transfer_seconds(moved, 1, link),
-                "micro-batch", "serial",
-                f"2 x {moved / 2**30:.1f} GiB of saved activations to pinned host RAM and back at {link:g} GB/s",
-                "torch.autograd.graph.saved_tensors_hooks; catalog pcie")
+    return Term(
+        offload_activations.NAME,
+        "offload",
+        offload_activations.transfer_seconds(moved, 1, link),
+        "micro-batch",
+        "serial",
+        f"2 x {moved / 2**30:.1f} GiB of saved activations to pinned host RAM and back at {link:g} GB/s",
+        "torch.autograd.graph.saved_tensors_hooks; catalog pcie",
+    )
 
 
 def saver_terms(facts: ModelFacts, wl: Workload, gpu: GPUProfile, peak_flops: float) -> list[Term]:

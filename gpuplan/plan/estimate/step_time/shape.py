@@ -17,8 +17,8 @@ from functools import lru_cache
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.methods import method_of
 
 LAYER_KERNELS_FWD = 44
@@ -29,8 +29,16 @@ HEAD_KERNELS = 26  # embedding, final norm, lm_head, fp32 upcast, cross-entropy,
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OPTIM_STATE_BYTES = {  # bytes of optimizer state per trainable parameter (two moments for Adam)
-    "adamw_torch": 8, "adamw_torch_fused": 8, "adamw_hf": 8, "adamw_apex_fused": 8, "adafactor": 0,
-    "adamw_bnb_8bit": 2, "adamw_8bit": 2, "paged_adamw_8bit": 2, "paged_adamw_32bit": 8, "sgd": 0,
+    "adamw_torch": 8,
+    "adamw_torch_fused": 8,
+    "adamw_hf": 8,
+    "adamw_apex_fused": 8,
+    "adafactor": 0,
+    "adamw_bnb_8bit": 2,
+    "adamw_8bit": 2,
+    "paged_adamw_8bit": 2,
+    "paged_adamw_32bit": 8,
+    "sgd": 0,
 }
 
 
@@ -76,8 +84,11 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
     from gpuplan.plan.estimate.memory.adapters import _candidates, adapter_layout, peft_matches
 
     lay = adapter_layout(facts, adapters)
-    io = sum(2 * fan_in + 5 * fan_out for name, _, fan_in, fan_out in _candidates(facts, list(adapters.modules_to_save))
-             if any(peft_matches(name, t) for t in adapters.target_modules))
+    io = sum(
+        2 * fan_in + 5 * fan_out
+        for name, _, fan_in, fan_out in _candidates(facts, list(adapters.modules_to_save))
+        if any(peft_matches(name, t) for t in adapters.target_modules)
+    )
     return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1)
 
 
@@ -98,17 +109,37 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     on_cpu = gpu.is_cpu or wl.device == "cpu"
     attention = "eager" if wl.attn_implementation == "eager" else "flash"
     return StepShape(
-        tokens=wl.per_device_batch * wl.seq_len, seq_len=wl.seq_len, batch=wl.per_device_batch,
-        accumulation=wl.gradient_accumulation_steps, layers=facts.num_layers, hidden=facts.hidden_size,
-        intermediate=facts.intermediate_size, heads=facts.num_attention_heads, head_dim=facts.head_dim,
+        tokens=wl.per_device_batch * wl.seq_len,
+        seq_len=wl.seq_len,
+        batch=wl.per_device_batch,
+        accumulation=wl.gradient_accumulation_steps,
+        layers=facts.num_layers,
+        hidden=facts.hidden_size,
+        intermediate=facts.intermediate_size,
+        heads=facts.num_attention_heads,
+        head_dim=facts.head_dim,
         vocab=facts.vocab_size if facts.task == "causal-lm" else 0,
-        body_params=n - head, head_params=head, n_params=facts.n_params, trainable_params=trainable,
-        frozen_base=frozen, quantized_params=quantized, adapters_per_layer=per_layer, adapter_io=io,
+        body_params=n - head,
+        head_params=head,
+        n_params=facts.n_params,
+        trainable_params=trainable,
+        frozen_base=frozen,
+        quantized_params=quantized,
+        adapters_per_layer=per_layer,
+        adapter_io=io,
         linears_per_layer=layer_linears or 7,
-        compute_dtype=compute_dtype, act_bytes=act, weight_bytes=act if act < weight_dtype_bytes else weight_dtype_bytes,
-        stored_weight_bytes=0.5 if quantized else weight_dtype_bytes, grad_bytes=4 if frozen else weight_dtype_bytes,
-        autocast_cast=act < weight_dtype_bytes, optim=wl.optim, checkpointing=wl.gradient_checkpointing,
-        attention=attention, param_tensors=max(len(facts.param_shapes), 9 * facts.num_layers + 3), on_cpu=on_cpu)
+        compute_dtype=compute_dtype,
+        act_bytes=act,
+        weight_bytes=act if act < weight_dtype_bytes else weight_dtype_bytes,
+        stored_weight_bytes=0.5 if quantized else weight_dtype_bytes,
+        grad_bytes=4 if frozen else weight_dtype_bytes,
+        autocast_cast=act < weight_dtype_bytes,
+        optim=wl.optim,
+        checkpointing=wl.gradient_checkpointing,
+        attention=attention,
+        param_tensors=max(len(facts.param_shapes), 9 * facts.num_layers + 3),
+        on_cpu=on_cpu,
+    )
 
 
 def kernels_per_micro_batch(s: StepShape) -> int:

@@ -46,8 +46,15 @@ class Term:
     source: str = ""
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "group": self.group, "seconds": self.seconds, "per": self.per,
-                "kind": self.kind, "formula": self.formula, "source": self.source}
+        return {
+            "name": self.name,
+            "group": self.group,
+            "seconds": self.seconds,
+            "per": self.per,
+            "kind": self.kind,
+            "formula": self.formula,
+            "source": self.source,
+        }
 
 
 def gemm_efficiency(c: K.ArchConstants, tokens: int) -> float:
@@ -76,33 +83,75 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
     grads = 0 if s.frozen_base else p * s.grad_bytes  # the weight-gradient GEMM writes dW
     weights = p * s.weight_bytes * 2 + grads + (s.body_params * s.weight_bytes if s.checkpointing else 0)
     read = weights / bw
-    out = [Term("matmuls", "matmuls", compute, "micro-batch", "device",
-                f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
-                f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x m/(m + {K.M_HALF_TOKENS:.0f}))", c.source)]
+    out = [
+        Term(
+            "matmuls",
+            "matmuls",
+            compute,
+            "micro-batch",
+            "device",
+            f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
+            f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x m/(m + {K.M_HALF_TOKENS:.0f}))",
+            c.source,
+        )
+    ]
     if read > compute:
-        out.append(Term("weight reads beyond the matmuls", "memory-bound", read - compute, "micro-batch", "device",
-                        "weights read per pass (forward, backward, recompute) / BW, above the matmul time: small m "
-                        "is bound by reading the weights", "roofline (Williams et al. 2009)"))
+        out.append(
+            Term(
+                "weight reads beyond the matmuls",
+                "memory-bound",
+                read - compute,
+                "micro-batch",
+                "device",
+                "weights read per pass (forward, backward, recompute) / BW, above the matmul time: small m is bound by reading the weights",
+                "roofline (Williams et al. 2009)",
+            )
+        )
     return out
 
 
 def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> list[Term]:
-    per_layer = 4 * s.batch * s.seq_len ** 2 * s.heads * s.head_dim  # QK^T and PV, full square
+    per_layer = 4 * s.batch * s.seq_len**2 * s.heads * s.head_dim  # QK^T and PV, full square
     passes = 2 if s.checkpointing else 1
     if s.attention == "flash":
         fwd = per_layer / 2  # causal: the kernel skips the masked half
         flops = s.layers * fwd * (passes + FLASH_BACKWARD_RATIO)
         t = flops / (gemm_efficiency(c, s.tokens) * K.FLASH_RELATIVE * peak)
-        return [Term("attention (flash, causal)", "attention", t, "micro-batch", "device",
-                     "2 b s^2 heads head_dim per layer forward (half of 4bs^2d: causal), backward 2.5x, "
-                     f"at {K.FLASH_RELATIVE:.0%} of the GEMM efficiency", "Dao 2023, FlashAttention-2")]
+        return [
+            Term(
+                "attention (flash, causal)",
+                "attention",
+                t,
+                "micro-batch",
+                "device",
+                "2 b s^2 heads head_dim per layer forward (half of 4bs^2d: causal), backward 2.5x, "
+                f"at {K.FLASH_RELATIVE:.0%} of the GEMM efficiency",
+                "Dao 2023, FlashAttention-2",
+            )
+        ]
     flops = s.layers * per_layer * (passes + 2)
-    scores = s.layers * s.batch * s.heads * s.seq_len ** 2
+    scores = s.layers * s.batch * s.heads * s.seq_len**2
     traffic = scores * (EAGER_SCORE_BYTES_FWD * passes + EAGER_SCORE_BYTES_BWD)
-    return [Term("attention (eager)", "attention", flops / (gemm_efficiency(c, s.tokens) * peak), "micro-batch",
-                 "device", "4 b s^2 heads head_dim per layer forward, backward 2x", "PaLM appendix B"),
-            Term("attention scores (eager)", "memory-bound", traffic / bw, "micro-batch", "device",
-                 "b heads s^2 scores x (16 B forward + 32 B backward) per layer / BW", "transformers eager attention")]
+    return [
+        Term(
+            "attention (eager)",
+            "attention",
+            flops / (gemm_efficiency(c, s.tokens) * peak),
+            "micro-batch",
+            "device",
+            "4 b s^2 heads head_dim per layer forward, backward 2x",
+            "PaLM appendix B",
+        ),
+        Term(
+            "attention scores (eager)",
+            "memory-bound",
+            traffic / bw,
+            "micro-batch",
+            "device",
+            "b heads s^2 scores x (16 B forward + 32 B backward) per layer / BW",
+            "transformers eager attention",
+        ),
+    ]
 
 
 def memory_terms(s: StepShape, bw: float) -> list[Term]:
@@ -110,27 +159,70 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
     accumulation and QLoRA's dequantization, per micro-batch, over the memory bandwidth."""
     passes = (2 if s.checkpointing else 1) + BACKWARD_BYTES_RATIO
     per_token = s.layers * (ELEMENTWISE_H * s.hidden + ELEMENTWISE_F * s.intermediate + s.adapter_io)
-    out = [Term("elementwise activations", "memory-bound", s.tokens * per_token * s.act_bytes * passes / bw,
-                "micro-batch", "device", f"m x L x ({ELEMENTWISE_H}h + {ELEMENTWISE_F}f + adapter 2 in + 5 out) "
-                "elements x bytes x (forward + recompute + 2 backward) / BW", "transformers LlamaDecoderLayer, peft")]
+    out = [
+        Term(
+            "elementwise activations",
+            "memory-bound",
+            s.tokens * per_token * s.act_bytes * passes / bw,
+            "micro-batch",
+            "device",
+            f"m x L x ({ELEMENTWISE_H}h + {ELEMENTWISE_F}f + adapter 2 in + 5 out) "
+            "elements x bytes x (forward + recompute + 2 backward) / BW",
+            "transformers LlamaDecoderLayer, peft",
+        )
+    ]
     if s.vocab:
-        out.append(Term("logits and cross-entropy", "memory-bound", s.tokens * s.vocab * LOGITS_BYTES_PER_VOCAB / bw,
-                        "micro-batch", "device", "m x vocab x 32 B (fp32 logits, log_softmax, nll; both passes) / BW",
-                        "transformers LlamaForCausalLM"))
+        out.append(
+            Term(
+                "logits and cross-entropy",
+                "memory-bound",
+                s.tokens * s.vocab * LOGITS_BYTES_PER_VOCAB / bw,
+                "micro-batch",
+                "device",
+                "m x vocab x 32 B (fp32 logits, log_softmax, nll; both passes) / BW",
+                "transformers LlamaForCausalLM",
+            )
+        )
     p = s.body_params + s.head_params
     if s.autocast_cast:
         casts = (2 if s.checkpointing else 1) * (p - s.quantized_params) * 6
-        out.append(Term("autocast weight casts", "memory-bound", casts / bw, "micro-batch", "device",
-                        "fp32 weights cast to 16 bits per forward: 4 B read + 2 B write per weight", "torch.autocast"))
+        out.append(
+            Term(
+                "autocast weight casts",
+                "memory-bound",
+                casts / bw,
+                "micro-batch",
+                "device",
+                "fp32 weights cast to 16 bits per forward: 4 B read + 2 B write per weight",
+                "torch.autocast",
+            )
+        )
     if not s.frozen_base:
-        out.append(Term("gradient accumulation", "memory-bound", p * 2 * s.grad_bytes / bw, "micro-batch", "device",
-                        "AccumulateGrad reads and writes each weight gradient", "torch autograd"))
+        out.append(
+            Term(
+                "gradient accumulation",
+                "memory-bound",
+                p * 2 * s.grad_bytes / bw,
+                "micro-batch",
+                "device",
+                "AccumulateGrad reads and writes each weight gradient",
+                "torch autograd",
+            )
+        )
     if s.quantized_params:
         dq_passes = 3 if s.checkpointing else 2
         bytes_ = s.quantized_params * (0.5 + 2) * dq_passes
-        out.append(Term("4-bit dequantization", "memory-bound", bytes_ / (bw / K.HBM_FRACTION * K.DEQUANT_BW_FRACTION),
-                        "micro-batch", "device", f"4-bit read + 16-bit write per weight, {dq_passes} passes, at "
-                        f"{K.DEQUANT_BW_FRACTION:.0%} of the bandwidth", "bitsandbytes MatMul4Bit; " + K.FIT_SOURCE))
+        out.append(
+            Term(
+                "4-bit dequantization",
+                "memory-bound",
+                bytes_ / (bw / K.HBM_FRACTION * K.DEQUANT_BW_FRACTION),
+                "micro-batch",
+                "device",
+                f"4-bit read + 16-bit write per weight, {dq_passes} passes, at {K.DEQUANT_BW_FRACTION:.0%} of the bandwidth",
+                "bitsandbytes MatMul4Bit; " + K.FIT_SOURCE,
+            )
+        )
     return out
 
 
@@ -142,22 +234,61 @@ def optimizer_terms(s: StepShape, bw: float, shards: int, host_bw: float | None)
     state = OPTIM_STATE_BYTES.get(s.optim, 8)
     per_param = 2 * pb + s.grad_bytes + 2 * state
     where, speed = ("on the CPU (offloaded)", host_bw) if host_bw else ("", bw)
-    return [Term("optimizer step", "optimizer", t * per_param / speed, "step", "serial",
-                 f"T x (read + write param {pb} B, read grad {s.grad_bytes} B, read + write states {state} B) / BW "
-                 + where, "torch.optim foreach AdamW: one pass over params, grads and moments"),
-            Term("gradient clipping", "optimizer", t * 3 * s.grad_bytes / bw, "step", "serial",
-                 "norm (read) and scale (read + write) of every gradient", "torch.nn.utils.clip_grad_norm_")]
+    return [
+        Term(
+            "optimizer step",
+            "optimizer",
+            t * per_param / speed,
+            "step",
+            "serial",
+            f"T x (read + write param {pb} B, read grad {s.grad_bytes} B, read + write states {state} B) / BW " + where,
+            "torch.optim foreach AdamW: one pass over params, grads and moments",
+        ),
+        Term(
+            "gradient clipping",
+            "optimizer",
+            t * 3 * s.grad_bytes / bw,
+            "step",
+            "serial",
+            "norm (read) and scale (read + write) of every gradient",
+            "torch.nn.utils.clip_grad_norm_",
+        ),
+    ]
 
 
 def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool) -> list[Term]:
     kernels = kernels_per_micro_batch(s)
-    out = [Term("kernel launches", "fixed costs", kernels * c.kernel_s, "micro-batch", "host",
-                f"{kernels:,} kernels per micro-batch x {c.kernel_s * 1e6:.0f} us", c.source),
-           Term("Trainer and dataloader", "fixed costs", K.TRAINER_STEP_S, "step", "serial",
-                f"{K.TRAINER_STEP_S * 1000:.0f} ms per optimizer step", K.FIT_SOURCE)]
+    out = [
+        Term(
+            "kernel launches",
+            "fixed costs",
+            kernels * c.kernel_s,
+            "micro-batch",
+            "host",
+            f"{kernels:,} kernels per micro-batch x {c.kernel_s * 1e6:.0f} us",
+            c.source,
+        ),
+        Term(
+            "Trainer and dataloader",
+            "fixed costs",
+            K.TRAINER_STEP_S,
+            "step",
+            "serial",
+            f"{K.TRAINER_STEP_S * 1000:.0f} ms per optimizer step",
+            K.FIT_SOURCE,
+        ),
+    ]
     if zero3:
         passes = 3 if s.checkpointing else 2
-        out.append(Term("ZeRO-3 parameter hooks", "fixed costs", s.param_tensors * passes * K.ZERO3_HOOK_S,
-                        "micro-batch", "serial", f"{s.param_tensors} parameter tensors x {passes} passes x "
-                        f"{K.ZERO3_HOOK_S * 1e6:.0f} us", K.FIT_SOURCE))
+        out.append(
+            Term(
+                "ZeRO-3 parameter hooks",
+                "fixed costs",
+                s.param_tensors * passes * K.ZERO3_HOOK_S,
+                "micro-batch",
+                "serial",
+                f"{s.param_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us",
+                K.FIT_SOURCE,
+            )
+        )
     return out
