@@ -9,7 +9,7 @@ in `_check_and_adjust_attn_implementation` and raises for an unsupported kernel)
     python benchmarks/attention_support.py          # rewrite the table
     python benchmarks/attention_support.py --check  # exit 1 if it differs
 
-tests/test_attention_support.py runs the check, so an upgrade of transformers that
+tests/plan/test_attention_support.py runs the check, so an upgrade of transformers that
 changes a family's support fails the suite until the table is regenerated.
 """
 

@@ -3,7 +3,7 @@
     python benchmarks/fuzz.py            # GPUPLAN_FUZZ_PROFILE=long, about 20,000 examples
     python benchmarks/fuzz.py --profile ci
 
-CI runs tests/test_fuzz_specs.py with the bounded "ci" profile; this script is the
+CI runs tests/plan/test_fuzz_specs.py with the bounded "ci" profile; this script is the
 documented longer run. It fails (exit 1) when pytest fails, after recording the result.
 """
 
@@ -46,7 +46,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "counts.json"
         env = {**os.environ, "GPUPLAN_FUZZ_PROFILE": args.profile, "GPUPLAN_FUZZ_REPORT": str(report), "HF_HUB_OFFLINE": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz_specs.py"]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/plan/test_fuzz_specs.py"]
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -59,7 +59,7 @@ def main() -> int:
         rows.append(f"| {name} | {counts.get(name, 0)} | {ok} | {bad} | {what} |")
     total = sum(counts.get(n, 0) for n in TESTS)
     body = (
-        f"Profile `{args.profile}` (`GPUPLAN_FUZZ_PROFILE={args.profile} python -m pytest tests/test_fuzz_specs.py`), "
+        f"Profile `{args.profile}` (`GPUPLAN_FUZZ_PROFILE={args.profile} python -m pytest tests/plan/test_fuzz_specs.py`), "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs (shared).\n\n"
         f"**{total} examples in {wall:.0f} s**; pytest: `{tail}`. Rejected = a PlanError whose every error names a "
         "key path or the file (with line:col for TOML syntax); accepted = a plan whose invariants held. "

@@ -264,7 +264,7 @@ def render(rows: list[dict], summary: dict) -> str:
 # What the fake-tensor trace (CPU build of torch, CUDA's autocast policy and SDPA/dropout kernels
 # reproduced: gpuplan/trace/cuda_autocast.py, cuda_ops.py) still does not see of a CUDA run.
 TRACE_LIMITS = """**CUDA behaviours the trace still cannot see.** The trace applies CUDA's autocast cast policy \
-(every op torch 2.13 registers for AutocastCUDA, with its policy; tests/test_trace_cuda_autocast.py checks \
+(every op torch 2.13 registers for AutocastCUDA, with its policy; tests/trace/test_trace_cuda_autocast.py checks \
 the documented lists op by op), CUDA's SDPA kernel choice (flash / memory-efficient shape functions), the \
 fused dropout's bool mask and foreach AdamW. It does not see:
 - the caching allocator: 512-byte rounding, 2 MiB / 20 MiB segments, fragmentation, frees that wait for \

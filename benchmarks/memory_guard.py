@@ -1,6 +1,6 @@
 """The randomized analytic-vs-trace guard, long run: N seeded cases over the memory model's space.
 
-Cases come from tests/helpers/memory_guard.py's sampler (the one tests/test_memory_guard.py runs a
+Cases come from tests/helpers/memory_guard.py's sampler (the one tests/plan/test_memory_guard.py runs a
 handful of): methods full / lora / qlora, fp32 / fp32 under bf16 or fp16 autocast / bf16 weights with
 and without bf16 autocast, random LoRA target subsets, ranks, DoRA, lora_dropout, checkpointing, packed
 examples, optimizers, accumulation, batch and sequence length, on small models of 8 families. Each case

@@ -1,7 +1,7 @@
 """Package APIs named in __all__ and imported on first use (PEP 562 module __getattr__).
 
 Naming a package's API costs no import time: `import gpuplan.plan` stays torch-free and
-fast (tests/test_plan_imports.py), and each name resolves when it is first read.
+fast (tests/plan/test_plan_imports.py), and each name resolves when it is first read.
 """
 
 from __future__ import annotations

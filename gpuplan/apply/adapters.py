@@ -162,7 +162,7 @@ def prepare_base(plan: Plan, model: Any) -> Any:
         # A frozen base gives the checkpointed blocks no input that requires grad. The
         # non-reentrant checkpointing transformers 5.24 runs (use_reentrant=False) still
         # passes the adapters their gradients; this keeps them flowing should a caller
-        # turn reentrant checkpointing on (tests/test_checkpoint_reentrancy.py).
+        # turn reentrant checkpointing on (tests/apply/test_checkpoint_reentrancy.py).
         model.enable_input_require_grads()
     return model
 

@@ -2,7 +2,7 @@
 
 attention_support.json is read from the installed transformers by
 benchmarks/attention_support.py (each base model class's `_supports_sdpa`,
-`_supports_flash_attn`, `_supports_flex_attn`); tests/test_attention_support.py fails
+`_supports_flash_attn`, `_supports_flex_attn`); tests/plan/test_attention_support.py fails
 when the installed transformers disagrees with it.
 """
 

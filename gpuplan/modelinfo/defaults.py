@@ -4,7 +4,7 @@ A config.json may omit any key; transformers then uses the default of the
 family's Config class. These tables are copies of those defaults from
 transformers 5.24 (`transformers/models/<family>/configuration_<family>.py`,
 the dataclass field defaults), so that planning never imports transformers.
-tests/test_modelinfo_defaults.py compares every entry with the installed
+tests/modelinfo/test_modelinfo_defaults.py compares every entry with the installed
 transformers and fails when they drift. Only keys that change a parameter
 shape, the tying, or a reported fact are copied. `None` means "derived": the
 counter computes it as transformers' __post_init__ / modeling code does.

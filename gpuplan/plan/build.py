@@ -8,7 +8,7 @@
     assemble  memory, step time, cost and advice into the frozen Plan
 
 plan_file() is the one entry point the CLI uses; it never imports torch for a
-known architecture (tests/test_plan_imports.py).
+known architecture (tests/plan/test_plan_imports.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Names the spec accepts, as data, so the plan path never imports transformers or torch.
 
 Copied from transformers 5.24 (training_args.OptimizerNames, trainer_utils.SchedulerType)
-and torch 2.13 (torch._dynamo.list_backends(exclude_tags=())); tests/test_spec_names.py
+and torch 2.13 (torch._dynamo.list_backends(exclude_tags=())); tests/spec/test_spec_names.py
 fails when the installed packages disagree.
 """
 

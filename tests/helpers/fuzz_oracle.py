@@ -1,6 +1,6 @@
 """The fuzz oracle: plan a spec file and assert the rejection or the plan is well-formed.
 
-Used by tests/test_fuzz_specs.py (generated specs) and tests/test_fuzz_found.py
+Used by tests/plan/test_fuzz_specs.py (generated specs) and tests/plan/test_fuzz_found.py
 (what the fuzzer found). See the former's docstring for the properties.
 """
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for tests/test_fuzz_specs.py: valid, near-valid and hostile specs.
+"""Hypothesis strategies for tests/plan/test_fuzz_specs.py: valid, near-valid and hostile specs.
 
 Specs are generated as dicts and written as TOML text by tests/fuzz_toml.py;
 hostile inputs are raw text or bytes.

@@ -1,6 +1,6 @@
 """The randomized analytic-vs-trace guard: a seeded sampler over the memory model's configuration space.
 
-Shared by tests/test_memory_guard.py (a handful of cases in CI) and benchmarks/memory_guard.py
+Shared by tests/plan/test_memory_guard.py (a handful of cases in CI) and benchmarks/memory_guard.py
 (hundreds, with the table in benchmarks/RESULTS.md). Each case is one Workload on one small model
 of a family the analytic model has rows for, drawn by `random.Random(seed)`: the method (full,
 lora, qlora), precision (fp32, fp32 weights under bf16/fp16 autocast, bf16 weights with and

@@ -4,7 +4,7 @@ Every key has two nodes: `spec:KEY` (what the spec says, a source) and `KEY` (th
 resolved value). A rule reads resolved keys (so it runs after their writer) and/or
 spec keys (no ordering), and writes resolved keys. A key no rule writes resolves to
 its spec value. Two rules writing one key, or a cycle, is a programming error
-(GraphError), caught by tests/test_plan_graph.py.
+(GraphError), caught by tests/plan/test_plan_graph.py.
 
 networkx is the graph (build_graph: for inspection, tests and naming a cycle), but it
 is imported only when build_graph runs: `import networkx` pulls in its whole algorithm
@@ -12,7 +12,7 @@ library, the largest single import of `gpuplan plan` (benchmarks/RESULTS.md, Pla
 speed). The plan path needs one topological order of about 40 nodes, which
 _lexicographic_order computes with the same tie-breaking as
 nx.lexicographical_topological_sort (Kahn's algorithm, smallest ready node first);
-tests/test_plan_graph.py checks the two agree.
+tests/plan/test_plan_graph.py checks the two agree.
 """
 
 from __future__ import annotations

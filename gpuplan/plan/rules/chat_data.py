@@ -5,7 +5,7 @@ attending to each other only where the model builds its causal mask through
 transformers.masking_utils (find_packed_sequence_indices, used when no attention_mask
 is passed; flash_attention_2 reads the same position ids, in one row: apply flattens
 each micro-batch, gpuplan/apply/flatten.py). PACKED_POSITION_FAMILIES lists
-the model types checked against transformers 5.24 (tests/test_chat_data.py reads their
+the model types checked against transformers 5.24 (tests/apply/test_chat_data.py reads their
 modeling files); other families get one padded example per sequence instead.
 """
 

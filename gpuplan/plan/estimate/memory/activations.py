@@ -6,7 +6,7 @@ attention), counted from the tensors each transformers block saves for backward
 (listed per style below) and confirmed exactly (integer coefficients, zero
 residual) against the fake-tensor trace of one- and two-layer models of each
 family at several widths (benchmarks/memory_coefficients.py re-derives any row;
-tests/test_memory_vs_trace.py and benchmarks/memory_accuracy.py check the whole).
+tests/trace/test_memory_vs_trace.py and benchmarks/memory_accuracy.py check the whole).
 
 Modes: "fp32" (fp32 weights, no autocast), "half" (weights loaded in bf16/fp16),
 "amp" (fp32 weights under autocast fp16/bf16: residual stream and norms stay

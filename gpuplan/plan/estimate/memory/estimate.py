@@ -129,7 +129,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         }
 
     # chunked cross-entropy: each chunk's backward makes its own head weight gradient (compute
-    # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/test_chunked_loss.py)
+    # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/apply/test_chunked_loss.py)
     chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
     chunk_grad = layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
     moments = [

@@ -28,7 +28,7 @@ from __future__ import annotations
 NAME = "Liger kernels"
 KEY = "training.use_liger_kernel"
 # liger-kernel 0.8.5 transformers/monkey_patch.py MODEL_TYPE_TO_APPLY_LIGER_FN, the model types
-# gpuplan plans (tests/test_savers_plan.py checks each against the installed package)
+# gpuplan plans (tests/plan/test_savers_plan.py checks each against the installed package)
 FAMILIES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"})
 # AMD catalog GPUs -> gfx target (AMD ROCm docs, "GPU hardware specifications"); liger utils.py
 # _AMD_ARCH_BY_GFX knows gfx908 (CDNA), gfx90a (CDNA 2), gfx940-942 (CDNA 3), gfx1100-1102 (RDNA 3)

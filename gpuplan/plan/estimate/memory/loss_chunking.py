@@ -18,7 +18,7 @@ FLOPs per token (a linear layer's forward is 2 FLOPs per weight per token; Kapla
 Availability: causal-lm models whose CausalLM.forward computes `logits = self.lm_head(h)`
 and passes them straight to `self.loss_function(...)` (transformers 5: llama, mistral,
 qwen2, qwen3, gemma, mixtral, phi, phi3, gpt2, gpt_neox, opt;
-tests/test_chunked_loss.py reads each forward to check it); Gemma 2/3 soft-cap the logits
+tests/apply/test_chunked_loss.py reads each forward to check it); Gemma 2/3 soft-cap the logits
 between the two and are not in the list.
 """
 

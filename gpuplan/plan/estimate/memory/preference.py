@@ -17,7 +17,7 @@ through the policy with gradients; the step is priced as SFT's on that many sequ
   moment is its own head, while the policy's saved activations are alive.
 
 Coefficients are counted from the code above and checked against the fake-tensor trace of
-a real DPO step (gpuplan/trace/preference.py; tests/test_preference_memory.py). Every
+a real DPO step (gpuplan/trace/preference.py; tests/apply/test_preference_memory.py). Every
 position is scored, as TRL does on devices without Triton; on CUDA it scores the completion
 tokens only (`hidden_states[mask]`), so for pairs with long prompts this is an upper bound.
 """

@@ -21,7 +21,7 @@ from gpuplan.userfiles import (
 )
 from tests.helpers.cli_runs import tiny_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 A100 = lookup("A100-80GB")
 
 

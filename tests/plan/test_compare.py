@@ -15,7 +15,7 @@ from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.load import load_toml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LLAMA_8B = ROOT / "specs" / "llama-8b-a100.toml"
 ENV = local_environment()
 

@@ -19,7 +19,7 @@ from gpuplan.plan.estimate.memory.layout import model_layout
 from gpuplan.plan.estimate.memory.sharding import DS_PREFETCH_BUCKET, DS_REDUCE_BUCKET, sharded_states
 from gpuplan.plan.estimate.memory.types import Workload
 
-MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 N = 8
 P8B, P70B = 8_030_261_248, 70_553_706_496
 

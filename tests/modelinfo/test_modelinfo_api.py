@@ -11,7 +11,7 @@ import pytest
 
 from gpuplan.modelinfo import ModelConfigError, known_model_types, model_facts, read_config
 
-MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 
 
 def test_read_config_file_and_directory(tmp_path):

@@ -13,7 +13,7 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.states import adafactor_state_bytes, bnb_state_bytes, optimizer_kind
 from gpuplan.plan.estimate.memory.types import COMPONENTS, Workload
 
-MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_eight_bit_keeps_embeddings_at_32_bit_states_as_the_trainer_does():
     from gpuplan.modelinfo import model_facts, read_config
     from gpuplan.plan.estimate.memory.states import bnb_state_bytes, is_embedding
 
-    facts = model_facts(read_config(Path(__file__).parent.parent / "specs/models/llama-3.1-8b.json"))
+    facts = model_facts(read_config(Path(__file__).resolve().parents[2] / "specs/models/llama-3.1-8b.json"))
     emb = [(n, s) for n, s in facts.param_shapes if is_embedding(n)]
     assert [n for n, _ in emb] == ["model.embed_tokens.weight"]
     emb_numel = emb[0][1][0] * emb[0][1][1]

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 SPEC_FILES = sorted(MODELS.glob("*.json"))
 CASES = [(p.stem, task) for p in SPEC_FILES for task in FAMILIES[json.loads(p.read_text())["model_type"]][1]]
 

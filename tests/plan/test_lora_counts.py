@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MODELS = Path(__file__).resolve().parent.parent / "specs" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 # one shipped config per family (the smallest), layers cut to 2: counts are per layer
 _BY_FAMILY: dict[str, Path] = {}
 for _p in sorted(MODELS.glob("*.json"), key=lambda p: p.stat().st_size):

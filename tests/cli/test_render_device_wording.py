@@ -4,8 +4,8 @@ import pytest
 
 from gpuplan.plan.sections import HardwareSection, MemorySection
 from gpuplan.render.text import render_memory, render_plan, summary_line
+from tests.cli.test_render_text import PLAN
 from tests.helpers.planning import plan_text, spec
-from tests.test_render_text import PLAN
 
 CPU = {"name": "cpu", "vendor": "cpu", "count": 1, "nodes": 1}
 

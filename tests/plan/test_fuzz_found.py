@@ -1,4 +1,4 @@
-"""What the spec fuzzer (tests/test_fuzz_specs.py) found, kept as deterministic regressions.
+"""What the spec fuzzer (tests/plan/test_fuzz_specs.py) found, kept as deterministic regressions.
 
 Each case was a traceback, a hang or an error that named neither a key nor a file position.
 """

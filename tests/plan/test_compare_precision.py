@@ -11,7 +11,7 @@ from gpuplan.plan.compare import compare
 from gpuplan.plan.inputs.environment import local_environment
 from gpuplan.spec.load import load_toml
 
-LLAMA_8B = Path(__file__).resolve().parent.parent / "specs" / "llama-8b-a100.toml"  # model.dtype = "bfloat16"
+LLAMA_8B = Path(__file__).resolve().parents[2] / "specs" / "llama-8b-a100.toml"  # model.dtype = "bfloat16"
 
 
 def test_bf16_weights_on_gpus_without_bf16_are_emulated_bf16_with_the_warning():

@@ -9,10 +9,10 @@ import subprocess
 import warnings
 
 from gpuplan.notices import DEBUG_LOG, captured, known_notice, log_to
+from tests.cli.test_init_sources import foreign_lines
 from tests.helpers.apply_plans import MICRO_LLAMA
 from tests.helpers.cli_runs import command, env
 from tests.helpers.hub_cache import tiny_model_files
-from tests.test_init_sources import foreign_lines
 
 BNB_NOTICE = (
     "Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make "

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from gpuplan.apply.run import execute
+from tests.apply.test_apply_minilm import minilm_dir
 from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan
 from tests.helpers.lora_base import file_hashes
-from tests.test_apply_minilm import minilm_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 

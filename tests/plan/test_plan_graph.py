@@ -113,4 +113,4 @@ def test_planning_does_not_import_networkx():
     )
     from pathlib import Path
 
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).resolve().parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=Path(__file__).resolve().parents[2])

@@ -146,7 +146,7 @@ def test_ddp_replicates_adapters_and_all_reduces_only_their_gradients(tmp_path):
     assert plan.memory.layout == "DDP"
     # 41,943,040 fp32 adapter gradients, ring all-reduce over 4 GPUs: 2 x 3/4 x 4 bytes each
     assert plan.throughput.communication["bytes_per_gpu_per_step"] == int(2 * 0.75 * 4 * 41_943_040)
-    # sharded adapters are planned too (tests/test_sharded_adapters_plan.py): FSDP is kept when asked
+    # sharded adapters are planned too (tests/plan/test_sharded_adapters_plan.py): FSDP is kept when asked
     fsdp = plan_text(
         tmp_path,
         spec(extra='method = "qlora"', training="").replace("[hardware]\n", "[hardware]\ncount = 2\n")

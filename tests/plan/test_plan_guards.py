@@ -3,7 +3,7 @@
 Guard 1: what a plan accepts, apply accepts: the saved plan of every accepted spec
 builds its TrainingArguments, accelerate plugins and LR scheduler (tests/plan_arguments.py).
 Guard 2: every reason agrees with the values it names (tests/reason_oracle.py).
-Both also run over every shipped spec and the specs of the review (tests/test_plan_truth.py).
+Both also run over every shipped spec and the specs of the review (tests/plan/test_plan_truth.py).
 """
 
 from __future__ import annotations
@@ -64,6 +64,6 @@ def test_guard_2_reasons_agree_with_the_values(tmp_path_factory, data):
 def test_guards_on_every_shipped_spec(path):
     plan = _plan(path, ENV)
     if plan is None:
-        return  # mistral-7b-24gb.toml: refused, tests/test_plan_truth.py checks its fixes
+        return  # mistral-7b-24gb.toml: refused, tests/plan/test_plan_truth.py checks its fixes
     build_with_scheduler(saved(plan))
     assert check_reasons(plan) > 0

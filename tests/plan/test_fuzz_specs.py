@@ -17,7 +17,7 @@ Profiles (GPUPLAN_FUZZ_PROFILE): "ci" (default; derandomized so CI is reproducib
 about 1,600 examples, ~40 s on 2 shared cores) and "long" (random, ~20,700 examples):
 `python benchmarks/fuzz.py` runs the long profile and records the counts per test and
 the time in benchmarks/RESULTS.md ("Fuzzing"). Long run of 2026-11-29: 20,741 examples
-in 282 s, all passing (after the fixes in tests/test_fuzz_found.py).
+in 282 s, all passing (after the fixes in tests/plan/test_fuzz_found.py).
 """
 
 from __future__ import annotations

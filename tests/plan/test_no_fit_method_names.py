@@ -8,8 +8,8 @@ import re
 import pytest
 
 from gpuplan.plan.types import PlanError
+from tests.cli.test_cli_init_fmt import gpuplan
 from tests.helpers.planning import MODELS, plan_text, spec
-from tests.test_cli_init_fmt import gpuplan
 
 
 def _no_fit(tmp_path, gpu):

@@ -1,0 +1,1 @@
+"""Tests of gpuplan's modelinfo part."""
