@@ -95,7 +95,8 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
             from peft import PeftModel
 
             base_dir = model_dir(plan)
-            base = cls.from_pretrained(base_dir, **common, **load_kwargs(plan, device, cls))
+            # qlora: load_kwargs' dtype (the compute dtype the base trained in) replaces the plan's weight dtype
+            base = cls.from_pretrained(base_dir, **{**common, **load_kwargs(plan, device, cls)})
             if run.method == "qlora":
                 keep_training_layout(base)  # the 4-bit layout the adapter trained (and apply evaluated) on
             model = PeftModel.from_pretrained(base, run.weights_dir, is_trainable=False)
