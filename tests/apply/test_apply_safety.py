@@ -140,9 +140,9 @@ def test_out_of_memory_replans_to_a_smaller_batch_and_resumes(tmp_path, monkeypa
 def test_an_attempt_that_ran_out_of_memory_is_unreferenced_when_its_memory_is_released(tmp_path, monkeypatch):
     import weakref
 
-    from gpuplan.apply import run
+    from gpuplan.apply import attempts, run
 
-    real_build, real_release, models, released = run.build_trainer, run._release, [], []
+    real_build, real_release, models, released = run.build_trainer, attempts._release, [], []
 
     def build_and_watch(plan, **kw):
         prepared = real_build(plan, **kw)
@@ -155,7 +155,7 @@ def test_an_attempt_that_ran_out_of_memory_is_unreferenced_when_its_memory_is_re
 
     # the real builder and releaser, watched
     monkeypatch.setattr(run, "build_trainer", build_and_watch)
-    monkeypatch.setattr(run, "_release", release_and_check)
+    monkeypatch.setattr(attempts, "_release", release_and_check)  # the retry loop's (apply/attempts.py)
     monkeypatch.setenv("GPUPLAN_TEST_INJECT_OOM", "3:1")
     execute(_oom_plan(tmp_path), echo=lambda s: None, progress=False)
     assert len(models) == 3  # batch 4, 2, then 1
