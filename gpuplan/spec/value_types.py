@@ -1,0 +1,45 @@
+"""The value types the spec's sections share: "auto", bounded numbers, paths, the objective check,
+and the section base (unknown keys refused, strict types, frozen)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+Auto = Literal["auto"]
+Task = Literal["causal-lm", "seq-cls", "masked-lm"]
+# Bounds keep hostile numbers out of the arithmetic; constraints sit inside the union
+# so that "auto" is not compared with a number.
+BatchOrAuto = Annotated[int, Field(ge=1, le=2**20)] | Auto
+WorkersOrAuto = Annotated[int, Field(ge=0, le=256)] | Auto
+StepsOrAuto = Annotated[int, Field(ge=0, le=2**31)] | Auto
+
+
+def _no_nul(path: str) -> str:
+    if "\x00" in path:  # the OS refuses it (ValueError: embedded null byte), so refuse it here
+        raise ValueError("a path cannot contain a NUL character (\\u0000); remove it")
+    return path
+
+
+PathStr = Annotated[str, AfterValidator(_no_nul)]
+
+
+def _known_objective(name: str) -> str:
+    from gpuplan.plan.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
+
+    if name in OBJECTIVES:
+        return name
+    if name in EXPERIMENTAL_IN_TRL:
+        raise ValueError(f'"{name}" is not planned: {EXPERIMENTAL_IN_TRL[name]}; set training.objective = "dpo"')
+    import difflib
+
+    close = difflib.get_close_matches(name, list(OBJECTIVES), n=1, cutoff=0.5)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    raise ValueError(
+        f'"{name}" is not an objective; {hint}set training.objective = {" or ".join(chr(34) + o + chr(34) for o in OBJECTIVES)}'
+    )
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
