@@ -8,6 +8,7 @@ the step-time term.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -87,7 +88,8 @@ def test_the_no_fit_error_offers_activation_offloading_when_it_fits(tmp_path):
     with pytest.raises(PlanError) as e:
         plan_text(tmp_path, text)
     fix = next(d for d in e.value.diagnostics if d.severity == "error").fix
-    assert "training.activation_offloading = true (75 GiB of host RAM per GPU" in fix
+    # the host RAM it would need is priced by the same model (memory/offload_activations.py)
+    assert re.search(r"training\.activation_offloading = true \(\d+ GiB of host RAM per GPU, [\d.]+ s per step", fix), fix
     assert 'training.gradient_checkpointing = "auto"' in fix
 
 
