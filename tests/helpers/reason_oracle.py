@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from gpuplan.plan.objectives import objective
 from gpuplan.plan.types import Plan
 
 BNB_8BIT = ("8bit",)
@@ -24,7 +25,8 @@ def check_reasons(plan: Plan) -> int:
     checked = 0
     world = v("hardware.count") * v("hardware.nodes")
     b, a = v("training.per_device_train_batch_size"), v("training.gradient_accumulation_steps")
-    seq = v("data.seq_len")
+    # tokens per example in the GEMMs: a DPO example is its chosen and rejected sequences (plan/objectives.py)
+    seq = v("data.seq_len") * objective(plan.get("training.objective")).grad_sequences
     bf16, fp16 = v("training.bf16"), v("training.fp16")
     optim = v("training.optim")
     ds_offload = plan.get("distributed.strategy") == "deepspeed" and plan.get("distributed.offload_optimizer")
