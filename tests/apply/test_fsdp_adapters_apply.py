@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.helpers import cli_runs
 from tests.helpers.apply_plans import read_jsonl
 from tests.helpers.lora_base import other_text, pretrain_base
 
@@ -63,14 +62,7 @@ dir = "{out}"
 
 
 def gpuplan(*args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    return subprocess.run(
-        [sys.executable, "-m", "gpuplan.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        timeout=400,
-    )
+    return cli_runs.gpuplan(*args, timeout=400)
 
 
 def results(out):

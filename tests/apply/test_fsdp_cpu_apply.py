@@ -9,12 +9,10 @@ shard_grad_op and one process must log the same loss per step up to float summat
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.helpers import cli_runs
 from tests.helpers.apply_plans import CORPUS, REPO, read_jsonl
 
 MODEL = str(REPO / "specs" / "models" / "tiny-llama-cpu.json")
@@ -56,14 +54,7 @@ dir = "{out}"
 
 
 def gpuplan(*args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    return subprocess.run(
-        [sys.executable, "-m", "gpuplan.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        timeout=300,
-    )
+    return cli_runs.gpuplan(*args, timeout=300)
 
 
 def results(out):

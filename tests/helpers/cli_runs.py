@@ -73,7 +73,10 @@ def tiny_spec(
 
 
 def env(**extra: str) -> dict[str, str]:
-    e = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1", **extra}
+    """This process's environment for a gpuplan subprocess, without what a launcher around the test
+    run would leave there (SLURM_*, WORLD_SIZE, MASTER_ADDR: apply would take itself for a rank)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
+    e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     e.pop("GPUPLAN_TEST_INJECT_OOM", None)
     return {**e, **extra}
 
