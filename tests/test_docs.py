@@ -18,7 +18,9 @@ def test_readme_spec_reference_lists_every_key():
 def test_readme_has_setup_and_test_commands_that_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    command = readme.split("## Test (one command)", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0].strip()
+    assert command.startswith("python -m pytest -q -n 2"), command  # the suite is sized for two workers on 2 cores
+    assert command in ci.splitlines(), f"CI does not run the README's test command {command!r}"
     assert "pip install torch==2.13.0" in readme and "torch==2.13.0" in ci
 
 
