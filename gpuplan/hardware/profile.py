@@ -41,6 +41,11 @@ class GPUProfile:
         return self.vendor == "cpu"
 
     @property
+    def a_name(self) -> str:
+        """The name with its article, read as spoken: "an A100-80GB", "an MI300X", "a T4", "a V100-16GB"."""
+        return ("an " if self.name[:1] in "AEFHILMNORSX" else "a ") + self.name
+
+    @property
     def is_cuda(self) -> bool:
         return self.vendor in ("nvidia", "amd")  # ROCm builds of torch expose HIP as "cuda"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -121,12 +122,37 @@ def test_8b_on_a_4090_names_a_larger_gpu_and_a_count_that_fit():
 def test_no_alternative_is_advised_when_nothing_fits(tmp_path):
     spec = tmp_path / "huge.toml"
     spec.write_text(
-        LLAMA_8B.read_text().replace('config = "models/', f'config = "{ROOT}/specs/models/').replace("seq_len = 2048", "seq_len = 1048576")
+        LLAMA_8B.read_text()
+        .replace('config = "models/', f'config = "{ROOT}/specs/models/')
+        .replace('"data/', f'"{ROOT}/specs/data/')
+        .replace("seq_len = 2048", "seq_len = 1048576")
     )
     with pytest.raises(PlanError) as e:
         plan_file(spec, environment=ENV, overrides={"hardware": {"gpu": "T4"}})
     fixes = [d.fix or "" for d in e.value.diagnostics]
     assert any("no catalog GPU fits at 1 GPU(s), nor up to 64 x T4" in f for f in fixes)
+    # nor does a one-key hardware fix say otherwise: each was planned in full above and none fitted
+    assert not any("hardware.gpu =" in f or "hardware.count =" in f for f in fixes), fixes
+    assert "a T4 has 15 GiB" in e.value.diagnostics[0].summary
+
+
+def test_other_errors_keep_the_hardware_that_fits_from_being_planned_and_the_fix_says_so(tmp_path):
+    """A spec that does not fit and names a missing data file: no other hardware plans in full (the
+    data error fails each plan too), so the fix says that, not "no catalog GPU fits", and keeps the
+    memory fit's one-key hardware fixes; with the data file back, the one it names fits."""
+    text = LLAMA_8B.read_text().replace('config = "models/', f'config = "{ROOT}/specs/models/')
+    good = text.replace('"data/', f'"{ROOT}/specs/data/')
+    (tmp_path / "missing.toml").write_text(text.replace('"data/tiny-corpus.txt"', f'"{tmp_path}/gone.txt"'))
+    with pytest.raises(PlanError) as e:
+        plan_file(tmp_path / "missing.toml", environment=ENV, overrides={"hardware": {"gpu": "T4"}})
+    errors = [d for d in e.value.diagnostics if d.severity == "error"]
+    assert {d.key for d in errors} == {"hardware.gpu", "data.train_files[0]"}
+    fix = next(d.fix for d in errors if d.key == "hardware.gpu")
+    assert "no catalog GPU fits" not in fix
+    assert "no other hardware could be planned in full: the spec's other error (listed with this one) fails every such plan" in fix
+    (gpu,) = re.findall(r'hardware.gpu = "([^"]+)"', fix)
+    (tmp_path / "good.toml").write_text(good)
+    assert plan_file(tmp_path / "good.toml", environment=ENV, overrides={"hardware": {"gpu": gpu}}).memory.fits
 
 
 def test_compare_times_come_from_the_step_time_model():

@@ -115,11 +115,24 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loade
     for i, d in enumerate(out):
         if d == nofit.diagnostic:
             alts = hardware_alternatives(loaded.raw, gpu, spec.hardware.count, spec.hardware.nodes, plan)
+            others = len(out) - 1  # the spec's other errors: every full plan of other hardware has them too
             if alts:
                 found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
+            elif others:
+                found = (
+                    "no other hardware could be planned in full: "
+                    + (
+                        "the spec's other error (listed with this one) fails every such plan; fix it"
+                        if others == 1
+                        else f"the spec's {others} other errors (listed with this one) fail every such plan; fix them"
+                    )
+                    + " and plan again to see the hardware that fits"
+                )
             else:
                 found = f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), nor up to {MAX_GPUS} x {gpu.name}"
-            rest = nofit.fix_text(drop_hardware=bool(alts))
+            # The memory fit's one-key hardware fixes are checked on memory alone; planned in full above,
+            # none fitted, so they are dropped unless the other errors kept those full plans from running.
+            rest = nofit.fix_text(drop_hardware=bool(alts) or not others)
             out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)
             break
     return out

@@ -243,7 +243,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
         "error",
         "hardware.gpu",
         f"{what}does not fit: needs {need:.1f} GiB at per-device batch {sol.per_device_batch} with {savers_on(sol, user_set)}; "
-        f"an {gpu.name} has {gpu.memory_label if cap != int(cap) else f'{cap:.0f} GiB'} ({p.usable_bytes / GIB:.1f} "
+        f"{gpu.a_name} has {gpu.memory_label if cap != int(cap) else f'{cap:.0f} GiB'} ({p.usable_bytes / GIB:.1f} "
         f"usable with {ctx.spec('hardware.headroom'):.0%} headroom)",
         detail="peak by part: "
         + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in sol.estimate.components.items() if v)
