@@ -177,6 +177,10 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     peft_config = None
     ref = None
     if adapters.uses_adapters(plan):
+        # adapters-off needs no reference (TRL disables the adapters); a separate model is loaded
+        # as the plan counted it (rules/preference.py), and TRL then uses it instead
+        if plan.value("preference.reference") == "model":
+            ref = reference_model(plan, model)
         model = adapters.prepare_base(plan, model)
         peft_config = adapters.lora_config(plan)
     else:

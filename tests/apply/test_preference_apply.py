@@ -77,6 +77,35 @@ def test_dpo_lora_learns_the_rule_and_leaves_the_base_untouched(base, tmp_path):
     assert results["trainable_params"] == plan.model.trainable_params
 
 
+def test_dpo_lora_against_a_separate_reference_model_uses_that_model(base, tmp_path):
+    """preference.reference_model with LoRA: TRL gets that model as the reference (the plan counts it).
+    The adapters start at zero, so against the base with adapters off the first step's rewards are 0;
+    against a perturbed copy of the base they are not."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base_dir, data = base
+    ref_dir = tmp_path / "reference"
+    ref = AutoModelForCausalLM.from_pretrained(base_dir)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    ref.save_pretrained(ref_dir)
+    (tmp_path / "off").mkdir()
+    plans = {
+        "adapters-off": _plan(tmp_path / "off", base_dir, data, method="lora", steps=1),
+        "model": _plan(tmp_path, base_dir, data, method="lora", steps=1, extra=f'[preference]\nreference_model = "{ref_dir}"\n'),
+    }
+    first = {}
+    for want, plan in plans.items():
+        assert plan.value("preference.reference") == want
+        execute(plan, echo=lambda s: None, progress=False)
+        first[want] = _train_lines(plan.value("output.dir"))[0]
+    assert first["adapters-off"]["rewards/chosen"] == 0 and first["adapters-off"]["rewards/rejected"] == 0
+    assert abs(first["model"]["rewards/chosen"]) > 1e-3 and abs(first["model"]["rewards/rejected"]) > 1e-3
+
+
 def test_dpo_qlora_trains_the_adapters_on_a_4bit_base(base, tmp_path):
     base_dir, data = base
     plan = _plan(tmp_path, base_dir, data, method="qlora", lr="1e-2", steps=4)
