@@ -3,6 +3,8 @@ only what would train in fp16 (full fine-tuning, modules_to_save copies) is refu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuplan.plan.types import PlanError
@@ -90,3 +92,26 @@ def test_lora_over_an_fp16_base_applies_with_fp32_adapters(tmp_path):
     assert all(v == v for v in losses) and losses[-1] < losses[0], losses  # finite, and it learns
     adapter = load_file(os.path.join(results["final_model_dir"], "adapter_model.safetensors"))
     assert adapter and {str(t.dtype) for t in adapter.values()} == {"torch.float32"}
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora", "full"])
+def test_the_no_bf16_warning_names_a_dtype_that_followed_plans_cleanly_and_no_larger(tmp_path, method):
+    """model.dtype = "bfloat16" on a V100: the fix names float16 for an adapter base (float32 would
+    double a LoRA base's weights) and float32 for full fine-tuning; followed, the warning is gone,
+    the plan still fits, and a LoRA base takes no more memory than fp32's."""
+
+    def plan(dtype, tmp, gpu="V100-32GB"):
+        tmp.mkdir()
+        count = "\ncount = 8" if method == "full" else ""
+        text = spec("llama-3.1-8b", gpu, extra=f'method = "{method}"\ndtype = "{dtype}"', data="seq_len = 512")
+        return plan_text(tmp, text.replace(f'gpu = "{gpu}"', f'gpu = "{gpu}"{count}'))
+
+    warned = plan("bfloat16", tmp_path / "bf16")
+    (w,) = [d for d in warned.diagnostics if d.key == "model.dtype" and d.severity == "warning"]
+    (dtype,) = re.findall(r'model.dtype = "(\w+)"', w.fix.split(":")[0])
+    assert dtype == ("float32" if method == "full" else "float16")
+    followed = plan(dtype, tmp_path / "followed")
+    assert followed.memory.fits and not [d for d in followed.diagnostics if d.key == "model.dtype"]
+    if method == "lora":  # the fp32 base the old fix named does not fit a V100-32GB: its weights on an 80 GB card
+        fp32 = plan("float32", tmp_path / "fp32", gpu="A100-80GB")
+        assert followed.memory.components["weights"] < fp32.memory.components["weights"] / 1.9

@@ -75,8 +75,20 @@ def mixed_precision(ctx: Resolver) -> None:
         ctx.warn(
             "model.dtype",
             f'model.dtype = "bfloat16" on {gpu.name}, which has no native bf16: emulated, slow',
-            fix='set model.dtype = "float32" and let gpuplan pick fp16',
+            fix=_no_bf16_dtype_fix(ctx),
         )
+
+
+def _no_bf16_dtype_fix(ctx: Resolver) -> str:
+    """The dtype to load in on a GPU without bf16. A frozen adapter base goes to float16, the dtype
+    fp16 autocast computes in (float32 would double its weights); fp16_trained_weights below says
+    where a LoRA base cannot be fp16 (full fp16 copies trained beside the adapters), and full
+    fine-tuning trains its weights, so those keep fp32 master weights under AMP."""
+    method = ctx.spec("model.method") or "full"
+    copies = ctx.spec("lora.modules_to_save") or ctx.spec("model.task") == "seq-cls"
+    if method == "qlora" or (method == "lora" and not copies):
+        return f'set model.dtype = "float16": the frozen {method} base in the dtype fp16 mixed precision computes in'
+    return 'set model.dtype = "float32" and let gpuplan pick fp16'
 
 
 def fp16_trained_weights(ctx: Resolver) -> None:
