@@ -11,9 +11,7 @@ import json
 import sys
 
 from gpuplan.cli.common import UserError
-from gpuplan.units import GIB
-
-MIB = 1024**2
+from gpuplan.units import GIB, MIB
 
 
 def _size(n: int) -> str:

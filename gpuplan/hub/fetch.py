@@ -56,16 +56,13 @@ def dataset_split(plan: Plan) -> str:
 
 def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
     """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
-    from .splits import SplitError, card_patterns
+    from .splits import card_patterns
 
     folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README], local_only=local_only)
     readme = os.path.join(folder, README)
     if not os.path.isfile(readme):
         return None
-    try:
-        return card_patterns(readme, dataset_split(plan))
-    except SplitError as e:
-        raise HubError("data.split", str(e), fix=e.fix) from None
+    return card_patterns(readme, dataset_split(plan))  # a SplitError names data.split and the fix
 
 
 def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
@@ -90,16 +87,13 @@ def data_files_in(folder: str) -> list[str]:
 
 def dataset_files(plan: Plan) -> list[str]:
     """The data files of data.split: by the card's configs, else by datasets' split keywords in file names."""
-    from .splits import SplitError, by_file_names, matching
+    from .splits import by_file_names, matching
 
     folder = dataset_dir(plan)
     found = data_files_in(folder)
     card = dataset_card_patterns(plan)
     split = dataset_split(plan)
-    try:
-        files = [] if not found else matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
-    except SplitError as e:
-        raise HubError("data.split", str(e), fix=e.fix) from None
+    files = [] if not found else matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
     if not files:
         raise HubError(
             "data.dataset",

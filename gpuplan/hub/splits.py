@@ -26,18 +26,24 @@ import fnmatch
 import os
 from typing import Any
 
+from gpuplan.errors import OneProblem
+
 DEFAULT_SPLIT = "train"
 
 
-class SplitError(Exception):
-    """data.split names no split of the dataset; the message lists those it has."""
+class SplitError(OneProblem):
+    """data.split names no split of the dataset; the summary lists those it has, the fix names one."""
 
     def __init__(self, split: str, available: list[str], where: str):
         self.available = available
         close = difflib.get_close_matches(split, available, n=1, cutoff=0.4)
         hint = f'did you mean "{close[0]}"? ' if close else ""
-        super().__init__(f"{split!r} is no split of {where}, which has {', '.join(available)}; {hint}set data.split to one of them")
-        self.fix = f'set data.split = "{close[0] if close else available[0]}"' if available else None
+        fix = f'set data.split = "{close[0] if close else available[0]}"' if available else None
+        super().__init__(
+            f"data.split: {split!r} is no split of {where}, which has {', '.join(available)}; {hint}set data.split to one of them",
+            key="data.split",
+            fix=fix,
+        )
 
 
 def card_configs(readme: str) -> list[dict[str, Any]]:

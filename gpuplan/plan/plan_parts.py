@@ -103,7 +103,7 @@ def memory_section(sol, problem, gpu: GPUProfile, headroom: float, count: int = 
 
     est = sol.estimate.to_dict()
     host = None
-    if gpu.vendor != "cpu":  # host RAM per node (CPU ranks: the host is the device)
+    if not gpu.is_cpu:  # host RAM per node (CPU ranks: the host is the device)
         host = host_memory(
             problem.facts, solve_workload(problem, sol.per_device_batch, sol.knobs), est["host_bytes"], est["host_pinned_bytes"], count
         ).to_dict()

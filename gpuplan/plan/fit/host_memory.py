@@ -34,13 +34,13 @@ def known_host_bytes(ctx: Resolver) -> int:
 def host_limit(ctx: Resolver) -> int | None:
     """Usable host RAM per node for the fit search (offload candidates); None when unknown or on CPU."""
     have = known_host_bytes(ctx)
-    return int(HOST_LIMIT * have) if have and ctx.gpu.vendor != "cpu" else None
+    return int(HOST_LIMIT * have) if have and not ctx.gpu.is_cpu else None
 
 
 def plan_host_memory(ctx: Resolver, sol, count: int | None = None, problem=None) -> HostMemory | None:
     """Host RAM per node of a fit solution (of `problem`, default the plan's own fit problem)."""
     problem = problem or ctx.get(FIT_PROBLEM)
-    if problem is None or ctx.gpu.vendor == "cpu":  # CPU ranks: the host is the device, memory.fit counts it
+    if problem is None or ctx.gpu.is_cpu:  # CPU ranks: the host is the device, memory.fit counts it
         return None
     wl = workload(problem, sol.per_device_batch, sol.knobs)
     est = sol.estimate

@@ -70,7 +70,7 @@ def _split_diagnostics(ref: Any, split: str) -> list[Diagnostic]:
         if os.path.isfile(readme):
             card_patterns(readme, split)
     except SplitError as e:
-        return [Diagnostic("error", "data.split", f"data.split: {e}", detail=f"{ref.repo_id} at {ref.commit[:12]}", fix=e.fix)]
+        return [e.diagnostic(detail=f"{ref.repo_id} at {ref.commit[:12]}")]
     return []
 
 

@@ -17,8 +17,7 @@
 from __future__ import annotations
 
 from gpuplan.plan.engine.resolver import Resolver
-
-GIB = 1024**3
+from gpuplan.units import GIB
 
 
 def frozen_base_dtype(ctx: Resolver, method: str, bf16: bool, compute: str) -> tuple[str, str | None]:
@@ -32,7 +31,7 @@ def frozen_base_dtype(ctx: Resolver, method: str, bf16: bool, compute: str) -> t
             "straight to it; prepare_model_for_kbit_training then casts the unquantized parts "
             "(embeddings, norms, head) to fp32"
         )
-    if bf16 and ctx.gpu.vendor != "cpu" and asked == "float32":
+    if bf16 and not ctx.gpu.is_cpu and asked == "float32":
         saved = 2 * ctx.facts.n_params / GIB
         return "bfloat16", (
             f"lora: the frozen base needs no fp32 master weights (only the fp32 adapters train), so it "

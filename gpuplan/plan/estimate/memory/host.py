@@ -30,10 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.units import GIB
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
