@@ -52,6 +52,23 @@ def from_line(prefix: str) -> Callable[[str], list[str]]:
     return select
 
 
+def excerpt(*groups: tuple[str, int | str], lead: bool = True) -> Callable[[str], list[str]]:
+    """Parts of the output, "..." between them (and first, with `lead`): each group is the line
+    that starts with its prefix and the next lines up to a count, or up to the first line that
+    starts with an end prefix, included."""
+
+    def select(out: str) -> list[str]:
+        lines = out.rstrip("\n").splitlines()
+        picked: list[str] = []
+        for n, (prefix, end) in enumerate(groups):
+            i = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+            stop = i + end if isinstance(end, int) else next(j for j in range(i, len(lines)) if lines[j].startswith(end)) + 1
+            picked += (["..."] if n or lead else []) + lines[i:stop]
+        return picked
+
+    return select
+
+
 @dataclass(frozen=True)
 class Example:
     args: tuple[str, ...]  # gpuplan's arguments
@@ -59,22 +76,32 @@ class Example:
     prompt: bool = False  # show "$ gpuplan ..." as the first line
     trains: bool = False  # runs a training (skipped by --no-apply)
     fails: bool = False  # exits 1 on purpose (a plan that does not fit): its error output is the example
+    file: str | None = None  # show this file, which the command writes, instead of what it prints
 
+
+INIT_4090 = (
+    "init",
+    "specs/models/llama-3.1-8b.json",
+    "--gpu",
+    "RTX-4090",
+    "--data",
+    "specs/data/chat.jsonl",
+    "--out",
+    "runs/llama-4090.toml",
+    "--force",
+)
 
 EXAMPLES: dict[str, Example] = {
-    "init-4090": Example(
-        (
-            "init",
-            "specs/models/llama-3.1-8b.json",
-            "--gpu",
-            "RTX-4090",
-            "--data",
-            "specs/data/chat.jsonl",
-            "--out",
-            "runs/llama-4090.toml",
-            "--force",
+    "init-4090": Example(INIT_4090, prompt=True),
+    "init-4090-spec": Example(
+        INIT_4090,
+        file="runs/llama-4090.toml",
+        select=excerpt(
+            ("# Chosen by the plan", "method ="),
+            ("# Read from the rows", "format ="),
+            ("# Turned on by the plan", "gradient_checkpointing ="),
+            lead=False,
         ),
-        prompt=True,
     ),
     "tiny-apply": Example(("apply", "specs/tiny.toml", "--yes", "--restart"), select=tail_of_apply, trains=True),
     "a100-plan": Example(("plan", "specs/a100-fp16.toml"), prompt=True),
@@ -83,6 +110,17 @@ EXAMPLES: dict[str, Example] = {
     "rtx4090-8b": Example(("plan", "specs/llama-8b-a100.toml", "--gpu", "RTX-4090"), prompt=True, fails=True),
     "qlora-4090": Example(("plan", "specs/llama-8b-qlora-4090.toml"), prompt=True),
     "mistral-24gb": Example(("plan", "specs/mistral-7b-24gb.toml"), prompt=True, fails=True),
+    "dpo-8b": Example(
+        ("plan", "specs/llama-8b-lora-dpo.toml"),
+        prompt=True,
+        select=excerpt(
+            ("  + data.packing", 2),
+            ("  + preference.max_length", 6),
+            ("Memory per GPU", 10),
+            ("Throughput:", 2),
+            ("Note: dpo:", 1),
+        ),
+    ),
     "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
 }
 
@@ -104,7 +142,10 @@ def relative_to_checkout(text: str) -> str:
 
 def example_lines(name: str) -> list[str]:
     ex = EXAMPLES[name]
-    lines = ex.select(relative_to_checkout(run(ex.args, ex.fails)))
+    out = run(ex.args, ex.fails)
+    if ex.file:
+        out = (REPO / ex.file).read_text(encoding="utf-8")
+    lines = ex.select(relative_to_checkout(out))
     return ([f"$ gpuplan {' '.join(ex.args)}"] if ex.prompt else []) + lines
 
 
