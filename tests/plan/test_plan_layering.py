@@ -36,6 +36,9 @@ HIGHER = (
     "gpuplan.plan.build",
     "gpuplan.plan.compare",
     "gpuplan.plan.inputs",
+    "gpuplan.lifecycle",
+    "gpuplan.apply",
+    "gpuplan.cli",
 )
 
 
@@ -76,6 +79,8 @@ def imports_of(source: str, package: str) -> set[str]:
                     name = child.module or ""
                 if name.startswith("gpuplan"):
                     out.add(name)
+                    # `from gpuplan.plan import build`: a name imported from a package may be a module
+                    out.update(f"{name}.{a.name}" for a in child.names if a.name != "*")
             visit(child)
 
     visit(ast.parse(source))
@@ -130,4 +135,18 @@ def test_the_checker_sees_imports_inside_functions_and_skips_type_checking_block
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpuplan.plan.engine.resolver import Resolver\n"
         "def f():\n    from gpuplan.plan.fit.search import solve\n    from .memory import estimate\n    return solve\n"
     )
-    assert imports_of(src, "gpuplan.plan.estimate") == {"gpuplan.plan.fit.search", "gpuplan.plan.estimate.memory"}
+    assert imports_of(src, "gpuplan.plan.estimate") == {
+        "gpuplan.plan.fit.search",
+        "gpuplan.plan.fit.search.solve",
+        "gpuplan.plan.estimate.memory",
+        "gpuplan.plan.estimate.memory.estimate",
+    }
+    # a module imported from its package by name is seen as that module
+    assert _under_any(imports_of("from gpuplan.plan import build\nfrom .. import fit\n", "gpuplan.plan.estimate"), HIGHER) == {
+        "gpuplan.plan.build",
+        "gpuplan.plan.fit",
+    }
+
+
+def _under_any(names: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {m for m in names if _under(m, prefixes)}
