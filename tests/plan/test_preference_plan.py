@@ -10,6 +10,7 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.hardware.catalog import lookup
+from gpuplan.lifecycle.drift import resume_conflicts
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
@@ -197,3 +198,29 @@ def test_unusable_rows_are_counted_and_reported_at_plan_time(tmp_path):
         f"data.train_files[0]: 1 of 10 dpo rows in {data} has a prompt longer than preference.max_prompt_length = 50 tokens (rows 6)"
     ) in got
     assert json.loads((tmp_path / "pairs.jsonl").read_text().splitlines()[0])  # the data is left as it was
+
+
+@pytest.mark.parametrize(
+    ("preference", "key"),
+    [
+        ("beta = 0.5", "preference.beta"),
+        ('loss_type = "ipo"', "preference.loss_type"),
+        ('reference = "precomputed"', "preference.reference"),
+        ("", "training.objective"),  # the same spec as SFT
+    ],
+)
+def test_a_changed_preference_loss_refuses_to_resume_the_run(tmp_path, preference, key):
+    """apply resumes only a run whose loss is the same (lifecycle/drift.py): beta, the loss, the reference
+    and the objective each break it, for LoRA as for full fine-tuning; an unchanged spec does not."""
+    for method in ("lora", "full"):
+        d = tmp_path / method
+        d.mkdir()
+        old = plan_file(_dpo(d, method=method, gpu="H100-80GB"), environment=ENV)
+        assert resume_conflicts(old, plan_file(_dpo(d, method=method, gpu="H100-80GB"), environment=ENV)) == []
+        if key == "training.objective":
+            changed = _dpo(d, method=method, gpu="H100-80GB").read_text().replace('objective = "dpo"', 'objective = "sft"')
+            new_path = _spec(d, changed.replace("[preference]\n", ""), "sft.toml")
+        else:
+            new_path = _dpo(d, method=method, gpu="H100-80GB", preference=preference)
+        conflicts = resume_conflicts(old, plan_file(new_path, environment=ENV))
+        assert [c.split(":")[0] for c in conflicts if c.startswith(key)] == [key], (method, conflicts)
