@@ -118,15 +118,11 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loade
             others = len(out) - 1  # the spec's other errors: every full plan of other hardware has them too
             if alts:
                 found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
-            elif others:
+            elif others:  # a full plan that fails says nothing of its memory: the search found nothing, not "none fits"
+                errs, them = ("error", "it") if others == 1 else (f"{others} errors", "them")
                 found = (
-                    "no other hardware could be planned in full: "
-                    + (
-                        "the spec's other error (listed with this one) fails every such plan; fix it"
-                        if others == 1
-                        else f"the spec's {others} other errors (listed with this one) fail every such plan; fix them"
-                    )
-                    + " and plan again to see the hardware that fits"
+                    f"no other hardware could be planned in full with the spec's other {errs} (listed with this one) "
+                    f"still in it; fix {them} and plan again to see the hardware that fits"
                 )
             else:
                 found = f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), nor up to {MAX_GPUS} x {gpu.name}"
