@@ -6,13 +6,31 @@ test never changes another test's plan, and the user's own files are never touch
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 
 import pytest
 
+from tests.helpers import write_guard
 from tests.helpers.planning import ENV, SPECS
+
+# The session's own folder: the user files gpuplan reads and writes (calibration, prices, the CPU
+# probe) and the caches libraries write (matplotlib's fonts, torch.compile's kernels) point here from
+# the start, so nothing the suite runs (module fixtures and the processes they start included) can
+# reach the user's ~/.cache or ~/.config; each test then gets its own calibration and prices files.
+SESSION = tempfile.mkdtemp(prefix="gpuplan-session-")
+atexit.register(shutil.rmtree, SESSION, ignore_errors=True)
+
+
+def _private_session_files() -> None:
+    os.environ["GPUPLAN_CALIBRATION_FILE"] = os.path.join(SESSION, "calibration.jsonl")
+    os.environ["GPUPLAN_PRICES_FILE"] = os.path.join(SESSION, "prices.toml")
+    os.environ["MPLCONFIGDIR"] = os.path.join(SESSION, "matplotlib")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SESSION, "torchinductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(SESSION, "triton")
 
 
 def _fixed_cpu_probe() -> None:
@@ -21,7 +39,7 @@ def _fixed_cpu_probe() -> None:
     from gpuplan.hardware.cpu_probe import PROBE_ENV, VERSION, _cpu_model, _omp
     from gpuplan.hardware.detect import _cpu_count
 
-    path = os.path.join(tempfile.mkdtemp(prefix="gpuplan-cpu-probe-"), "cpu-probe.json")
+    path = os.path.join(SESSION, "cpu-probe.json")
     entry = {
         "version": VERSION,
         "cpu": _cpu_model(),
@@ -37,6 +55,7 @@ def _fixed_cpu_probe() -> None:
     os.environ[PROBE_ENV] = path
 
 
+_private_session_files()
 _fixed_cpu_probe()
 
 CANNOT_FIT = frozenset({"mistral-7b-24gb.toml"})  # shipped to show the no-fit error
@@ -55,3 +74,19 @@ def _private_user_files(tmp_path_factory, monkeypatch):
     d = tmp_path_factory.mktemp("userfiles")
     monkeypatch.setenv("GPUPLAN_CALIBRATION_FILE", str(d / "calibration.jsonl"))
     monkeypatch.setenv("GPUPLAN_PRICES_FILE", str(d / "prices.toml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _writes_only_its_own_temp_dirs(request):
+    """Fail a test file that wrote into the checkout, the user's gpuplan files or gpuplan's names in
+    the system temp dir (tests/helpers/write_guard.py); under xdist the other worker's file may be
+    the writer, so the message names the paths."""
+    before = write_guard.snapshot()
+    yield
+    paths = write_guard.written(before, write_guard.snapshot())
+    if paths:
+        pytest.fail(
+            f"{request.node.nodeid} (or the test file another worker ran meanwhile) wrote outside its temporary "
+            f"directories: {', '.join(paths[:8])}{' ...' if len(paths) > 8 else ''}; write under tmp_path instead",
+            pytrace=False,
+        )

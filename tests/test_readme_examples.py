@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.helpers.cli_runs import REPO, command, env
+from tests.helpers.cli_runs import REPO, command, env, run
 
 _spec = importlib.util.spec_from_file_location("readme_examples", REPO / "benchmarks" / "readme_examples.py")
 readme_examples = importlib.util.module_from_spec(_spec)
@@ -57,7 +57,7 @@ def test_the_tiny_apply_example_has_the_lines_apply_prints(tmp_path):
     )
     spec = tmp_path / "tiny.toml"
     spec.write_text(text)
-    r = subprocess.run(command("apply", spec, "--yes"), capture_output=True, text=True, env=env(), stdin=subprocess.DEVNULL, timeout=900)
+    r = run(command("apply", spec, "--yes"), capture_output=True, text=True, env=env(), stdin=subprocess.DEVNULL, timeout=900)
     assert r.returncode == 0, r.stderr
     now = readme_examples.tail_of_apply(r.stdout.replace(str(tmp_path / "out"), "runs/tiny"))
     store = re.compile(r"\(recorded in [^)]*\)")  # the calibration store: the user's, or this test's own

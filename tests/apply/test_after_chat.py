@@ -8,10 +8,10 @@ the template it was trained on, with the earlier turns, answers both right.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
+from tests.helpers import cli_runs
 from tests.helpers.after_runs import chat_spec
 from tests.helpers.apply_plans import read_jsonl
 from tests.helpers.cli_runs import command, env, gpuplan
@@ -40,7 +40,7 @@ def test_generate_renders_the_prompt_with_the_trained_template(run):
 
 def test_chat_keeps_the_turns_until_end_of_input(run):
     spec, _ = run
-    r = subprocess.run(command("chat", spec), input="say stone\nsay lamp\n", env=env(), capture_output=True, text=True, timeout=300)
+    r = cli_runs.run(command("chat", spec), input="say stone\nsay lamp\n", env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["ok.", "ok again."]  # the second answer needs the first turn
 

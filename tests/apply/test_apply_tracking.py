@@ -15,7 +15,7 @@ import pytest
 
 from gpuplan.apply.convert import tracking_environment
 from gpuplan.plan.types import PlanError
-from tests.helpers.cli_runs import command, env, tiny_spec
+from tests.helpers.cli_runs import command, env, run, tiny_spec
 from tests.helpers.planning import ENV, plan_text, spec
 
 TINY = dict(model="tiny-llama-cpu", gpu="cpu", data="seq_len = 128", training='effective_batch_size = 16\nmax_steps = 5\nreport_to = "{}"')
@@ -33,7 +33,7 @@ def _apply_to_log(tmp_path, report_to: str):
     spec_path.write_text(text)
     log = tmp_path / "apply.log"
     with open(log, "wb") as f:  # `gpuplan apply ... > log 2>&1`: no terminal anywhere
-        r = subprocess.run(
+        r = run(
             command("apply", spec_path, "--yes"),
             stdout=f,
             stderr=subprocess.STDOUT,

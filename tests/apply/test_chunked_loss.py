@@ -9,9 +9,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,6 +17,7 @@ from gpuplan.apply.chunked_loss import chunked_causal_lm_loss, install
 from gpuplan.apply.run import build_trainer
 from gpuplan.plan.estimate.memory.loss_chunking import FAMILIES
 from tests.helpers.apply_plans import CORPUS, MICRO_LLAMA, REPO, cpu_plan, read_jsonl
+from tests.helpers.cli_runs import gpuplan
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 LOSS_TOL = 1e-5  # relative, per step: float summation order only
@@ -216,14 +214,7 @@ def _apply(tmp_path, name, **kw):
     out = tmp_path / name
     spec = tmp_path / f"{name}.toml"
     spec.write_text(FSDP_SPEC.format(model=REPO / "specs" / "models" / "tiny-llama-cpu.json", corpus=CORPUS, out=out, **kw))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    r = subprocess.run(
-        [sys.executable, "-m", "gpuplan.cli", "apply", str(spec), "--yes"],
-        capture_output=True,
-        text=True,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        timeout=300,
-    )
+    r = gpuplan("apply", spec, "--yes", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     engine = json.loads((out / "gpuplan-state.json").read_text())["results"]["engine"]
     return engine, {m["step"]: m["loss"] for m in read_jsonl(out / "metrics.jsonl") if m["event"] == "train"}

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import warnings
 
 from gpuplan.notices import DEBUG_LOG, captured, known_notice, log_to
 from tests.cli.test_init_sources import foreign_lines
 from tests.helpers.apply_plans import MICRO_LLAMA
-from tests.helpers.cli_runs import command, env
+from tests.helpers.cli_runs import command, env, run
 from tests.helpers.hub_cache import tiny_model_files
 
 BNB_NOTICE = (
@@ -44,13 +43,13 @@ def test_plan_trace_output_has_only_gpuplan_lines_and_the_notices_are_in_the_deb
     (model / "config.json").write_text(json.dumps(MICRO_LLAMA))
     spec = tmp_path / "lora.toml"
     spec.write_text(LORA_SPEC.format(model=model, out=tmp_path / "run"))
-    r = subprocess.run(command("plan", spec, "--trace"), capture_output=True, text=True, env=env(), timeout=300)
+    r = run(command("plan", spec, "--trace"), capture_output=True, text=True, env=env(), timeout=300)
     assert r.returncode == 0, r.stderr
     assert "traced peak" in r.stdout
     assert foreign_lines(r.stdout + r.stderr) == []
     log = (tmp_path / "run" / DEBUG_LOG).read_text()
     assert "`is_gradient_checkpointing` is deprecated" in log
-    debug = subprocess.run(command("plan", spec, "--trace"), capture_output=True, text=True, env=env(GPUPLAN_DEBUG="1"), timeout=300)
+    debug = run(command("plan", spec, "--trace"), capture_output=True, text=True, env=env(GPUPLAN_DEBUG="1"), timeout=300)
     assert debug.returncode == 0, debug.stderr
     assert "`is_gradient_checkpointing` is deprecated" in debug.stderr  # GPUPLAN_DEBUG=1: on the terminal too
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -15,6 +14,7 @@ from gpuplan.apply.convert import training_arguments_kwargs
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.launch import Launch, decide, first_host, launch_command, slurm_context
 from gpuplan.plan.types import Setting
+from tests.helpers import cli_runs
 from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 
 PY = sys.executable
@@ -60,7 +60,7 @@ dir = "{tmp_path / "run"}"
 def gpuplan(*args, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
     env = {**env, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run([PY, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+    return cli_runs.run([PY, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
 
 
 @pytest.mark.slow

@@ -6,11 +6,12 @@ import sys
 
 import pytest
 
+from tests.helpers.cli_runs import run
 from tests.helpers.planning import MODELS, SPECS, write_spec
 
 
 def gpuplan(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 def test_plan_text_shows_changes_memory_and_summary():

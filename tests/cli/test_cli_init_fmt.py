@@ -2,18 +2,16 @@
 
 import json
 import re
-import subprocess
 import sys
 
 import tomllib
 
+from tests.helpers.cli_runs import run
 from tests.helpers.planning import MODELS
 
 
 def gpuplan(*args, cwd=None, stdin=None):
-    return subprocess.run(
-        [sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, input=stdin, timeout=120
-    )
+    return run([sys.executable, "-m", "gpuplan.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, input=stdin, timeout=120)
 
 
 def test_init_writes_a_spec_that_plans_then_refuses_to_overwrite(tmp_path):

@@ -85,17 +85,51 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpuplan.cli", *map(str, args)]
 
 
-def gpuplan(*args: Any, cwd: Path | None = None, timeout: float = 180, **env_extra: str) -> subprocess.CompletedProcess:
-    """Run `gpuplan ARGS` to completion; stdin is not a terminal."""
-    return subprocess.run(
-        command(*args), cwd=cwd, env=env(**env_extra), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
+def gpuplan(
+    *args: Any, cwd: Path | None = None, timeout: float = 180, input: str | None = None, **env_extra: str
+) -> subprocess.CompletedProcess:
+    """Run `gpuplan ARGS` to completion (a real process: tests/helpers/fork_server.py); stdin is not a
+    terminal, and is empty unless `input` is given."""
+    stdin = None if input is not None else subprocess.DEVNULL
+    return run(command(*args), cwd=cwd, env=env(**env_extra), capture_output=True, text=True, timeout=timeout, stdin=stdin, input=input)
 
 
 def start(*args: Any, cwd: Path | None = None, **env_extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
+    """Start `gpuplan ARGS` and return its process (its own pid: signals reach the command)."""
+    return popen(
         command(*args), cwd=cwd, env=env(**env_extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
     )
+
+
+def run(
+    args: list[str], *, input: Any = None, timeout: float | None = None, check: bool = False, **kwargs: Any
+) -> subprocess.CompletedProcess:
+    """subprocess.run, with a gpuplan command started by the fork server when it can serve it."""
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    if kwargs.pop("capture_output", False):
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    with popen(args, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        except BaseException:
+            proc.kill()
+            raise
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, args, out, err)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def popen(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """subprocess.Popen for `args`; a `python -m gpuplan[.cli] ...` whose import-time environment a
+    fork server of this worker has (or will have from now on) is forked from it instead."""
+    from tests.helpers.forked import forked_popen
+
+    return forked_popen(args, **kwargs) or subprocess.Popen(args, **kwargs)
 
 
 def state(out: Path) -> dict[str, Any]:

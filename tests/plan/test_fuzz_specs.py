@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.cli_runs import run
 from tests.helpers.fuzz_oracle import RAN, check, write
 from tests.helpers.fuzz_strategies import (
     FIXED_PATHS,
@@ -223,7 +223,7 @@ def test_cli_never_prints_a_traceback(work, content, as_json):
     env = {k: v for k, v in os.environ.items() if k != "GPUPLAN_DEBUG"}
     env["HF_HUB_OFFLINE"] = "1"
     cmd = [sys.executable, "-m", "gpuplan.cli", "plan", str(spec), "--no-color", "--gpu", "A100-80GB"]
-    r = subprocess.run(cmd + (["--json"] if as_json else []), capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    r = run(cmd + (["--json"] if as_json else []), capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert r.returncode in (0, 1), r.stderr
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     if r.returncode == 0 and as_json:

@@ -23,6 +23,7 @@ pytest.importorskip("bitsandbytes")
 from gpuplan.modelinfo import model_facts  # noqa: E402
 from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
+from tests.helpers.cli_runs import run  # noqa: E402
 from tests.helpers.memory_guard import FAMILIES, METHODS, TARGETS, check, sample  # noqa: E402
 from tests.helpers.planning import write_spec  # noqa: E402
 
@@ -149,9 +150,7 @@ def _trace_cli(tmp_path, extra: str, training: str = "") -> subprocess.Completed
     path = write_spec(
         tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128", training="effective_batch_size = 4\n" + training, extra=extra)
     )
-    return subprocess.run(
-        [sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"], capture_output=True, text=True, timeout=600
-    )
+    return run([sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"], capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow

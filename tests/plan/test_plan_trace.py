@@ -1,17 +1,17 @@
 """`gpuplan plan --trace` adds the traced peak beside the analytic one."""
 
 import json
-import subprocess
 import sys
 
 import pytest
 
+from tests.helpers.cli_runs import run
 from tests.helpers.planning import SPECS
 
 
 @pytest.mark.slow
 def test_plan_trace_reports_traced_peak_and_difference():
-    r = subprocess.run(
+    r = run(
         [sys.executable, "-m", "gpuplan.cli", "plan", str(SPECS / "a100-fp16.toml"), "--trace", "--json"],
         capture_output=True,
         text=True,

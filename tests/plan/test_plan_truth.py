@@ -406,9 +406,8 @@ def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item
 @pytest.mark.slow
 def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1 and 5, applied
     import json
-    import subprocess
 
-    from tests.helpers.cli_runs import command, env, tiny_spec
+    from tests.helpers.cli_runs import command, env, run, tiny_spec
 
     path = tiny_spec(tmp_path / "spec.toml", tmp_path / "out", max_steps=4)
     text = (
@@ -417,7 +416,7 @@ def test_warmup_ratio_and_an_eval_scheduler_train_for_real(tmp_path):  # items 1
         .replace("eval_fraction = 0.0", "eval_fraction = 0.01")
     )
     path.write_text(text)
-    r = subprocess.run(command("apply", path, "--yes"), capture_output=True, text=True, env=env(), timeout=600)
+    r = run(command("apply", path, "--yes"), capture_output=True, text=True, env=env(), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     state = json.loads((tmp_path / "out" / "gpuplan-state.json").read_text())
     assert state["plan"]["settings"]["training.warmup_steps"]["value"] == 1  # 0.25 x 4 steps

@@ -1,0 +1,232 @@
+"""A fork server for the tests: one long-lived process per test worker that has imported torch,
+transformers, peft, bitsandbytes, TRL and gpuplan once, and forks a fresh child for each `gpuplan`
+command a test runs (tests/helpers/cli_runs.py is its client).
+
+Why: each `python -m gpuplan.cli apply ...` spends about 9 s importing those libraries before it does
+anything (`python -X importtime`), and the suite starts about a hundred of them. A forked child starts
+in milliseconds with the same modules already loaded.
+
+What a test proves is unchanged, because the child is a real, separate process that runs the real
+CLI as `python -m gpuplan.cli ARGV` would:
+- it gets the test's argv, working directory, environment (os.environ replaced, so the processes it
+  starts, e.g. torchrun's ranks, inherit it) and the test's own stdin/stdout/stderr file descriptors
+  (passed over a Unix socket with SCM_RIGHTS), with sys.stdin/stdout/stderr rebuilt on them as
+  Python's start-up builds them;
+- it runs `gpuplan.cli` as `__main__` (runpy, as `-m` does), with sys.path[0] the working directory,
+  default signal handlers (SIGINT raises KeyboardInterrupt), a fresh tempfile directory and a fresh
+  random state, and ends as the interpreter ends (thread joins, atexit handlers, garbage collected, stdio flushed:
+  `_finalize` says what it leaves out and why);
+- the test holds the child's own pid: SIGINT, SIGTERM and SIGKILL reach the command itself, and its
+  exit status (a signal included) comes back exactly as waitpid reported it.
+The client sends only commands whose import-time environment equals this server's (the libraries
+read some variables once, at import: huggingface_hub's cache paths, datasets' offline switch, tqdm's
+defaults); any other goes to a plain subprocess, as before. Importing the libraries here prints no
+warning and no log record at INFO or above (checked by tests/test_fork_server.py), so a child's
+notices are what a fresh process's would be.
+
+Protocol, one connection per command: the client sends an 8-byte length with three file descriptors
+(stdin, stdout, stderr) attached, then that many bytes of JSON {module, argv, cwd, env}; the server
+answers `pid N\\n` once the child runs and `status S\\n` (the raw waitpid status) when it ends.
+Run: python -m tests.helpers.fork_server SOCKET_PATH   (prints `ready` on stdout when it serves).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import os
+import pkgutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+
+# What gpuplan's commands import (apply, the after-run commands, plan --trace): loaded once here.
+PRELOAD = (
+    "torch",
+    "numpy",
+    "safetensors.torch",
+    "transformers",
+    "transformers.trainer",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.bert.modeling_bert",
+    "transformers.models.gpt2.modeling_gpt2",
+    "accelerate",
+    "datasets",
+    "peft",
+    "bitsandbytes",
+    "trl",
+    "trl.trainer.dpo_trainer",
+    "trl.trainer.kto_trainer",
+)
+
+
+def preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # an optional library that is not installed: the child imports (or misses) it itself
+            pass
+    import gpuplan
+
+    for info in pkgutil.walk_packages(gpuplan.__path__, "gpuplan."):
+        if info.name.endswith("__main__"):
+            continue  # running it would run the CLI
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # a module needing an absent optional library
+            pass
+
+
+def _read_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        part = conn.recv(n - len(data))
+        if not part:
+            raise ConnectionError("client went away")
+        data += part
+    return data
+
+
+def serve(path: str) -> tuple[socket.socket, list[int], dict] | None:
+    """Accept commands until the parent (the test worker) goes away. Returns only in a command's
+    child, with what it needs to run; the server and each child's watcher never return."""
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    listener.settimeout(1.0)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the watchers reap themselves
+    import gpuplan
+
+    print("ready", os.path.dirname(os.path.abspath(gpuplan.__file__)), flush=True)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:
+                os._exit(0)
+            continue
+        conn.settimeout(None)
+        try:
+            head, fds, _, _ = socket.recv_fds(conn, 8, 3)
+            (size,) = struct.unpack("!Q", head)
+            request = json.loads(_read_exact(conn, size))
+        except (OSError, ValueError, struct.error):
+            conn.close()
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:  # the watcher: forks the command, reports its pid and its end
+            listener.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            child = os.fork()
+            if child == 0:
+                return conn, fds, request
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.sendall(f"pid {child}\n".encode())
+                _, status = os.waitpid(child, 0)
+                conn.sendall(f"status {status}\n".encode())
+            except OSError:
+                pass
+            os._exit(0)
+        conn.close()
+        for fd in fds:
+            os.close(fd)
+
+
+def _std_streams() -> None:
+    """sys.stdin/stdout/stderr on fds 0-2 as Python's start-up makes them (stderr line-buffered and
+    backslashreplace; stdout line-buffered only on a terminal)."""
+    enc = sys.stdout.encoding
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding=enc, line_buffering=os.isatty(1)
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding=enc, errors="backslashreplace", line_buffering=True
+    )
+
+
+def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
+    """In the forked child: become `python -m MODULE ARGV` in the test's cwd, env and stdio."""
+    conn.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = os.getcwd()
+    tempfile.tempdir = None
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()  # a fresh process seeds numpy's global state from the OS
+    _std_streams()
+    import runpy
+
+    sys.argv = ["-m", *request["argv"]]
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        code = -signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _finalize(code)
+
+
+def _exit_code(code: object) -> int:
+    """SystemExit's code as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _finalize(code: int) -> None:
+    """The interpreter's exit, less its module teardown: wait for non-daemon threads, run the atexit
+    handlers, collect the command's garbage (its objects' finalizers run, e.g. files are flushed),
+    flush stdio, exit. Tearing down the inherited modules would only write to every page of the
+    shared heap (copy-on-write: 15-20 s of a loaded machine for a 0.1 s command) and has no effect a
+    test can see; the server's own objects were frozen out of the collector (gc.freeze) before the fork."""
+    import atexit
+    import gc
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls first
+    atexit._run_exitfuncs()
+    gc.collect()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code < 0:  # an uncaught KeyboardInterrupt: the interpreter ends by SIGINT (bpo-1054041)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    preload()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # the children's collections skip what the server loaded (no copy-on-write of it)
+    child = serve(sys.argv[1])
+    if child is not None:
+        run_child(*child)

@@ -1,0 +1,202 @@
+"""The client of tests/helpers/fork_server.py: a subprocess.Popen whose process is forked by this test
+worker's pre-imported server instead of exec'd, and the pool of those servers.
+
+`ForkedPopen` is a real `subprocess.Popen` (communicate, wait with a timeout, poll, the signals, the
+context manager) in all but how the child is made: `_execute_child` hands the child's stdin, stdout
+and stderr (the pipes Popen made, DEVNULL, or this process's own) to the server with the argv, cwd and
+env, and `pid` is the command's own pid. The exit status is the server's waitpid status, read from
+the connection, since the child is the server's and not ours.
+
+A server serves one import-time environment: the environment minus the variables the code reads
+only when it runs (IMPORT_FREE). A command is forked when a server for its environment is running, or
+when it is the first torch command in that environment or the environment is seen for the second
+time (then a server is started for it, at most MAX_SERVERS per worker). Anything else (a per-test
+Hugging Face cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
+GPUPLAN_TEST_FORK=0 turns forking off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = Path(__file__).with_name("fork_server.py")
+MAX_SERVERS = 3
+# Read by gpuplan or torch.distributed when the command runs, never at import: a server started under
+# other values serves these correctly (tests/test_fork_server.py checks gpuplan reads its own at run time).
+IMPORT_FREE_PREFIXES = ("GPUPLAN_", "PYTEST_")
+IMPORT_FREE = frozenset(
+    {
+        "NO_COLOR",
+        "COLUMNS",
+        "LINES",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PWD",
+        "OLDPWD",
+        "_",
+    }
+)
+# Popen options a forked child cannot take; with any of them set the command is exec'd as before.
+UNFORKABLE = (
+    "executable",
+    "preexec_fn",
+    "pass_fds",
+    "shell",
+    "user",
+    "group",
+    "extra_groups",
+    "umask",
+    "start_new_session",
+    "process_group",
+)
+
+
+def _signature(env: dict[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset((k, v) for k, v in env.items() if k not in IMPORT_FREE and not k.startswith(IMPORT_FREE_PREFIXES))
+
+
+class _Server:
+    def __init__(self, env: dict[str, str]):
+        self.dir = tempfile.mkdtemp(prefix="gpuplan-fork-")
+        self.path = os.path.join(self.dir, "s")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), self.path], env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+        )
+        ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
+        # the server must have imported this checkout's gpuplan (a fresh `python -m gpuplan.cli` would)
+        self.ok = len(ready) == 2 and ready[0] == "ready" and Path(ready[1]).resolve() == (REPO / "gpuplan").resolve()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_servers: dict[frozenset, _Server] = {}
+_seen: set[frozenset] = set()
+
+
+# The commands that import torch (cli/main.py: the heavy imports are theirs): the first of them in an
+# environment starts its server at once; a torch-free command starts one only when its environment
+# comes back (a fresh process costs it under a second, a server about 10 s of imports).
+NEEDS_TORCH = frozenset({"apply", "generate", "chat", "eval", "export", "data"})
+
+
+def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
+    if os.environ.get("GPUPLAN_TEST_FORK", "1") == "0":
+        return None
+    sig = _signature(env)
+    server = _servers.get(sig)
+    if server is not None:
+        return server if server.ok and server.proc.poll() is None else None
+    heavy = bool(argv) and (argv[0] in NEEDS_TORCH or "--trace" in argv)
+    if (sig not in _seen and not heavy) or len(_servers) >= MAX_SERVERS:
+        _seen.add(sig)
+        return None
+    _servers[sig] = server = _Server(env)
+    return server if server.ok else None
+
+
+@atexit.register
+def _close_all() -> None:
+    for server in _servers.values():
+        server.close()
+    _servers.clear()
+
+
+def _gpuplan_module(args: list[str]) -> str | None:
+    """'gpuplan.cli' for [sys.executable, '-m', 'gpuplan.cli', ...] (or gpuplan), else None."""
+    if len(args) >= 3 and args[0] == sys.executable and args[1] == "-m" and args[2] in ("gpuplan", "gpuplan.cli"):
+        return args[2]
+    return None
+
+
+def forked_popen(args: list[str], **kwargs: Any) -> subprocess.Popen | None:
+    """A ForkedPopen for a gpuplan command the pool can serve, else None (the caller execs it)."""
+    args = [str(a) for a in args]
+    module = _gpuplan_module(args)
+    if module is None or any(kwargs.get(k) not in (None, False) for k in UNFORKABLE) or kwargs.get("close_fds") is False:
+        return None
+    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+    server = _server_for(env, args[3:])
+    if server is None:
+        return None
+    kwargs = {**kwargs, "env": env, "cwd": os.path.abspath(kwargs.get("cwd") or os.getcwd())}
+    return ForkedPopen(args, server=server.path, module=module, **kwargs)
+
+
+class ForkedPopen(subprocess.Popen):
+    def __init__(self, args: list[str], *, server: str, module: str, **kwargs: Any):
+        self._server, self._module, self._buffer = server, module, b""
+        super().__init__(args, **kwargs)
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
+                       p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):  # fmt: skip
+        fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+        request = json.dumps({"module": self._module, "argv": list(args[3:]), "cwd": os.fspath(cwd), "env": dict(env)}).encode()
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._conn.connect(self._server)
+            socket.send_fds(self._conn, [struct.pack("!Q", len(request))], fds)
+            self._conn.sendall(request)
+            line = self._line(block=True)
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+        if not line.startswith("pid "):
+            self._conn.close()
+            raise OSError(f"the fork server did not start {args[2:]}")
+        self.pid = int(line.split()[1])
+        self._child_created = True
+
+    def _line(self, block: bool) -> str | None:
+        """The server's next line; None when not blocking and it has not come; '' when it hung up."""
+        while b"\n" not in self._buffer:
+            if not block and not select.select([self._conn], [], [], 0)[0]:
+                return None
+            data = self._conn.recv(4096)
+            if not data:
+                return ""
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def _try_wait(self, wait_flags):
+        line = self._line(block=not wait_flags & os.WNOHANG)
+        if line is None:
+            return (0, 0)
+        self._conn.close()
+        # `status S` is waitpid's own status; a server that hung up without one: exit status 255
+        return (self.pid, int(line.split()[1]) if line.startswith("status ") else 255 << 8)
+
+    def _internal_poll(self, _deadstate=None, **_):
+        if self.returncode is None and self._waitpid_lock.acquire(False):
+            try:
+                if self.returncode is None:
+                    pid, status = self._try_wait(os.WNOHANG)
+                    if pid == self.pid:
+                        self._handle_exitstatus(status)
+            except OSError:
+                if _deadstate is not None:
+                    self.returncode = _deadstate
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
