@@ -2,7 +2,7 @@
 
 Rows of benchmarks/data/published-memory.json from Answer.AI's fsdp_qlora benchmarks
 (benchmarks_03_2024.md: torch.cuda.max_memory_reserved per GPU) and peft's FSDP guide
-(docs/source/accelerate/fsdp.md: "memory consumed per GPU", its metric not stated), each priced
+(huggingface/peft:docs/source/accelerate/fsdp.md: "memory consumed per GPU", its metric not stated), each priced
 by the analytic estimate the plan prints (gpuplan.plan.estimate.memory.estimate_memory with the
 Workload of the plan's fit: FSDP2 units, the frozen base sharded, memory/adapters_sharded.py)
 at the published setup, on the configs in specs/models/. Writes the `fsdp_adapters` section of
