@@ -11,8 +11,9 @@ A path is checked when it starts at the repository root (`gpuplan/plan/build.py`
 the repository must end with it. Paths of other projects (`trl/trainer/dpo_trainer.py`,
 `torch/utils/checkpoint.py`), absolute paths, run outputs (`runs/tiny/final`) and a user's or
 a Hub repo's `data/` and `models/` are not repository paths; another project's file whose path
-starts like one of ours is cited as `owner/repo:path` (`huggingface/peft:docs/source/...`). A markdown link to a file of the repository must resolve from the page that
-has it, and its `#anchor` must be a heading of the target page.
+starts like one of ours is cited as `owner/repo:path` (`huggingface/peft:docs/source/...`).
+A markdown link to a file of the repository must resolve from the page that has it, and its
+`#anchor` must be a heading of the target page.
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ def tree() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(files), frozenset(folders)
 
 
+@cache
+def tails() -> frozenset[str]:
+    """Every file's and folder's path without one or more of its leading folders."""
+    out = set()
+    for p in tree()[0] | tree()[1]:
+        parts = p.rstrip("/").split("/")
+        out |= {"/".join(parts[i:]) + ("/" if p.endswith("/") else "") for i in range(1, len(parts))}
+    return frozenset(out)
+
+
 GENERIC = {"data", "models"}  # folders every project has: `data/train.jsonl` is a user's file
 
 
@@ -83,7 +94,7 @@ def resolves(token: str, base: Path | None = None) -> bool:
             return True
     if name.split("/", 1)[0] in TOP:  # rooted: it must be exactly there
         return False
-    return any(p.endswith("/" + name) for p in pool)
+    return name in tails()
 
 
 def cited_paths(text: str) -> list[str]:
