@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,8 +88,6 @@ class Example:
     trains: bool = False  # runs a training (skipped by --no-apply)
     fails: bool = False  # exits 1 on purpose (a plan that does not fit): its error output is the example
     file: str | None = None  # show this file, which the command writes, instead of what it prints
-    fresh: str | None = None  # a folder under the checkout the command must create: removed first
-    free_after: str | None = None  # lines after the one starting with this are free text (generated): only their presence is checked
 
 
 INIT_4090 = (
@@ -105,9 +102,6 @@ INIT_4090 = (
     "--force",
 )
 
-TINY_GENERATE = ("generate", "specs/tiny.toml", "--prompt", "At dusk, the", "--max-new-tokens", "40")
-TINY_EXPORT = ("export", "specs/tiny.toml", "--to", "runs/tiny-export", "--context", "512")
-
 EXAMPLES: dict[str, Example] = {
     "init-4090": Example(INIT_4090, prompt=True),
     "init-4090-spec": Example(
@@ -121,10 +115,6 @@ EXAMPLES: dict[str, Example] = {
         ),
     ),
     "tiny-apply": Example(("apply", "specs/tiny.toml", "--yes", "--restart"), select=tail_of_apply, trains=True),
-    # The three below use the run tiny-apply trained (EXAMPLES' order is the order they run in).
-    "tiny-generate": Example(TINY_GENERATE, prompt=True, trains=True, free_after="> "),
-    "tiny-eval": Example(("eval", "specs/tiny.toml"), prompt=True, trains=True),
-    "tiny-export": Example(TINY_EXPORT, prompt=True, trains=True, fresh="runs/tiny-export"),
     "a100-plan": Example(("plan", "specs/a100-fp16.toml"), prompt=True),
     "two-nodes": Example(("apply", "specs/llama-8b-2nodes.toml"), select=from_line("This plan runs")),
     "compare-8b": Example(("compare", "specs/llama-8b-a100.toml"), prompt=True),
@@ -172,8 +162,6 @@ def relative_to_checkout(text: str) -> str:
 
 def example_lines(name: str) -> list[str]:
     ex = EXAMPLES[name]
-    if ex.fresh:
-        shutil.rmtree(REPO / ex.fresh, ignore_errors=True)
     out = run(ex.args, ex.fails)
     if ex.file:
         out = (REPO / ex.file).read_text(encoding="utf-8")
@@ -225,7 +213,7 @@ def main() -> int:
     global STORE
     STORE = Path(tempfile.mkdtemp(prefix="gpuplan-examples-")) / "calibration.jsonl"
     shown = all_blocks()
-    # In EXAMPLES' order, not the documents': the examples that use a trained run come after it.
+    # In EXAMPLES' order, not the documents': an example that used a trained run would come after it.
     made = {n: example_lines(n) for n, ex in EXAMPLES.items() if n in shown and not (args.no_apply and ex.trains)}
     changed = []
     for path in doc_files():
