@@ -1,8 +1,8 @@
 """The plan against the published memory of LoRA / QLoRA under FSDP FULL_SHARD, with and without CPU offload.
 
-Rows of docs/reference/published-memory.json from Answer.AI's fsdp_qlora benchmarks
+Rows of benchmarks/data/published-memory.json from Answer.AI's fsdp_qlora benchmarks
 (benchmarks_03_2024.md: torch.cuda.max_memory_reserved per GPU) and peft's FSDP guide
-(docs/source/accelerate/fsdp.md: "memory consumed per GPU", its metric not stated), each priced
+(huggingface/peft:docs/source/accelerate/fsdp.md: "memory consumed per GPU", its metric not stated), each priced
 by the analytic estimate the plan prints (gpuplan.plan.estimate.memory.estimate_memory with the
 Workload of the plan's fit: FSDP2 units, the frozen base sharded, memory/adapters_sharded.py)
 at the published setup, on the configs in specs/models/. Writes the `fsdp_adapters` section of
@@ -29,7 +29,7 @@ from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
 from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 
-PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
+PUBLISHED = ROOT / "benchmarks" / "data" / "published-memory.json"
 GIB = 1024**3
 ANSWERAI = (
     "fsdp_qlora train.py, precision bf16 (pure bf16: bf16 LoRA and Adam states, a bf16 rest); planned as peft "
@@ -136,7 +136,7 @@ def run(write: bool = True) -> list[dict]:
 
 def render(rows: list[dict], med: float) -> str:
     lines = [
-        "Rows of `docs/reference/published-memory.json` for LoRA / QLoRA under FSDP FULL_SHARD, with and without CPU "
+        "Rows of `benchmarks/data/published-memory.json` for LoRA / QLoRA under FSDP FULL_SHARD, with and without CPU "
         "offload, priced by the analytic estimate (memory/adapters_sharded.py) at the published setup; all-linear "
         "targets, gradient checkpointing as published. The plan's device total (nvidia-smi, reserved) against the "
         f"published per-GPU figure. **Median absolute error {med:.1%} over {len(rows)} rows.**",

@@ -24,7 +24,7 @@ LoRA and QLoRA rows fine-tune a base (apply refuses adapters on a from-scratch m
 family's model built from its config (seeded) and saved with save_pretrained, safetensors,
 plus the byte-level tokenizer, once per family in the run's temporary directory.
 
-Results: --json (default benchmarks/gpu_check-<device>.json) and a RESULTS.md section per device.
+Results: --json (default benchmarks/data/gpu_check-<device>.json) and a RESULTS.md section per device.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, default=None, help="GPU 2048, CPU 64")
     ap.add_argument("--target", type=float, default=0.5, help="planned peak / GPU memory the batch is sized to")
     ap.add_argument("--budget-s", type=float, default=450, help="cases not started by then are skipped")
-    ap.add_argument("--json", help="write the rows here (default benchmarks/gpu_check-<device>.json)")
+    ap.add_argument("--json", help="write the rows here (default benchmarks/data/gpu_check-<device>.json)")
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
     ap.add_argument("--run-case", help=argparse.SUPPRESS)  # internal: one case in a fresh process
     a = ap.parse_args(argv)
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus=os.cpu_count(),
         load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
     )
-    out = Path(a.json or ROOT / "benchmarks" / f"gpu_check-{device}.json")
+    out = Path(a.json or ROOT / "benchmarks" / "data" / f"gpu_check-{device}.json")
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")
     if not a.no_write:

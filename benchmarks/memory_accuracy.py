@@ -268,7 +268,7 @@ TRACE_LIMITS = """**CUDA behaviours the trace still cannot see.** The trace appl
 the documented lists op by op), CUDA's SDPA kernel choice (flash / memory-efficient shape functions), the \
 fused dropout's bool mask and foreach AdamW. It does not see:
 - the caching allocator: 512-byte rounding, 2 MiB / 20 MiB segments, fragmentation, frees that wait for \
-the stream (reserved and nvidia-smi memory are modelled in plan/memory/overhead.py, not traced);
+the stream (reserved and nvidia-smi memory are modelled in gpuplan/plan/estimate/memory/overhead.py, not traced);
 - the CUDA context, cuBLAS/cuBLASLt and cuDNN workspaces, NCCL buffers, DDP gradient buckets and FSDP \
 all-gather buffers (the trace runs one rank; sharding is priced analytically);
 - kernels' internal scratch memory (flash-attention, fused AdamW's multi-tensor chunks, \

@@ -1,6 +1,6 @@
 """The plan against the published LoRA / QLoRA memory figures the shipped model configs can express.
 
-Rows of docs/reference/published-memory.json whose model has a config in specs/models/ and whose setup gpuplan can state as a
+Rows of benchmarks/data/published-memory.json whose model has a config in specs/models/ and whose setup gpuplan can state as a
 spec: each is priced by the analytic estimate (gpuplan.plan.estimate.memory.estimate_memory, the
 numbers `gpuplan plan` prints) and compared with the published figure. Writes the
 `published_lora` section of benchmarks/RESULTS.md, with the rows left out and why.
@@ -25,7 +25,7 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.units import GIB  # noqa: E402
 
-PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
+PUBLISHED = ROOT / "benchmarks" / "data" / "published-memory.json"
 QV = ("q_proj", "v_proj")
 ALL = "all-linear"
 # index -> (config, method, r, targets, Workload fields, measure, note)
@@ -222,7 +222,7 @@ def run(write: bool = True) -> list[dict]:
 
 def render(rows: list[dict]) -> str:
     lines = [
-        "Rows of `reference/published-memory.json` with method LoRA or QLoRA whose model has a shipped config "
+        "Rows of `benchmarks/data/published-memory.json` with method LoRA or QLoRA whose model has a shipped config "
         "(specs/models/), priced by the analytic estimate. `allocated` rows compare "
         "torch.cuda.max_memory_allocated with the plan's allocated peak; `cap` rows are the largest context "
         "that fit a VRAM cap, compared with the plan's device total (nvidia-smi) at that context: near 0% "

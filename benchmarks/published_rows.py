@@ -28,7 +28,7 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.throughput import estimate_throughput
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "docs" / "reference" / "published-throughput.json"  # and its .md: fields and caveats
+DATA = ROOT / "benchmarks" / "data" / "published-throughput.json"  # and its .md: fields and caveats
 
 # (hidden, layers, heads, kv heads, intermediate, vocab)
 SHAPES = {

@@ -1,16 +1,18 @@
-"""Regenerate the README's example output blocks from the real commands.
+"""Regenerate the docs' example output blocks from the real commands.
 
-Each example block in README.md sits between `<!-- example: NAME -->` and
-`<!-- /example -->`; this script runs the command that NAME stands for from the
+Each example block, in README.md or a page of docs/, sits between `<!-- example: NAME -->`
+and `<!-- /example -->`; this script runs the command that NAME stands for from the
 repository root and writes its real output in the block. Paths under the checkout are
 shown relative to it (the commands print absolute paths), the home directory as `~` and the
-interpreter's path as `python`; nothing else is edited.
+interpreter's path as `python`; the runs record their calibration in a fresh store of this
+script's own (so a plan sees no earlier run, and the user's store is left alone), shown as
+the default store `~/.cache/gpuplan/calibration.jsonl`; nothing else is edited.
 
-    python benchmarks/readme_examples.py            # rewrite README.md (runs the tiny apply: ~1 min)
-    python benchmarks/readme_examples.py --no-apply # only the plan examples (seconds)
-    python benchmarks/readme_examples.py --check    # exit 1 if README.md would change
+    python benchmarks/readme_examples.py            # rewrite the docs (trains the tiny run first)
+    python benchmarks/readme_examples.py --no-apply # only the examples that train nothing
+    python benchmarks/readme_examples.py --check    # exit 1 if a doc would change
 
-tests/test_readme_examples.py fails when the line formats the README shows no longer
+tests/test_readme_examples.py fails when the line formats the docs show no longer
 match what the commands print (numbers such as tokens/s are machine-dependent and are
 not compared).
 """
@@ -22,12 +24,21 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+STORE: Path | None = None  # the calibration store of main()'s runs (the tests' runs keep their own)
+
+
+def doc_files() -> list[Path]:
+    """Where example blocks live: the README and every page of docs/."""
+    return [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
 BLOCK = re.compile(
     r"(<!-- example: (?P<name>[\w-]+) -->\n(?P<indent> *)```(?P<lang>\w*)\n)(?P<body>.*?)(\n(?P=indent)```\n<!-- /example -->)", re.S
 )
@@ -122,11 +133,18 @@ EXAMPLES: dict[str, Example] = {
         ),
     ),
     "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
+    "qlora-70b": Example(
+        ("plan", "specs/llama-70b-qlora-2x4090.toml"),
+        prompt=True,
+        select=excerpt(("Memory per GPU", "  host RAM per node"), ("Plan:", 1)),
+    ),
 }
 
 
 def run(args: tuple[str, ...], fails: bool = False) -> str:
     env = {**os.environ, "NO_COLOR": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    if STORE is not None:
+        env["GPUPLAN_CALIBRATION_FILE"] = str(STORE)
     r = subprocess.run(
         [sys.executable, "-m", "gpuplan", *args], cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800
     )
@@ -136,7 +154,9 @@ def run(args: tuple[str, ...], fails: bool = False) -> str:
 
 
 def relative_to_checkout(text: str) -> str:
-    """Paths under the checkout relative to it; this interpreter's path as `python`."""
+    """Paths under the checkout relative to it; this interpreter's path as `python`; the store as the default one."""
+    if STORE is not None:
+        text = text.replace(str(STORE), "~/.cache/gpuplan/calibration.jsonl")
     return text.replace(f"{sys.executable} ", "python ").replace(f"{REPO}/", "").replace(f"{Path.home()}/", "~/")
 
 
@@ -149,22 +169,24 @@ def example_lines(name: str) -> list[str]:
     return ([f"$ gpuplan {' '.join(ex.args)}"] if ex.prompt else []) + lines
 
 
-def regenerate(text: str, names: set[str]) -> str:
+def regenerate(text: str, made: dict[str, list[str]], where: str = "README.md") -> str:
+    """`text` with the blocks named in `made` rewritten to those lines."""
+
     def block(m: re.Match) -> str:
         name = m.group("name")
         if name not in EXAMPLES:
-            raise SystemExit(f"README.md: unknown example {name!r}; known: {', '.join(EXAMPLES)}")
-        if name not in names:
+            raise SystemExit(f"{where}: unknown example {name!r}; known: {', '.join(EXAMPLES)}")
+        if name not in made:
             return m.group(0)
         indent = m.group("indent")
-        body = "\n".join((indent + line).rstrip() for line in example_lines(name))
+        body = "\n".join((indent + line).rstrip() for line in made[name])
         return m.group(1) + body + m.group(6)
 
     return BLOCK.sub(block, text)
 
 
 def blocks(text: str) -> dict[str, list[str]]:
-    """The README's example blocks: name -> lines, indentation removed."""
+    """A document's example blocks: name -> lines, indentation removed."""
     out = {}
     for m in BLOCK.finditer(text):
         indent = len(m.group("indent"))
@@ -172,20 +194,40 @@ def blocks(text: str) -> dict[str, list[str]]:
     return out
 
 
+def all_blocks() -> dict[str, tuple[Path, list[str]]]:
+    """Every example block of the docs: name -> (the file it is in, its lines); a name used twice is an error."""
+    found: dict[str, tuple[Path, list[str]]] = {}
+    for path in doc_files():
+        for name, lines in blocks(path.read_text(encoding="utf-8")).items():
+            if name in found:
+                raise SystemExit(f"example {name!r} is in both {found[name][0].relative_to(REPO)} and {path.relative_to(REPO)}")
+            found[name] = (path, lines)
+    return found
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--no-apply", action="store_true", help="leave the examples that train as they are")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if README.md would change")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a doc would change")
     args = p.parse_args()
-    names = {n for n, ex in EXAMPLES.items() if not (args.no_apply and ex.trains)}
-    old = README.read_text(encoding="utf-8")
-    new = regenerate(old, names)
+    global STORE
+    STORE = Path(tempfile.mkdtemp(prefix="gpuplan-examples-")) / "calibration.jsonl"
+    shown = all_blocks()
+    # In EXAMPLES' order, not the documents': an example that used a trained run would come after it.
+    made = {n: example_lines(n) for n, ex in EXAMPLES.items() if n in shown and not (args.no_apply and ex.trains)}
+    changed = []
+    for path in doc_files():
+        where = str(path.relative_to(REPO))
+        old = path.read_text(encoding="utf-8")
+        new = regenerate(old, made, where)
+        if new != old:
+            changed.append(where)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
     if args.check:
-        print("README.md is up to date" if new == old else "README.md would change")
-        return int(new != old)
-    if new != old:
-        README.write_text(new, encoding="utf-8")
-    print(f"README.md: {', '.join(sorted(names))} regenerated" + ("" if new != old else " (no change)"))
+        print(f"would change: {', '.join(changed)}" if changed else "the docs are up to date")
+        return int(bool(changed))
+    print(f"{', '.join(sorted(made))} regenerated; changed: {', '.join(changed) or 'nothing'}")
     return 0
 
 

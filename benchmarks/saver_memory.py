@@ -150,7 +150,7 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-PUBLISHED = ROOT / "docs" / "reference" / "published-memory.json"
+PUBLISHED = ROOT / "benchmarks" / "data" / "published-memory.json"
 # LitGPT's QLoRA rows with bitsandbytes' PagedAdamW (tutorials/resource-tables.md, lit-gpt 8641822):
 # bf16-true (bf16 weights, no autocast), LoRA r 8 on query and value, micro-batch 1, Alpaca padded
 # to its longest sample (1,304 tokens for Llama 2), measured as torch.cuda.max_memory_allocated.
@@ -196,7 +196,7 @@ def render_published(rows: list[dict]) -> str:
     lines = [
         "",
         "Published rows with a paged optimizer: LitGPT's QLoRA on an A100-40GB with bitsandbytes' PagedAdamW "
-        "(docs/reference/published-memory.json, LitGPT tutorials/resource-tables.md): bf16 weights, no autocast, "
+        "(benchmarks/data/published-memory.json, LitGPT tutorials/resource-tables.md): bf16 weights, no autocast, "
         "LoRA r 8 on q and v, batch 1, padded to the longest sample. `plan` counts the paged states as resident, "
         "`plan without paged states` is what torch.cuda.max_memory_allocated can show (managed memory is not "
         "torch's allocator's); with r 8 every LoRA matrix (8 x 4,096 or 4,096 x 8) is under bitsandbytes' "

@@ -175,7 +175,7 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
       reshard_after_forward=True is full_shard, False is shard_grad_op). FSDP2 always keeps
       the original parameters, so torch.compile needs no use_orig_params (accelerate
       dataclasses.py: "use_orig_params is obsolete in FSDP2"). With accumulation, sync_each_batch
-      reduce-scatters every micro-batch: the plan's memory assumes it (plan/memory/sharding.py
+      reduce-scatters every micro-batch: the plan's memory assumes it (gpuplan/plan/estimate/memory/sharding.py
       FSDP_SYNC_EACH_BATCH: sharded gradients between micro-batches, not 2P unsharded ones).
     - DeepSpeed: a ZeRO config whose "auto" values the Trainer fills from TrainingArguments
       (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig). With optimizer

@@ -1,7 +1,7 @@
 """The lock file: every Hub id of a spec pinned to a commit, with the sha256 of each file the run needs.
 
 Like Terraform's .terraform.lock.hcl it lives next to the spec and is committed with it:
-specs/chat.toml -> specs/chat.lock.json. `gpuplan lock SPEC` writes it (keeping pins
+chat.toml -> chat.lock.json. `gpuplan lock SPEC` writes it (keeping pins
 that still match the spec), `--upgrade` moves every pin to where its revision points now.
 Pure JSON handling here; resolving and hashing are in gpuplan/cli/lock.py.
 """

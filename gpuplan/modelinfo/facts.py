@@ -37,7 +37,7 @@ class ModelFacts:
     attention_dropout: float = 0.0
     source: Literal["analytic", "meta-device"] = "analytic"
     # (module name, "linear" | "conv1d", in_features, out_features) of every nn.Linear and
-    # transformers Conv1D, registration order: what LoRA can target (plan/lora/)
+    # transformers Conv1D, registration order: what LoRA can target (modelinfo/lora_targets.py)
     linear_layers: tuple[tuple[str, str, int, int], ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     # mixture of experts (Mixtral: num_local_experts, num_experts_per_tok); 0 for a dense MLP

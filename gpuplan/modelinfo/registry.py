@@ -1,7 +1,7 @@
 """Which model_types are counted analytically, and for which tasks.
 
 The task lists mirror transformers 5.24's auto mappings
-(models/auto/modeling_auto.py: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+(transformers/models/auto/modeling_auto.py: MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES);
 tests/modelinfo/test_modelinfo_exact.py checks them against the installed transformers.
 """

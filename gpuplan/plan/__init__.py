@@ -4,10 +4,14 @@
     Plan, Setting, Change, Diagnostic, PlanError                   (types.py)
     HardwareSection, ModelSection, MemorySection, ThroughputSection (sections.py)
 
-Modules: build.py assembles; context.py is what a rule sees; graph.py orders the
-rules; rules/ holds them; solve.py searches the split that fits; memory/ prices one;
-throughput.py and communication.py time it; fingerprint.py, drift.py and
-environment.py tie a plan to the machine and to the last apply.
+Modules: build.py runs the pipeline as named steps; inputs/ reads what a plan needs besides
+the spec (this machine, the target, Hub pins); engine/ orders the rules (engine/graph.py) and
+is what a rule sees (engine/resolver.py); rules/ holds the rules; fit/ searches the batch split
+and memory savers that fit, and what would when nothing does; estimate/ prices a step's memory
+(estimate/memory/) and time (estimate/throughput.py, estimate/step_time/); checks/ checks the
+plan as a whole; types.py and sections.py hold the result. A plan after it is made (its
+fingerprint, drift, the run state) is gpuplan/lifecycle/; docs/architecture.md maps every
+module.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def plan_spec(
 ) -> Plan:
     """Spec -> Plan. `prices` (the user's prices file) and `calibrations` (measured runs)
     come from the CLI edge (userfiles.py); `alternatives` adds, to a plan that does not
-    fit, the hardware that would (plan/alternatives.py)."""
+    fit, the hardware that would (plan/fit/hardware_alternatives.py)."""
     spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
     if ctx.has_errors:
         replan = None if not alternatives else (lambda raw: _try_plan(raw, loaded, detect=detect, environment=environment, strict=strict))

@@ -3,7 +3,7 @@
 The same planner as `gpuplan plan` (plan/build.py), called once per row. Its fixed
 costs are paid once per process: imports, the catalog (cached in hardware/catalog.py),
 the spec file (read once here), the schema (built at import) and the rule order
-(cached in plan/graph.py). Pure: no torch, no files but the spec and its model config.
+(cached in plan/engine/graph.py). Pure: no torch, no files but the spec and its model config.
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def _bad_value(path: tuple, errs: list[dict], raw: Mapping[str, Any]) -> Diagnos
     first = errs[0]
     if first["type"] == "missing":
         if len(path) == 1:
-            return Diagnostic("error", key, f"[{key}] is missing", fix=f'add a [{key}] table (see README "Spec reference")')
+            return Diagnostic("error", key, f"[{key}] is missing", fix=f"add a [{key}] table (see docs/spec-reference.md)")
         return Diagnostic("error", key, f"{key} is missing", fix=f"set {key}")
     value = first.get("input", _lookup(raw, path))
     if first["type"] == "value_error":

@@ -1,6 +1,6 @@
 """LoRA and QLoRA under FakeTensorMode: the real peft model, the real bitsandbytes 4-bit layers.
 
-What apply does, in the same order (the contract in README "LoRA and QLoRA"):
+What apply does, in the same order (the contract in docs/lora-qlora.md):
 - qlora: every nn.Linear/Conv1D but the modules transformers keeps unquantized
   (quantizers/base.py get_keys_to_not_convert: output embedding, tied weights, last
   module) becomes a bitsandbytes Linear4bit (transformers integrations/bitsandbytes.py

@@ -1,4 +1,4 @@
-"""The shipped corpora are exactly what tests/apply_corpora.py generates."""
+"""The shipped corpora are exactly what tests/helpers/apply_corpora.py generates."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.helpers.apply_corpora import DATA_DIR, expected_files
 def test_shipped_corpora_match_their_generator():
     for name, text in expected_files().items():
         with open(os.path.join(DATA_DIR, name), encoding="utf-8", newline="") as f:
-            assert f.read() == text, f"specs/data/{name} differs: run python tests/apply_corpora.py"
+            assert f.read() == text, f"specs/data/{name} differs: run python tests/helpers/apply_corpora.py"
 
 
 def test_sentiment_has_two_balanced_labels():

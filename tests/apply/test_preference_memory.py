@@ -1,4 +1,4 @@
-"""The memory of a DPO / KTO step: analytic (plan/memory/preference.py) against the fake-tensor trace
+"""The memory of a DPO / KTO step: analytic (plan/estimate/memory/preference.py) against the fake-tensor trace
 of the real step (gpuplan/trace/preference.py: TRL's fused log-prob head, the reference forward, the
 loss and backward). The same 3% as SFT's (tests/trace/test_memory_vs_trace.py), for full and LoRA."""
 

@@ -1,7 +1,7 @@
 """Generate specs/data/tiny-corpus.txt and specs/data/sentiment.{csv,jsonl} deterministically.
 
 The committed files are the artefacts; this script documents where they came from and
-a test checks that it reproduces them byte for byte. Run: python tests/apply_corpora.py
+a test checks that it reproduces them byte for byte. Run: python tests/helpers/apply_corpora.py
 The prose is template-generated from a seeded random.Random (stable across CPython 3.x),
 so it is original text with no licence attached, and regular enough that a tiny
 byte-level model's loss falls clearly within a couple of hundred steps.

@@ -1,6 +1,6 @@
 """Hypothesis strategies for tests/plan/test_fuzz_specs.py: valid, near-valid and hostile specs.
 
-Specs are generated as dicts and written as TOML text by tests/fuzz_toml.py;
+Specs are generated as dicts and written as TOML text by tests/helpers/fuzz_toml.py;
 hostile inputs are raw text or bytes.
 """
 

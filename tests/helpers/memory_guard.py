@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
-# Small models, one per block style the analytic model tabulates (plan/memory/activations.py
+# Small models, one per block style the analytic model tabulates (plan/estimate/memory/activations.py
 # STYLE_OF); widths differ from the coefficient fits' so the guard is not the fit's own data.
 FAMILIES = {
     "llama": dict(

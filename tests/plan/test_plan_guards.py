@@ -1,8 +1,8 @@
-"""Issue 11's guards, over the specs the fuzzer generates (tests/fuzz_strategies.py).
+"""Issue 11's guards, over the specs the fuzzer generates (tests/helpers/fuzz_strategies.py).
 
 Guard 1: what a plan accepts, apply accepts: the saved plan of every accepted spec
-builds its TrainingArguments, accelerate plugins and LR scheduler (tests/plan_arguments.py).
-Guard 2: every reason agrees with the values it names (tests/reason_oracle.py).
+builds its TrainingArguments, accelerate plugins and LR scheduler (tests/helpers/plan_arguments.py).
+Guard 2: every reason agrees with the values it names (tests/helpers/reason_oracle.py).
 Both also run over every shipped spec and the specs of the review (tests/plan/test_plan_truth.py).
 """
 

@@ -239,7 +239,7 @@ def test_every_printed_fix_makes_the_plan_fit_and_none_is_already_set(tmp_path, 
     head = "any one of these fits (checked with the same memory model): "
     assert err.fix and (head in err.fix or err.fix.startswith("what fits (each planned in full)"))
     fixes = err.fix.split(head, 1)[1].split("; ") if head in err.fix else []
-    fixes += re.findall(r"^    [^:]+: (.*?)  -> ", err.fix, re.M)  # the hardware alternatives (plan/alternatives.py)
+    fixes += re.findall(r"^    [^:]+: (.*?)  -> ", err.fix, re.M)  # the hardware alternatives (plan/fit/hardware_alternatives.py)
     assert fixes
     for fix in fixes:
         fixed = _apply_fix(text, fix)

@@ -4,13 +4,13 @@ Named, additive seconds per optimizer step, so a step-time model can add each to
 compute and memory terms (or overlap them): `sharded_step_terms(...)` returns
 {term name: seconds}. Pure arithmetic over ModelFacts and Workload, no torch.
 
-- Ring collectives (Patarasuk & Yuan 2009; NCCL's bus-bandwidth model, as plan/communication.py):
+- Ring collectives (Patarasuk & Yuan 2009; NCCL's bus-bandwidth model, as plan/estimate/communication.py):
   an all-gather or a reduce-scatter moves (N-1)/N of the full buffer through each GPU's link.
 - FSDP2 (torch fsdp/_fully_shard, what apply runs): each unit is all-gathered in its forward and,
   under FULL_SHARD (reshard_after_forward=True), again in its backward; the tail unit
   (reshard_after_forward=False, accelerate fsdp2_prepare_model) and SHARD_GRAD_OP units once per
   micro-batch. Gradients of trainable tensors are reduce-scattered every micro-batch (apply's
-  sync_each_batch, plan/memory/sharding.py). Frozen tensors (a LoRA base) are gathered but have
+  sync_each_batch, plan/estimate/memory/sharding.py). Frozen tensors (a LoRA base) are gathered but have
   no gradient to reduce.
 - DeepSpeed ZeRO-3: each module's partitions are all-gathered for its forward and its backward;
   the 16-bit gradients are reduce-scattered into the partitions (runtime/zero/stage3.py).
@@ -19,7 +19,7 @@ compute and memory terms (or overlap them): `sharded_step_terms(...)` returns
   GPU -> host (torch _fsdp_param.py, _fsdp_collectives.py: the sharded gradient is moved to the
   CPU), and the optimizer steps on the CPU: its traffic (fp32 value, gradient and two Adam
   states read, three written: 24 bytes per element) at CPU_OPTIMIZER_BYTES_PER_S.
-Bandwidths: the GPU link of plan/communication.py; the host link is the GPU's PCIe figure in
+Bandwidths: the GPU link of plan/estimate/communication.py; the host link is the GPU's PCIe figure in
 the catalog (hardware/catalog.toml interconnect.pcie). Times assume no overlap (upper bounds).
 """
 

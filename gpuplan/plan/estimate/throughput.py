@@ -43,7 +43,7 @@ from gpuplan.plan.methods import FULL, LORA, method_of
 from gpuplan.plan.objectives import objective
 from gpuplan.plan.sections import ThroughputSection
 
-# The guide (hf-gpu-training-guide.txt, "torch.empty_cache_steps"): emptying the
+# The HF guide (docs/references.md; section "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
 EMPTY_CACHE_SLOWDOWN = 0.10
 

@@ -1,6 +1,6 @@
 """When nothing fits: what is on, and only the fixes the same memory model says fit.
 
-Issue 11 item 11: a fix is printed only if re-solving the fit problem with it (plan/solve.py,
+Issue 11 item 11: a fix is printed only if re-solving the fit problem with it (plan/fit/search.py,
 the model that refused the plan) finds a split that fits, and never a setting the spec
 already has. Each candidate changes one thing:
 - a memory saver the spec fixed (gradient checkpointing, the optimizer, chunked cross-entropy)

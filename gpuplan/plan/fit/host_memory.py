@@ -1,7 +1,7 @@
 """The plan's host RAM per node (plan/estimate/memory/host.py) checked against hardware.host_memory_gib.
 
 The RAM known: hardware.host_memory_gib, else this machine's RAM for a local plan only (another
-machine's RAM is not this one's: plan/target.py is_local). It is checked when the plan keeps
+machine's RAM is not this one's: plan/inputs/target.py is_local). It is checked when the plan keeps
 states in host RAM (offload), when it shards adapters over a frozen base (QLoRA under FSDP loads
 the 4-bit base into host RAM on every rank), or when the spec gives the RAM. Over 90% of it is
 refused with the parts and what changes them: fewer ranks per node (the same GPUs on more

@@ -1,7 +1,7 @@
 """Every planning rule, one module per topic, named for its rule ids.
 
 ALL_RULES is what the planner walks; find_rule turns the `rule` of a Change back
-into the Rule that wrote it (rule `x.y` lives in rules/x.py).
+into the Rule that wrote it (rule `x.y` lives in rules/<x>.py).
 """
 
 from gpuplan.plan.engine.graph import Rule

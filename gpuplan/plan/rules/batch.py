@@ -148,7 +148,7 @@ def _dtype(ctx: Resolver) -> str:
 # GEMM shapes the spec fixes (issue 11 item 12): the vocabulary and the padded length.
 # NVIDIA "Matrix Multiplication Background" / "Tensor Core Requirements": 16-bit GEMM
 # dimensions in multiples of 8 (64 on A100, the HF guide). The batch side is planned in
-# memory.fit (batch x seq_len tokens, plan/solve.py batch_multiple). Two other dimensions
+# memory.fit (batch x seq_len tokens, plan/fit/search.py batch_multiple). Two other dimensions
 # belong to the model and the data, so the plan suggests rather than changes them:
 # - the vocabulary is the output head's GEMM dimension: GPT-2's 50257 is padded to 50304
 #   (a multiple of 64) by nanoGPT and Megatron-LM; transformers offers

@@ -3,7 +3,7 @@
 - lora.lora_alpha: unset -> 2 x r (the issue's default; peft's own is 8).
 - lora.target_modules: "all-linear" -> the explicit list of layer names peft matches;
   a list is checked against the model's linear layers with a "did you mean"
-  (plan/lora_targets.py).
+  (modelinfo/lora_targets.py).
 - lora.modules_to_save: seq-cls adds the classification head (peft's SEQ_CLS task
   does the same: peft_model.py PeftModelForSequenceClassification), else as given.
 - quantization.bnb_4bit_compute_dtype: rules/quantization.py.

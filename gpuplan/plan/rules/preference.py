@@ -4,7 +4,7 @@
   0.1; loss sigmoid for DPO, kto for KTO), a loss_type TRL does not name is an error with the
   closest one; max_length (prompt + answer per sequence) defaults to data.seq_len and
   max_prompt_length to max_length - 1 (a prompt must leave room for one answer token); the
-  rows are checked (plan/preference_data.py).
+  rows are checked (plan/checks/preference_rows.py).
 - preference.reference: which reference the fit used (memory.fit calls `reference_for` and
   `fit_with_reference`): LoRA / QLoRA disable their adapters (peft), full fine-tuning keeps
   a frozen copy in the compute dtype, or precomputes the reference log-probs when the copy
@@ -127,7 +127,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
         for i, path in enumerate(ctx.spec(key) or []):
             rows = read_json_rows(path) if os.path.isfile(path) else None
             if rows is None:
-                continue  # missing files: plan/inputs.py; other formats: apply checks them
+                continue  # missing files: plan/checks/data_files.py; other formats: apply checks them
             report = check_rows(rows, obj, max_prompt, count)
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
             if report.prompts_unmeasured and not report.unusable:

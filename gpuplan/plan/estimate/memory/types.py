@@ -35,7 +35,7 @@ class Adapters:
 
     method: str  # an adapter method of plan/methods.py: "lora" | "qlora"
     r: int
-    target_modules: tuple[str, ...]  # resolved names peft matches (plan/lora_targets.py)
+    target_modules: tuple[str, ...]  # resolved names peft matches (modelinfo/lora_targets.py)
     modules_to_save: tuple[str, ...] = ()
     use_dora: bool = False
     lora_dropout: float = 0.0

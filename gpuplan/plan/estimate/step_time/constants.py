@@ -1,7 +1,7 @@
 """The step-time model's constants: fixed ones with their source, fitted ones with their rows.
 
 Fitted constants come from benchmarks/fit_step_time.py over the usable rows of
-docs/reference/published-throughput.json (benchmarks/RESULTS.md, "Step-time
+benchmarks/data/published-throughput.json (benchmarks/RESULTS.md, "Step-time
 model"). They are per GPU architecture class, never per SKU, model, row or source:
 - `matmul_efficiency`: the fraction of the dtype's dense peak a large GEMM reaches.
 - `kernel_s`: host time of one eager PyTorch kernel launch (op dispatch, autograd).
