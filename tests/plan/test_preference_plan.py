@@ -224,3 +224,33 @@ def test_a_changed_preference_loss_refuses_to_resume_the_run(tmp_path, preferenc
             new_path = _dpo(d, method=method, gpu="H100-80GB", preference=preference)
         conflicts = resume_conflicts(old, plan_file(new_path, environment=ENV))
         assert [c.split(":")[0] for c in conflicts if c.startswith(key)] == [key], (method, conflicts)
+
+
+@pytest.mark.parametrize("objective,reference", [("dpo", "copy"), ("dpo", "precomputed"), ("kto", "copy")])
+def test_a_calibration_scales_the_no_grad_forwards_once_like_every_other_term(objective, reference):
+    # issue 30 item 9: the no-grad forward term was built from the already calibrated policy terms and then
+    # scaled again with them (x 9 for a x 3 calibration). One scaling: each term of the calibrated DPO/KTO
+    # plan is its uncalibrated self times the factor of its kind (step_time/model.py scaled_term), the same
+    # factor as SFT's terms, and on a CPU (everything adds) the step is the sum of those terms.
+    facts = model_facts(read_config(str(SPECS / "models" / "tiny-llama-cpu.json")), "causal-lm", 2)
+    cpu = lookup("cpu")
+    scale = {"work": 3.0, "fixed": 3.0}
+
+    def ratios(wl):
+        plain = estimate_throughput(facts, wl, cpu, max_steps=10)
+        calibrated = estimate_throughput(facts, wl, cpu, max_steps=10, scale=scale)
+        before = {t["name"]: t["exposed_s"] for t in plain.step_time["terms"]}
+        after = {t["name"]: t["exposed_s"] for t in calibrated.step_time["terms"]}
+        assert calibrated.step_time_s == pytest.approx(sum(after.values()), rel=1e-9)
+        return plain, calibrated, {name: after[name] / before[name] for name in before}
+
+    _, _, sft = ratios(Workload(2, 128))
+    plain, calibrated, pref = ratios(Workload(2, 128, objective=objective, reference=reference))
+    assert sft["matmuls"] == pytest.approx(3.0)
+    for name, r in pref.items():
+        assert r == pytest.approx(sft.get(name, sft["matmuls"]), rel=1e-9), name
+    if reference == "precomputed":  # the precomputing pass is the same device work, scaled once too
+        pass_plain = plain.run_time_s - 10 * plain.step_time_s
+        assert calibrated.run_time_s - 10 * calibrated.step_time_s == pytest.approx(3.0 * pass_plain, rel=1e-9)
+    else:
+        assert f"{objective} forwards without gradients" in pref
