@@ -25,6 +25,7 @@ tokens only (`hidden_states[mask]`), so for pairs with long prompts this is an u
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
@@ -48,9 +49,39 @@ def compute_bytes(wl: Workload) -> int:
     return 2 if wl.amp is not None else DTYPE_BYTES[wl.weight_dtype]
 
 
-def reference_bytes(facts: ModelFacts, wl: Workload) -> int:
-    """The frozen reference copy's weights (reference = copy): every parameter in the compute dtype."""
-    return facts.n_params * compute_bytes(wl) if wl.reference == "copy" else 0
+def reference_bytes(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
+    """(on the GPU, in host RAM) of the frozen reference copy's weights (reference = copy): every
+    parameter in the compute dtype, on every GPU, except where TRL shards it with the policy.
+
+    DeepSpeed ZeRO-3: trl/models/utils.py prepare_deepspeed initialises the reference with the
+    policy's ZeRO config, keeping stage 3 ("If ZeRO-3 is used, we shard both the active and
+    reference model"; other stages are set to 0, a full copy) and offload_param (only
+    offload_optimizer is dropped), with stage3_param_persistence_threshold = 10 x hidden: each GPU
+    holds its 1/N partition (padded to N equal parts) plus the parameters under that threshold,
+    which stay gathered. Modules are gathered for their forward and released after it (the
+    policy's forward gathers the same way, memory/sharding.py). The 16-bit partitions of an
+    offloaded model live in host RAM.
+
+    FSDP full_shard: trl prepare_fsdp fully_shards the reference with the policy's
+    reshard_after_forward=True, so it is sharded too (1/N per GPU, a unit gathered at a time).
+    Under shard_grad_op (reshard_after_forward=False) a forward without backward leaves each unit
+    gathered (torch fsdp/_fully_shard/_fsdp_param_group.py reshard() returns in FORWARD when not
+    resharding after forward, and no backward follows): the full copy, as counted."""
+    if wl.reference != "copy":
+        return 0, 0
+    cb = compute_bytes(wl)
+    n = max(wl.shard_world_size, 1)
+    full = facts.n_params * cb
+    if n > 1 and wl.zero_stage == 3 and wl.engine == "deepspeed":
+        threshold = 10 * facts.hidden_size
+        small = sum(math.prod(shape) for _, shape in facts.param_shapes if math.prod(shape) < threshold)
+        part = -(-facts.n_params // n) * cb
+        if wl.offload_params:
+            return small * cb, part
+        return part + small * cb, 0
+    if n > 1 and wl.zero_stage == 3 and wl.engine == "fsdp":
+        return -(-facts.n_params // n) * cb, 0
+    return full, 0
 
 
 def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tuple[int, int]:
