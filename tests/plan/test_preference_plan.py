@@ -270,6 +270,11 @@ def test_deepspeed_zero3_shards_the_reference_copy_as_trl_does(tmp_path):
     offloaded_pre = estimate_memory(facts, dataclasses.replace(zero3, reference="precomputed", offload_params=True))
     assert offloaded.components["weights"] - offloaded_pre.components["weights"] == 2 * small  # offload_param is kept
     assert offloaded.host_bytes - offloaded_pre.host_bytes == 2 * -(-facts.n_params // 8)
+    # FSDP full_shard: trl prepare_fsdp fully_shards the reference with the policy's reshard_after_forward=True
+    fsdp = dataclasses.replace(zero3, engine="fsdp")
+    assert estimate_memory(facts, dataclasses.replace(fsdp, reference="copy")).components["weights"] - estimate_memory(
+        facts, dataclasses.replace(fsdp, reference="precomputed")
+    ).components["weights"] == 2 * -(-facts.n_params // 8)
     zero2 = dataclasses.replace(zero3, zero_stage=2)
     whole = estimate_memory(facts, dataclasses.replace(zero2, reference="copy"))
     assert whole.components["weights"] - estimate_memory(facts, dataclasses.replace(zero2, reference="precomputed")).components[
