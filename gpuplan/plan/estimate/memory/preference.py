@@ -84,6 +84,21 @@ def reference_bytes(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
     return full, 0
 
 
+def cpu_fold_bytes(facts: ModelFacts, n: int, cb: int, wb: int) -> int:
+    """What the torch fallback of the backward fold allocates: a CPU has no Triton
+    (chunked_logprob.py `_use_triton`: cuda / xpu only), so each [tokens x vocabulary] tile is
+    folded by `_backward_tile` in torch ops, whose fp32 tiles are alive together at its
+    `grad += grad_logprobs * (is_target.float() - p)` line: five held, y = tile.float() * logit_scale,
+    z, log_p, p and grad, and that line's two temporaries (is_target.float() and the difference,
+    then the difference and the product), plus the boolean is_target mask (tile.float() of a
+    16-bit tile is freed with its product, before that line). The tile is the vocabulary chunk wide
+    (at most VOCAB_CHUNK), not the buffer; `weight[start:end].to(compute_dtype)` copies the head's
+    chunk when the weights are stored in another dtype."""
+    rows, width = min(n, TOKEN_CHUNK), min(facts.vocab_size, VOCAB_CHUNK)
+    fp32_tiles = 5 + 2
+    return rows * width * (4 * fp32_tiles + 1) + (width * facts.hidden_size * cb if cb != wb else 0)
+
+
 def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tuple[int, int]:
     """(loss path at the end of forward, at the start of backward) for TRL's fused head.
 
@@ -106,6 +121,8 @@ def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tupl
     head_trains = wl.adapters is None
     backward = saved + tile + n * h * 4 + (v * h * 4 if head_trains else 0) + min(n, TOKEN_CHUNK) * h * cb
     wb = DTYPE_BYTES[wl.weight_dtype]
+    if wl.device == "cpu":
+        backward += cpu_fold_bytes(facts, n, cb, wb)
     if wb != 4:  # the fp32 accumulators are cast back to the 16-bit dtypes while still alive
         backward += n * h * wb + (v * h * wb if head_trains else 0)
     return forward, backward
