@@ -5,9 +5,9 @@ then turns back off (TRL pads each preference batch: plan/rules/data.py)."""
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 
 from gpuplan.plan.build import plan_file
 from tests.helpers.planning import ENV, MODELS
@@ -57,7 +57,8 @@ def test_each_fixed_cost_suggestion_plans_with_the_suggestion_in_force(tmp_path,
     if objective == "sft-chat":  # opt is not a family that keeps packed chat examples apart: padded instead
         objective, model, data_extra = "sft", "opt-125m", 'format = "chat"\nchat_template = "chatml"'
         data = tmp_path / "chat.jsonl"
-        write_jsonl(data, [{"messages": [{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": p["chosen"]}]} for p in pairs(64)])
+        turns = [[{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": p["chosen"]}] for p in pairs(64)]
+        write_jsonl(data, [{"messages": t} for t in turns])
     elif objective == "sft":
         data = tmp_path / "corpus.txt"
         data.write_text("".join(f"{' '.join(p.values())}\n" for p in pairs(64)))
@@ -65,7 +66,8 @@ def test_each_fixed_cost_suggestion_plans_with_the_suggestion_in_force(tmp_path,
         data = tmp_path / "rows.jsonl"
         write_jsonl(data, pairs(64) if objective == "dpo" else kto_rows(64))
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(models=MODELS, model=model, data_extra=data_extra, data=data, objective=objective, batch=batch, out=tmp_path / "run"))
+    text = SPEC.format(models=MODELS, model=model, data_extra=data_extra, data=data, objective=objective, batch=batch, out=tmp_path / "run")
+    spec.write_text(text)
     plan = plan_file(spec, environment=ENV)
     note = _note(plan)
     assert note is not None, "fixed costs dominate this tiny step: the note is what is under test"

@@ -4,8 +4,8 @@ sequences, the step time, and unusable preference rows reported at plan time."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import json
+import math
 
 import pytest
 
@@ -277,9 +277,10 @@ def test_deepspeed_zero3_shards_the_reference_copy_as_trl_does(tmp_path):
     ).components["weights"] == 2 * -(-facts.n_params // 8)
     zero2 = dataclasses.replace(zero3, zero_stage=2)
     whole = estimate_memory(facts, dataclasses.replace(zero2, reference="copy"))
-    assert whole.components["weights"] - estimate_memory(facts, dataclasses.replace(zero2, reference="precomputed")).components[
-        "weights"
-    ] == 2 * facts.n_params
+    assert (
+        whole.components["weights"] - estimate_memory(facts, dataclasses.replace(zero2, reference="precomputed")).components["weights"]
+        == 2 * facts.n_params
+    )
 
     # the plan: 8B full DPO on 8 x A100-40GB under ZeRO-3 keeps the copy (1/8 of it per GPU), where counting it
     # whole on every GPU switched to precomputed log-probs
