@@ -49,10 +49,15 @@ class Offloader:
 
 def install(model: Any, min_bytes: int = MIN_BYTES) -> Offloader:
     """Run the forward of the model in `model` with its saved tensors offloaded; returns the hooks."""
-    import torch
-
     lm = causal_lm_of(model)
     offloader = Offloader(min_bytes)
+    _wrap(lm, offloader)
+    return offloader
+
+
+def _wrap(lm: Any, offloader: Offloader) -> None:
+    import torch
+
     original = lm.forward
 
     @functools.wraps(original)  # the Trainer reads the signature
@@ -60,6 +65,40 @@ def install(model: Any, min_bytes: int = MIN_BYTES) -> Offloader:
         with torch.autograd.graph.saved_tensors_hooks(offloader.pack, offloader.unpack):
             return original(*args, **kwargs)
 
+    forward._gpuplan_offloader = offloader  # type: ignore[attr-defined]
     lm.forward = forward
     lm._gpuplan_offloader = offloader
-    return offloader
+
+
+def installed(model: Any) -> bool:
+    """Whether the forward the model runs is still the offloading one."""
+    lm = causal_lm_of(model)
+    return getattr(lm.forward, "_gpuplan_offloader", None) is not None
+
+
+def keep_installed(model: Any) -> bool:
+    """Wrap the model's forward again, with the same hooks, where something replaced it since
+    install(); True when it had to. Trainer.train() applies Liger (training.use_liger_kernel)
+    AFTER the model is built: transformers trainer.py `if self.args.use_liger_kernel:
+    apply_liger_kernel(self.model, ...)` at the top of train(), and Liger's instance patch sets
+    `model.forward = MethodType(lce_forward, model)` (liger_kernel/transformers/monkey_patch.py,
+    apply_liger_kernel_to_llama and its siblings), dropping the offloading wrapper: the planned
+    host-offloaded activations would stay on the GPU. Wrapping Liger's forward keeps both."""
+    lm = causal_lm_of(model)
+    offloader = getattr(lm, "_gpuplan_offloader", None)
+    if offloader is None or installed(model):
+        return False
+    _wrap(lm, offloader)
+    return True
+
+
+def keep_installed_callback(model: Any) -> Any:
+    """A TrainerCallback that re-wraps `model`'s forward at on_train_begin: after train() has
+    applied Liger (trainer.py calls apply_liger_kernel before the inner loop's on_train_begin)."""
+    from transformers import TrainerCallback
+
+    class KeepActivationOffload(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            keep_installed(model)
+
+    return KeepActivationOffload()

@@ -104,10 +104,13 @@ def build_trainer(
         from .chunked_loss import install
 
         install(model, chunk)  # the head + loss over chunks of tokens (plan/estimate/memory/loss_chunking.py)
+    keep_offload = None
     if plan.get("training.activation_offloading"):
         from .activation_offload import install as offload
+        from .activation_offload import keep_installed_callback
 
         offload(model)  # saved tensors in pinned host RAM (plan/estimate/memory/offload_activations.py)
+        keep_offload = keep_installed_callback(model)  # again after train() applies Liger, which replaces the forward
     args = None if pref.is_preference else training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
@@ -125,7 +128,7 @@ def build_trainer(
         from .fsdp_cpu import trainer_class
 
         trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
-    callbacks = [metrics, marker_callback(), *(extra_callbacks or []), *filter(None, [injected_oom_callback()])]
+    callbacks = [metrics, marker_callback(), *(extra_callbacks or []), *filter(None, [injected_oom_callback(), keep_offload])]
     if pref.is_preference:
         trainer = preference.build(
             plan, model, tokenizer, data.train, data.eval, training_arguments_kwargs(plan, progress=progress), callbacks

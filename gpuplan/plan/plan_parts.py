@@ -15,6 +15,7 @@ from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fit.savers import saver_cost
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.methods import method_named
+from gpuplan.plan.rules.chat_data import packing_holds
 from gpuplan.plan.sections import MemorySection, Saver, ThroughputSection
 
 
@@ -28,6 +29,7 @@ def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
         )
 
     packing = resolved["data.packing"].value if "data.packing" in resolved else None
+    packable = packing_holds(resolved["training.objective"].value, facts.task, resolved["data.format"].value, facts.model_type)
     return fixed_costs_advice(
         throughput.step_time,
         wl,
@@ -35,6 +37,7 @@ def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
         user_accumulation=problem.user_accumulation,
         samples_per_device=problem.samples_per_device,
         packing=packing,
+        packable=packable,
         fits=lambda b: _fits(price(problem, b, sol.knobs), problem),
         share_at=share_at,
     )

@@ -109,3 +109,62 @@ def test_plan_refuses_offloading_where_it_cannot_help(tmp_path, gpu, extra, why)
         _plan(tmp_path, gpu, extra)
     err = next(d for d in e.value.diagnostics if d.key == "training.activation_offloading")
     assert why in err.summary and err.fix.startswith("set training.activation_offloading = false")
+
+
+def test_liger_replacing_the_forward_keeps_the_activations_offloaded():
+    # issue 30 item 6: Trainer.train() applies Liger after the model is built (transformers trainer.py:
+    # apply_liger_kernel at the top of train()), and Liger's instance patch sets model.forward =
+    # MethodType(lce_forward, model) (liger_kernel/transformers/monkey_patch.py), dropping the offload
+    # wrapper. The real patch is applied here, without the kernels a CPU cannot run (Triton RMSNorm,
+    # RoPE, SwiGLU); its lce_forward computes the logits in torch when there are no labels.
+    from liger_kernel.transformers.model.llama import lce_forward
+    from transformers.integrations.liger import apply_liger_kernel
+
+    from gpuplan.apply.activation_offload import installed, keep_installed
+
+    model = _micro_llama()
+    hooks = install(model, min_bytes=1)
+    apply_liger_kernel(model, {"rope": False, "rms_norm": False, "swiglu": False})
+    assert model.forward.__func__ is lce_forward and not installed(model)  # Liger's patch dropped the wrapper
+    assert keep_installed(model) and installed(model) and not keep_installed(model)  # re-wrapped once
+    assert model.forward.__wrapped__.__func__ is lce_forward  # Liger's forward, inside the offload hooks
+    x = torch.randint(0, 256, (2, 24))
+    model(input_ids=x).logits.float().sum().backward()
+    assert hooks.moved > 0  # the saved tensors of Liger's forward went to host memory
+
+
+@pytest.mark.slow
+def test_the_trainer_runs_liger_inside_the_offload_hooks(tmp_path):
+    # the order as Trainer.train() runs it: apply_liger_kernel, then on_train_begin (gpuplan re-wraps), then
+    # the first step; the run is stopped before it, where Liger's Triton kernels would need a GPU
+    from liger_kernel.transformers.model.llama import lce_forward
+    from transformers import TrainerCallback
+
+    from gpuplan.apply.activation_offload import installed
+    from gpuplan.apply.run import build_trainer
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    class BeforeTheFirstStep(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):  # the Trainer's live model
+            seen["offloaded"] = installed(model)
+            seen["liger"] = getattr(getattr(model.forward, "__wrapped__", model.forward), "__func__", None) is lce_forward
+            raise Stop
+
+    plan = cpu_plan(
+        tmp_path,
+        **{
+            "training.max_steps": 1,
+            "training.activation_offloading": True,
+            "training.use_liger_kernel": True,
+            "output.dir": str(tmp_path / "run"),
+        },
+    )
+    prepared = build_trainer(plan, progress=False, extra_callbacks=[BeforeTheFirstStep()])
+    assert installed(prepared.model) and prepared.trainer.args.use_liger_kernel
+    with pytest.raises(Stop):
+        prepared.trainer.train()
+    assert seen == {"offloaded": True, "liger": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -224,3 +225,68 @@ def test_a_changed_preference_loss_refuses_to_resume_the_run(tmp_path, preferenc
             new_path = _dpo(d, method=method, gpu="H100-80GB", preference=preference)
         conflicts = resume_conflicts(old, plan_file(new_path, environment=ENV))
         assert [c.split(":")[0] for c in conflicts if c.startswith(key)] == [key], (method, conflicts)
+
+
+@pytest.mark.parametrize("objective,reference", [("dpo", "copy"), ("dpo", "precomputed"), ("kto", "copy")])
+def test_a_calibration_scales_the_no_grad_forwards_once_like_every_other_term(objective, reference):
+    # issue 30 item 9: the no-grad forward term was built from the already calibrated policy terms and then
+    # scaled again with them (x 9 for a x 3 calibration). One scaling: each term of the calibrated DPO/KTO
+    # plan is its uncalibrated self times the factor of its kind (step_time/model.py scaled_term), the same
+    # factor as SFT's terms, and on a CPU (everything adds) the step is the sum of those terms.
+    facts = model_facts(read_config(str(SPECS / "models" / "tiny-llama-cpu.json")), "causal-lm", 2)
+    cpu = lookup("cpu")
+    scale = {"work": 3.0, "fixed": 3.0}
+
+    def ratios(wl):
+        plain = estimate_throughput(facts, wl, cpu, max_steps=10)
+        calibrated = estimate_throughput(facts, wl, cpu, max_steps=10, scale=scale)
+        before = {t["name"]: t["exposed_s"] for t in plain.step_time["terms"]}
+        after = {t["name"]: t["exposed_s"] for t in calibrated.step_time["terms"]}
+        assert calibrated.step_time_s == pytest.approx(sum(after.values()), rel=1e-9)
+        return plain, calibrated, {name: after[name] / before[name] for name in before}
+
+    _, _, sft = ratios(Workload(2, 128))
+    plain, calibrated, pref = ratios(Workload(2, 128, objective=objective, reference=reference))
+    assert sft["matmuls"] == pytest.approx(3.0)
+    for name, r in pref.items():
+        assert r == pytest.approx(sft.get(name, sft["matmuls"]), rel=1e-9), name
+    if reference == "precomputed":  # the precomputing pass is the same device work, scaled once too
+        pass_plain = plain.run_time_s - 10 * plain.step_time_s
+        assert calibrated.run_time_s - 10 * calibrated.step_time_s == pytest.approx(3.0 * pass_plain, rel=1e-9)
+    else:
+        assert f"{objective} forwards without gradients" in pref
+
+
+def test_deepspeed_zero3_shards_the_reference_copy_as_trl_does(tmp_path):
+    # issue 30 item 11: trl/models/utils.py prepare_deepspeed initialises the reference with the policy's
+    # ZeRO-3 config ("we shard both the active and reference model"); other stages run it at stage 0, whole.
+    facts = model_facts(read_config(LLAMA_8B), "causal-lm", 2)
+    zero3 = Workload(2, 2048, amp="bf16", engine="deepspeed", zero_stage=3, shard_world_size=8, objective="dpo")
+    copy = estimate_memory(facts, dataclasses.replace(zero3, reference="copy"))
+    pre = estimate_memory(facts, dataclasses.replace(zero3, reference="precomputed"))
+    small = sum(math.prod(s) for _, s in facts.param_shapes if math.prod(s) < 10 * facts.hidden_size)  # TRL's persistence threshold
+    assert copy.components["weights"] - pre.components["weights"] == 2 * (-(-facts.n_params // 8) + small)
+    offloaded = estimate_memory(facts, dataclasses.replace(zero3, reference="copy", offload_params=True))
+    offloaded_pre = estimate_memory(facts, dataclasses.replace(zero3, reference="precomputed", offload_params=True))
+    assert offloaded.components["weights"] - offloaded_pre.components["weights"] == 2 * small  # offload_param is kept
+    assert offloaded.host_bytes - offloaded_pre.host_bytes == 2 * -(-facts.n_params // 8)
+    # FSDP full_shard: trl prepare_fsdp fully_shards the reference with the policy's reshard_after_forward=True
+    fsdp = dataclasses.replace(zero3, engine="fsdp")
+    assert estimate_memory(facts, dataclasses.replace(fsdp, reference="copy")).components["weights"] - estimate_memory(
+        facts, dataclasses.replace(fsdp, reference="precomputed")
+    ).components["weights"] == 2 * -(-facts.n_params // 8)
+    zero2 = dataclasses.replace(zero3, zero_stage=2)
+    whole = estimate_memory(facts, dataclasses.replace(zero2, reference="copy"))
+    assert (
+        whole.components["weights"] - estimate_memory(facts, dataclasses.replace(zero2, reference="precomputed")).components["weights"]
+        == 2 * facts.n_params
+    )
+
+    # the plan: 8B full DPO on 8 x A100-40GB under ZeRO-3 keeps the copy (1/8 of it per GPU), where counting it
+    # whole on every GPU switched to precomputed log-probs
+    zero3_on_8 = {"hardware": {"gpu": "A100-40GB", "count": 8}, "distributed": {"strategy": "deepspeed", "zero_stage": 3}}
+    plan = plan_file(_dpo(tmp_path, method="full"), environment=ENV, overrides=zero3_on_8)
+    assert plan.value("preference.reference") == "copy"
+    reason = next(c.reason for c in plan.changes if c.key == "preference.reference")
+    assert "sharded over 8 GPUs as TRL shards it under DeepSpeed ZeRO-3: 1.87 GiB per GPU" in reason
+    assert not any(s.name == "precomputed reference log-probs" for s in plan.memory.savers)

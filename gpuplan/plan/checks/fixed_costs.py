@@ -4,7 +4,8 @@ Kernel launches are paid per micro-batch whatever its size, the Trainer's costs 
 optimizer step: more tokens per micro-batch spread them. A fix is named only when it
 works: a larger per-device batch only if the same memory model (plan/fit/search.py) fits it,
 and the share it would leave is computed by the same step-time model; packing (more
-real tokens in each micro-batch of padded documents) when the spec turned it off.
+real tokens in each micro-batch of padded documents) when the spec turned it off and the
+plan would keep it on if set (`packable`: not for DPO / KTO, which TRL pads, nor seq-cls).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def fixed_costs_advice(
     user_accumulation: int | None,
     samples_per_device: int,
     packing: Any,
+    packable: bool,
     fits: Callable[[int], bool],
     share_at: Callable[[Workload], float],
 ) -> Diagnostic | None:
     """`fits(batch)`: whether that per-device batch fits (same memory model); `share_at(wl)`:
-    the fixed-cost share the step-time model gives for another workload."""
+    the fixed-cost share the step-time model gives for another workload; `packable`: whether
+    the plan keeps `data.packing = true` on for this spec (plan/rules/chat_data.py packing_holds)."""
     share = fixed_share(step_time)
     if share < DOMINANT:
         return None
@@ -60,7 +63,7 @@ def fixed_costs_advice(
             after, cand = best
             acc = f", training.gradient_accumulation_steps = {samples_per_device // cand}" if user_accumulation is not None else ""
             fix = f"training.per_device_train_batch_size = {cand}{acc} (fits; fixed costs then {after:.0%} of the step)"
-    if fix is None and packing is False and wl.task == "causal-lm":
+    if fix is None and packing is False and packable and wl.task == "causal-lm":
         fix = "data.packing = true: full seq_len blocks put more real tokens in each micro-batch"
     detail = (
         None

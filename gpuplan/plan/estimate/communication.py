@@ -9,6 +9,17 @@ Per step, P parameters of b bytes (Rajbhandari et al. 2020, ZeRO, section 7):
                 updated parameters per step          (N-1)/N * P*b * (accum + 1)
   ZeRO-3      : all-gather in forward and in backward and a reduce-scatter,
                 every micro-batch                             3(N-1)/N * P*b * accum
+  FSDP2 SHARD_GRAD_OP (reshard_after_forward=False): one all-gather per micro-batch (the unit
+                keeps its parameters through its backward and reshards after it: torch
+                fsdp/_fully_shard/_fsdp_param_group.py post_backward, reshard_after_backward
+                defaults to True) and a reduce-scatter per micro-batch (apply's sync_each_batch),
+                not ZeRO-2's one all-gather per step          2(N-1)/N * P*b * accum
+Bytes b: what the collectives carry, not what is stored. Under bf16/fp16 AMP FSDP2 gathers and
+reduces in the compute dtype (accelerate utils/dataclasses.py FullyShardedDataParallelPlugin
+set_mixed_precision: MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype), applied by
+utils/fsdp_utils.py fsdp2_prepare_model over fp32 master parameters), and DeepSpeed's bf16/fp16
+engine holds 16-bit parameters and gradients: 2 bytes for an fp32 master copy too. DDP reduces
+the parameters' own gradients (fp32 under AMP): the stored dtype.
 HYBRID_SHARD: ZeRO-3 inside a node, plus an all-reduce of each GPU's gradient shard
 across nodes. Bandwidth: NVLink (or PCIe) inside one node; across nodes the network,
 assuming one NIC per GPU as on HGX/DGX nodes. The time here assumes no overlap with
@@ -42,6 +53,13 @@ def bandwidth_gbps(
     return links["nvlink"], "NVLink"
 
 
+def collective_bytes(wl: Workload) -> int:
+    """Bytes per element the full fine-tune's collectives move (module docstring: "Bytes b")."""
+    if wl.engine in ("fsdp", "deepspeed") and wl.amp in ("bf16", "fp16"):
+        return 2
+    return DTYPE_BYTES[wl.weight_dtype]
+
+
 def communication(
     facts: ModelFacts,
     wl: Workload,
@@ -58,7 +76,7 @@ def communication(
         return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
     if wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"):
         return _sharded_adapters(facts, wl, gpu, count=count, nodes=nodes, interconnect=interconnect, network=network, networks=networks)
-    p_bytes = facts.n_params * DTYPE_BYTES[wl.weight_dtype]
+    p_bytes = facts.n_params * collective_bytes(wl)
     if method_of(wl.adapters).frozen_base:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
         from gpuplan.plan.estimate.memory.adapters import adapter_layout
@@ -83,6 +101,9 @@ def communication(
         )
     elif wl.zero_stage <= 1:
         volume, formula = 2 * ring * p_bytes, "all-reduce of gradients per step: 2(N-1)/N x P x b"
+    elif wl.zero_stage == 2 and wl.engine == "fsdp":
+        volume = 2 * ring * p_bytes * accum
+        formula = "FSDP2 shard_grad_op: all-gather + reduce-scatter per micro-batch: 2(N-1)/N x P x b x accum"
     elif wl.zero_stage == 2:
         volume = ring * p_bytes * (accum + 1)
         formula = "reduce-scatter per micro-batch + all-gather per step: (N-1)/N x P x b x (accum + 1)"

@@ -36,6 +36,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.memory.preference import policy_workload
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.step_time.model import scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
@@ -216,13 +217,13 @@ def estimate_throughput(
             # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
             # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
             policy = policy_workload(workload)
-            first = step_time_model(
-                facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, scale=scale, extra=[*extra_terms, *savers]
-            )
-            nograd_term, pass_term = nograd_forward_terms(obj, workload, first.terms)
+            # the no-grad forwards are priced from the policy's UNSCALED terms: the calibrated model below
+            # scales every device term once, these with them (built from scaled terms they were scaled twice)
+            unscaled = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, extra=[*extra_terms, *savers])
+            nograd_term, pass_term = nograd_forward_terms(obj, workload, unscaled.terms)
             model = (
-                first
-                if nograd_term is None
+                unscaled
+                if nograd_term is None and not scale
                 else step_time_model(
                     facts,
                     policy,
@@ -231,11 +232,11 @@ def estimate_throughput(
                     peak_tflops=peak,
                     comm=comm,
                     scale=scale,
-                    extra=[*extra_terms, *savers, nograd_term],
+                    extra=[*extra_terms, *savers, *([nograd_term] if nograd_term is not None else [])],
                 )
             )
-            if pass_term is not None:
-                precompute_s = pass_term.seconds * workload.gradient_accumulation_steps
+            if pass_term is not None:  # the precomputing pass runs the same device work: the same scale, once
+                precompute_s = scaled_term(pass_term, scale or {}).seconds * workload.gradient_accumulation_steps
             step_time = model.step_s
             saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
             assumption = assumption or (f"step-time model, {model.constants.name} constants ({model.constants.source})")

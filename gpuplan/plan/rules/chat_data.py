@@ -40,6 +40,16 @@ PACKED_POSITION_FAMILIES = frozenset(
 )
 
 
+def packing_holds(objective: str, task: str, fmt: str, family: str) -> bool:
+    """Whether `data.packing = true` stays on when the plan resolves it (data.checks and
+    supervised_packing below): only SFT packs (TRL 1.16 pads each preference batch:
+    trl/trainer/dpo_trainer.py, DPOConfig.padding_free "falls back to standard padding"; KTO pads too),
+    never seq-cls, and chat / instruction rows only for a family that keeps packed examples apart."""
+    if objective != "sft" or task == "seq-cls":
+        return False
+    return fmt == "text" or family in PACKED_POSITION_FAMILIES
+
+
 def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
     """data.packing for chat / instruction rows (called by data.checks, which owns the key)."""
     packing = ctx.spec("data.packing")

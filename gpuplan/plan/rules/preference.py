@@ -26,6 +26,7 @@ from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
 from gpuplan.plan.estimate.memory.types import Reference
+from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
@@ -166,10 +167,12 @@ def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any])
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)
     if alt.fits and (not sol.fits or len(alt.savers) < len(sol.savers)):
+        # what the copy would take on each GPU with the solved sharding (TRL shards it under ZeRO-3)
+        copy_run = dataclasses.replace(solve_workload(other, alt.per_device_batch, alt.knobs), reference="copy")
         alt = dataclasses.replace(
             alt,
             savers=(PRECOMPUTED_REFERENCE, *alt.savers),
-            saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, base)},
+            saved_bytes={**alt.saved_bytes, PRECOMPUTED_REFERENCE: reference_bytes(ctx.facts, copy_run)[0]},
         )
         return other, alt
     return problem, sol
@@ -187,6 +190,13 @@ def reference(ctx: Resolver) -> None:
     base = problem.base
     ref = base.reference
     gib = ctx.facts.n_params * compute_bytes(base) / 2**30
+    run = dataclasses.replace(solve_workload(problem, sol.per_device_batch, sol.knobs), reference="copy")
+    per_gpu, on_host = reference_bytes(ctx.facts, run)
+    sharded = ""
+    if per_gpu + on_host < ctx.facts.n_params * compute_bytes(base):  # trl/models/utils.py prepare_deepspeed / prepare_fsdp
+        engine = "DeepSpeed ZeRO-3" if run.engine == "deepspeed" else "FSDP full_shard"
+        where = f"{per_gpu / 2**30:.2f} GiB per GPU" + (f" ({on_host / 2**30:.2f} GiB offloaded to host RAM)" if on_host else "")
+        sharded = f", sharded over {run.shard_world_size} GPUs as TRL shards it under {engine}: {where}"
     asked = ctx.spec("preference.reference")
     if asked == "auto" and ctx.spec("preference.reference_model") is not None:
         asked = "model"  # setting the model chooses it
@@ -196,16 +206,16 @@ def reference(ctx: Resolver) -> None:
         why = "precomputed: one reference forward per example before training, no reference in memory"
         if asked == "auto":
             why = (
-                f"a frozen reference copy ({gib:.1f} GiB) would need more memory savers: the reference log-probs "
+                f"a frozen reference copy ({gib:.1f} GiB){sharded} would need more memory savers: the reference log-probs "
                 "are computed once per example before training instead, and no copy is held"
             )
     elif asked == "model":
         why = (
             f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
-            f"architecture in the compute dtype ({gib:.1f} GiB)"
+            f"architecture in the compute dtype ({gib:.1f} GiB){sharded}"
         )
     else:
-        why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB)"
+        why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB){sharded}"
     path = ctx.spec("preference.reference_model")
     if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
         ctx.error(

@@ -120,7 +120,8 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         f"gradients + optimizer states"
     )
     saved_w = saved_b * lay.saved_params
-    weights = base + adapter_w + saved_w + reference_bytes(facts, wl)  # a separate frozen reference
+    ref_gpu, ref_host = reference_bytes(facts, wl)  # a separate frozen reference, sharded as TRL shards it
+    weights = base + adapter_w + saved_w + ref_gpu
     grads = adapter_w + saved_w
     kind, note = optimizer_kind(wl.optim)
     if note:
@@ -261,7 +262,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         components,
         "analytic",
         tuple(notes),
-        host_bytes=int(host + offloaded),
-        host_pinned_bytes=int(pinned + offloaded),
+        host_bytes=int(host + offloaded + ref_host),
+        host_pinned_bytes=int(pinned + offloaded + ref_host),
         offloaded_activation_bytes=int(offloaded),
     )

@@ -61,7 +61,8 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     # (memory/sharding.py); engine "none" is the single-device case
     st = sharded_states(facts, wl, layout, kind)
     notes.extend(st.notes)
-    weights = st.weights + reference_bytes(facts, wl)  # a frozen reference copy (DPO, KTO)
+    ref_gpu, ref_host = reference_bytes(facts, wl)  # a frozen reference copy (DPO, KTO), sharded as TRL shards it
+    weights = st.weights + ref_gpu
     grads = st.grads_backward
     states = st.optimizer_states
     step_temp = st.step_temp
@@ -163,7 +164,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         components=components,
         method="analytic",
         notes=tuple(notes),
-        host_bytes=int(st.host_bytes + offloaded),
-        host_pinned_bytes=int(st.host_pinned + offloaded),  # offloaded activations sit in pinned host RAM
+        host_bytes=int(st.host_bytes + offloaded + ref_host),
+        host_pinned_bytes=int(st.host_pinned + offloaded + ref_host),  # offloaded activations sit in pinned host RAM
         offloaded_activation_bytes=int(offloaded),
     )

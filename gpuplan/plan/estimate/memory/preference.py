@@ -25,6 +25,7 @@ tokens only (`hidden_states[mask]`), so for pairs with long prompts this is an u
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
@@ -48,9 +49,54 @@ def compute_bytes(wl: Workload) -> int:
     return 2 if wl.amp is not None else DTYPE_BYTES[wl.weight_dtype]
 
 
-def reference_bytes(facts: ModelFacts, wl: Workload) -> int:
-    """The frozen reference copy's weights (reference = copy): every parameter in the compute dtype."""
-    return facts.n_params * compute_bytes(wl) if wl.reference == "copy" else 0
+def reference_bytes(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
+    """(on the GPU, in host RAM) of the frozen reference copy's weights (reference = copy): every
+    parameter in the compute dtype, on every GPU, except where TRL shards it with the policy.
+
+    DeepSpeed ZeRO-3: trl/models/utils.py prepare_deepspeed initialises the reference with the
+    policy's ZeRO config, keeping stage 3 ("If ZeRO-3 is used, we shard both the active and
+    reference model"; other stages are set to 0, a full copy) and offload_param (only
+    offload_optimizer is dropped), with stage3_param_persistence_threshold = 10 x hidden: each GPU
+    holds its 1/N partition (padded to N equal parts) plus the parameters under that threshold,
+    which stay gathered. Modules are gathered for their forward and released after it (the
+    policy's forward gathers the same way, memory/sharding.py). The 16-bit partitions of an
+    offloaded model live in host RAM.
+
+    FSDP full_shard: trl prepare_fsdp fully_shards the reference with the policy's
+    reshard_after_forward=True, so it is sharded too (1/N per GPU, a unit gathered at a time).
+    Under shard_grad_op (reshard_after_forward=False) a forward without backward leaves each unit
+    gathered (torch fsdp/_fully_shard/_fsdp_param_group.py reshard() returns in FORWARD when not
+    resharding after forward, and no backward follows): the full copy, as counted."""
+    if wl.reference != "copy":
+        return 0, 0
+    cb = compute_bytes(wl)
+    n = max(wl.shard_world_size, 1)
+    full = facts.n_params * cb
+    if n > 1 and wl.zero_stage == 3 and wl.engine == "deepspeed":
+        threshold = 10 * facts.hidden_size
+        small = sum(math.prod(shape) for _, shape in facts.param_shapes if math.prod(shape) < threshold)
+        part = -(-facts.n_params // n) * cb
+        if wl.offload_params:
+            return small * cb, part
+        return part + small * cb, 0
+    if n > 1 and wl.zero_stage == 3 and wl.engine == "fsdp":
+        return -(-facts.n_params // n) * cb, 0
+    return full, 0
+
+
+def cpu_fold_bytes(facts: ModelFacts, n: int, cb: int, wb: int) -> int:
+    """What the torch fallback of the backward fold allocates: a CPU has no Triton
+    (chunked_logprob.py `_use_triton`: cuda / xpu only), so each [tokens x vocabulary] tile is
+    folded by `_backward_tile` in torch ops, whose fp32 tiles are alive together at its
+    `grad += grad_logprobs * (is_target.float() - p)` line: five held, y = tile.float() * logit_scale,
+    z, log_p, p and grad, and that line's two temporaries (is_target.float() and the difference,
+    then the difference and the product), plus the boolean is_target mask (tile.float() of a
+    16-bit tile is freed with its product, before that line). The tile is the vocabulary chunk wide
+    (at most VOCAB_CHUNK), not the buffer; `weight[start:end].to(compute_dtype)` copies the head's
+    chunk when the weights are stored in another dtype."""
+    rows, width = min(n, TOKEN_CHUNK), min(facts.vocab_size, VOCAB_CHUNK)
+    fp32_tiles = 5 + 2
+    return rows * width * (4 * fp32_tiles + 1) + (width * facts.hidden_size * cb if cb != wb else 0)
 
 
 def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tuple[int, int]:
@@ -75,6 +121,8 @@ def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tupl
     head_trains = wl.adapters is None
     backward = saved + tile + n * h * 4 + (v * h * 4 if head_trains else 0) + min(n, TOKEN_CHUNK) * h * cb
     wb = DTYPE_BYTES[wl.weight_dtype]
+    if wl.device == "cpu":
+        backward += cpu_fold_bytes(facts, n, cb, wb)
     if wb != 4:  # the fp32 accumulators are cast back to the 16-bit dtypes while still alive
         backward += n * h * wb + (v * h * wb if head_trains else 0)
     return forward, backward

@@ -99,7 +99,8 @@ class StepTime:
         }
 
 
-def _scaled(t: Term, scale: Mapping[str, float]) -> Term:
+def scaled_term(t: Term, scale: Mapping[str, float]) -> Term:
+    """`t` times a calibration's multiplier of its part: `work` for device terms, `fixed` for fixed costs."""
     k = scale.get("work", 1.0) if t.kind in WORK_KINDS else scale.get("fixed", 1.0) if t.group == "fixed costs" else 1.0
     return t if k == 1.0 else Term(t.name, t.group, t.seconds * k, t.per, t.kind, t.formula, t.source)
 
@@ -174,6 +175,6 @@ def step_time(
         *extra,
     ]
     scale = dict(scale or {})
-    terms = [_scaled(t, scale) for t in terms]
+    terms = [scaled_term(t, scale) for t in terms]
     step, micro, exposed = combine(terms, s.accumulation, s.on_cpu)
     return StepTime(step, micro, tuple(terms), exposed, c, scale)
