@@ -202,6 +202,15 @@ class MemorySection:
     def to_dict(self) -> dict[str, Any]:
         return _dump(self, self._OUT, omit_none=("traced", "host"))
 
+    @property
+    def host_ram_needed_bytes(self) -> int | None:
+        """Host RAM per node when it is a requirement of the plan, not a by-product: states offloaded
+        to it, or the whole 4-bit base loaded into it on every rank (estimate/memory/host.py); else None."""
+        h = self.host
+        if h and (h.get("offloaded_bytes") or self.host_bytes or "4-bit base into host" in h.get("loading", "")):
+            return int(h["peak_bytes"])
+        return None
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MemorySection:
         return _load(cls, d, cls._IN)
