@@ -242,8 +242,8 @@ def captured(say: Callable[[Diagnostic], None] | None = None, *, summary: bool =
         _active = previous
         warnings.showwarning = saved_show
         cap.release()
-        if cap.path is None and cap.buffer and not echo:  # no output dir named: as the library would have
-            sys.stderr.writelines(raw for _, raw in cap.buffer)
+        if cap.path is None and cap.buffer and not echo:  # no output dir named: as the library would have,
+            sys.stderr.writelines(raw for _, raw in cap.buffer if known_notice(raw) is None)  # less the known ones
         elif cap.unknown and summary:
             sys.stderr.write(
                 f"gpuplan: {cap.unknown} library warning(s) that gpuplan does not explain are in "

@@ -212,6 +212,9 @@ def execute(
         disable_progress_bars()
     if resume_from is not None:
         check_resume_point(resume_from, output_dir)
+    from gpuplan.notices import log_to
+
+    log_to(output_dir)  # the run starts here: library notices go to its gpuplan-debug.log (notices.py)
     state = RunState(plan, output_dir, resumed_from=resume_from)
     base = fingerprint.base_files(plan)  # later commands refuse a base that changed since (after/)
     attempt = Attempt()

@@ -150,6 +150,22 @@ def test_an_apply_with_no_changes_changes_nothing(tmp_path):
 
 
 
+def test_a_gpu_plan_applied_on_a_cpu_leaves_nothing_behind(tmp_path):
+    """Refused before the run starts: no output dir, no gpuplan-debug.log in it (library notices are
+    logged to output.dir only once the run starts), no state; the error says why."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out)
+    spec.write_text(spec.read_text().replace('gpu = "cpu"', 'gpu = "A100-80GB"'))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1
+    assert "the plan is for 'A100-80GB' but this process sees no CUDA device" in r.stderr
+    assert not out.exists()
+
+
 def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
