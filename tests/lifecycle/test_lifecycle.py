@@ -150,6 +150,26 @@ def test_an_apply_with_no_changes_changes_nothing(tmp_path):
 
 
 
+def test_a_resume_explains_the_library_notices_it_causes(tmp_path):
+    """A resume of a model with tied embeddings ("missing keys ... ['lm_head.weight']"): explained in
+    gpuplan's words in the debug log, not counted as unexplained, and the resumed run does not claim
+    random weights. (The "mtime" notice: tests/apply/test_notices.py.)"""
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=2, save_steps=1)
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "initialised at random" in r.stdout
+    spec.write_text(spec.read_text().replace("max_steps = 2", "max_steps = 3"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "does not explain" not in r.stderr
+    assert "initialised at random" not in r.stdout and "its weights from the checkpoint it resumes from" in r.stdout
+    log = (out / "gpuplan-debug.log").read_text()
+    assert "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" in log
+    assert "gpuplan: tied embeddings: lm_head.weight is tied to model.embed_tokens.weight" in log
+    assert "nothing is missing" in log
+
+
 def test_a_gpu_plan_applied_on_a_cpu_leaves_nothing_behind(tmp_path):
     """Refused before the run starts: no output dir, no gpuplan-debug.log in it (library notices are
     logged to output.dir only once the run starts), no state; the error says why."""
