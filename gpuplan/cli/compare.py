@@ -95,9 +95,7 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
         )
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
-    from gpuplan.plan.fit.savers import short_name
-
-    from gpuplan.plan.fit.savers import SAVERS
+    from gpuplan.plan.fit.savers import SAVERS, short_name
 
     on = set(r.get("spec_savers") or []) | set(r["savers"])  # the spec's own and the ones the fit search added
     order = [s.name for s in SAVERS] + [n for n in r["savers"] if n not in {s.name for s in SAVERS}]

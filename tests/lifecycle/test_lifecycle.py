@@ -132,7 +132,10 @@ def test_an_apply_with_no_changes_changes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"No changes: the run in {out} completed step 2 with this same plan." in r.stdout
     assert "Apply complete: nothing trained, nothing written." in r.stdout
-    assert f"raise training.max_steps above 2 (or training.num_train_epochs) and apply again: it resumes from {out / 'checkpoint-2'}" in r.stdout
+    assert (
+        f"raise training.max_steps above 2 (or training.num_train_epochs) and apply again: it resumes from {out / 'checkpoint-2'}"
+        in r.stdout
+    )
     assert "another output.dir, or apply with --restart" in r.stdout
     assert "resuming" not in r.stdout and "step 3" not in r.stdout
     assert _files(out) == before  # final/, checkpoint-2, the state (evaluations too), metrics: untouched
@@ -147,7 +150,6 @@ def test_an_apply_with_no_changes_changes_nothing(tmp_path):
         "what changed (training.logging_steps) takes effect only in a new run." in r.stdout
     )
     assert _files(out) == before
-
 
 
 def test_a_resume_explains_the_library_notices_it_causes(tmp_path):

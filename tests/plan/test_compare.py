@@ -209,7 +209,8 @@ def test_compare_without_max_steps_prices_by_the_hour_and_shows_the_specs_savers
     per_step = cheapest["step_time_s"] * price[cheapest["gpu"]] * cheapest["count"] / 3600
     assert (
         f"* cheapest fit: {cheapest['count']} x {cheapest['gpu']}, " in out
-        and f" at ${price[cheapest['gpu']] * cheapest['count']:.2f}/h (~${per_step:.4f} per step); run time unknown, so no total cost" in out
+        and f" at ${price[cheapest['gpu']] * cheapest['count']:.2f}/h (~${per_step:.4f} per step); run time unknown, so no total cost"
+        in out
     )
     assert "~-" not in out
     assert f"your prices: {xdg / 'gpuplan' / 'prices.toml'}" in out

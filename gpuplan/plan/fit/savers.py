@@ -156,7 +156,11 @@ def set_by_spec(settings: Mapping[str, Any]) -> list[str]:
         if setting is None or setting.source != "user":
             continue
         value = setting.value
-        on = (value == s.value or (s is EIGHT_BIT_OPTIMIZER and isinstance(value, str) and "8bit" in value)) if s.knob == "optim" else bool(value)
+        on = (
+            (value == s.value or (s is EIGHT_BIT_OPTIMIZER and isinstance(value, str) and "8bit" in value))
+            if s.knob == "optim"
+            else bool(value)
+        )
         if on and s.name not in out:
             out.append(s.name)
     return out
