@@ -154,9 +154,14 @@ def run(args: tuple[str, ...], fails: bool = False) -> str:
 
 
 def relative_to_checkout(text: str) -> str:
-    """Paths under the checkout relative to it; this interpreter's path as `python`; the store as the default one."""
+    """Paths under the checkout relative to it; this interpreter's path as `python`; the store as the
+    default one; the prices file this process reads (GPUPLAN_PRICES_FILE, XDG_CONFIG_HOME: the tests'
+    own) as the reader's default."""
+    from gpuplan.userfiles import prices_path
+
     if STORE is not None:
         text = text.replace(str(STORE), "~/.cache/gpuplan/calibration.jsonl")
+    text = text.replace(str(prices_path()), "~/.config/gpuplan/prices.toml")
     return text.replace(f"{sys.executable} ", "python ").replace(f"{REPO}/", "").replace(f"{Path.home()}/", "~/")
 
 

@@ -7,6 +7,13 @@ import tempfile
 from pathlib import Path
 
 
+def usual_mode(fd: int) -> None:
+    """Give a file from mkstemp (0600) the mode a plain open() would: 0666 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
     """Temporary file in the same directory, fsync, rename, fsync the directory.
 
@@ -17,9 +24,7 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        usual_mode(fd)  # mkstemp makes 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -81,6 +81,12 @@ KNOWN = (
     ),
     Known(
         "transformers",
+        r"mtime may not be reliable on this filesystem, falling back to numerical ordering",
+        "checkpoints saved less than a second apart (a short run) share an mtime, so transformers orders "
+        "them by step number for rotation and resume (trainer_utils.py sort_checkpoints): the right order",
+    ),
+    Known(
+        "transformers",
         r"loss_type=None` was set in the config but it is unrecognised",
         "transformers falls back to the task's default loss, the one gpuplan plans",
     ),
@@ -134,6 +140,30 @@ def known_notice(message: str) -> Known | None:
     return next((k for k in KNOWN if re.search(k.pattern, message)), None)
 
 
+# Tied weights of the model being trained: a tied name -> the parameter it shares (apply/run.py
+# registers them). A checkpoint stores a shared tensor once, so the Trainer's resume reports the tied
+# name (lm_head.weight) as missing: its check for tied keys reads _keys_to_ignore_on_save, which
+# transformers 5 leaves None for Llama (trainer.py _issue_warnings_after_load), though loading the
+# embedding restores both.
+_tied: dict[str, str] = {}
+MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: \[(.*)\]")
+
+
+def tied_weights(names: dict[str, str]) -> None:
+    """Register the trained model's tied parameters (tied name -> the name it shares storage with)."""
+    _tied.update(names)
+
+
+def tied_explanation(message: str) -> str | None:
+    """gpuplan's words for a "missing keys" report that names only tied weights; None otherwise."""
+    m = MISSING_KEYS.search(message)
+    keys = re.findall(r"'([^']+)'", m.group(1)) if m else []
+    if not keys or any(k not in _tied for k in keys):
+        return None
+    pairs = ", ".join(f"{k} is tied to {_tied[k]}" for k in keys)
+    return f"tied embeddings: {pairs}; the checkpoint stores the shared tensor once and loading it restores both: nothing is missing"
+
+
 class _Capture:
     """The records of one command: buffered until the log file is known, then appended to it."""
 
@@ -163,9 +193,12 @@ class _Capture:
         translated = next((t.translate(message) for t in TRANSLATIONS if re.search(t.pattern, message)), None)
         if translated is not None:
             self.say(translated)
-        elif level in ("WARNING", "ERROR", "CRITICAL") and known_notice(message) is None:
+        explained = tied_explanation(message)
+        if translated is None and explained is None and level in ("WARNING", "ERROR", "CRITICAL") and known_notice(message) is None:
             self.unknown += 1
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {source} {level}: {message.rstrip()}\n"
+        if explained:
+            line += f"  gpuplan: {explained}\n"
         if self.echo:
             sys.stderr.write(message.rstrip() + "\n")
         if self.path is None:
@@ -242,8 +275,8 @@ def captured(say: Callable[[Diagnostic], None] | None = None, *, summary: bool =
         _active = previous
         warnings.showwarning = saved_show
         cap.release()
-        if cap.path is None and cap.buffer and not echo:  # no output dir named: as the library would have
-            sys.stderr.writelines(raw for _, raw in cap.buffer)
+        if cap.path is None and cap.buffer and not echo:  # no output dir named: as the library would have,
+            sys.stderr.writelines(raw for _, raw in cap.buffer if known_notice(raw) is None)  # less the known ones
         elif cap.unknown and summary:
             sys.stderr.write(
                 f"gpuplan: {cap.unknown} library warning(s) that gpuplan does not explain are in "

@@ -34,6 +34,14 @@ def _xdg(var: str, fallback: str) -> Path:
     return Path(base) if base and os.path.isabs(base) else Path.home() / fallback  # the spec: ignore relative
 
 
+def shown_path(path: Path) -> str:
+    """A user file's path as a footer shows it: the home directory as ~."""
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
 def prices_path() -> Path:
     return Path(os.environ.get(PRICES_ENV) or _xdg("XDG_CONFIG_HOME", ".config") / "gpuplan" / "prices.toml")
 

@@ -92,10 +92,14 @@ def build_trainer(
             + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
         )
     model = load_model(plan, tokenizer, data.label_names)
-    say(
-        f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M "
-        f"parameters, {'initialised at random' if plan.value('model.from_scratch') else 'weights loaded'}"
-    )
+    if resuming:  # the Trainer loads the checkpoint's weights over these before the first step
+        weights = "its weights from the checkpoint it resumes from"
+    else:
+        weights = "initialised at random" if plan.value("model.from_scratch") else "weights loaded"
+    say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M parameters, {weights}")
+    from gpuplan.notices import tied_weights
+
+    tied_weights(tied_names(model))  # a resume's "missing keys" report of a tied head is explained (notices.py)
     if "position_ids" in data.train.column_names:
         no_cache_while_training(model)
     if adapters.uses_adapters(plan) and not pref.is_preference:  # TRL wraps it for dpo / kto
@@ -147,6 +151,19 @@ def build_trainer(
     if not progress:
         trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
+
+
+def tied_names(model: Any) -> dict[str, str]:
+    """Parameters that share one tensor (tied embeddings: lm_head.weight and model.embed_tokens.weight):
+    each later name -> the first, as named_parameters(remove_duplicate=False) lists them."""
+    first: dict[int, str] = {}
+    out = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
 
 
 def fetch_hub_files(plan: Plan) -> None:
@@ -215,6 +232,9 @@ def execute(
         disable_progress_bars()
     if resume_from is not None:
         check_resume_point(resume_from, output_dir)
+    from gpuplan.notices import log_to
+
+    log_to(output_dir)  # the run starts here: library notices go to its gpuplan-debug.log (notices.py)
     state = RunState(plan, output_dir, resumed_from=resume_from)
     base = fingerprint.base_files(plan)  # later commands refuse a base that changed since (after/)
     attempt = Attempt()

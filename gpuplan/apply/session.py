@@ -88,6 +88,20 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     return ckpt, f"resuming the {state.get('status')} run from {ckpt}"
 
 
+def finished_lines(plan: Plan, restart: bool) -> list[str] | None:
+    """What to say instead of training when the output dir holds a completed run this plan asks no
+    more of (lifecycle/drift.py finished_run); None when there is something to train."""
+    from gpuplan.apply.checkpoints import find_resumable
+    from gpuplan.lifecycle.drift import finished_run
+    from gpuplan.lifecycle.state import load_state
+    from gpuplan.render.state import render_finished
+
+    out = plan.value("output.dir")
+    state = None if restart else load_state(out)
+    done = None if state is None else finished_run(state, plan)
+    return None if done is None else render_finished(done, out, find_resumable(out)[0])
+
+
 def apply_plan(
     plan: Plan,
     *,
@@ -107,12 +121,18 @@ def apply_plan(
     if not launcher.holds_run:
         if not launcher.describes:  # printing the commands: nothing trains, nothing to confirm
             return launcher.run(plan, resume_from=None, echo=echo)
+        if (done := finished_lines(plan, restart)) is not None:  # node 0 says the same and stops too
+            echo("\n".join(done))
+            return 0
         resume_from, what = resume_point(plan, restart)  # read-only here: node 0 decides and moves
         echo(f"{launcher.describes}{what}")
         confirm()
         return launcher.run(plan, resume_from=None if restart else resume_from, echo=echo)
     out = plan.value("output.dir")
     with RunLock(out, break_stale=break_lock):
+        if (done := finished_lines(plan, restart)) is not None:  # an apply with no changes changes nothing
+            echo("\n".join(done))
+            return 0
         resume_from, what = resume_point(plan, restart)
         echo(what)
         confirm()

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with captured(summary=rank == 0):  # library notices to output.dir/gpuplan-debug.log, as in `apply`
-            log_to(plan.value("output.dir"), load_libraries=True)
+            log_to(None, load_libraries=True)  # execute names output.dir's log once the run starts
             execute(plan, echo=echo, progress=args.progress, resume_from=args.resume_from)
     except ApplyError as e:
         print(f"Error (rank {rank}): {e.message}", file=sys.stderr)

@@ -84,7 +84,9 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
     check_remote_code(plan, args.trust_remote_code)
     from gpuplan.notices import log_to
 
-    log_to(plan.value("output.dir"), load_libraries=True)
+    # library notices wait in memory: the run names its debug log in output.dir once it starts (apply/run.py),
+    # so an apply refused before that (a GPU plan on a CPU) leaves no gpuplan-debug.log behind
+    log_to(None, load_libraries=True)
     sys.stdout.write(render_plan(plan.to_dict(), style))
     return apply_plan(
         plan,

@@ -75,6 +75,15 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def _cost(r: Mapping[str, Any]) -> str:
+    """The run's cost; without a run time (no max_steps) the price per hour of the row's GPUs."""
+    if r.get("cost_usd") is not None:
+        return "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}"
+    if r.get("price_per_hour_usd") is not None:
+        return f"${r['price_per_hour_usd']:,.2f}/h"
+    return "no price"
+
+
 def _cells(r: Mapping[str, Any]) -> list[str]:
     gpus = f"{r['count']}" + (f" ({r['nodes']} nodes)" if (r.get("nodes") or 1) > 1 else "")
     mark = "*" if r.get("best") else " "
@@ -86,10 +95,12 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
         )
         return [mark, r["gpu"], gpus, "no", why, "", "", "", "", "", "", ""]
     batch = f"{r['per_device_train_batch_size']}x{r['gradient_accumulation_steps']}"
-    from gpuplan.plan.fit.savers import short_name
+    from gpuplan.plan.fit.savers import SAVERS, short_name
 
-    savers = "+".join(short_name(s) for s in r["savers"]) or "-"
-    cost = "no price" if r.get("cost_usd") is None else ("<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}")
+    on = set(r.get("spec_savers") or []) | set(r["savers"])  # the spec's own and the ones the fit search added
+    order = [s.name for s in SAVERS] + [n for n in r["savers"] if n not in {s.name for s in SAVERS}]
+    savers = "+".join(short_name(n) for n in order if n in on) or "-"
+    cost = _cost(r)
     t = r["step_time_s"]
     step = (f"{t * 1000:.1f} ms" if t < 0.1 else f"{t:.2f} s") + ("(c)" if r.get("calibrated") else "")
     return [
@@ -129,12 +140,9 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
         "",
     ]
     best = next((r for r in rows if r.get("best")), None)
+    run_known = any(r.get("run_time_s") is not None for r in fits)
     if best:
-        what = "cheapest" if sort == "cost" else "fastest"
-        out.append(
-            f"* {what} fit: {best['count']} x {best['gpu']}, ~{_duration(best['run_time_s'])}"
-            + (f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else "")
-        )
+        out.append(_best_line(best, sort))
     else:
         out.append("Nothing fits: try more GPUs (--counts 16,32) or a smaller setup.")
     warned: dict[str, list[str]] = {}  # the plans' own warnings (emulated bf16, ...), once each, with their rows
@@ -143,8 +151,34 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
             warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
     out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
     out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; step (c): calibrated from a measured run")
-    out.append(
-        "cost: run time x GPUs x on-demand price (catalog sources: gpuplan/hardware/catalog.toml; "
-        "your prices: ~/.config/gpuplan/prices.toml)"
-    )
+    from gpuplan.userfiles import prices_path, shown_path
+
+    sources = f"catalog sources: gpuplan/hardware/catalog.toml; your prices: {shown_path(prices_path())}"
+    if run_known or not fits:
+        out.append(f"cost: run time x GPUs x on-demand price ({sources})")
+    else:
+        out.append(
+            f"cost: $/h of the row's GPUs at the on-demand price ({sources}); the run time is unknown, so rows "
+            "rank by cost per step (every row trains the same steps of the same effective batch)"
+        )
     return out
+
+
+# Without max_steps the Trainer counts the steps from the data at apply time; the plan has no step count.
+NO_RUN_TIME = "the spec sets no training.max_steps (set it for the run time and the cost)"
+
+
+def _best_line(best: Mapping[str, Any], sort: str) -> str:
+    """The marked row in words: the cheapest (or fastest) fit with its run time and cost, or, without
+    a run time, its step time, price per hour and cost per step (what the rows were ranked by)."""
+    where = f"{best['count']} x {best['gpu']}"
+    priced = best.get("cost_usd") is not None or best.get("price_per_hour_usd") is not None
+    what = "fastest fit" if sort != "cost" else ("cheapest fit" if priced else "fastest fit (no fitting row has a price)")
+    if best.get("run_time_s") is not None:
+        return f"* {what}: {where}, ~{_duration(best['run_time_s'])}" + (
+            f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""
+        )
+    line = f"* {what}: {where}, {_duration(best['step_time_s'])} per step"
+    if best.get("price_per_hour_usd") is not None:
+        line += f" at ${best['price_per_hour_usd']:,.2f}/h (~${best['cost_per_step_usd']:,.4f} per step)"
+    return line + f"; run time unknown, so no total cost: {NO_RUN_TIME}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.cli.common import UserError
+from gpuplan.fsutil import usual_mode
 
 
 def write_plot(target: str, state: Mapping[str, Any], out: str) -> str:
@@ -38,6 +39,7 @@ def write_plot(target: str, state: Mapping[str, Any], out: str) -> str:
     tmp = None
     try:  # a temp file beside the target, then a rename: no half-written PNG
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".png", dir=dest.parent)
+        usual_mode(fd)  # mkstemp makes 0600: the PNG gets the mode any other file would
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png")
         os.replace(tmp, dest)

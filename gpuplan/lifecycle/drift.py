@@ -1,10 +1,12 @@
-"""Differences between two plans: what changed since the last apply, and what a resume cannot take.
+"""Differences between two plans: what changed since the last apply, what a resume cannot take,
+and whether a completed run has anything left to train.
 
 Pure functions over Plans (the "plan" of gpuplan-state.json is read back with Plan.from_dict).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,3 +95,44 @@ def resume_conflicts(old: Plan, new: Plan) -> list[str]:
         for d in diff_plans(old, new)
         if d.key in RESUME_BREAKING and any(m.trains(d.key) for m in methods)
     ]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A completed run the new plan asks no more of: applying it would change nothing."""
+
+    step: int  # the optimizer steps the run completed
+    changes: list[Drift]  # settings that differ from the applied plan (none: the same plan)
+    asks_for: int  # the steps the new plan trains to
+
+
+def finished_run(state: Mapping[str, Any], new: Plan) -> Finished | None:
+    """The completed run in `state` when `new` would train no step past it, else None.
+
+    Terraform's rule: an apply with no changes changes nothing. A resume from the checkpoint
+    at the last step is not a no-op: the Trainer's loop checks for the end only after a step
+    (transformers trainer.py _run_epoch; DefaultFlowCallback.on_step_end in trainer_callback.py
+    sets should_training_stop once global_step >= max_steps), so it trains one step past max_steps. The new plan's step target is
+    training.max_steps, or, without one, the steps the run made of its epochs when
+    num_train_epochs is the same (the data and the effective batch are resume-breaking:
+    resume_conflicts refuses their changes before this is asked).
+    """
+    if state.get("status") != "completed":
+        return None
+    step = (state.get("progress") or {}).get("global_step")
+    if not isinstance(step, int):
+        return None
+    old = Plan.from_dict(dict(state["plan"]))
+    changes = diff_plans(old, new)
+    if not changes:
+        return Finished(step, [], step)
+    if resume_conflicts(old, new):
+        return None  # a change a resume cannot take: apply refuses it (apply/session.py) or trains anew
+    a, b = _values(old), _values(new)
+    if b.get("training.max_steps") is not None:
+        target = int(b["training.max_steps"])
+    elif a.get("training.max_steps") is None and a.get("training.num_train_epochs") == b.get("training.num_train_epochs"):
+        target = int((state.get("progress") or {}).get("max_steps") or step)
+    else:
+        return None  # other epochs: the Trainer counts the steps they make
+    return Finished(step, changes, target) if target <= step else None

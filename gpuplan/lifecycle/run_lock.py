@@ -58,8 +58,10 @@ class RunLock:
         self.output_dir = output_dir
         self.break_stale = break_stale
         self.held = False
+        self.created_dir = False  # the lock made output.dir: an apply that wrote nothing removes it again
 
     def acquire(self) -> None:
+        self.created_dir = not os.path.isdir(self.output_dir)
         os.makedirs(self.output_dir, exist_ok=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         for _ in range(2):
@@ -101,6 +103,11 @@ class RunLock:
             except FileNotFoundError:
                 pass
             self.held = False
+            if self.created_dir:  # refused before the run wrote anything: leave no empty output dir behind
+                try:
+                    os.rmdir(self.output_dir)
+                except OSError:
+                    pass  # not empty: the run's files stay
 
     def __enter__(self) -> RunLock:
         self.acquire()

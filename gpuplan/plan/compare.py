@@ -16,6 +16,7 @@ from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.prices import split_count
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import assemble, resolve, with_overrides
+from gpuplan.plan.fit.savers import set_by_spec
 from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
@@ -76,7 +77,8 @@ def compare_row(
         "weight_dtype": s["model.dtype"].value,
         "optim": s["training.optim"].value,
         "gradient_checkpointing": s["training.gradient_checkpointing"].value,
-        "savers": [x.name for x in mem.savers],
+        "savers": [x.name for x in mem.savers],  # the ones the fit search turned on
+        "spec_savers": [n for n in set_by_spec(s) if n not in {x.name for x in mem.savers}],  # the spec's own
         "sharding": mem.layout,
         "host_ram_per_node_bytes": (mem.host or {}).get("peak_bytes"),  # plan/estimate/memory/host.py
         "allocated_peak_bytes": mem.allocated_peak_bytes,
@@ -92,15 +94,32 @@ def compare_row(
         "price_per_gpu_hour": t.price_per_gpu_hour,
         "price_source": t.price_source,
         "cost_usd": t.cost_usd,
+        **hourly_cost(t.price_per_gpu_hour, total, t.step_time_s),
     }
 
 
+def hourly_cost(price_per_gpu_hour: float | None, gpus: int, step_time_s: float | None) -> dict[str, float | None]:
+    """What a row costs per hour (all its GPUs) and per optimizer step: known from the price alone,
+    when the run's length is not (no training.max_steps). Every row trains the spec's effective
+    batch, so the same steps: the cost per step ranks them as the whole run's cost would."""
+    if price_per_gpu_hour is None:
+        return {"price_per_hour_usd": None, "cost_per_step_usd": None}
+    per_hour = price_per_gpu_hour * gpus
+    return {"price_per_hour_usd": per_hour, "cost_per_step_usd": per_hour * step_time_s / 3600 if step_time_s else None}
+
+
 def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, Any]]:
-    """Fitting rows first, by cost (unknown cost after known, then by time) or by time."""
+    """Fitting rows first, by cost (unknown cost after known, then by time) or by time. Without a
+    run time (no max_steps) the cost is the cost per step: price x GPUs x step time."""
     inf = float("inf")
 
     def key(r: Mapping[str, Any]) -> tuple:
-        cost = r.get("cost_usd") if r.get("cost_usd") is not None else inf
+        if r.get("cost_usd") is not None:
+            cost: tuple = (0, r["cost_usd"])
+        elif r.get("cost_per_step_usd") is not None:
+            cost = (1, r["cost_per_step_usd"])
+        else:
+            cost = (2, 0.0)
         time = r.get("run_time_s") if r.get("run_time_s") is not None else (r.get("step_time_s") or inf)
         first = (cost, time) if by == "cost" else (time, cost)
         return (not r["fits"], *first, r["gpu"], r["count"])

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import COMPONENTS, Workload
 
 
 def _load(cls, d: Mapping[str, Any], convert: Mapping[str, Any]) -> Any:
@@ -155,6 +155,14 @@ def _savers_out(v: Any) -> list[dict[str, Any]]:
     return [s.to_dict() for s in v]
 
 
+def _components_in(v: Any) -> Mapping[str, int] | None:
+    """The parts in the estimate's order (COMPONENTS), as the plan prints them: a state file is
+    written with sorted keys (lifecycle/state.py), and `show` would list them alphabetically."""
+    if v is None:
+        return None
+    return {k: v[k] for k in (*COMPONENTS, *sorted(set(v) - set(COMPONENTS))) if k in v}
+
+
 def _workload_in(v: Any) -> Workload:
     return v if isinstance(v, Workload) else Workload.from_dict(v)
 
@@ -181,7 +189,7 @@ class MemorySection:
     method: str | None = None  # "analytic" | "traced"
     traced: Mapping[str, Any] | None = None  # `gpuplan plan --trace` only; absent from the JSON otherwise
 
-    _IN: ClassVar = {"savers": _savers_in, "notes": _tuple, "workload": _workload_in}
+    _IN: ClassVar = {"savers": _savers_in, "notes": _tuple, "workload": _workload_in, "components": _components_in}
     _OUT: ClassVar = {
         "savers": _savers_out,
         "notes": _list,
@@ -193,6 +201,15 @@ class MemorySection:
 
     def to_dict(self) -> dict[str, Any]:
         return _dump(self, self._OUT, omit_none=("traced", "host"))
+
+    @property
+    def host_ram_needed_bytes(self) -> int | None:
+        """Host RAM per node when it is a requirement of the plan, not a by-product: states offloaded
+        to it, or the whole 4-bit base loaded into it on every rank (estimate/memory/host.py); else None."""
+        h = self.host
+        if h and (h.get("offloaded_bytes") or self.host_bytes or "4-bit base into host" in h.get("loading", "")):
+            return int(h["peak_bytes"])
+        return None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MemorySection:

@@ -41,6 +41,8 @@ def catalog_rows() -> list[list[str]]:
 
 
 def render_catalog() -> list[str]:
+    from gpuplan.userfiles import prices_path, shown_path
+
     head = ["name", "vendor", "GB", "GiB", "cc", *DTYPES, "GB/s", "per node", "$/GPU-h"]
     rows = [head, *catalog_rows()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -52,7 +54,7 @@ def render_catalog() -> list[str]:
         "GB: the datasheet capacity. GiB: what plans use, the total the driver reports where the catalog",
         "has it (nvidia-smi memory.total: GDDR6 cards with ECC on lose 1/16), else the datasheet figure",
         'read as GiB ("80GB" -> 80 GiB). Sources for every figure and price:',
-        "gpuplan/hardware/catalog.toml. Override prices in ~/.config/gpuplan/prices.toml or",
+        f"gpuplan/hardware/catalog.toml. Override prices in {shown_path(prices_path())} or",
         "with hardware.price_per_hour in a spec.",
     ]
     return lines

@@ -21,6 +21,26 @@ def render_drift(drift: Mapping[str, Any] | None, output_dir: str) -> list[str]:
     return [head] + [f"  ~ {c['key']} = {shown(c['before'])} -> {shown(c['after'])}" for c in drift["changes"]]
 
 
+def render_finished(done: Any, output_dir: str, checkpoint: str | None) -> list[str]:
+    """A completed run that the plan asks no more of (lifecycle/drift.py Finished): what apply says
+    instead of training, and how to train more (`checkpoint`: the one a longer plan resumes from)."""
+    changed = ", ".join(d.key for d in done.changes)
+    if not done.changes:
+        head = f"No changes: the run in {output_dir} completed step {done.step} with this same plan."
+    else:
+        head = (
+            f"No steps to train: the run in {output_dir} completed step {done.step} and this plan trains to step "
+            f"{done.asks_for}; what changed ({changed}) takes effect only in a new run."
+        )
+    return [
+        head,
+        "Apply complete: nothing trained, nothing written.",
+        f"  to train more, raise training.max_steps above {done.step} (or training.num_train_epochs) and apply again: "
+        + (f"it resumes from {checkpoint}" if checkpoint else "the run kept no checkpoint, so it trains from the start"),
+        "  to train a new run, set another output.dir, or apply with --restart (the old checkpoints are moved aside)",
+    ]
+
+
 def render_run_state(
     path: str,
     state: Mapping[str, Any],

@@ -73,7 +73,7 @@ def render_memory(memory: MemorySection, hardware: HardwareSection, style: Style
     if memory.host_bytes:
         lines.append(f"  {'host RAM (offload)':<18} {gib(memory.host_bytes):>10}   per GPU, outside the device figures")
     host = memory.host
-    if host and (host.get("offloaded_bytes") or memory.host_bytes or "4-bit base into host" in host.get("loading", "")):
+    if host and memory.host_ram_needed_bytes:
         lines.append(
             f"  {'host RAM per node':<18} {gib(host['peak_bytes']):>10}   loading {gib(host['loading_bytes'])} "
             f"({host['loading']}), offloaded {gib(host['offloaded_bytes'])} ({gib(host['pinned_bytes'])} pinned)"

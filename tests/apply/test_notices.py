@@ -87,6 +87,22 @@ def test_gpuplan_debug_echoes_and_unknown_warnings_are_counted(tmp_path, capsys,
     assert "never seen" in (tmp_path / DEBUG_LOG).read_text()
 
 
+def test_the_mtime_notice_of_checkpoints_saved_within_a_second_is_not_counted(tmp_path, capsys, monkeypatch):
+    """transformers orders checkpoints by mtime and, when they are less than a second apart (a short
+    run), says "mtime may not be reliable" and orders them by step: the right order, nothing to do."""
+    from transformers.trainer_utils import sort_checkpoints
+
+    monkeypatch.delenv("GPUPLAN_DEBUG", raising=False)
+    for step in (2, 1):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    with captured():
+        log_to(str(tmp_path))
+        order = sort_checkpoints(str(tmp_path), use_mtime=True)
+    assert [p.rsplit("-", 1)[1] for p in order] == ["1", "2"]
+    assert "mtime may not be reliable" in (tmp_path / DEBUG_LOG).read_text()  # the library said it
+    assert "does not explain" not in capsys.readouterr().err
+
+
 def test_without_an_output_dir_the_records_are_printed_as_the_library_wrote_them(capsys, monkeypatch):
     monkeypatch.delenv("GPUPLAN_DEBUG", raising=False)
     with captured():

@@ -1,6 +1,7 @@
 """`gpuplan show OUTPUT_DIR`: the loss sparkline, and `--plot FILE.png` drawn with matplotlib (issue 15)."""
 
 import json
+import os
 
 import pytest
 
@@ -72,6 +73,29 @@ def test_show_adds_a_sparkline_of_the_logged_loss(tmp_path):
     assert sparkline(LOSSES)[0] == "█" and sparkline(LOSSES)[-1] == "▁"
 
 
+def test_show_lists_the_memory_parts_in_the_plans_order(tmp_path, capsys):
+    """The state file is written with sorted keys (lifecycle/state.py); show lists the memory parts
+    as plan does (weights, gradients, optimizer states, ...), not alphabetically."""
+    from gpuplan.cli.main import main
+    from gpuplan.lifecycle.state import RunState
+    from gpuplan.render.text import render_plan
+
+    plan = plan_text(tmp_path, spec(model="tiny-llama-cpu", gpu="cpu"))
+    out = tmp_path / "run"
+    out.mkdir()
+    RunState(plan, str(out))  # what apply writes first
+
+    def parts(text: str) -> list[str]:
+        lines = text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("Memory "))
+        return [line.split()[0] for line in lines[start + 1 :][:7]]
+
+    assert main(["show", str(out)]) == 0
+    shown = parts(capsys.readouterr().out)
+    assert shown == parts(render_plan(plan.to_dict()))
+    assert shown == ["weights", "gradients", "optimizer_states", "activations", "logits_loss", "temporaries", "overhead"]
+
+
 def test_show_plot_writes_a_png_with_four_panels(tmp_path):
     out = _run_dir(tmp_path)
     png = tmp_path / "run.png"
@@ -81,6 +105,9 @@ def test_show_plot_writes_a_png_with_four_panels(tmp_path):
     import matplotlib.image
 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert png.stat().st_mode & 0o777 == 0o666 & ~umask  # as any file the user writes, not mkstemp's 0600
     assert matplotlib.image.imread(png).shape[:2] == (750, 1100)  # 11 x 7.5 in at 100 dpi
 
     from gpuplan.render.plot import draw_run

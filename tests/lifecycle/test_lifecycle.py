@@ -7,10 +7,11 @@ import json
 import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli_runs import gpuplan, state, tiny_spec, train_steps
+from tests.helpers.cli_runs import CORPUS, gpuplan, state, tiny_spec, train_steps
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +105,87 @@ def test_exit_codes_resume_and_restart(tmp_path):
     s = state(out)
     assert s["resumed_from"] is None and s["progress"]["global_step"] == 8 and s["results"]["start_step"] == 0
     assert s["plan"]["settings"]["data.seq_len"]["value"] == 64
+
+
+def _files(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under a run's output dir: (mtime in ns, bytes)."""
+    return {str(p.relative_to(out)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_an_apply_with_no_changes_changes_nothing(tmp_path):
+    """Terraform's rule: re-applying a completed run's unchanged spec trains no step, writes no
+    file (final/, checkpoints, state with its evaluations, metrics, calibration) and says so, exit 0.
+    A longer max_steps still resumes: test_exit_codes_resume_and_restart."""
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=2, save_steps=2)
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    heldout = tmp_path / "heldout.txt"
+    heldout.write_text("\n".join(CORPUS.read_text().splitlines()[:4]) + "\n")
+    r = gpuplan("eval", spec, "--data", heldout)
+    assert r.returncode == 0, r.stderr
+    assert state(out)["evaluations"]
+    calibration = Path(os.environ["GPUPLAN_CALIBRATION_FILE"])
+    before, measured = _files(out), calibration.read_bytes()
+
+    r = gpuplan("apply", spec)  # no --yes and no terminal: nothing to train, so nothing to confirm
+    assert r.returncode == 0, r.stderr
+    assert f"No changes: the run in {out} completed step 2 with this same plan." in r.stdout
+    assert "Apply complete: nothing trained, nothing written." in r.stdout
+    assert (
+        f"raise training.max_steps above 2 (or training.num_train_epochs) and apply again: it resumes from {out / 'checkpoint-2'}"
+        in r.stdout
+    )
+    assert "another output.dir, or apply with --restart" in r.stdout
+    assert "resuming" not in r.stdout and "step 3" not in r.stdout
+    assert _files(out) == before  # final/, checkpoint-2, the state (evaluations too), metrics: untouched
+    assert calibration.read_bytes() == measured  # no calibration from a run that did not run
+
+    # a change that asks for no more steps: nothing trained either, and the change is named
+    spec.write_text(spec.read_text().replace("logging_steps = 1", "logging_steps = 2"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert (
+        f"No steps to train: the run in {out} completed step 2 and this plan trains to step 2; "
+        "what changed (training.logging_steps) takes effect only in a new run." in r.stdout
+    )
+    assert _files(out) == before
+
+
+def test_a_resume_explains_the_library_notices_it_causes(tmp_path):
+    """A resume of a model with tied embeddings ("missing keys ... ['lm_head.weight']"): explained in
+    gpuplan's words in the debug log, not counted as unexplained, and the resumed run does not claim
+    random weights. (The "mtime" notice: tests/apply/test_notices.py.)"""
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=2, save_steps=1)
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "initialised at random" in r.stdout
+    spec.write_text(spec.read_text().replace("max_steps = 2", "max_steps = 3"))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 0, r.stderr
+    assert "does not explain" not in r.stderr
+    assert "initialised at random" not in r.stdout and "its weights from the checkpoint it resumes from" in r.stdout
+    log = (out / "gpuplan-debug.log").read_text()
+    assert "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" in log
+    assert "gpuplan: tied embeddings: lm_head.weight is tied to model.embed_tokens.weight" in log
+    assert "nothing is missing" in log
+
+
+def test_a_gpu_plan_applied_on_a_cpu_leaves_nothing_behind(tmp_path):
+    """Refused before the run starts: no output dir, no gpuplan-debug.log in it (library notices are
+    logged to output.dir only once the run starts), no state; the error says why."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    out = tmp_path / "run"
+    spec = tiny_spec(tmp_path / "tiny.toml", out)
+    spec.write_text(spec.read_text().replace('gpu = "cpu"', 'gpu = "A100-80GB"'))
+    r = gpuplan("apply", spec, "--yes")
+    assert r.returncode == 1
+    assert "the plan is for 'A100-80GB' but this process sees no CUDA device" in r.stderr
+    assert not out.exists()
 
 
 def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):

@@ -168,3 +168,51 @@ def test_compare_times_come_from_the_step_time_model():
     offload = by[("RTX-3090", 2)]
     assert offload["sharding"].endswith("CPU offload")
     assert offload["step_shares"].get("offload", 0) > 0.05
+
+
+def test_compare_without_max_steps_prices_by_the_hour_and_shows_the_specs_savers(tmp_path, capsys, monkeypatch):
+    """An init-written spec trains num_train_epochs (no max_steps): the run time is unknown, the
+    price is not. Each priced row shows its $/h, the cheapest is named by cost per step with the word
+    that the run time is unknown, the savers the spec turns on are in the savers column, and the
+    prices footer names the file read ($XDG_CONFIG_HOME/gpuplan/prices.toml)."""
+    spec = tmp_path / "epochs.toml"
+    spec.write_text(
+        LLAMA_8B.read_text()
+        .replace('config = "models/', f'config = "{ROOT}/specs/models/')
+        .replace('"data/', f'"{ROOT}/specs/data/')
+        .replace("max_steps = 1000", "num_train_epochs = 3\ngradient_checkpointing = true")
+    )
+    xdg = tmp_path / "xdg"
+    (xdg / "gpuplan").mkdir(parents=True)
+    (xdg / "gpuplan" / "prices.toml").write_text('[prices]\n"H100-80GB" = 4.00\n')
+    monkeypatch.delenv("GPUPLAN_PRICES_FILE")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+    assert main(["compare", str(spec), "--gpus", "A100-80GB,H100-80GB,RTX-5090", "--counts", "1,2", "--json"]) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["fits"]]
+    assert {r["gpu"] for r in rows} == {"A100-80GB", "H100-80GB", "RTX-5090"}
+    assert main(["compare", str(spec), "--gpus", "A100-80GB,H100-80GB,RTX-5090", "--counts", "1,2"]) == 0
+    out = capsys.readouterr().out
+    cells_of = (line[1:].split() for line in out.splitlines())  # after the "*" column
+    table = {(c[0], c[1]): c for c in cells_of if len(c) > 2 and c[2] == "yes"}
+    price = {"A100-80GB": 2.79, "H100-80GB": 4.00}  # the catalog's, and the XDG prices file's
+    for r in rows:
+        assert r["run_time_s"] is None and r["cost_usd"] is None
+        cells = table[(r["gpu"], str(r["count"]))]
+        assert "ckpt" in cells[5].split("+")  # the spec's gradient_checkpointing = true
+        if r["gpu"] in price:
+            assert cells[-1] == f"${price[r['gpu']] * r['count']:.2f}/h"
+        else:
+            assert cells[-1:] == ["price"]  # "no price": the catalog has none for the RTX-5090
+    priced = [r for r in rows if r["gpu"] in price]
+    cheapest = min(priced, key=lambda r: r["step_time_s"] * price[r["gpu"]] * r["count"])
+    assert rows[0] == cheapest and rows[0]["best"]  # ranked by cost per step: every row trains the same steps
+    per_step = cheapest["step_time_s"] * price[cheapest["gpu"]] * cheapest["count"] / 3600
+    assert (
+        f"* cheapest fit: {cheapest['count']} x {cheapest['gpu']}, " in out
+        and f" at ${price[cheapest['gpu']] * cheapest['count']:.2f}/h (~${per_step:.4f} per step); run time unknown, so no total cost"
+        in out
+    )
+    assert "~-" not in out
+    assert f"your prices: {xdg / 'gpuplan' / 'prices.toml'}" in out
+    assert main(["gpus"]) == 0
+    assert f"Override prices in {xdg / 'gpuplan' / 'prices.toml'}" in capsys.readouterr().out

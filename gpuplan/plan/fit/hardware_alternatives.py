@@ -23,7 +23,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.fit.fixes import NoFit
 from gpuplan.plan.types import Diagnostic, Plan
 from gpuplan.spec.load import table
-from gpuplan.units import gib
+from gpuplan.units import GIB, gib
 
 MAX_GPUS = 64
 
@@ -44,9 +44,11 @@ class Alternative:
         batch = (
             f"batch {s['training.per_device_train_batch_size'].value} x {s['training.gradient_accumulation_steps'].value} x {world} GPU(s)"
         )
+        host = mem.host_ram_needed_bytes  # offload or a 4-bit base per rank: a requirement, said beside the GPUs
         return (
             f"{self.what}: {'; '.join(self.lines)}  -> {gib(mem.reserved_peak_bytes)} of "
             f"{gib(mem.capacity_bytes, 0)} per GPU, {mem.layout}, {batch}"
+            + (f", and {host / GIB:,.0f} GiB of host RAM per node" if host else "")
         )
 
 

@@ -19,7 +19,7 @@ effect in estimate/throughput.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,6 +145,25 @@ def user_saver_label(knob: str, value: Any) -> str | None:
     if not value:
         return None
     return next(s.name for s in SAVERS if s.knob == knob)
+
+
+def set_by_spec(settings: Mapping[str, Any]) -> list[str]:
+    """The savers the spec itself turns on (its own values, not the fit search's), ladder order:
+    what compare shows beside the ones the search added. `settings`: the plan's Setting objects."""
+    out = []
+    for s in SAVERS:
+        setting = settings.get(s.setting)
+        if setting is None or setting.source != "user":
+            continue
+        value = setting.value
+        on = (
+            (value == s.value or (s is EIGHT_BIT_OPTIMIZER and isinstance(value, str) and "8bit" in value))
+            if s.knob == "optim"
+            else bool(value)
+        )
+        if on and s.name not in out:
+            out.append(s.name)
+    return out
 
 
 def short_name(name: str) -> str:
