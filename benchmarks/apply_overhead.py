@@ -33,68 +33,56 @@ CORPUS = REPO / "specs" / "data" / "tiny-corpus.txt"
 SEQ_LEN, BATCH, LR = 128, 16, 3e-3
 
 
-def bench_plan(out_dir: str, steps: int):
-    from gpuplan.plan.types import Plan, Setting
+def bench_spec(out_dir: str, steps: int) -> str:
+    """The spec a user would write for this run (TOML text); paths are absolute so it can live anywhere."""
+    return f"""[model]
+config = {json.dumps(str(CONFIG))}
+from_scratch = true
+task = "causal-lm"
+dtype = "float32"
+attn_implementation = "sdpa"
 
-    values = {
-        "model.config": str(CONFIG),
-        "model.name_or_path": None,
-        "model.from_scratch": True,
-        "model.task": "causal-lm",
-        "model.num_labels": 2,
-        "model.dtype": "float32",
-        "model.attn_implementation": "sdpa",
-        "model.trust_remote_code": False,
-        "model.allow_pickle_weights": False,
-        "hardware.count": 1,
-        "hardware.nodes": 1,
-        "data.train_files": [str(CORPUS)],
-        "data.eval_files": [],
-        "data.eval_fraction": 0.0,
-        "data.text_field": "text",
-        "data.label_field": None,
-        "data.seq_len": SEQ_LEN,
-        "data.packing": True,
-        "training.effective_batch_size": BATCH,
-        "training.per_device_train_batch_size": BATCH,
-        "training.per_device_eval_batch_size": BATCH,
-        "training.gradient_accumulation_steps": 1,
-        "training.gradient_checkpointing": False,
-        "training.bf16": False,
-        "training.fp16": False,
-        "training.tf32": False,
-        "training.optim": "adamw_torch_fused",
-        "training.learning_rate": LR,
-        "training.max_steps": steps,
-        "training.num_train_epochs": 1.0,
-        "training.lr_scheduler_type": "cosine",
-        "training.warmup_steps": 5,
-        "training.weight_decay": 0.0,
-        "training.max_grad_norm": 1.0,
-        "training.logging_steps": 10,
-        "training.save_steps": 10_000,
-        "training.save_total_limit": 1,
-        "training.eval_steps": None,
-        "training.seed": 0,
-        "training.dataloader_pin_memory": False,
-        "training.dataloader_num_workers": 0,
-        "training.torch_compile": False,
-        "training.torch_compile_backend": "inductor",
-        "training.torch_empty_cache_steps": 0,
-        "output.dir": out_dir,
-    }
-    cpu = {
-        "name": "cpu",
-        "vendor": "cpu",
-        "memory_bytes": 16 * 2**30,
-        "compute_capability": None,
-        "bf16": False,
-        "tf32": False,
-        "fp8": False,
-        "peak_tflops": {"fp32": 0.5},
-        "memory_bandwidth_gbps": 20.0,
-    }
-    return Plan(None, None, cpu, {}, {k: Setting(v, "user") for k, v in values.items()})
+[hardware]
+gpu = "cpu"
+
+[data]
+train_files = [{json.dumps(str(CORPUS))}]
+eval_fraction = 0.0
+seq_len = {SEQ_LEN}
+packing = true
+
+[training]
+effective_batch_size = {BATCH}
+per_device_train_batch_size = {BATCH}
+gradient_checkpointing = false
+optim = "adamw_torch_fused"
+learning_rate = {LR}
+max_steps = {steps}
+num_train_epochs = 1.0
+lr_scheduler_type = "cosine"
+warmup_steps = 5
+weight_decay = 0.0
+max_grad_norm = 1.0
+logging_steps = 10
+save_steps = 10000
+save_total_limit = 1
+seed = 0
+run_name = "apply-overhead"
+
+[output]
+dir = {json.dumps(out_dir)}
+"""
+
+
+def bench_plan(out_dir: str, steps: int):
+    """The Plan of bench_spec() through the planner, as `gpuplan apply` makes it."""
+    from gpuplan.plan.build import plan_file
+    from gpuplan.plan.inputs.environment import local_environment
+
+    spec = Path(out_dir).parent / "spec.toml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(bench_spec(out_dir, steps), encoding="utf-8")
+    return plan_file(spec, environment=local_environment())
 
 
 def run_gpuplan(out_dir: str, steps: int) -> dict:
@@ -146,6 +134,7 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
         gradient_accumulation_steps=1,
         activation_checkpointing=False,
         torch_empty_cache_steps=None,
+        use_liger_kernel=False,
         bf16=False,
         fp16=False,
         tf32=False,
@@ -170,6 +159,7 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
         eval_strategy="no",
         eval_steps=None,
         report_to="none",
+        run_name="apply-overhead",
         disable_tqdm=True,
     )
     from gpuplan.apply.convert import training_arguments_kwargs
