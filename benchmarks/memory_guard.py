@@ -9,6 +9,7 @@ traces two real training steps (FakeTensorMode) and compares the analytic estima
 against the targets the guard holds (TARGETS), and the worst cases.
 
     python benchmarks/memory_guard.py [--cases 240] [--seed 20] [--no-write]
+    python benchmarks/memory_guard.py --quick   # CI: the first 3 cases (one per method), writes nothing
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ if __name__ == "__main__":
     ap.add_argument("--cases", type=int, default=240)
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    ap.add_argument("--quick", action="store_true", help="CI: the first 3 cases of the seed (one per method), RESULTS.md left alone")
     a = ap.parse_args()
+    if a.quick:
+        a.cases, a.no_write = len(METHODS), True
     summary = run(a.cases, a.seed, not a.no_write)
     sys.exit(0 if all(s["held"] for s in summary.values()) else 1)
