@@ -172,7 +172,11 @@ class TrainingSpec(_Section):
     fp16: bool | Auto = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
     tf32: bool | Auto = Field("auto", description="TF32 matmuls for fp32; auto: on Ampere and newer.")
     optim: str = Field(
-        "auto", min_length=1, max_length=100, description="A transformers OptimizerNames value.", json_schema_extra=closed_set(optimizer_names)
+        "auto",
+        min_length=1,
+        max_length=100,
+        description="A transformers OptimizerNames value.",
+        json_schema_extra=closed_set(optimizer_names),
     )
     learning_rate: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
     max_steps: int | None = Field(None, ge=1, le=2**31, description="Optimizer steps; overrides num_train_epochs.")

@@ -4,6 +4,9 @@ The schema is walked key by key (nothing is listed by hand): a string key whose 
 refuses a made-up value must carry an enum; every enum value is accepted, and a near miss of
 each is refused, by the same checks `gpuplan plan` runs (spec/validate.py, and for
 preference.loss_type the preference rule, which checks the loss against the objective's).
+hardware.gpu is not a closed set: lookup (hardware/catalog.py) takes any case, aliases and
+unique fragments ("4090"), so an enum would refuse specs gpuplan plans; validation accepts
+a made-up name there (the plan refuses it), and the walk leaves it out for that reason.
 The errors keep their did-you-mean hints (tests/spec/test_spec_validate.py,
 tests/plan/test_preference_plan.py); the schema only adds the list an editor can offer.
 """
