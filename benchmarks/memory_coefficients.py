@@ -8,7 +8,7 @@ the 16-bit weight copies (a per-layer constant, modelled separately). Prints the
 beside the table row; integer coefficients with ~0 residual mean the table is exact.
 
     python benchmarks/memory_coefficients.py llama amp [sdpa|eager]
-    python benchmarks/memory_coefficients.py --quick   # CI: llama fp32, the first 2 widths (the fit is underdetermined)
+    python benchmarks/memory_coefficients.py --quick   # CI: llama fp32, the first width (the fit is underdetermined)
 """
 
 from __future__ import annotations
@@ -135,5 +135,5 @@ if __name__ == "__main__":
     quick = sys.argv[1:] == ["--quick"]
     fam, mode = ("llama", "fp32") if quick else (sys.argv[1], sys.argv[2])
     attn = sys.argv[3] if len(sys.argv) > 3 else "sdpa"
-    print("fit:  ", fit(fam, mode, attn, widths=2 if quick else None))
+    print("fit:  ", fit(fam, mode, attn, widths=1 if quick else None))
     print("table:", _SDPA.get((STYLE_OF.get(fam, fam), mode)), "(sdpa row; eager: see _EAGER)")
