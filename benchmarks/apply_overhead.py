@@ -1,8 +1,9 @@
 """What does `gpuplan apply` cost over a hand-written Trainer script? (target: throughput >= 0.97)
 
 The same tiny training (specs/models/tiny-llama-cpu.json from scratch on
-specs/data/tiny-corpus.txt, CPU) runs through execute(plan) and through a hand-written
-script using identical TrainingArguments, each in a fresh process, alternating
+specs/data/tiny-corpus.txt, CPU) runs through execute(plan), the plan made from a spec by
+plan_file as `gpuplan apply` makes it, and through a hand-written script using identical
+TrainingArguments (checked against the plan's), each in a fresh process, alternating
 A/B/A/B so machine load drifts hit both. Measured per run:
 - steady throughput: tokens/s over the optimizer steps after the first (same
   on_step_end timing in both);
