@@ -68,17 +68,14 @@ SLOW = {
 
 def _checkout_files() -> dict[str, str]:
     """What a benchmark could write in the checkout: sha256 of each file under benchmarks/, README.md and the
-    generated tables, and `git status` of the whole tree, ignored files included (runs/, .hypothesis/, ...)
-    but not __pycache__ (the test processes themselves write those) or the linters' caches."""
+    generated tables, and `git status` (tracked files changed, untracked files added). Ignored paths are
+    left out: other tests running beside this one write there (runs/, .hypothesis/, __pycache__)."""
     paths = [p for p in BENCH.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     paths += [REPO / "README.md", REPO / "gpuplan" / "modelinfo" / "attention_support.json"]
     out = {str(p.relative_to(REPO)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
-    caches = [f":!{d}" for d in (".venv", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".dmypy.json")]  # tools', not the scripts'
-    git = subprocess.run(
-        ["git", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", ".", *caches], cwd=REPO, capture_output=True, text=True
-    )
+    git = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True, text=True)
     if git.returncode == 0:  # a git checkout (not an unpacked sdist)
-        out["git status"] = "\n".join(line for line in git.stdout.splitlines() if "__pycache__" not in line)
+        out["git status"] = git.stdout
     return out
 
 
