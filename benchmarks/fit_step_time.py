@@ -14,6 +14,7 @@ logs of the constants from the values in constants.py. Prints the fitted values 
 put into constants.py and the errors they give.
 
     python benchmarks/fit_step_time.py [--iterations 600] [--holdout]
+    python benchmarks/fit_step_time.py --quick   # CI: 5 iterations, writes nothing
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def main() -> int:
     ap.add_argument(
         "--start", type=lambda t: [float(x) for x in t.split(",")], default=None, help="comma-separated start values, in the order printed"
     )
+    ap.add_argument("--quick", action="store_true", help="CI: 5 Nelder-Mead iterations, RESULTS.md left alone")
     args = ap.parse_args()
+    if args.quick:
+        args.iterations, args.no_write = 5, True
     from scipy.optimize import minimize
 
     runs, _ = usable_runs()

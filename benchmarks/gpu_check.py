@@ -19,6 +19,7 @@ fp16 on CPU is planned as fp32 (no GradScaler without CUDA): the "planned" colum
     python benchmarks/gpu_check.py                    # the GPU matrix (a CPU-only host: the tiny one)
     python benchmarks/gpu_check.py --device cpu --families llama --precisions bf16
     python benchmarks/gpu_check.py --device cpu --families llama --methods lora,qlora
+    python benchmarks/gpu_check.py --quick   # CI: one tiny CPU case (llama, full, bf16), 2 steps, writes nothing
 
 LoRA and QLoRA rows fine-tune a base (apply refuses adapters on a from-scratch model): the
 family's model built from its config (seeded) and saved with save_pretrained, safetensors,
@@ -379,8 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=450, help="cases not started by then are skipped")
     ap.add_argument("--json", help="write the rows here (default benchmarks/data/gpu_check-<device>.json)")
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
+    ap.add_argument(
+        "--quick", action="store_true", help="CI: one tiny CPU case (llama, full, bf16, no checkpointing), 2 steps; writes no file"
+    )
     ap.add_argument("--run-case", help=argparse.SUPPRESS)  # internal: one case in a fresh process
     a = ap.parse_args(argv)
+    if a.quick:
+        a.device, a.families, a.methods, a.precisions, a.checkpointing = "cpu", "llama", "full", "bf16", "off"
+        a.steps, a.no_write = a.steps or 2, True
     if a.run_case:
         job = json.loads(a.run_case)
         row = run_case(job["case"], device=job["device"], seq=job["seq"], steps=job["steps"], target=job["target"])
@@ -432,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
         cpus=os.cpu_count(),
         load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
     )
+    if a.quick and not a.json:
+        print(render(rows, summary))
+        print(f"{len(rows)} cases in {summary['wall_s']:.0f} s")
+        return 0
     out = Path(a.json or ROOT / "benchmarks" / "data" / f"gpu_check-{device}.json")
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")

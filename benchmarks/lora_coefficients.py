@@ -22,6 +22,7 @@ weights under bf16 autocast: what a plan runs for model.dtype = "bfloat16" on Am
 
     python benchmarks/lora_coefficients.py llama half-amp lora
     python benchmarks/lora_coefficients.py all        # every (style, mode, method) row, as a table
+    python benchmarks/lora_coefficients.py --quick    # CI: llama fp32 lora, the first width (underdetermined)
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def _subsets(family: str, names: list[str]) -> list[list[str]]:
     return [names, attn, rest]
 
 
-def fit(family: str, mode: str, method: str) -> dict[str, float]:
+def fit(family: str, mode: str, method: str, widths: int | None = None) -> dict[str, float]:
+    """`widths`: only the first that many model widths (a quick run; fewer rows than coefficients)."""
     import numpy as np
 
     from gpuplan.modelinfo import model_facts
@@ -114,7 +116,7 @@ def fit(family: str, mode: str, method: str) -> dict[str, float]:
     )
     task = "masked-lm" if family == "bert" else "causal-lm"
     rows, ys = [], []
-    for n, (h, a, d, kv, i) in enumerate(variants):
+    for n, (h, a, d, kv, i) in enumerate(variants[:widths]):
         for s in (64, 128):
             cfg1, cfg2 = FAMILIES[family](h, a, d, kv, i, 1), FAMILIES[family](h, a, d, kv, i, 2)
             facts = model_facts(cfg1, task)
@@ -155,6 +157,8 @@ if __name__ == "__main__":
                 f"residual {c['max_residual_bytes']:.0f}",
                 flush=True,
             )
+    elif sys.argv[1:] == ["--quick"]:
+        print("llama fp32 lora fit:", fit("llama", "fp32", "lora", widths=1))
     else:
         fam, mode, method = sys.argv[1:4]
         print(fam, mode, method, "fit:", fit(fam, mode, method))

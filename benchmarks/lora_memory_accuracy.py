@@ -7,7 +7,8 @@ attention-only and all-linear targets, checkpointing on and off, bf16 autocast o
 fp32 or bf16 weights or plain fp32, lora and qlora. Writes the `lora_memory_accuracy` section of
 benchmarks/RESULTS.md.
 
-    python benchmarks/lora_memory_accuracy.py [--quick] [--no-write]
+    python benchmarks/lora_memory_accuracy.py [--no-write]
+    python benchmarks/lora_memory_accuracy.py --quick   # CI: 2 of the cases (a lora and a qlora one), writes nothing
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def run(quick: bool = False, write: bool = True) -> dict:
     from gpuplan.trace import trace_memory
 
     rows = []
-    todo = cases()[::5] if quick else cases()
+    todo = cases()
+    if quick:  # the first family's first lora and first qlora case (PATTERN rows 0 and 5)
+        todo = [todo[0], todo[5]]
     t_all = time.perf_counter()
     for fam, wl in todo:
         cfg = MODELS[fam]
@@ -150,7 +153,7 @@ def render(rows: list[dict], summary: dict) -> str:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="every fifth case only")
+    ap.add_argument("--quick", action="store_true", help="CI: two cases only (a lora and a qlora one), RESULTS.md left alone")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     a = ap.parse_args()
-    run(quick=a.quick, write=not a.no_write)
+    run(quick=a.quick, write=not (a.no_write or a.quick))

@@ -7,7 +7,8 @@ analytic error against the trace, and the error of accelerate's `estimate-memory
 formula on the same case. Models are small (hidden sizes in the hundreds) so the
 whole matrix runs in a few minutes on 2 cores.
 
-    python benchmarks/memory_accuracy.py [--quick] [--no-write]
+    python benchmarks/memory_accuracy.py [--no-write]
+    python benchmarks/memory_accuracy.py --quick   # CI: 3 of the cases (every 27th), writes nothing
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def run(quick: bool = False, write: bool = True) -> dict:
     rows = []
     all_cases = cases()
     if quick:
-        all_cases = all_cases[::6]
+        all_cases = all_cases[::27]
     t_all = time.perf_counter()
     for fam, wl in all_cases:
         cfg = MODELS[fam]
@@ -281,7 +282,7 @@ keep torch's own kernel and its cache;
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="every sixth case only")
+    ap.add_argument("--quick", action="store_true", help="CI: every 27th case only (3), RESULTS.md left alone")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     a = ap.parse_args()
-    run(quick=a.quick, write=not a.no_write)
+    run(quick=a.quick, write=not (a.no_write or a.quick))

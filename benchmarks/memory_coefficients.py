@@ -8,6 +8,7 @@ the 16-bit weight copies (a per-layer constant, modelled separately). Prints the
 beside the table row; integer coefficients with ~0 residual mean the table is exact.
 
     python benchmarks/memory_coefficients.py llama amp [sdpa|eager]
+    python benchmarks/memory_coefficients.py --quick   # CI: llama fp32, the first width (the fit is underdetermined)
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def forward_activation_bytes(config: dict, wl) -> int:
         return kept
 
 
-def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
+def fit(family: str, mode: str, attn: str = "sdpa", widths: int | None = None) -> dict[str, float]:
+    """`widths`: only the first that many model widths (a quick run; fewer rows than coefficients)."""
     import numpy as np
 
     from gpuplan.plan.estimate.memory.types import Workload
@@ -110,7 +112,7 @@ def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
     )
     task = "masked-lm" if family == "bert" else "causal-lm"
     rows, ys = [], []
-    for h, a, d, kv, i in variants:
+    for h, a, d, kv, i in variants[:widths]:
         for s in (64, 128):
             wl = Workload(1, s, task=task, attn_implementation=attn, **MODES[mode])
             one = forward_activation_bytes(FAMILIES[family](h, a, d, kv, i, 1), wl)
@@ -130,7 +132,8 @@ def fit(family: str, mode: str, attn: str = "sdpa") -> dict[str, float]:
 if __name__ == "__main__":
     from gpuplan.plan.estimate.memory.activations import _SDPA, STYLE_OF
 
-    fam, mode = sys.argv[1], sys.argv[2]
+    quick = sys.argv[1:] == ["--quick"]
+    fam, mode = ("llama", "fp32") if quick else (sys.argv[1], sys.argv[2])
     attn = sys.argv[3] if len(sys.argv) > 3 else "sdpa"
-    print("fit:  ", fit(fam, mode, attn))
+    print("fit:  ", fit(fam, mode, attn, widths=1 if quick else None))
     print("table:", _SDPA.get((STYLE_OF.get(fam, fam), mode)), "(sdpa row; eager: see _EAGER)")

@@ -9,6 +9,8 @@ traces two real training steps (FakeTensorMode) and compares the analytic estima
 against the targets the guard holds (TARGETS), and the worst cases.
 
     python benchmarks/memory_guard.py [--cases 240] [--seed 20] [--no-write]
+    python benchmarks/memory_guard.py --quick   # CI: the first 3 cases (one per method), writes nothing;
+                                                # each is held to the per-case bound (a median of one is not the median target)
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tests.helpers.memory_guard import METHODS, TARGETS, check, sample  # noqa: E402
 
 
-def run(cases: int, seed: int, write: bool) -> dict:
+def run(cases: int, seed: int, write: bool, quick: bool = False) -> dict:
+    """`quick`: one case per method, held to the per-case bound only (a median of one case is not the median target)."""
     warnings.filterwarnings("ignore")
     rows = []
     t0 = time.perf_counter()
@@ -41,11 +44,15 @@ def run(cases: int, seed: int, write: bool) -> dict:
     for m in METHODS:
         e = [abs(r[3]) for r in rows if r[0] == m]
         summary[m] = dict(
-            cases=len(e), median=statistics.median(e), max=max(e), held=max(e) <= TARGETS[m][0] and statistics.median(e) <= TARGETS[m][1]
+            cases=len(e),
+            median=statistics.median(e),
+            max=max(e),
+            held=max(e) <= TARGETS[m][0] and (quick or statistics.median(e) <= TARGETS[m][1]),
         )
         print(
             f"{m:6s} {len(e)} cases: median |error| {summary[m]['median']:.2%}, max {summary[m]['max']:.2%} "
-            f"(targets {TARGETS[m][1]:.0%} / {TARGETS[m][0]:.0%}: {'held' if summary[m]['held'] else 'MISSED'})"
+            f"(targets {TARGETS[m][1]:.0%} / {TARGETS[m][0]:.0%}{', quick: the max only' if quick else ''}: "
+            f"{'held' if summary[m]['held'] else 'MISSED'})"
         )
     print(f"{len(rows)} cases in {wall:.0f} s")
     if write:
@@ -84,6 +91,9 @@ if __name__ == "__main__":
     ap.add_argument("--cases", type=int, default=240)
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    ap.add_argument("--quick", action="store_true", help="CI: the first 3 cases of the seed (one per method), RESULTS.md left alone")
     a = ap.parse_args()
-    summary = run(a.cases, a.seed, not a.no_write)
+    if a.quick:
+        a.cases, a.no_write = len(METHODS), True
+    summary = run(a.cases, a.seed, not a.no_write, quick=a.quick)
     sys.exit(0 if all(s["held"] for s in summary.values()) else 1)

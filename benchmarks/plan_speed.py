@@ -4,6 +4,7 @@ Each command runs as a fresh process (what a user waits for), alternating, N tim
 the median wall time is reported. Writes its section of benchmarks/RESULTS.md.
 
     python benchmarks/plan_speed.py [--runs 7]
+    python benchmarks/plan_speed.py --quick   # CI: one run of each command, writes nothing
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ COMMANDS = {
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="CI: one run of each command, RESULTS.md left alone")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 1
     times: dict[str, list[float]] = {k: [] for k in COMMANDS}
     for _ in range(args.runs):
         for name, cmd in COMMANDS.items():  # alternate so load drifts hit every command alike
@@ -56,7 +60,8 @@ def main() -> None:
         "compare over the whole catalog (96 plans) under 3 s.\n\n" + "\n".join(rows)
     )
     print(body)
-    write_section("plan_speed", "Plan speed", body)
+    if not args.quick:
+        write_section("plan_speed", "Plan speed", body)
 
 
 if __name__ == "__main__":

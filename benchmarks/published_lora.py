@@ -6,6 +6,7 @@ numbers `gpuplan plan` prints) and compared with the published figure. Writes th
 `published_lora` section of benchmarks/RESULTS.md, with the rows left out and why.
 
     python benchmarks/published_lora.py [--no-write]
+    python benchmarks/published_lora.py --quick   # CI: the same rows (analytic, seconds), writes nothing
 """
 
 from __future__ import annotations
@@ -244,4 +245,6 @@ def render(rows: list[dict]) -> str:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-write", action="store_true")
-    run(write=not ap.parse_args().no_write)
+    ap.add_argument("--quick", action="store_true", help="CI: the same rows (they take seconds), RESULTS.md left alone")
+    a = ap.parse_args()
+    run(write=not (a.no_write or a.quick))

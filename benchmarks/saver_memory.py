@@ -13,6 +13,7 @@ Full = bf16 weights under bf16 autocast with torch's fused AdamW; QLoRA = the
 parts under bf16 autocast). Writes the `saver_memory` section of benchmarks/RESULTS.md.
 
     python benchmarks/saver_memory.py [--no-trace] [--no-write]
+    python benchmarks/saver_memory.py --quick   # CI: the analytic figures only (--no-trace --no-write)
 
 Traces are cached in /tmp/gpuplan-saver-traces.json (keyed by the workload): a rerun
 after a change to the analytic model alone does not trace again.
@@ -219,7 +220,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-trace", action="store_true", help="the analytic figures only")
     ap.add_argument("--no-write", action="store_true", help="print, do not write RESULTS.md")
+    ap.add_argument("--quick", action="store_true", help="CI: --no-trace --no-write (tracing the 8B model takes minutes)")
     args = ap.parse_args()
+    if args.quick:
+        args.no_trace = args.no_write = True
     body = render(run(trace=not args.no_trace)) + "\n" + render_published(published_paged())
     print(body)
     if not args.no_write:

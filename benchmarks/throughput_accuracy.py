@@ -10,6 +10,7 @@ above 35%. The constants are fitted on these same rows (benchmarks/fit_step_time
 this measures the fit, not a hold-out.
 
     python benchmarks/throughput_accuracy.py [--no-write]
+    python benchmarks/throughput_accuracy.py --quick   # CI: the same rows (analytic, seconds), writes nothing
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ TARGET_MEDIAN, TARGET_SOURCE = 0.20, 0.35
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md as it is")
+    ap.add_argument("--quick", action="store_true", help="CI: the same rows (they take seconds), RESULTS.md left alone")
     args = ap.parse_args()
+    args.no_write = args.no_write or args.quick
     runs, left = usable_runs()
     rows, by = [], defaultdict(list)
     for r in runs:

@@ -13,6 +13,7 @@ For three sizes of a from-scratch Llama (the tiny-corpus byte vocabulary, seq_le
 Writes its section of benchmarks/RESULTS.md.
 
     python benchmarks/time_accuracy.py [--steps 20]
+    python benchmarks/time_accuracy.py --quick   # CI: size S only, 3 steps, writes nothing
 """
 
 from __future__ import annotations
@@ -75,10 +76,14 @@ def apply(spec: Path, out: Path, store: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="CI: size S only, 3 steps, RESULTS.md left alone")
     args = ap.parse_args()
+    sizes = {"S": SIZES["S"]} if args.quick else SIZES
+    if args.quick:
+        args.steps = 3
     tmp = Path(tempfile.mkdtemp(prefix="gpuplan-time-"))
     rows, specs = {}, {}
-    for name, (h, layers, heads, kv, inter) in SIZES.items():
+    for name, (h, layers, heads, kv, inter) in sizes.items():
         cfg = {
             **BASE,
             "hidden_size": h,
@@ -105,11 +110,11 @@ def main() -> None:
             "self": plan_step(spec, tmp / f"A-{name}.jsonl")[0],
         }
         print(name, json.dumps({k: v for k, v in rows[name].items() if k not in ("A", "B")}), flush=True)
-    smallest = tmp / f"A-{next(iter(SIZES))}.jsonl"
+    smallest = tmp / f"A-{next(iter(sizes))}.jsonl"
     for name, (spec, _) in specs.items():
         rows[name]["cross"] = plan_step(spec, smallest)[0]
         others = tmp / f"others-{name}.jsonl"
-        others.write_text("".join((tmp / f"A-{o}.jsonl").read_text() for o in SIZES if o != name))
+        others.write_text("".join((tmp / f"A-{o}.jsonl").read_text() for o in sizes if o != name))
         rows[name]["fit"] = plan_step(spec, others)[0]
 
     figures = json.loads(Path(PROBE).read_text())["machines"][-1]
@@ -145,7 +150,8 @@ def main() -> None:
         "other sizes (work and fixed-cost scales, least squares: plan/estimate/calibration.py).\n\n" + "\n".join(lines)
     )
     print(body)
-    write_section("time_accuracy", "Time estimates (CPU)", body)
+    if not args.quick:
+        write_section("time_accuracy", "Time estimates (CPU)", body)
 
 
 if __name__ == "__main__":

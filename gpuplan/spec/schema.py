@@ -21,6 +21,10 @@ from gpuplan.spec.value_types import (
     WorkersOrAuto,
     _known_objective,
     _Section,
+    closed_set,
+    objective_names,
+    optimizer_names,
+    preference_loss_names,
 )
 
 
@@ -167,7 +171,13 @@ class TrainingSpec(_Section):
     bf16: bool | Auto = Field("auto", description="bf16 mixed precision; auto: on Ampere and newer.")
     fp16: bool | Auto = Field("auto", description="fp16 mixed precision; auto: on GPUs without bf16.")
     tf32: bool | Auto = Field("auto", description="TF32 matmuls for fp32; auto: on Ampere and newer.")
-    optim: str = Field("auto", min_length=1, max_length=100, description="A transformers OptimizerNames value.")
+    optim: str = Field(
+        "auto",
+        min_length=1,
+        max_length=100,
+        description="A transformers OptimizerNames value.",
+        json_schema_extra=closed_set(optimizer_names),
+    )
     learning_rate: float = Field(5e-5, gt=0, le=10, description="Peak learning rate.")
     max_steps: int | None = Field(None, ge=1, le=2**31, description="Optimizer steps; overrides num_train_epochs.")
     num_train_epochs: float = Field(3.0, gt=0, le=1e6, description="Passes over the data when max_steps is unset.")
@@ -209,6 +219,7 @@ class TrainingSpec(_Section):
         "sft",
         description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
         "(labelled completions), with TRL's trainers; independent of model.method.",
+        json_schema_extra=closed_set(objective_names),
     )
 
 
@@ -221,6 +232,7 @@ class PreferenceSpec(_Section):
         min_length=1,
         max_length=100,
         description="A TRL loss_type (dpo: sigmoid, ipo, hinge, ...; kto: kto, apo_zero_unpaired); auto: sigmoid for dpo, kto for kto.",
+        json_schema_extra=closed_set(preference_loss_names),
     )
     max_length: int | None = Field(None, ge=8, le=1_048_576, description="Tokens of prompt + answer per sequence; default: data.seq_len.")
     max_prompt_length: int | None = Field(

@@ -3,7 +3,8 @@ and the section base (unknown keys refused, strict types, frozen)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -23,6 +24,40 @@ def _no_nul(path: str) -> str:
 
 
 PathStr = Annotated[str, AfterValidator(_no_nul)]
+
+
+def closed_set(values: Callable[[], Iterable[str]]) -> Callable[[dict[str, Any]], None]:
+    """A Field's json_schema_extra for a str key whose values a validator or a rule checks (with
+    did-you-mean errors a Literal would lose): `gpuplan schema` gives them as an enum, so editors
+    offer them. `values` is called when the schema is made, not when the spec is imported."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema["enum"] = list(dict.fromkeys(values()))
+
+    return extra
+
+
+def objective_names() -> tuple[str, ...]:
+    """training.objective: what _known_objective accepts (plan/objectives.py OBJECTIVES)."""
+    from gpuplan.plan.objectives import OBJECTIVES
+
+    return tuple(OBJECTIVES)
+
+
+def optimizer_names() -> tuple[str, ...]:
+    """training.optim: what spec/validate.py _check_optim accepts; the removed names are planned as
+    their replacement, with the reason (plan/rules/optimizer.py)."""
+    from gpuplan.spec.names import OPTIMIZER_NAMES, REMOVED_OPTIMIZERS
+
+    return ("auto", *OPTIMIZER_NAMES, *REMOVED_OPTIMIZERS)
+
+
+def preference_loss_names() -> tuple[str, ...]:
+    """preference.loss_type: "auto" and every loss of a preference objective (plan/rules/preference.py
+    checks the one training.objective names; an sft run does not read the key)."""
+    from gpuplan.plan.objectives import OBJECTIVES
+
+    return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types))
 
 
 def _known_objective(name: str) -> str:

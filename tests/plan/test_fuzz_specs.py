@@ -14,7 +14,8 @@ through the real `gpuplan plan` command). Asserted for every example:
   renders as strict JSON (no NaN), round-trips, and renders as text.
 
 Profiles (GPUPLAN_FUZZ_PROFILE): "ci" (default; derandomized so CI is reproducible;
-about 1,600 examples, ~40 s on 2 shared cores) and "long" (random, ~20,700 examples):
+about 1,600 examples, ~40 s on 2 shared cores), "quick" (derandomized, a twentieth of ci:
+`python benchmarks/fuzz.py --quick`, which tests/test_benchmarks.py runs) and "long" (random, ~20,700 examples):
 `python benchmarks/fuzz.py` runs the long profile and records the counts per test and
 the time in benchmarks/RESULTS.md ("Fuzzing"). Long run of 2026-11-29: 20,741 examples
 in 282 s, all passing (after the fixes in tests/plan/test_fuzz_found.py).
@@ -77,8 +78,9 @@ settings.register_profile("long", deadline=None, print_blob=True, suppress_healt
 
 def fuzz(name: str):
     """@settings for one fuzz test under the chosen profile."""
-    n = COUNTS[name][0 if PROFILE == "ci" else 1]
-    return settings(settings.get_profile(PROFILE), max_examples=n)
+    ci, long = COUNTS[name]
+    n = {"ci": ci, "quick": max(1, ci // 20), "long": long}[PROFILE]
+    return settings(settings.get_profile("ci" if PROFILE == "quick" else PROFILE), max_examples=n)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,0 +1,108 @@
+"""Every script in benchmarks/ runs in its quick mode: exit 0, its result printed, no file of the checkout written.
+
+A script is a benchmarks/*.py file with a `__main__` block, found by glob: a new script is
+covered without touching this file (it then fails until RESULT names the line its quick run
+prints). Each runs as users run it (`python benchmarks/NAME.py --quick`) in a fresh process,
+with TMPDIR set to the test's own directory so the temporary files it makes are the test's.
+The others (results.py, published_rows.py) are modules the scripts import.
+
+The quick modes are tiny versions of the same measurement (see each script's docstring);
+the full modes are what benchmarks/RESULTS.md quotes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if '__name__ == "__main__"' in p.read_text(encoding="utf-8"))
+MODULES = sorted(p for p in BENCH.glob("*.py") if p not in SCRIPTS)
+
+# The line each quick run prints when it has measured something (a regex, searched in stdout).
+RESULT = {
+    "apply_overhead": r"throughput ratio gpuplan/hand \d+\.\d+ \(target >= 0\.97\); time-to-first-step ratio \d+\.\d+",
+    "attention_support": r"attention_support\.json is up to date: 3 families checked",
+    "fit_step_time": r"fitted on \d+ rows \(\d+ iterations, objective \d",
+    "fsdp_adapters": r"median \|error\| \d+\.\d% over \d+ rows",
+    "fuzz": r"\*\*\d+ examples in \d+ s\*\*; pytest: `\d+ passed",
+    "gpu_check": r"\| llama \| full \| bf16 .*\n(.|\n)*1 cases in \d+ s",
+    "lora_coefficients": r"llama fp32 lora fit: \{'c_h': -?\d",
+    "lora_memory_accuracy": r"2 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%",
+    "memory_accuracy": r"3 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%; accelerate median",
+    "memory_coefficients": r"fit: +\{'c_h': -?\d(.|\n)*table: \(",
+    "memory_guard": r"qlora +1 cases: median \|error\| \d+\.\d+%(.|\n)*3 cases in \d+ s",
+    "moe_activations": r"analytic vs traced peak: max \|error\| \d+\.\d+%",
+    "plan_speed": r"\| `gpuplan plan specs/tiny\.toml` \| \d+\.\d{3} \|",
+    "preference_memory_accuracy": r"1 cases: median \|error\| \d+\.\d+%, max \d+\.\d+%",
+    "published_lora": r"published +\d+\.\d+ GiB +plan +\d+\.\d+ GiB",
+    "readme_examples": r".+ regenerated in memory \((no change|would change: .+)\)",
+    "saver_memory": r"\| full \| 2,048 \| none \| \d+\.\d+ \|",
+    "throughput_accuracy": r"Targets: median <= 20% overall \(\d+\.\d%\)",
+    "time_accuracy": r"\| S \| \d+\.\d+M \| \d+\.\dM \| \d+\.\d+ \(",
+}
+# Quick runs that import torch and train or trace (about 10 s to a minute each on 2 shared cores).
+SLOW = {
+    "apply_overhead",
+    "attention_support",
+    "fuzz",
+    "gpu_check",
+    "lora_coefficients",
+    "lora_memory_accuracy",
+    "memory_accuracy",
+    "memory_coefficients",
+    "memory_guard",
+    "moe_activations",
+    "plan_speed",
+    "preference_memory_accuracy",
+    "time_accuracy",
+}
+
+
+def _checkout_files() -> dict[str, str]:
+    """What a benchmark could write in the checkout: sha256 of each file under benchmarks/, README.md and the
+    generated tables, and `git status` (tracked files changed, untracked files added). Ignored paths are
+    left out: other tests running beside this one write there (runs/, .hypothesis/, __pycache__)."""
+    paths = [p for p in BENCH.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    paths += [REPO / "README.md", REPO / "gpuplan" / "modelinfo" / "attention_support.json"]
+    out = {str(p.relative_to(REPO)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
+    git = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True, text=True)
+    if git.returncode == 0:  # a git checkout (not an unpacked sdist)
+        out["git status"] = git.stdout
+    return out
+
+
+@pytest.mark.parametrize("script", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW else []) for p in SCRIPTS])
+def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
+    assert script.stem in RESULT, f"benchmarks/{script.name}: add the line its --quick run prints to RESULT in {Path(__file__).name}"
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    before = _checkout_files()
+    r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
+    assert re.search(RESULT[script.stem], r.stdout), f"no result line /{RESULT[script.stem]}/ in:\n{r.stdout[-3000:]}"
+    assert _checkout_files() == before, "a --quick run wrote into the checkout"
+
+
+def test_every_module_that_is_not_a_script_is_imported_by_one():
+    """results.py and published_rows.py run only through the scripts: each is imported by one."""
+    texts = [p.read_text(encoding="utf-8") for p in SCRIPTS]
+    for m in MODULES:
+        pattern = rf"^\s*(from {m.stem} import|import {m.stem}\b)"
+        assert any(re.search(pattern, t, re.M) for t in texts), f"benchmarks/{m.name} has no __main__ and no script imports it"
+    assert {m.stem for m in MODULES} >= {"results"} and len(SCRIPTS) >= 19
