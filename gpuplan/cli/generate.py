@@ -136,7 +136,7 @@ def cmd_chat(args) -> int:
     run, loaded, how = _load(args, "gpuplan chat")
     tty = sys.stdin.isatty()
     if tty:
-        print("Chatting with the trained model; /reset forgets the conversation, Ctrl-D ends it.", file=sys.stderr)
+        print("Chatting with the trained model; /help lists the commands, /quit or Ctrl-D ends it.", file=sys.stderr)
     limit = getattr(loaded.model.config, "max_position_embeddings", None)
     new_tokens = args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     turns: list[dict[str, str]] = []
@@ -149,15 +149,34 @@ def cmd_chat(args) -> int:
             return 0
         if not line.strip():
             continue
-        if line.strip() == "/reset":
+        command = chat_command(line)
+        if command == "/quit":
+            return 0
+        if command == "/reset":
             turns = []
             print("(conversation forgotten)", file=sys.stderr)
+            continue
+        if command is not None:  # /help, or a word the chat does not know: said, never sent to the model
+            print(CHAT_HELP if command == "/help" else f"(unknown command {command}; {CHAT_HELP})", file=sys.stderr)
             continue
         turns.append({"role": "user", "content": line})
         turns = fit_context(turns, how, loaded.tokenizer, limit, new_tokens)
         g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed)
         turns.append({"role": "assistant", "content": g.completion})
         print(("model> " if tty else "") + g.completion, flush=True)
+
+
+CHAT_COMMANDS = {"/help": "/help", "/quit": "/quit", "/exit": "/quit", "/reset": "/reset"}
+CHAT_HELP = "commands: /reset forgets the conversation, /quit (or Ctrl-D) ends the chat, /help shows this"
+
+
+def chat_command(line: str) -> str | None:
+    """A chat command (/help, /quit or /exit, /reset), or another single /word; None for a message.
+    A line of several words is a message even when it starts with "/"."""
+    words = line.split()
+    if len(words) != 1 or not words[0].startswith("/"):
+        return None
+    return CHAT_COMMANDS.get(words[0].lower(), words[0])
 
 
 def fit_context(turns: list[dict[str, str]], how: Any, tokenizer: Any, limit: int | None, new_tokens: int) -> list[dict[str, str]]:

@@ -45,6 +45,18 @@ def test_chat_keeps_the_turns_until_end_of_input(run):
     assert r.stdout.splitlines() == ["ok.", "ok again."]  # the second answer needs the first turn
 
 
+def test_chat_commands_are_not_sent_to_the_model(run):
+    """/help and an unknown /word are answered by gpuplan, /reset forgets, /quit ends the chat: none
+    is a turn of the conversation (the model answers "ok." to a first turn, "ok again." to a second)."""
+    spec, _ = run
+    lines = "/help\nsay stone\n/reset\n/hlep\nsay lamp\n/quit\nsay cloud\n"
+    r = subprocess.run(command("chat", spec), input=lines, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["ok.", "ok."]  # after /reset "say lamp" is a first turn again; nothing after /quit
+    assert "commands: /reset forgets the conversation, /quit (or Ctrl-D) ends the chat" in r.stderr
+    assert "(unknown command /hlep;" in r.stderr
+
+
 def test_samples_at_every_eval_and_at_the_end(run):
     _, out = run
     samples = [(r["step"], r["at"]) for r in read_jsonl(out / "metrics.jsonl") if r["event"] == "sample"]
