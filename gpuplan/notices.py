@@ -207,9 +207,11 @@ class _Capture:
             self._append([line])
 
     def _append(self, lines: list[str]) -> None:
+        path = self.path
+        assert path is not None, "appended to only once the capture has its file"
         try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)  # type: ignore[arg-type]
-            with open(self.path, "a", encoding="utf-8") as f:  # type: ignore[arg-type]
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "a", encoding="utf-8") as f:
                 f.writelines(lines)
         except OSError as e:  # an unwritable output dir must not hide what the libraries said
             sys.stderr.write(f"gpuplan: cannot write {self.path} ({e.strerror or e}); the library messages follow\n")

@@ -70,6 +70,7 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
 
     set_seed(int(plan.value("training.seed")))
     data = prepare_data(plan, loaded.tokenizer)
+    assert data.eval is not None, "eval_plan refuses a plan without held-out rows"
     with tempfile.TemporaryDirectory(prefix="gpuplan-eval-") as tmp:
         args = TrainingArguments(
             output_dir=tmp,

@@ -104,7 +104,7 @@ def lora_config(plan: Plan) -> Any:
     try:
         return LoraConfig(
             r=r,
-            lora_alpha=alpha,
+            lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float works (scaling = lora_alpha / r)
             lora_dropout=float(dropout),
             target_modules=targets,
             use_dora=bool(plan.get("lora.use_dora")),

@@ -41,7 +41,7 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
         model = {
             "modelled_s": modelled_parts(t.step_time),
             "key": calibration_key(
-                t.peak_dtype,
+                t.peak_dtype or "fp32",  # the key plan/build.py looks calibrations up by
                 plan.value("model.method"),
                 plan.value("training.gradient_checkpointing"),
                 [s.name for s in plan.memory.savers],

@@ -114,10 +114,13 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
         eos = tokenizer.eos_token or ""
 
         def instruction(row: dict[str, Any], i: int) -> Segments:
-            p, r = row.get(pf), row.get(rf)
-            for key, col, v in (("data.prompt_field", pf, p), ("data.response_field", rf, r)):
+            def text(key: str, col: str) -> str:
+                v = row.get(col)
                 if not isinstance(v, str):
                     raise ApplyError(f"{key} = {col!r}: row {i} holds {type(v).__name__}, not text")
+                return v
+
+            p, r = text("data.prompt_field", pf), text("data.response_field", rf)
             return [(template.replace("{prompt}", p), on_prompt), (r + eos, True)]
 
         return Formatter(fmt, instruction, (("data.prompt_field", pf), ("data.response_field", rf)))

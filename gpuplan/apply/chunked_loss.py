@@ -60,6 +60,7 @@ def chunked_causal_lm_loss(
     for start in range(0, flat.shape[0], chunk):
         part = checkpoint(_chunk_loss, flat[start : start + chunk], targets[start : start + chunk], head, ignore_index, use_reentrant=False)
         total = part if total is None else total + part
+    assert total is not None, "a batch holds at least one token"
     if num_items_in_batch is None:
         count = (targets != ignore_index).sum()
         return total / count

@@ -19,7 +19,10 @@ save_fsdp_model / save_fsdp_optimizer), so CPU tests exercise the same mapping
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 
 def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
@@ -40,7 +43,7 @@ def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
     return True
 
 
-def trainer_class() -> type:
+def trainer_class() -> type[Trainer]:
     """transformers.Trainer whose Accelerator keeps the FSDP plugin on CPU ranks."""
     from transformers import Trainer
 

@@ -128,7 +128,7 @@ def slurm_context(env: Mapping[str, str]) -> tuple[int, str] | None:
             "(each starts torchrun for the node's GPUs): srun --ntasks-per-node=1 gpuplan apply ..."
         )
     rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
-    if not str(rank).isdigit():
+    if rank is None or not rank.isdigit():
         raise ApplyError(f"SLURM_NODEID = {rank!r} is not a node index")
     host = env.get("MASTER_ADDR")
     if not host:

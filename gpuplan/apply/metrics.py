@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
@@ -40,7 +40,7 @@ class MetricsCallback(TrainerCallback):
         self.on_progress = on_progress
         self.echo = echo  # per-log line when no progress bar is shown
         self.started = time.perf_counter() if started is None else started
-        self.file = None
+        self.file: TextIO | None = None
         self.append = append  # a resumed run continues the file of the run it resumes
         self.start_step = 0
         self.first_loss: float | None = None

@@ -34,8 +34,7 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     tokens = trained = truncated = sequences = 0
     for i, row in enumerate(raw):
         chat = is_conversational(row)
-        prompt_ids = _tokenize(tokenizer, row["prompt"], **({"add_generation_prompt": True} if chat else {}))
-        prompt_ids = prompt_ids["input_ids"]
+        prompt_ids = _tokenize(tokenizer, row["prompt"], **({"add_generation_prompt": True} if chat else {}))["input_ids"]
         for field in answers:
             answer = row[field]
             if not chat and not answer.endswith(tokenizer.eos_token or ""):

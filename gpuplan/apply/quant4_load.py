@@ -77,9 +77,10 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
 
     # The model directory the weights load from: for a Hub id its snapshot at the planned
     # model.commit, not the id itself (that would read whatever main points at in the cache).
-    config = AutoConfig.from_pretrained(
-        local_model_dir(plan), local_files_only=True, trust_remote_code=bool(plan.value("model.trust_remote_code"))
-    )
+    model_dir = local_model_dir(plan)
+    if model_dir is None:  # model._from_pretrained refuses this before the 4-bit arguments are built
+        raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=bool(plan.value("model.trust_remote_code")))
     with torch.device("meta"):
         meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
     return get_keys_to_not_convert(meta)

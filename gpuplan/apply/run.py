@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplan.after import fingerprint, samples
 from gpuplan.errors import GpuplanError
@@ -24,6 +24,13 @@ from . import adapters, preference
 from .attempts import Attempt, check_resume_point, run_results, train_within_memory
 from .errors import ApplyError
 
+if TYPE_CHECKING:  # annotations only: the plan path imports neither torch nor transformers
+    from torch.nn import Module
+    from transformers import PreTrainedTokenizerBase, Trainer
+
+    from .data import PreparedData
+    from .metrics import MetricsCallback
+
 FINAL_DIR = "final"
 
 
@@ -31,11 +38,11 @@ FINAL_DIR = "final"
 class Prepared:
     """Everything built from the plan, before training: the live objects tests inspect."""
 
-    trainer: Any
-    model: Any
-    tokenizer: Any
-    data: Any  # data.PreparedData
-    metrics: Any  # metrics.MetricsCallback
+    trainer: Trainer  # TRL's DPOTrainer / KTOTrainer for a preference objective (Trainer subclasses)
+    model: Module  # the PreTrainedModel, or the PeftModel wrapping it under lora / qlora
+    tokenizer: PreTrainedTokenizerBase
+    data: PreparedData
+    metrics: MetricsCallback
     samples_per_step: int
 
 
@@ -263,6 +270,7 @@ def execute(
             plan, attempt, build=build, stop=stop, state=state, device=device, resume_from=resume_from, echo=echo
         )
         prepared = attempt.prepared
+        assert prepared is not None, "train_within_memory returns with the attempt that trained"
         trainer = prepared.trainer
         step = trainer.state.global_step
         if stop.requested and step < trainer.state.max_steps:

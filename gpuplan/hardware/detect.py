@@ -141,7 +141,9 @@ def profile_from_detected(report: DeviceReport, bf16: bool | None = None) -> tup
     gpus = [p for p in catalog.values() if not p.is_cpu]
     if report.vendor == "nvidia" and cc is not None:
         has = {"bf16": cc >= (8, 0), "tf32": cc >= (8, 0), "fp8": cc >= (8, 9)}
-        pool = [p for p in gpus if p.vendor == "nvidia" and p.compute_capability <= cc] or [p for p in gpus if p.vendor == "nvidia"]
+        # every NVIDIA catalog entry has a compute capability (tests/hardware/test_hardware_catalog.py)
+        nvidia = [p for p in gpus if p.vendor == "nvidia"]
+        pool = [p for p in nvidia if p.compute_capability is not None and p.compute_capability <= cc] or nvidia
         basis = f"catalog NVIDIA GPUs of compute capability <= {cc[0]}.{cc[1]}"
     else:
         has = {"bf16": bool(bf16), "tf32": False, "fp8": False}

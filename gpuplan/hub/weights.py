@@ -32,7 +32,7 @@ def indexed_files(folder: str, index_name: str) -> list[str] | None:
 
 def weight_patterns(folder: str, allow_pickle: bool) -> list[str]:
     """Patterns of the weight files to fetch, given a snapshot folder holding the small files."""
-    out = []
+    out: list[str] = []
     for index_name, every in (SAFETENSORS, *((PICKLES,) if allow_pickle else ())):
         named = indexed_files(folder, index_name)
         out += named if named is not None else every

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.modelinfo.params import ParamList
 from gpuplan.modelinfo.registry import FAMILIES, TASKS, known_model_types
 
 
@@ -92,6 +93,6 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     )
 
 
-def _experts(params) -> dict[str, int]:
+def _experts(params: ParamList) -> dict[str, int]:
     """num_experts / experts_per_token of a mixture-of-experts family (from its ParamList)."""
     return dict(params.experts)

@@ -266,7 +266,8 @@ class FamilyConfig:
             value = self._defaults.get(key)
         return value
 
-    def int(self, key: str, *, minimum: int = 1) -> int | None:
+    def int_or_none(self, key: str, *, minimum: int = 1) -> int | None:
+        """A derived key: None when the config leaves it to the counter (the family default is None)."""
         value = self.raw(key)
         if value is None:
             return None
@@ -274,6 +275,13 @@ class FamilyConfig:
             raise _bad(self.model_type, key, value, f"an integer >= {minimum}")
         if key in LAYER_KEYS and value > MAX_LAYERS:
             raise _bad(self.model_type, key, value, f"an integer from {minimum} to {MAX_LAYERS}")
+        return value
+
+    def int(self, key: str, *, minimum: int = 1) -> int:
+        """A key every config of the family has (given, or the family default)."""
+        value = self.int_or_none(key, minimum=minimum)
+        if value is None:
+            raise _bad(self.model_type, key, None, f"an integer >= {minimum} (the key is required and has no {self.model_type} default)")
         return value
 
     def bool(self, key: str) -> bool:
@@ -301,8 +309,8 @@ def _bad(model_type: str, key: str, value: Any, expected: str) -> Exception:
 
 def check_divides(cfg: FamilyConfig, key: str, by_key: str, value: int | None = None, by: int | None = None) -> None:
     """Raise when by_key does not divide key, as the modeling code would fail."""
-    value = cfg.raw(key) if value is None else value
-    by = cfg.raw(by_key) if by is None else by
+    value = cfg.int(key) if value is None else value
+    by = cfg.int(by_key) if by is None else by
     if value % by:
         from gpuplan.modelinfo.errors import ModelConfigError
 

@@ -55,7 +55,7 @@ def count_gpt2(model_type: str, config: Mapping[str, Any], task: str, num_labels
     learned positions (wpe), lm_head tied to wte by default."""
     cfg = FamilyConfig(model_type, config, aliases=GPT2_ALIASES)
     h, _ = cfg.int("n_embd"), cfg.int("n_head")  # n_head is checked here, read by classic_dims
-    inner = cfg.int("n_inner") or 4 * h  # GPT2Block: n_inner None -> 4 * hidden
+    inner = cfg.int_or_none("n_inner") or 4 * h  # GPT2Block: n_inner None -> 4 * hidden
     d = classic_dims(
         cfg,
         inner,
@@ -120,7 +120,7 @@ def count_opt(model_type: str, config: Mapping[str, Any], task: str, num_labels:
     """OPTForCausalLM / OPTForSequenceClassification (modeling_opt.py)."""
     cfg = FamilyConfig(model_type, config)
     h, _, i = cfg.int("hidden_size"), cfg.int("num_attention_heads"), cfg.int("ffn_dim")
-    proj = cfg.int("word_embed_proj_dim") or h  # OPTConfig.__post_init__
+    proj = cfg.int_or_none("word_embed_proj_dim") or h  # OPTConfig.__post_init__
     d = classic_dims(cfg, i, hidden_dropout="dropout", attention_dropout="attention_dropout")
     bias, affine = cfg.bool("enable_bias"), cfg.bool("layer_norm_elementwise_affine")
     p = ParamList()

@@ -46,10 +46,10 @@ def _common_dims(cfg: FamilyConfig) -> dict[str, Any]:
     hidden = cfg.int("hidden_size")
     heads = cfg.int("num_attention_heads")
     # num_key_value_heads None -> num_attention_heads (<F>Config.__post_init__)
-    kv = cfg.int("num_key_value_heads") or heads
+    kv = cfg.int_or_none("num_key_value_heads") or heads
     # head_dim None -> hidden // heads (LlamaConfig.__post_init__, and the
     # getattr(config, "head_dim", hidden // heads) in every <F>Attention)
-    head_dim = cfg.int("head_dim")
+    head_dim = cfg.int_or_none("head_dim")
     if head_dim is None:
         head_dim = hidden // heads
         check_divides(cfg, "hidden_size", "num_attention_heads")

@@ -9,6 +9,7 @@ transformers' Conv1D(nf, nx) (GPT-2) stores weight (nx, nf) and bias (nf,)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 Shape = tuple[int, ...]
 
@@ -67,9 +68,9 @@ class Dims:
     head_dim: int
     intermediate_size: int
     vocab_size: int
-    max_position_embeddings: int | None
-    mlp: str  # "gated" (SwiGLU/GeGLU: gate, up, down) | "plain" (fc1, act, fc2)
-    norm: str  # "rmsnorm" | "layernorm"
+    max_position_embeddings: int
+    mlp: Literal["gated", "plain"]  # gated: SwiGLU/GeGLU (gate, up, down); plain: fc1, act, fc2
+    norm: Literal["rmsnorm", "layernorm"]
     tie_word_embeddings: bool
     hidden_dropout: float
     attention_dropout: float

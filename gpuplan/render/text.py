@@ -98,10 +98,11 @@ def render_trainable(model: ModelSection) -> list[str]:
     a = model.adapters
     if not a:
         return []
-    total = model.total_params
+    total, trainable = model.total_params, model.trainable_params
+    assert total is not None and trainable is not None, "the plan sets both counts with adapters"
     lines = [
-        f"  {model.method}: {model.trainable_params:,} of {total:,} parameters trainable "
-        f"({model.trainable_params / total:.2%}), as peft's get_nb_trainable_parameters counts them"
+        f"  {model.method}: {trainable:,} of {total:,} parameters trainable "
+        f"({trainable / total:.2%}), as peft's get_nb_trainable_parameters counts them"
     ]
     for name, t in a["per_target"].items():
         lines.append(f"    {name:<18} {t['layers']:>4} layers {t['params']:>14,} adapter parameters")

@@ -15,7 +15,8 @@ import os
 import resource
 import time
 from collections.abc import Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -68,10 +69,11 @@ def trace_memory(
     notes: list[str] = []
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
     # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
-    ops = cuda_like_ops() if wl.device == "cuda" else nullcontext()
+    ops: AbstractContextManager[Any] = cuda_like_ops() if wl.device == "cuda" else nullcontext()
     from gpuplan.plan.objectives import objective
 
     obj = objective(wl.objective)
+    head_kernels: AbstractContextManager[Any]
     if obj.is_preference:
         from gpuplan.trace import preference
 
@@ -80,7 +82,7 @@ def trace_memory(
         head_kernels = nullcontext()
     # flash_attention_2 reads packed position ids as varlen boundaries (no mask): traced unpacked
     packed = wl.packed and wl.attn_implementation != "flash_attention_2"
-    dequant = nullcontext()
+    dequant: AbstractContextManager[Any] = nullcontext()
     if wl.adapters is not None and wl.adapters.method == "qlora" and wl.adapters.use_dora:
         from gpuplan.trace.adapters import fake_4bit_dequant
 
@@ -93,12 +95,12 @@ def trace_memory(
             ref = preference.build_reference(config, wl)
         cfg = model.config
         vocab = getattr(cfg, "vocab_size", 0) or 0
-        if getattr(model, "_gpuplan_note", None):
-            notes.append(model._gpuplan_note)
+        if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
+            notes.append(note)
         optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
         if note:
             notes.append(note)
-        logits_dims = (vocab,) if wl.task != "seq-cls" else ()
+        logits_dims: tuple[int, ...] = (vocab,) if wl.task != "seq-cls" else ()
         if obj.fused_head:  # the head's [4096, 32768] logits tiles (trl kernels/chunked_logprob.py)
             logits_dims += (32768,)
         tracker = StorageTracker(logits_last_dims=logits_dims)

@@ -16,20 +16,31 @@ What apply does, in the same order (the contract in docs/lora-qlora.md):
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import Adapters, Workload
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+_T = TypeVar("_T")
 _TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS"}
 
 
-def quantize_to_4bit(model: torch.nn.Module, wl: Workload) -> None:
+def _adapters(wl: Workload) -> Adapters:
+    """The workload's adapters: build_model applies them only to a workload that has them."""
+    assert wl.adapters is not None, "a lora / qlora workload"
+    return wl.adapters
+
+
+def quantize_to_4bit(model: PreTrainedModel, wl: Workload) -> None:
     import bitsandbytes as bnb
     from transformers.pytorch_utils import Conv1D
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    a = wl.adapters
+    a = _adapters(wl)
     if a.double_quant and "dynamic" not in bnb.functional.name2qmap:
         # the nested absmax code (256 fp32 values) is built from Python data, which fake tensors
         # cannot do: build it for real, once, as bitsandbytes caches it per process
@@ -52,7 +63,8 @@ def quantize_to_4bit(model: torch.nn.Module, wl: Workload) -> None:
             weight = module.weight.data
         new = _linear4bit(bnb, fan_in, fan_out, weight, module.bias, compute, a.double_quant, a.quant_type)
         model.set_submodule(name, new)
-    model.is_loaded_in_4bit = True
+    # torch annotates Module.__setattr__ for tensors and modules; any other value is a plain attribute
+    model.is_loaded_in_4bit = True  # type: ignore[assignment]
     model.config.quantization_config = {"load_in_4bit": True}
 
 
@@ -107,7 +119,7 @@ def fake_4bit_dequant():
 
     def dequantize_module_weight(module):
         weight = getattr(module, "weight", None)
-        if getattr(weight, "bnb_quantized", False) and getattr(weight, "quant_state", None) is not None:
+        if weight is not None and getattr(weight, "bnb_quantized", False) and getattr(weight, "quant_state", None) is not None:
             return bnb.functional.dequantize_4bit(weight.data, weight.quant_state)
         return saved[0](module)
 
@@ -118,10 +130,10 @@ def fake_4bit_dequant():
         dora.dequantize_module_weight, layer.dequantize_module_weight = saved
 
 
-def apply_adapters(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
+def apply_adapters(model: PreTrainedModel, wl: Workload) -> torch.nn.Module:
     import peft
 
-    a = wl.adapters
+    a = _adapters(wl)
     if a.method == "qlora":
         quantize_to_4bit(model, wl)
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
@@ -144,14 +156,15 @@ def apply_adapters(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
         _, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         return self if dtype is None else saved_to(self, *args, **kwargs)
 
-    BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
-    torch.nn.Module.to = to_same_device
+    # patched for the build only, and put back below
+    BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None  # type: ignore[method-assign]
+    torch.nn.Module.to = to_same_device  # type: ignore[method-assign]
     try:
         with _fake_safe_copies():
             return _wrap(model, wl)
     finally:
-        BaseTunerLayer._move_adapter_to_device_of_base_layer = saved
-        torch.nn.Module.to = saved_to
+        BaseTunerLayer._move_adapter_to_device_of_base_layer = saved  # type: ignore[method-assign]
+        torch.nn.Module.to = saved_to  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -181,9 +194,13 @@ def _fake_safe_copies():
                     memo[id(t)] = torch.nn.Parameter(c, t.requires_grad) if isinstance(t, torch.nn.Parameter) else c
         return copy.deepcopy(obj, memo)
 
+    def same(x: _T, memo: dict[int, Any] | None = None, _nil: Any = None) -> _T:  # copy.deepcopy's signature
+        return x
+
     saved = other.copy, dora.deepcopy
-    other.copy = types.SimpleNamespace(deepcopy=deepcopy, copy=copy.copy)
-    dora.deepcopy = lambda obj, memo=None: obj
+    # the copy module other.py calls copy.deepcopy / copy.copy on: a stand-in with the same two functions
+    other.copy = types.SimpleNamespace(deepcopy=deepcopy, copy=copy.copy)  # type: ignore[assignment]
+    dora.deepcopy = same
     try:
         yield
     finally:
@@ -193,7 +210,7 @@ def _fake_safe_copies():
 def _wrap(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
     import peft
 
-    a = wl.adapters
+    a = _adapters(wl)
     config = peft.LoraConfig(
         r=a.r,
         lora_alpha=2 * a.r,

@@ -121,12 +121,14 @@ def optimizer_for(model: torch.nn.Module, wl: Workload, cuda: bool = True) -> tu
         optim = "adamw_torch"
     args = TrainingArguments(output_dir="/tmp/gpuplan-trace", optim=optim, use_cpu=True, report_to=[])
     try:
-        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+        # transformers annotates PreTrainedModel; the Trainer itself passes its model, a PeftModel too
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)  # type: ignore[arg-type]
     except (ImportError, ValueError) as e:
         note = f"optimizer {optim!r} unavailable here ({e}); traced as adamw_torch"
         args = TrainingArguments(output_dir="/tmp/gpuplan-trace", optim="adamw_torch", use_cpu=True, report_to=[])
-        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
-    decay = set(Trainer.get_decay_parameter_names(None, model))
+        cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)  # type: ignore[arg-type]  # as above
+    # the Trainer's own rule for which parameters decay; the method reads nothing of its Trainer
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [
         {"params": [p for n, p in named if n in decay], "weight_decay": args.weight_decay},
@@ -160,14 +162,12 @@ def optimizer_for(model: torch.nn.Module, wl: Workload, cuda: bool = True) -> tu
     return cls(groups, **kwargs), note
 
 
-def _no_kernel(cls):
+def _no_kernel(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
     """A bitsandbytes optimizer whose states are built by its own init_state (the real
     layout: uint8 states, fp32 absmax per 256 values, fp32 below min_8bit_size) but whose
     CUDA update kernel is not run: it updates in place and allocates nothing."""
 
-    class NoKernel(cls):
-        def update_step(self, group, p, gindex, pindex):
-            return None
+    def update_step(self: Any, group: Any, p: Any, gindex: int, pindex: int) -> None:
+        return None
 
-    NoKernel.__name__ = f"{cls.__name__}NoKernel"
-    return NoKernel
+    return type(f"{cls.__name__}NoKernel", (cls,), {"update_step": update_step})

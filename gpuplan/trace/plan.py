@@ -17,8 +17,10 @@ def trace_plan(plan: Plan) -> Plan:
     from gpuplan.trace import trace_memory  # imports torch
 
     source = plan.get("model.config") or model_dir(plan)
+    wl, analytic = plan.memory.workload, plan.memory.allocated_peak_bytes
+    # a plan that was made read its model's config and priced a workload (plan/build.py assemble)
+    assert source is not None and wl is not None and analytic is not None, "a plan made by the planner"
     config = read_config(source)
-    wl = plan.memory.workload
     if wl.engine != "none":
         # A data-parallel rank runs the same micro-batch; sharding is priced analytically.
         wl = dataclasses.replace(wl, engine="none", zero_stage=0, shard_world_size=1, offload_optimizer=False, offload_params=False)
@@ -39,7 +41,6 @@ def trace_plan(plan: Plan) -> Plan:
                 "layers (the plan counts Liger's fused loss)",
             ),
         )
-    analytic = plan.memory.allocated_peak_bytes
     diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
     memory = dataclasses.replace(plan.memory, traced={**traced.to_dict(), "analytic_minus_traced_fraction": diff})
     return dataclasses.replace(plan, memory=memory)

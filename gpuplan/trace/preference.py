@@ -22,13 +22,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 
-from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.memory.types import WeightDtype, Workload
 from gpuplan.plan.objectives import objective
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _HEAD_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")  # dpo_trainer.py: the metrics' fields
 
@@ -55,7 +58,8 @@ def add_head(model: torch.nn.Module) -> None:
     """TRL's fused LM head on the model (under peft: on its base model, as the trainers do)."""
     from trl.trainer.utils import add_fused_lm_head
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base = getattr(model, "get_base_model", None)  # a PeftModel's
+    base = cast("PreTrainedModel", get_base() if get_base is not None else model)  # build_model's model
     add_fused_lm_head(base, outputs=_HEAD_OUTPUTS)
 
 
@@ -65,7 +69,8 @@ def build_reference(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module 
         return None
     from gpuplan.trace.build import build_model
 
-    compute = {"bf16": "bfloat16", "fp16": "float16"}.get(wl.amp or "", wl.weight_dtype)
+    amp_dtypes: dict[str, WeightDtype] = {"bf16": "bfloat16", "fp16": "float16"}
+    compute = amp_dtypes.get(wl.amp or "", wl.weight_dtype)
     ref = build_model(config, dataclasses.replace(wl, weight_dtype=compute, adapters=None, gradient_checkpointing=False))
     ref.eval()
     ref.requires_grad_(False)
@@ -104,7 +109,8 @@ def preference_loss(
             per_call = obj.reference_sequences * b // calls
             with torch.no_grad():
                 if ref is None:  # peft: the same model with its adapters disabled
-                    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else nullcontext()
+                    disable = getattr(model, "disable_adapter", None)  # a PeftModel's
+                    ctx = disable() if disable is not None else nullcontext()
                     with ctx:
                         parts = [_logps(model, _batch(per_call, s, vocab)) for _ in range(calls)]
                 else:

@@ -19,10 +19,14 @@ gradients) -> logits_loss; other backward and step outputs -> temporaries (recom
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 _PENDING = "optimizer_pending"  # born in the step: state or temporary, known after it
 
@@ -54,7 +58,7 @@ class StorageTracker(TorchDispatchMode):
         self.info[key] = [n, category]
         self.counters[category] = self.counters.get(category, 0) + n
         self.live += n
-        self._refs[key] = weakref.ref(st, lambda _r, key=key: self._free(key))
+        self._refs[key] = weakref.ref(st, lambda _r: self._free(key))
 
     def _free(self, key: int) -> None:
         rec = self.info.pop(key, None)
@@ -139,7 +143,8 @@ class StorageTracker(TorchDispatchMode):
             torch.nn.modules.module.register_module_forward_pre_hook(pre),
             torch.nn.modules.module.register_module_forward_hook(post, always_call=True),
         ]
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        get_head = getattr(model, "get_output_embeddings", None)  # a PreTrainedModel's (a PeftModel forwards it)
+        head = get_head() if get_head is not None else None
         if head is not None:
             hooks.append(head.register_forward_pre_hook(enter_head))
         self._hooks = tuple(hooks)
@@ -158,7 +163,8 @@ class StorageTracker(TorchDispatchMode):
         for m in (model, ref):
             if m is None:
                 continue
-            base = m.get_base_model() if hasattr(m, "get_base_model") else m
+            get_base = getattr(m, "get_base_model", None)  # a PeftModel's
+            base = cast("PreTrainedModel", get_base() if get_base is not None else m)  # build_model's model
             backbone = base.base_model
             hooks += [backbone.register_forward_pre_hook(enter), backbone.register_forward_hook(leave)]
         if ref is not None:

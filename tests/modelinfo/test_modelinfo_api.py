@@ -74,6 +74,19 @@ def test_absent_keys_take_family_defaults():
     assert gemma.tie_word_embeddings and gemma.head_dim == 256 and gemma.num_key_value_heads == 1
 
 
+def test_a_required_key_without_a_value_or_default_is_named():
+    # FamilyConfig.int is for keys every config of the family has; before it returned None
+    # for one with no value and no default, and the counter failed later in arithmetic
+    from gpuplan.modelinfo.defaults import FamilyConfig
+
+    cfg = FamilyConfig("llama", {"model_type": "llama"})
+    with pytest.raises(ModelConfigError, match=r"llama config key 'num_local_experts' = None is invalid: .*the key is required"):
+        cfg.int("num_local_experts")
+    assert cfg.int_or_none("num_local_experts") is None
+    assert cfg.int_or_none("head_dim") is None  # derived: hidden // heads
+    assert cfg.int("hidden_size") == 4096
+
+
 def test_facts_fields_for_a_known_model():
     f = model_facts(read_config(MODELS / "llama-3.1-8b.json"))
     assert (
