@@ -104,6 +104,16 @@ def test_export_of_a_full_run_reloads_with_transformers(run, tmp_path):
     assert torch.equal(a, b)
 
 
+def test_export_into_a_closed_pipe_exports_and_ends_quietly(run, tmp_path):
+    """`gpuplan export SPEC --to DIR | head -1`: the model is written, the closed pipe says nothing (exit 141)."""
+    from tests.cli.test_cli_pipes import run_into_closed_pipe
+
+    spec, _ = run
+    r = run_into_closed_pipe("export", spec, "--to", tmp_path / "exported", cwd=tmp_path)
+    assert r.returncode == 141 and "internal error" not in r.stderr, r.stderr
+    assert (tmp_path / "exported" / "model.safetensors").is_file()
+
+
 def _refused(args, out, expect: str, capsys, *, also_absent=None):
     """The CLI in this process (a refusal loads no model): exit 1, the message, no file touched."""
     import os
