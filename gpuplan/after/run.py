@@ -55,12 +55,40 @@ def spec_settings(spec_path: str) -> dict[str, Any]:
     return flatten(spec, loaded.path.parent, loaded.path.stem)
 
 
-def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str) -> FinishedRun:
-    """The completed run of `spec_path` (or its checkpoint-N); GpuplanError naming what is missing."""
+def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
+    """(spec path, output dir, the spec's settings or None) for a spec file or a run's output dir.
+
+    A run's dir reads the spec its gpuplan-state.json records (plan.spec_path) while that spec still
+    writes to this dir; otherwise (the spec moved, or now names another output.dir) the run's own plan
+    alone, [eval] keys as they were when it trained."""
+    from gpuplan.lifecycle.state import STATE_FILE, load_state
+
+    if not os.path.isdir(target):
+        settings = spec_settings(target)
+        return target, str(settings["output.dir"].value), settings
+    state = load_state(target)
+    if state is None:
+        raise _error(
+            f"{target}: a folder with no {STATE_FILE}, so not a run's output dir: {command} needs a spec file or a finished run",
+            fix=f"give the spec (.toml) of the run, or its output.dir: {command} SPEC.toml",
+        )
+    recorded = state.get("plan", {}).get("spec_path")
+    if recorded and os.path.isfile(recorded):
+        try:
+            settings = spec_settings(recorded)
+        except GpuplanError:  # the spec was edited into one that no longer loads: the run's own plan
+            settings = None
+        if settings is not None and os.path.realpath(str(settings["output.dir"].value)) == os.path.realpath(target):
+            return recorded, target, settings
+    return recorded or target, target, None
+
+
+def finished_run(target: str, checkpoint: int | None = None, *, command: str) -> FinishedRun:
+    """The completed run of `target` (a spec, or a run's output dir) or its checkpoint-N; GpuplanError
+    naming what is missing."""
     from gpuplan.lifecycle.state import load_state
 
-    settings = spec_settings(spec_path)
-    out = str(settings["output.dir"].value)
+    spec_path, out, settings = run_of(target, command)
     state = load_state(out)
     apply_cmd = f"gpuplan apply {spec_path} --yes"
     if state is None:
@@ -78,7 +106,9 @@ def finished_run(spec_path: str, checkpoint: int | None = None, *, command: str)
             f"(saved: {', '.join(map(str, checkpoints(out))) or 'none'})",
             key="output.dir",
         )
-    plan = with_eval_settings(Plan.from_dict(state["plan"]), settings)
+    plan = Plan.from_dict(state["plan"])
+    if settings is not None:
+        plan = with_eval_settings(plan, settings)
     if checkpoint is not None:
         weights = os.path.join(out, f"checkpoint-{checkpoint}")
         if not os.path.isdir(weights):

@@ -50,8 +50,8 @@ def torch_dtype(plan: Plan) -> Any:
 def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
     """Keyword arguments for `transformers.TrainingArguments`, all read from the plan.
 
-    `progress` is an execution option (the terminal), not a plan value: it only
-    switches the tqdm bar.
+    `progress` is an execution option (the terminal), not a plan value; the Trainer's
+    tqdm bar is off either way (on a terminal apply draws its own line, progress_line.py).
     """
     v = plan.value
     max_steps = v("training.max_steps")
@@ -100,7 +100,7 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         # experiment trackers: the Trainer's own integrations (tracking_environment says where they write)
         "report_to": plan.get("training.report_to") or "none",
         "run_name": plan.get("training.run_name"),
-        "disable_tqdm": not progress,
+        "disable_tqdm": True,  # on a terminal apply draws its own progress line (progress_line.py)
     }
     kwargs.update(distributed_kwargs(plan))
     if "fsdp" in kwargs and kwargs["activation_checkpointing"]:

@@ -31,6 +31,7 @@ class MetricsCallback(TrainerCallback):
         seq_len: int,
         on_progress: Callable[[int, int | None, int], None] | None = None,
         echo: Callable[[str], None] | None = None,
+        live: Any = None,
         started: float | None = None,
         append: bool = False,
     ):
@@ -39,6 +40,7 @@ class MetricsCallback(TrainerCallback):
         self.tokens_per_step = samples_per_step * seq_len
         self.on_progress = on_progress
         self.echo = echo  # per-log line when no progress bar is shown
+        self.live = live  # on a terminal: the progress line (progress_line.ProgressLine), on rank 0
         self.started = time.perf_counter() if started is None else started
         self.file: TextIO | None = None
         self.append = append  # a resumed run continues the file of the run it resumes
@@ -64,6 +66,8 @@ class MetricsCallback(TrainerCallback):
         self.train_start = time.perf_counter()
         self.start_step = state.global_step  # > 0 when resuming from a checkpoint
         self._mark = (state.global_step, self.train_start)
+        if self.live is not None and state.is_world_process_zero:
+            self.live.begin(state.global_step, state.max_steps)
 
     def on_step_end(self, args, state, control, **kwargs):
         now = time.perf_counter()
@@ -73,6 +77,8 @@ class MetricsCallback(TrainerCallback):
             self.steady_steps += 1
             self.steady_time += now - self._last_step_end
         self._last_step_end = now
+        if self.live is not None and state.is_world_process_zero:
+            self.live.update(state.global_step, state.max_steps)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -109,6 +115,8 @@ class MetricsCallback(TrainerCallback):
         if record is not None and record["event"] == "train" and state.is_world_process_zero:
             if self.on_progress is not None:
                 self.on_progress(step, state.max_steps, step * self.samples_per_step)
+            if self.live is not None:
+                self.live.update(step, state.max_steps, loss=float(record["loss"]), tokens_per_second=record["tokens_per_second"])
             if self.echo is not None:
                 tps = record["tokens_per_second"]
                 self.echo(
@@ -123,6 +131,8 @@ class MetricsCallback(TrainerCallback):
         self.close()
 
     def close(self) -> None:
+        if self.live is not None:
+            self.live.end()  # also when training stops on an error: the message starts on a line of its own
         if self.file is not None:
             self.file.close()
             self.file = None

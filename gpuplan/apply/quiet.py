@@ -1,11 +1,12 @@
-"""Progress output off a terminal: no carriage-return bars in a log file.
+"""The libraries' progress bars off, on a terminal or not, once the Hub downloads are done.
 
 `gpuplan apply ... > log 2>&1` used to fill the log with tqdm bars redrawn with `\\r`
 (datasets' "Generating train split", the tokenize and pack maps, transformers'
 "Writing model shards"). Off a terminal apply prints one line per stage and the step
 lines instead; each library's own switch turns its bars off, and TQDM_DISABLE (read by
 tqdm >= 4.66 as the default of `disable`, tqdm/utils.py envwrap) covers any other tqdm,
-including in the processes torchrun starts.
+including in the processes torchrun starts. On a terminal they were a second display
+beside gpuplan's own progress line (progress_line.py), so they are off there too.
 """
 
 from __future__ import annotations

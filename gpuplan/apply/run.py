@@ -61,9 +61,14 @@ def build_trainer(
     started: float | None = None,
     resuming: bool = False,
     extra_callbacks: list[Any] | None = None,
+    live: Any = None,
 ) -> Prepared:
-    """Tokenizer, data, model, TrainingArguments and Trainer, all from the plan."""
-    from transformers import PrinterCallback, Trainer, set_seed
+    """Tokenizer, data, model, TrainingArguments and Trainer, all from the plan.
+
+    With `progress` (a terminal) the steps show on one progress line (progress_line.py; `live`,
+    made here if not given), else MetricsCallback echoes a step line per log. Either way the Trainer
+    prints nothing itself: no tqdm bar (disable_tqdm, convert.py) and no PrinterCallback dicts."""
+    from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
     from gpuplan.hub.fetch import model_dir
 
@@ -73,6 +78,7 @@ def build_trainer(
     from .metrics import MetricsCallback
     from .model import load_model
     from .oom import injected_oom_callback
+    from .progress_line import ProgressLine
     from .tokenizer import load_tokenizer
 
     set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too (and the adapters)
@@ -130,7 +136,8 @@ def build_trainer(
         samples_per_step=per_step,
         seq_len=seq_len,
         on_progress=on_progress,
-        echo=None if progress else echo,  # on a terminal the Trainer's bar shows the steps
+        echo=None if progress else echo,  # on a terminal the progress line shows the steps
+        live=(live or ProgressLine()) if progress else None,
         started=started,
         append=resuming,
     )
@@ -155,8 +162,9 @@ def build_trainer(
             processing_class=tokenizer,
             callbacks=callbacks,
         )
-    if not progress:
-        trainer.remove_callback(PrinterCallback)  # MetricsCallback echoes one short line per log instead
+    # the Trainer's own display: `{'loss': ...}` dicts (PrinterCallback, or ProgressCallback.on_log under its bar)
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
     return Prepared(trainer, model, tokenizer, data, metrics, per_step)
 
 
@@ -233,10 +241,15 @@ def execute(
         raise ApplyError(f"output.dir: cannot create {output_dir}: {e}", key="output.dir") from e
     device = check_device(plan)
     reset_peak_memory(device)
-    if not progress:
-        from .quiet import disable_progress_bars
+    from .quiet import disable_progress_bars
 
-        disable_progress_bars()
+    disable_progress_bars()  # after the Hub downloads: from here on only gpuplan's progress, on a terminal or not
+    live = None
+    if progress:
+        from .progress_line import ProgressLine
+
+        live = ProgressLine()
+        echo = live.echo(echo)  # a line apply prints never lands on the progress line
     if resume_from is not None:
         check_resume_point(resume_from, output_dir)
     from gpuplan.notices import log_to
@@ -263,6 +276,7 @@ def execute(
             started=started,
             resuming=resume_from is not None,
             extra_callbacks=[stop.callback(), *samples.callbacks(plan, echo)],
+            live=live,
         )
 
     try:

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("plan", help="plan JSON written by gpuplan apply (or gpuplan plan --out)")
     parser.add_argument("--resume-from", metavar="DIR", help="Trainer checkpoint to continue (decided by gpuplan apply)")
-    parser.add_argument("--progress", action="store_true", help="show the Trainer's progress bar on rank 0")
+    parser.add_argument("--progress", action="store_true", help="show the progress line on rank 0 (progress_line.py)")
     args = parser.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:

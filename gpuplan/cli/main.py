@@ -46,11 +46,37 @@ COMMANDS = {
     "eval": cmd_eval,
     "export": cmd_export,
 }
+# a closed stdout pipe: what the shell reports for a tool that SIGPIPE ends (128 + 13), as cat gets in `cat big | head -1`
+CLOSED_PIPE = 141
 # the commands that import libraries that talk (notices.py)
 QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = None
+    try:
+        try:
+            code = dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's own flush at exit
+    except BrokenPipeError:
+        closed_pipe()
+        return code or CLOSED_PIPE
+    return code
+
+
+def closed_pipe() -> None:
+    """The reader of stdout went away (`gpuplan compare SPEC | head -1`): a normal end, and nothing to say,
+    as for any Unix tool that `head` stops reading. Python's recipe (docs.python.org/3/library/signal.html,
+    "Note on SIGPIPE"): point stdout at devnull so the interpreter's flush at exit does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (replaced in-process): the interpreter flushes nothing
+        pass
+
+
+def dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
@@ -65,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with captured():
             return COMMANDS[args.command](args)
+    except BrokenPipeError:  # stdout's reader went away: main() ends quietly
+        raise
     except GpuplanError as e:  # every user-fixable failure: spec, plan, state, apply, lock, flags
         report(e.diagnostics, args)
         return 1

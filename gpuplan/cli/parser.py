@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")
-    show = cmd("show", "Print a saved plan or a run's state (an output dir).")
-    show.add_argument("target", help="saved plan (.json) or output dir")
+    show = cmd("show", "Print a run's state (its output dir, or its spec) or a saved plan.")
+    show.add_argument("target", help="output dir of a run, a spec (.toml: its output.dir), or a saved plan (.json)")
     show.add_argument("--json", action="store_true")
     show.add_argument(
         "--plot", metavar="FILE.png", help="also draw the run (loss, eval loss, tokens/s, plan vs measured) to FILE.png (needs matplotlib)"
@@ -127,7 +127,7 @@ def _after_commands(cmd) -> None:
     gen = cmd("generate", "Generate text with a finished run's model, in the template it trained on.")
     chat = cmd("chat", "Talk to a finished run's model in the terminal; the turns are kept, Ctrl-D ends it.")
     for c in (gen, chat):
-        c.add_argument("spec", help="spec file (TOML) of the run")
+        c.add_argument("spec", help="spec file (TOML) of the run, or the run's output dir")
         c.add_argument("--max-new-tokens", type=int, metavar="N", help="tokens to generate per answer (default 64)")
         c.add_argument("--temperature", type=float, metavar="T", help="0 (default): greedy; above 0: sample")
         c.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
@@ -135,11 +135,11 @@ def _after_commands(cmd) -> None:
     gen.add_argument("--prompts", metavar="FILE", help='prompts, one per line (.txt) or {"prompt": ...} per line (.jsonl)')
     gen.add_argument("--json", action="store_true", help='print {"generations": [{"prompt", "text", "completion"}]}')
     ev = cmd("eval", "Score a finished run: held-out loss and perplexity, and [eval] tasks with lm-eval.")
-    ev.add_argument("spec", help="spec file (TOML) of the run")
+    ev.add_argument("spec", help="spec file (TOML) of the run, or the run's output dir")
     ev.add_argument("--data", metavar="FILE", help="held-out rows in the training data's format (default: the run's eval split)")
     ev.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     exp = cmd("export", "Write a finished run as a standalone safetensors model (adapters merged) and say how to serve it.")
-    exp.add_argument("spec", help="spec file (TOML) of the run")
+    exp.add_argument("spec", help="spec file (TOML) of the run, or the run's output dir")
     exp.add_argument("--to", metavar="DIR", required=True, help="new folder for the model")
     exp.add_argument(
         "--dtype",

@@ -18,8 +18,9 @@ def cmd_init(args) -> int:
     out = Path(args.out)
     if (out.exists() or out.is_symlink()) and not args.force:
         raise UserError(f"{out} already exists", fix="use --force to overwrite it, or --out to write another file")
-    source = model_source(args.model)
+    # --data first: a missing local file is known at once, before the model is looked up (on the Hub, perhaps)
     data = data_source(args.data, cwd=Path.cwd(), spec_dir=out.resolve().parent) if args.data else None
+    source = model_source(args.model)
     starter = fitted_starter(
         source,
         args.gpu,

@@ -60,13 +60,31 @@ def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
     }
 
 
-def show(target: str) -> tuple[dict[str, Any], str]:
-    """A saved plan or a run's state: (JSON-ready dict, text)."""
+def show(target: str) -> tuple[dict[str, Any], str, str | None]:
+    """A run's state (the target an output dir, or a spec whose output.dir it is) or a saved plan:
+    (JSON-ready dict, text, the run's dir or None)."""
     from gpuplan.render.run_metrics import read_metrics
     from gpuplan.render.state import render_run_state
     from gpuplan.render.text import render_plan
 
     path = Path(target)
+    what = str(path)
+    if path.suffix == ".toml" and path.is_file():
+        from gpuplan.after.run import spec_settings
+
+        what = f"{path} (its output.dir)"
+        path = Path(str(spec_settings(target)["output.dir"].value))
+        if load_state(path) is None:
+            raise GpuplanError(
+                [
+                    Diagnostic(
+                        "error",
+                        "output.dir",
+                        f"{path}: no {STATE_FILE}: nothing was applied from {target} yet",
+                        fix=f"see its plan: gpuplan plan {target}; run it: gpuplan apply {target}",
+                    )
+                ]
+            )
     if path.is_dir():
         state = load_state(path)
         if state is None:
@@ -75,30 +93,39 @@ def show(target: str) -> tuple[dict[str, Any], str]:
                     Diagnostic(
                         "error",
                         None,
-                        f"{path}: no {STATE_FILE}: nothing was applied here",
-                        fix="give a saved plan (.json) or a run's output dir",
+                        f"{what}: no {STATE_FILE}: nothing was applied here",
+                        fix="give a run's output dir, its spec (.toml) or a saved plan (.json)",
                     )
                 ]
             )
         metrics = read_metrics(path)
-        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples)
+        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples), str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)
     except FileNotFoundError:
         raise GpuplanError([Diagnostic("error", None, f"{path}: no such file or directory")]) from None
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
-        raise GpuplanError([Diagnostic("error", None, f"{path}: not a gpuplan plan ({type(e).__name__}: {e})")]) from None
-    return data, render_plan(data)
+        raise GpuplanError(
+            [
+                Diagnostic(
+                    "error",
+                    None,
+                    f"{path}: not a gpuplan plan ({type(e).__name__}: {e})",
+                    fix="give a run's output dir, its spec (.toml) or a saved plan (.json from gpuplan plan SPEC --out PLAN.json)",
+                )
+            ]
+        ) from None
+    return data, render_plan(data), None
 
 
 def cmd_show(args) -> int:
     from gpuplan.render.json import dumps
 
-    data, text = show(args.target)
+    data, text, run_dir = show(args.target)
     if getattr(args, "plot", None):
         from gpuplan.cli.plot import write_plot
 
-        print(write_plot(args.target, data, args.plot), file=sys.stderr)
+        print(write_plot(run_dir or args.target, data, args.plot), file=sys.stderr)
     sys.stdout.write(dumps(data) if args.json else text)
     return 0

@@ -5,6 +5,13 @@ file, else a download of that one file; HF_HUB_OFFLINE, HF_HOME / HF_HUB_CACHE a
 token in its standard places are huggingface_hub's own). A dataset is resolved to its
 snapshot with only its card (README.md), the dataset's metadata. Every huggingface_hub
 failure becomes a HubError that says what to do: fetch command, login, id or revision.
+
+With no network, hf_hub_download of a file that is not cached does not give up at once: after its
+first HEAD fails it asks again with retries (huggingface_hub 2.4 file_download.py, "No local file
+found. Retrying..", retry_on_errors=True: 5 retries, 1+2+4+8+8 s, utils/_http.py _http_backoff_base),
+23 s of "Retrying in 8s" per file. So a file not in the cache is first asked for once, with no
+retry (get_hf_file_metadata, retry_on_errors=False); when the Hub cannot be reached that ends the
+command with one message, and the rest of the process reads the cache only.
 """
 
 from __future__ import annotations
@@ -81,6 +88,9 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
         return HubError(key, f"{what}: no such repository, or it is private and your token cannot see it; check the id, or {login}")
     if isinstance(e, errors.RevisionNotFoundError):
         return HubError(key, f"{what}: no such branch, tag or commit; fix the revision key beside {key}")
+    if isinstance(e, errors.LocalEntryNotFoundError) and e.__cause__ is not None and _network_failure(e.__cause__):
+        _unreachable.append(f"{type(e.__cause__).__name__}: {e.__cause__}")  # snapshot_download: no answer, no cache
+        return unreachable_error(key, repo_id, repo_type, revision, files, _unreachable[0])
     if isinstance(e, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):
         offline = (
             " (HF_HUB_OFFLINE is set)"
@@ -102,12 +112,65 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
     return HubError(key, f"{what}: {type(e).__name__}: {e}")
 
 
+# Why the Hub could not be reached, once it could not: the rest of the process asks it nothing more.
+_unreachable: list[str] = []
+
+
+def _network_failure(e: BaseException) -> bool:
+    """No answer from the Hub at all (DNS, refused, timeout, proxy): httpx2's transport errors, which
+    huggingface_hub lets through from get_hf_file_metadata (huggingface_hub depends on httpx2)."""
+    import httpx2
+
+    return isinstance(e, httpx2.TransportError)
+
+
+def unreachable_error(key: str, repo_id: str, repo_type: str, revision: str, files: tuple[str, ...], why: str) -> HubError:
+    from huggingface_hub import constants
+
+    what = f"{repo_type} {repo_id!r} at revision {revision!r}"
+    need = ", ".join(files) if files else "its snapshot"
+    command = fetch_command(repo_id, repo_type, revision, files)
+    return HubError(
+        key,
+        f"{what}: {need} is not in the cache {repo_folder(repo_id, repo_type)}, and the Hub ({constants.ENDPOINT}) "
+        f"cannot be reached: {why}",
+        fix=f"on a machine that reaches the Hub, fetch it: `{command}` (into this cache, or copy the cache here); "
+        "then HF_HUB_OFFLINE=1 plans from the cache alone, without asking the Hub",
+    )
+
+
+def check_reachable(key: str, repo_id: str, repo_type: str, revision: str, filename: str) -> None:
+    """Ask the Hub once, with no retries, for `filename`; HubError when no answer comes at all.
+    Any answer (the file, 404, 401, gated) means the Hub is there: the download itself says what it is."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    if _unreachable:
+        raise unreachable_error(key, repo_id, repo_type, revision, (filename,), _unreachable[0])
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, filename, repo_type=repo_type, revision=revision), timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except Exception as e:
+        if not _network_failure(e):
+            return
+        _unreachable.append(f"{type(e).__name__}: {e}")
+        raise unreachable_error(key, repo_id, repo_type, revision, (filename,), _unreachable[0]) from None
+
+
+def _cached(repo_id: str, repo_type: str, revision: str, filename: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, filename, revision=revision, repo_type=repo_type), str)
+
+
 def download_file(key: str, repo_id: str, repo_type: str, revision: str, filename: str) -> str:
     """Local path of one file of the repo at `revision` (cache first, then the Hub)."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
 
+    cached = _cached(repo_id, repo_type, revision, filename)
+    if not cached and not constants.HF_HUB_OFFLINE:
+        check_reachable(key, repo_id, repo_type, revision, filename)
     try:
-        return hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision)
+        # a cached file: one HEAD for where `revision` points now, falling back to the cache at once
+        return hf_hub_download(repo_id, filename, repo_type=repo_type, revision=revision, local_files_only=bool(_unreachable))
     except Exception as e:  # huggingface_hub raises OSError, ValueError and HTTP subclasses: all translated
         raise _translate(e, key, repo_id, repo_type, revision, (filename,)) from None
 
@@ -117,7 +180,9 @@ def snapshot(key: str, repo_id: str, repo_type: str, revision: str, patterns: li
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns, local_files_only=local_only)
+        return snapshot_download(
+            repo_id, repo_type=repo_type, revision=revision, allow_patterns=patterns, local_files_only=local_only or bool(_unreachable)
+        )
     except Exception as e:  # see download_file
         raise _translate(e, key, repo_id, repo_type, revision, ()) from None
 

@@ -104,6 +104,16 @@ def test_export_of_a_full_run_reloads_with_transformers(run, tmp_path):
     assert torch.equal(a, b)
 
 
+def test_export_into_a_closed_pipe_exports_and_ends_quietly(run, tmp_path):
+    """`gpuplan export SPEC --to DIR | head -1`: the model is written, the closed pipe says nothing (exit 141)."""
+    from tests.cli.test_cli_pipes import run_into_closed_pipe
+
+    spec, _ = run
+    r = run_into_closed_pipe("export", spec, "--to", tmp_path / "exported", cwd=tmp_path)
+    assert r.returncode == 141 and "internal error" not in r.stderr, r.stderr
+    assert (tmp_path / "exported" / "model.safetensors").is_file()
+
+
 def _refused(args, out, expect: str, capsys, *, also_absent=None):
     """The CLI in this process (a refusal loads no model): exit 1, the message, no file touched."""
     import os
@@ -249,3 +259,48 @@ def test_eval_refuses_tasks_it_cannot_run_offline(run, task, expect):
     r = gpuplan("eval", other)
     assert r.returncode == 1 and expect in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and tree(out) == before
+
+
+def test_show_takes_the_spec_of_a_run_and_the_after_commands_take_its_dir(run):
+    """show SPEC shows the spec's output.dir; generate/chat RUN_DIR use the spec the run's state records."""
+    spec, out = run
+    assert _ok("show", spec).stdout == _ok("show", out).stdout
+    assert json.loads(_ok("show", spec, "--json").stdout) == json.loads(_ok("show", out, "--json").stdout)
+    by_spec = json.loads(_ok("generate", spec, "--prompt", "3456", "--max-new-tokens", "6", "--json").stdout)
+    by_dir = json.loads(_ok("generate", out, "--prompt", "3456", "--max-new-tokens", "6", "--json").stdout)
+    assert by_dir == by_spec and by_dir["generations"][0]["completion"] == "789012"
+    r = _ok("chat", out)  # stdin is no terminal and empty: loads the model, then ends
+    assert "loaded model " + str(out / "final") in r.stderr
+
+
+def test_a_copied_run_dir_uses_its_own_plan(run, tmp_path):
+    """The recorded spec writes to the original dir, not to this copy: the copy's own state and weights are used."""
+    spec, out = run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("*.safetensors.tmp"))
+    r = _ok("generate", copy, "--prompt", "3456", "--max-new-tokens", "6", "--json")
+    assert json.loads(r.stdout)["generations"][0]["completion"] == "789012"
+    assert "loaded model " + str(copy / "final") in r.stderr
+
+
+def test_show_and_the_after_commands_name_the_other_form(run, tmp_path, capsys):
+    spec, out = run
+    (tmp_path / "empty").mkdir()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not json\n")
+    never = tmp_path / "never.toml"
+    never.write_text(
+        spec.read_text()
+        .replace('dir = "run"', f'dir = "{tmp_path / "never"}"')
+        .replace('"micro.json"', f'"{spec.parent / "micro.json"}"')
+        .replace('"pattern.txt"', f'"{spec.parent / "pattern.txt"}"')
+    )
+    _refused(("show", notes), tmp_path, "give a run's output dir, its spec (.toml) or a saved plan", capsys)
+    _refused(("show", never), tmp_path, f"nothing was applied from {never} yet", capsys)
+    _refused(("show", never), tmp_path, f"run it: gpuplan apply {never}", capsys)
+    for command in ("generate", "chat", "eval", "export"):
+        extra = {"generate": ("--prompt", "1"), "export": ("--to", str(tmp_path / "e"))}.get(command, ())
+        args = (command, tmp_path / "empty", *extra)
+        _refused(args, tmp_path, "so not a run's output dir", capsys)
+        _refused(args, tmp_path, f"give the spec (.toml) of the run, or its output.dir: gpuplan {command} SPEC.toml", capsys)
+    assert not (tmp_path / "never").exists() and not (tmp_path / "e").exists()

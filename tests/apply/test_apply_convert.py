@@ -75,7 +75,7 @@ def test_compile_backend_and_eval_reach_arguments(tmp_path):
     args = training_arguments(plan, progress=True)
     assert args.torch_compile is True and args.torch_compile_backend == "aot_eager"
     assert args.eval_strategy.value == "steps" and args.eval_steps == 3
-    assert args.disable_tqdm is False
+    assert args.disable_tqdm is True  # on a terminal too: apply draws its own progress line (progress_line.py)
 
 
 def test_gpu_plan_keeps_gpu_values(tmp_path):
