@@ -186,7 +186,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     else:
         ref = reference_model(plan, model)
     try:
-        return trainer_cls(
+        trainer = trainer_cls(
             model=model,
             ref_model=ref,
             args=args,
@@ -200,3 +200,23 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         if peft_config is not None and "arget modules" in str(e):
             raise adapters.target_error(plan, model, e) from e
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
+    if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
+        fp32_adapters(trainer.model)
+    return trainer
+
+
+def fp32_adapters(model: Any) -> None:
+    """The adapters in fp32, as the plan prices them and as peft makes them (get_peft_model's
+    autocast_adapter_dtype=True) for an SFT run.
+
+    TRL 1.16 casts every trainable parameter to bf16 when the base is quantized
+    (trl/trainer/dpo_trainer.py and kto_trainer.py `__init__`, "When using QLoRA, the PEFT adapter
+    weights are converted to bf16"): with no fp32 copy, an AdamW update below bf16's resolution is
+    lost (at lr 5e-6 most lora_A entries do not move), and a T4 has no bf16 at all. The trainer
+    builds its optimizer only in train(), so restoring fp32 here is what the optimizer steps.
+    """
+    import torch
+
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.to(torch.float32)

@@ -190,3 +190,29 @@ def test_a_dpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):
     assert s["status"] == "completed" and s["resumed_from"] is not None
     assert s["results"]["start_step"] >= killed_at and s["progress"]["global_step"] == 12
     assert train_steps(out) == list(range(1, 13))  # no step lost or logged twice
+
+
+def _live(plan):
+    from gpuplan.apply.run import build_trainer
+
+    return build_trainer(plan, progress=False).trainer
+
+
+@pytest.mark.parametrize("objective", ["dpo", "kto"])
+def test_qlora_preference_adapters_train_in_fp32_as_planned(base, tmp_path, objective):
+    """TRL casts a quantized base's trainable parameters to bf16 (trl/trainer/dpo_trainer.py,
+    kto_trainer.py `__init__`); the plan prices fp32 adapters (as peft makes them for SFT), and that
+    is what the built trainer's optimizer gets. This CPU plan has no bf16 at all (as on a T4): TRL
+    cast to bf16 regardless of the plan's precision."""
+    import torch
+
+    base_dir, data = base
+    if objective == "kto":
+        data = write_jsonl(tmp_path / "kto.jsonl", kto_rows())
+    plan = _plan(tmp_path, base_dir, data, method="qlora", objective=objective, steps=1)
+    trainer = _live(plan)
+    trainable = {n: p.dtype for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert set(trainable.values()) == {torch.float32}, trainable
+    trainer.create_optimizer()
+    assert {p.dtype for g in trainer.optimizer.param_groups for p in g["params"]} == {torch.float32}
