@@ -202,7 +202,25 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
     if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
         fp32_adapters(trainer.model)
+    if adapters.uses_adapters(plan):
+        adapter_dropout(trainer.model, float(plan.value("lora.lora_dropout")))
     return trainer
+
+
+def adapter_dropout(model: Any, p: float) -> None:
+    """lora.lora_dropout as planned (and priced: the dropped adapter inputs) on the adapters.
+
+    TRL 1.16's disable_dropout (default True; trl/trainer/dpo_config.py, kto_config.py) sets p = 0 on
+    every torch.nn.Dropout of the policy and the reference (trl/trainer/utils.py
+    `disable_dropout_in_model`), peft's lora_dropout modules included. TRL's reason holds for the
+    base model's own dropout (the policy's log-probs must be comparable with the reference's), which
+    stays off; the adapter's dropout acts only on the adapter branch, which the adapters-off
+    reference never runs, so the dropout the spec asked for is put back."""
+    import torch
+
+    for name, module in model.named_modules():
+        if ".lora_dropout." in name and isinstance(module, torch.nn.Dropout):
+            module.p = p
 
 
 def fp32_adapters(model: Any) -> None:

@@ -216,3 +216,20 @@ def test_qlora_preference_adapters_train_in_fp32_as_planned(base, tmp_path, obje
     assert set(trainable.values()) == {torch.float32}, trainable
     trainer.create_optimizer()
     assert {p.dtype for g in trainer.optimizer.param_groups for p in g["params"]} == {torch.float32}
+
+
+def test_lora_dropout_runs_as_planned_under_dpo_and_the_base_dropout_stays_off(base, tmp_path):
+    """TRL's disable_dropout (default True) zeroes every nn.Dropout (trl/trainer/utils.py
+    disable_dropout_in_model), the adapters' too; the plan says lora.lora_dropout = 0.1 and prices it."""
+    import torch
+
+    base_dir, data = base
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", method="lora", steps=1)
+    spec.write_text(spec.read_text().replace("r = 8\n", "r = 8\nlora_dropout = 0.1\n"))
+    plan = plan_file(spec, environment=ENV)
+    assert plan.value("lora.lora_dropout") == 0.1
+    trainer = _live(plan)
+    drops = {n: m.p for n, m in trainer.model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    adapter = {n: p for n, p in drops.items() if ".lora_dropout." in n}
+    assert adapter and set(adapter.values()) == {0.1}, adapter
+    assert {p for n, p in drops.items() if n not in adapter} <= {0}  # the base model's own dropout: TRL keeps it off
