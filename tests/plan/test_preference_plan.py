@@ -224,3 +224,17 @@ def test_a_changed_preference_loss_refuses_to_resume_the_run(tmp_path, preferenc
             new_path = _dpo(d, method=method, gpu="H100-80GB", preference=preference)
         conflicts = resume_conflicts(old, plan_file(new_path, environment=ENV))
         assert [c.split(":")[0] for c in conflicts if c.startswith(key)] == [key], (method, conflicts)
+
+
+@pytest.mark.parametrize("objective", ["dpo", "kto"])
+def test_the_learning_rate_defaults_to_trls_for_the_objective_and_a_set_one_is_kept(tmp_path, objective):
+    path = _dpo(tmp_path)
+    path.write_text(path.read_text().replace('objective = "dpo"', f'objective = "{objective}"'))
+    plan = plan_file(path, environment=ENV)
+    change = next(c for c in plan.changes if c.key == "training.learning_rate")
+    assert plan.value("training.learning_rate") == 1e-6  # trl/trainer/dpo_config.py, kto_config.py
+    assert change.reason.startswith(f"{objective}: TRL's default learning rate") and "50x" in change.reason
+    path.write_text(path.read_text().replace("max_steps = 100", "max_steps = 100\nlearning_rate = 5e-6"))
+    plan = plan_file(path, environment=ENV)
+    assert plan.value("training.learning_rate") == 5e-6
+    assert not any(c.key == "training.learning_rate" for c in plan.changes)

@@ -1,7 +1,8 @@
 """Preference objectives (training.objective = "dpo" | "kto"): TRL's settings, the reference, the rows.
 
-- preference.settings: beta and loss_type default to TRL 1.16's (DPOConfig / KTOConfig: beta
-  0.1; loss sigmoid for DPO, kto for KTO), a loss_type TRL does not name is an error with the
+- preference.settings: beta, loss_type and training.learning_rate default to TRL 1.16's
+  (DPOConfig / KTOConfig: beta 0.1; loss sigmoid for DPO, kto for KTO; learning_rate 1e-6, not
+  the Trainer's 5e-5; a learning rate the spec sets is kept), a loss_type TRL does not name is an error with the
   closest one; max_length (prompt + answer per sequence) defaults to data.seq_len and
   max_prompt_length to max_length - 1 (a prompt must leave room for one answer token); the
   rows are checked (plan/preference_data.py).
@@ -30,14 +31,25 @@ from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
+_WRITES = (*_KEYS, "training.learning_rate")
 
 
 def settings(ctx: Resolver) -> None:
     obj = objective(ctx.spec("training.objective"))
     if not obj.is_preference:
-        for key in _KEYS:
+        for key in _WRITES:
             ctx.keep(key)
         return
+    if ctx.is_user("training.learning_rate"):
+        ctx.keep("training.learning_rate")
+    else:
+        ctx.resolve(
+            "training.learning_rate",
+            obj.default_learning_rate,
+            f"{obj.name}: TRL's default learning rate (trl {obj.config_class}: {obj.default_learning_rate:g}); "
+            f"the SFT default {ctx.spec('training.learning_rate'):g} moves the policy away from the reference "
+            f"{ctx.spec('training.learning_rate') / obj.default_learning_rate:.0f}x faster",
+        )
     beta = ctx.spec("preference.beta")
     if beta is None:
         ctx.resolve(
@@ -229,6 +241,7 @@ RULES = (
         "preference.settings",
         reads=(
             "spec:training.objective",
+            "spec:training.learning_rate",
             "spec:preference.beta",
             "spec:preference.loss_type",
             "spec:preference.max_length",
@@ -244,9 +257,9 @@ RULES = (
             "spec:training.use_liger_kernel",
             "spec:training.activation_offloading",
         ),
-        writes=_KEYS,
+        writes=_WRITES,
         apply=settings,
-        doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked.",
+        doc="dpo / kto: TRL's beta, loss and learning-rate defaults, max lengths, the rows checked.",
     ),
     Rule(
         "preference.reference",
