@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "objective"]
+__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "min_per_device_batch", "objective"]
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,17 @@ EXPERIMENTAL_IN_TRL = {
     "stability promise); gpuplan plans the stable trainers: dpo and kto",
     "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo and kto",
 }
+
+
+def min_per_device_batch(name: str | None, loss_type: str | None) -> int:
+    """The smallest per-device batch the objective's trainer runs. KTO's KL term pairs each
+    completion with another example's in the same micro-batch, so TRL 1.16 refuses a per-device
+    batch of 1 for every loss that computes it, all but apo_zero_unpaired (trl/trainer/kto_trainer.py
+    `__init__`: "Actual (not effective) batch size must be > 1"; calculate_kl = loss_type not in
+    ["apo_zero_unpaired"])."""
+    if name == "kto" and loss_type != "apo_zero_unpaired":
+        return 2
+    return 1
 
 
 def objective(name: str | None) -> Objective:

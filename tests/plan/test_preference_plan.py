@@ -238,3 +238,29 @@ def test_the_learning_rate_defaults_to_trls_for_the_objective_and_a_set_one_is_k
     plan = plan_file(path, environment=ENV)
     assert plan.value("training.learning_rate") == 5e-6
     assert not any(c.key == "training.learning_rate" for c in plan.changes)
+
+
+def _kto(tmp_path, *, gpu, seq_len=2048, extra="", loss=""):
+    path = _dpo(tmp_path, method="qlora", gpu=gpu, extra=extra, preference=loss)
+    text = path.read_text().replace('objective = "dpo"', 'objective = "kto"').replace("seq_len = 2048", f"seq_len = {seq_len}")
+    path.write_text(text)
+    return path
+
+
+def test_kto_never_plans_a_per_device_batch_of_one(tmp_path):
+    """TRL's KTOTrainer refuses a per-device batch of 1 ("Actual (not effective) batch size must be > 1",
+    trl/trainer/kto_trainer.py): the fit search does not choose it, and a spec that sets it is refused."""
+    # 8B QLoRA KTO at 8192 tokens on a 4090: batch 1 would fit, batch 2 does not
+    with pytest.raises(PlanError) as e:
+        plan_file(_kto(tmp_path, gpu="RTX-4090", seq_len=8192), environment=ENV)
+    assert "does not fit: needs" in _errors(e)[0].summary and "at per-device batch 2" in _errors(e)[0].summary
+    with pytest.raises(PlanError) as e:
+        plan_file(_kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 1"), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "training.per_device_train_batch_size" and "needs a per-device batch of at least 2" in d.summary
+    assert d.fix == "set training.per_device_train_batch_size = 2"
+    plan = plan_file(_kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 2"), environment=ENV)  # the fix, followed
+    assert plan.value("training.per_device_train_batch_size") == 2
+    # apo_zero_unpaired computes no KL term: TRL runs it at batch 1
+    plan = plan_file(_kto(tmp_path, gpu="RTX-4090", seq_len=8192, loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
+    assert plan.value("training.per_device_train_batch_size") == 1
