@@ -264,3 +264,12 @@ def test_kto_never_plans_a_per_device_batch_of_one(tmp_path):
     # apo_zero_unpaired computes no KL term: TRL runs it at batch 1
     plan = plan_file(_kto(tmp_path, gpu="RTX-4090", seq_len=8192, loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
     assert plan.value("training.per_device_train_batch_size") == 1
+
+
+@pytest.mark.parametrize("loss,words", [("exo_pair", "TRL's DPOTrainer refuses 0.0"), ("robust", "exactly the sigmoid loss")])
+def test_losses_that_need_label_smoothing_are_refused_not_run_as_something_else(tmp_path, loss, words):
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, preference=f'loss_type = "{loss}"'), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "preference.loss_type" and words in d.summary and d.fix == 'set preference.loss_type = "sigmoid"'
+    assert plan_file(_dpo(tmp_path, preference='loss_type = "sigmoid"'), environment=ENV)  # the fix, followed

@@ -30,6 +30,15 @@ from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
+# Losses that run as named only with DPOConfig.label_smoothing > 0 (trl/trainer/dpo_config.py, default 0.0),
+# which no spec key sets: refused rather than run as something else.
+NEEDS_LABEL_SMOOTHING = {
+    "exo_pair": "needs label_smoothing > 0 (TRL's DPOTrainer refuses 0.0: \"Label smoothing must be greater than "
+    '0.0 when using \'exo_pair\' loss"), which gpuplan does not set',
+    "robust": "with label_smoothing 0 (TRL's default; gpuplan does not set it) is exactly the sigmoid loss: "
+    "-((1 - e) log s(bx) - e log s(-bx)) / (1 - 2e) at e = 0, so robust DPO would not run",
+}
+
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
 _WRITES = (*_KEYS, "training.learning_rate")
 
@@ -75,6 +84,15 @@ def settings(ctx: Resolver) -> None:
             f"preference.loss_type = {loss!r} is not a {obj.config_class} loss{hint}",
             detail="allowed: " + ", ".join(obj.loss_types),
             fix=f'set preference.loss_type = "{close[0] if close else obj.default_loss}"',
+        )
+        ctx.keep("preference.loss_type")
+    elif loss in NEEDS_LABEL_SMOOTHING:
+        ctx.error(
+            "preference.loss_type",
+            f'preference.loss_type = "{loss}" {NEEDS_LABEL_SMOOTHING[loss]}',
+            detail="TRL reads label_smoothing for it (trl/trainer/dpo_trainer.py _compute_loss); gpuplan has no key for "
+            "it, so TRL's default 0.0 would run",
+            fix=f'set preference.loss_type = "{obj.default_loss}"',
         )
         ctx.keep("preference.loss_type")
     else:
