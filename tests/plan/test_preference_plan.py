@@ -273,3 +273,21 @@ def test_losses_that_need_label_smoothing_are_refused_not_run_as_something_else(
     (d,) = _errors(e)
     assert d.key == "preference.loss_type" and words in d.summary and d.fix == 'set preference.loss_type = "sigmoid"'
     assert plan_file(_dpo(tmp_path, preference='loss_type = "sigmoid"'), environment=ENV)  # the fix, followed
+
+
+def test_rows_with_a_plain_prompt_and_message_answers_are_refused_at_plan_and_by_init(tmp_path):
+    """UltraFeedback's layout: TRL reads one field to decide the row's form (trl/data_utils.py
+    is_conversational) and then fails on the others; refused with the fix, init writes no spec."""
+    from tests.helpers.cli_runs import gpuplan
+
+    rows = [dict(r, chosen=[{"role": "assistant", "content": r["chosen"]}], rejected=[{"role": "assistant", "content": r["rejected"]}]) for r in pairs(4)]
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]\nformat = "chat"\nchat_template = "chatml"'), environment=ENV)
+    (d,) = _errors(e)
+    assert d.summary == f"data.train_files[0]: 4 of 4 dpo rows in {data} mixes plain text and lists of messages across its fields (rows 0, 1, 2, 3)"
+    assert d.fix.startswith('write every field of a row in one form: the prompt as a list of messages ([{"role": "user"')
+    out = tmp_path / "init.toml"
+    r = gpuplan("init", LLAMA_1B, "--gpu", "A100-80GB", "--data", data, "--out", out)
+    assert r.returncode == 1 and "mixes plain text and lists of messages" in r.stderr and not out.exists()
+    assert "Traceback" not in r.stderr
