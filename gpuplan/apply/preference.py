@@ -8,8 +8,11 @@ from the objective's descriptor (plan/objectives.py).
 The reference, as the plan resolved preference.reference:
 - adapters-off (lora / qlora): TRL wraps the prepared base with the plan's LoraConfig
   (peft_config=) and disables the adapters for the reference forward: no second copy;
-- copy (full): a frozen deep copy of the starting weights, cast to the compute dtype;
-- model: the model at preference.reference_model, loaded in the compute dtype;
+- copy (full): a frozen deep copy of the starting weights in the policy's dtype, as TRL builds
+  its own (trl/trainer/dpo_trainer.py: dtype=self.model.dtype): the same weights under the same
+  autocast, so the first step's rewards are 0;
+- model: the model at preference.reference_model, loaded in the policy's dtype (full) or, beside
+  adapters, the compute dtype (the frozen base's);
 - precomputed: TRL computes the reference log-probs once, with the starting weights,
   before the first step (precompute_ref_log_probs=True), and keeps no reference model.
 
@@ -135,10 +138,12 @@ def _compute_dtype(plan: Plan) -> Any:
 
 def reference_model(plan: Plan, model: Any) -> Any | None:
     """The frozen reference the plan chose; None when TRL needs none (adapters off, precomputed)."""
+    from . import adapters
+
     ref = plan.value("preference.reference")
-    dtype = _compute_dtype(plan)
+    dtype = _compute_dtype(plan) if adapters.uses_adapters(plan) else model.dtype  # memory/preference.py reference_element_bytes
     if ref == "copy":
-        out = copy.deepcopy(model).to(dtype)  # the starting weights, before the first step
+        out = copy.deepcopy(model)  # the starting weights, before the first step, in the policy's dtype
     elif ref == "model":
         from transformers import AutoModelForCausalLM
 

@@ -233,3 +233,20 @@ def test_lora_dropout_runs_as_planned_under_dpo_and_the_base_dropout_stays_off(b
     adapter = {n: p for n, p in drops.items() if ".lora_dropout." in n}
     assert adapter and set(adapter.values()) == {0.1}, adapter
     assert {p for n, p in drops.items() if n not in adapter} <= {0}  # the base model's own dropout: TRL keeps it off
+
+
+def test_a_full_fine_tunes_reference_copy_is_the_policy_so_the_first_rewards_are_zero(base, tmp_path):
+    """fp32 weights under bf16 autocast: TRL builds the reference in the policy's dtype
+    (trl/trainer/dpo_trainer.py: dtype=self.model.dtype); a pure-bf16 copy gave non-zero step-0 margins."""
+    import torch
+
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, steps=1, extra="bf16 = true\n")
+    assert plan.value("training.bf16") is True and plan.value("model.dtype") == "float32"
+    assert plan.value("preference.reference") == "copy"
+    assert "in the policy's dtype" in next(c for c in plan.changes if c.key == "preference.reference").reason
+    trainer = _live(plan)
+    assert {p.dtype for p in trainer.ref_model.parameters()} == {torch.float32}
+    execute(plan, echo=lambda s: None, progress=False)
+    first = _train_lines(plan.value("output.dir"))[0]
+    assert first["rewards/chosen"] == 0 and first["rewards/rejected"] == 0 and first["rewards/margins"] == 0, first

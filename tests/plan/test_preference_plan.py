@@ -132,8 +132,13 @@ def test_the_reference_copy_and_the_doubled_sequences_in_memory():
     sft = Workload(2, 1024, amp="bf16")
     copy = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="copy"))
     pre = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"))
-    # the frozen copy: every parameter in the compute dtype (bf16)
-    assert copy.components["weights"] - pre.components["weights"] == 2 * facts.n_params
+    # the frozen copy: every parameter in the policy's dtype (fp32 weights under bf16 autocast), as TRL
+    # builds it (trl/trainer/dpo_trainer.py dtype=self.model.dtype)
+    assert copy.components["weights"] - pre.components["weights"] == 4 * facts.n_params
+    bf16 = dataclasses.replace(sft, weight_dtype="bfloat16", objective="dpo")
+    assert estimate_memory(facts, dataclasses.replace(bf16, reference="copy")).components["weights"] - estimate_memory(
+        facts, dataclasses.replace(bf16, reference="precomputed")
+    ).components["weights"] == 2 * facts.n_params
     # two sequences per example: about twice SFT's activations at the same per-device batch
     twice = estimate_memory(facts, dataclasses.replace(sft, per_device_batch=4))
     assert pre.components["activations"] == pytest.approx(twice.components["activations"], rel=0.05)

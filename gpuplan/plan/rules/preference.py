@@ -8,7 +8,7 @@
   rows are checked (plan/preference_data.py).
 - preference.reference: which reference the fit used (memory.fit calls `reference_for` and
   `fit_with_reference`): LoRA / QLoRA disable their adapters (peft), full fine-tuning keeps
-  a frozen copy in the compute dtype, or precomputes the reference log-probs when the copy
+  a frozen copy in the policy's dtype (as TRL builds it), or precomputes the reference log-probs when the copy
   would need a memory saver (the first saver: the same reference forwards, run once per
   example before training, and no copy held).
 An sft plan reads none of [preference]: each key is kept as the spec has it.
@@ -25,7 +25,7 @@ from typing import Any
 from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
+from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
@@ -216,7 +216,7 @@ def reference(ctx: Resolver) -> None:
     assert problem is not None  # memory.fit sets it beside its solution
     base = problem.base
     ref = base.reference
-    gib = ctx.facts.n_params * compute_bytes(base) / 2**30
+    gib = ctx.facts.n_params * reference_element_bytes(base) / 2**30
     asked = ctx.spec("preference.reference")
     if asked == "auto" and ctx.spec("preference.reference_model") is not None:
         asked = "model"  # setting the model chooses it
@@ -232,10 +232,10 @@ def reference(ctx: Resolver) -> None:
     elif asked == "model":
         why = (
             f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
-            f"architecture in the compute dtype ({gib:.1f} GiB)"
+            f"architecture in {'the policy' if method == 'full' else 'the compute'} dtype ({gib:.1f} GiB)"
         )
     else:
-        why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB)"
+        why = f"full fine-tuning: a frozen copy of the starting weights in the policy's dtype ({gib:.1f} GiB)"
     path = ctx.spec("preference.reference_model")
     if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
         ctx.error(

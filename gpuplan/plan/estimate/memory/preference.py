@@ -48,9 +48,17 @@ def compute_bytes(wl: Workload) -> int:
     return 2 if wl.amp is not None else DTYPE_BYTES[wl.weight_dtype]
 
 
+def reference_element_bytes(wl: Workload) -> int:
+    """Bytes per parameter of the frozen reference (reference = copy). Full fine-tuning: the policy's
+    dtype, as TRL 1.16 builds it (trl/trainer/dpo_trainer.py: the reference is loaded with
+    dtype=self.model.dtype), so both run the same weights under the same autocast and the step-0
+    rewards are 0. Beside adapters (a separate reference model): the compute dtype, as the frozen base."""
+    return DTYPE_BYTES[wl.weight_dtype] if wl.adapters is None else compute_bytes(wl)
+
+
 def reference_bytes(facts: ModelFacts, wl: Workload) -> int:
-    """The frozen reference copy's weights (reference = copy): every parameter in the compute dtype."""
-    return facts.n_params * compute_bytes(wl) if wl.reference == "copy" else 0
+    """The frozen reference copy's weights (reference = copy)."""
+    return facts.n_params * reference_element_bytes(wl) if wl.reference == "copy" else 0
 
 
 def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tuple[int, int]:
