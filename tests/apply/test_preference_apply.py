@@ -250,3 +250,21 @@ def test_a_full_fine_tunes_reference_copy_is_the_policy_so_the_first_rewards_are
     execute(plan, echo=lambda s: None, progress=False)
     first = _train_lines(plan.value("output.dir"))[0]
     assert first["rewards/chosen"] == 0 and first["rewards/rejected"] == 0 and first["rewards/margins"] == 0, first
+
+
+def test_gpuplan_eval_of_a_dpo_run_points_at_the_dpo_eval_loss_the_run_logged(base, tmp_path):
+    """gpuplan eval scores next-token loss (after/evaluate.py); a DPO run's eval loss is TRL's DPO loss
+    against the reference, which the run's own eval steps log: refused with that reason, and the fix's
+    file holds it."""
+    base_dir, data = base
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", method="lora", steps=2)
+    spec.write_text(spec.read_text().replace("seq_len = 48\n", "seq_len = 48\neval_fraction = 0.125\n"))
+    assert gpuplan("apply", spec, "--yes").returncode == 0
+    r = gpuplan("eval", spec)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert 'this run trained training.objective = "dpo", whose eval loss is TRL\'s dpo loss against the reference' in r.stderr
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert f'read the dpo eval loss TRL computed at the run\'s eval steps: the "eval" lines of {metrics}' in r.stderr
+    evals = [e for e in map(json.loads, metrics.read_text().splitlines()) if e["event"] == "eval"]
+    assert evals and {"eval_loss", "eval_rewards/margins"} <= set(evals[-1])  # TRL's DPO eval, logged by the run
+    assert "evaluations" not in json.dumps(state(tmp_path / "run"))  # nothing recorded
