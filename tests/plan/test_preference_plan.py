@@ -296,3 +296,24 @@ def test_rows_with_a_plain_prompt_and_message_answers_are_refused_at_plan_and_by
     r = gpuplan("init", LLAMA_1B, "--gpu", "A100-80GB", "--data", data, "--out", out)
     assert r.returncode == 1 and "mixes plain text and lists of messages" in r.stderr and not out.exists()
     assert "Traceback" not in r.stderr
+
+
+def test_conversational_rows_under_the_text_format_plan_as_chat(tmp_path):
+    """TRL renders conversational rows with the chat template whatever data.format says
+    (trl/data_utils.py maybe_apply_chat_template); the plan says chat, so generate / chat / samples
+    prompt through the same template (after/prompting.py reads data.format)."""
+    from tests.helpers.preference_rows import conversational
+
+    data = write_jsonl(tmp_path / "chat.jsonl", conversational(pairs(4)))
+    with pytest.raises(PlanError) as e:  # a config-only spec: no tokenizer, so no template to render them
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]'), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "data.format" and "4 dpo rows are conversational" in d.summary
+    assert d.fix == 'set data.format = "chat" and data.chat_template = "chatml"'
+    plan = plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]\nchat_template = "chatml"'), environment=ENV)
+    assert plan.value("data.format") == "chat"
+    change = next(c for c in plan.changes if c.key == "data.format")
+    assert change.reason.startswith("4 dpo rows are conversational (lists of messages): TRL renders them with the chat template")
+    text = write_jsonl(tmp_path / "plain.jsonl", pairs(4))
+    plan = plan_file(_dpo(tmp_path, data=f'train_files = ["{text}"]'), environment=ENV)
+    assert plan.value("data.format") == "text" and not any(c.key == "data.format" for c in plan.changes)

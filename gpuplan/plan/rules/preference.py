@@ -28,6 +28,7 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
 # Losses that run as named only with DPOConfig.label_smoothing > 0 (trl/trainer/dpo_config.py, default 0.0),
@@ -40,7 +41,7 @@ NEEDS_LABEL_SMOOTHING = {
 }
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
-_WRITES = (*_KEYS, "training.learning_rate")
+_WRITES = (*_KEYS, "training.learning_rate", "data.format")
 
 
 def settings(ctx: Resolver) -> None:
@@ -145,10 +146,39 @@ def settings(ctx: Resolver) -> None:
             f"{obj.name} rows are {' / '.join(obj.example_fields)}, not instruction rows",
             fix='set data.format = "text" (plain fields) or "chat" (lists of messages)',
         )
-    _check_data(ctx, obj, prompt)
+    conversational = _check_data(ctx, obj, prompt)
+    if conversational and ctx.spec("data.format") == "text":
+        _conversational_format(ctx, obj, conversational)
+    else:
+        ctx.keep("data.format")
 
 
-def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
+def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
+    """Conversational rows under data.format = "text": TRL renders them with the tokenizer's chat template
+    whatever data.format says (trl/data_utils.py maybe_apply_chat_template, when is_conversational), so the
+    run is a chat run, and generate / chat / samples must prompt through the same template
+    (after/prompting.py reads data.format)."""
+    source = ctx.spec("model.name_or_path") if not ctx.spec("model.from_scratch") else None
+    if ctx.spec("data.chat_template") is None and (source is None or (os.path.isdir(source) and not _has_chat_template(source))):
+        where = "the byte-level tokenizer of a model trained from scratch" if source is None else f"the tokenizer in {source}"
+        ctx.error(
+            "data.format",
+            f"{rows} {obj.name} rows are conversational (lists of messages) and {where} has no chat template to render them",
+            fix='set data.format = "chat" and data.chat_template = "chatml"',
+        )
+        ctx.keep("data.format")
+        return
+    ctx.resolve(
+        "data.format",
+        "chat",
+        f"{rows} {obj.name} rows are conversational (lists of messages): TRL renders them with the chat template, "
+        "so generate, chat and the samples prompt through it too",
+    )
+
+
+def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
+    """Report the unusable rows of the local files; returns how many rows are conversational."""
+    conversational = 0
     source = ctx.spec("model.name_or_path")
     byte_level = bool(ctx.spec("model.from_scratch")) or source is None
     tok_file = os.path.join(source, "tokenizer.json") if source and os.path.isdir(source) else None
@@ -159,6 +189,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
             if rows is None:
                 continue  # missing files: plan/inputs.py; other formats: apply checks them
             report = check_rows(rows, obj, max_prompt, count)
+            conversational += report.conversational
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
             if report.prompts_unmeasured and not report.unusable:
                 ctx.note(
@@ -168,6 +199,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
                     "directory): apply measures them against preference.max_prompt_length "
                     "before it writes anything",
                 )
+    return conversational
 
 
 def reference_for(ctx: Resolver, method: str) -> Reference:
@@ -267,6 +299,7 @@ RULES = (
             "spec:data.seq_len",
             "spec:model.task",
             "spec:data.format",
+            "spec:data.chat_template",
             "spec:data.train_files",
             "spec:data.eval_files",
             "spec:model.name_or_path",
