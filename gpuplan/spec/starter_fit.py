@@ -98,7 +98,10 @@ def fitted_starter(
     chosen_objective = OBJECTIVES.get(base.get("training.objective", (None, None))[0] or "sft")
     if chosen_objective is not None and chosen_objective.default_learning_rate is not None:
         rate = chosen_objective.default_learning_rate
-        base["training.learning_rate"] = (rate, f"TRL's default for {chosen_objective.name} ({chosen_objective.config_class}), not SFT's 5e-5.")
+        base["training.learning_rate"] = (
+            rate,
+            f"TRL's default for {chosen_objective.name} ({chosen_objective.config_class}), not SFT's 5e-5.",
+        )
     spec_dir = spec_path.parent
     asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
     first = _plan(plan, asked, method)

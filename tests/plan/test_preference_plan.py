@@ -136,9 +136,11 @@ def test_the_reference_copy_and_the_doubled_sequences_in_memory():
     # builds it (trl/trainer/dpo_trainer.py dtype=self.model.dtype)
     assert copy.components["weights"] - pre.components["weights"] == 4 * facts.n_params
     bf16 = dataclasses.replace(sft, weight_dtype="bfloat16", objective="dpo")
-    assert estimate_memory(facts, dataclasses.replace(bf16, reference="copy")).components["weights"] - estimate_memory(
-        facts, dataclasses.replace(bf16, reference="precomputed")
-    ).components["weights"] == 2 * facts.n_params
+    assert (
+        estimate_memory(facts, dataclasses.replace(bf16, reference="copy")).components["weights"]
+        - estimate_memory(facts, dataclasses.replace(bf16, reference="precomputed")).components["weights"]
+        == 2 * facts.n_params
+    )
     # two sequences per example: about twice SFT's activations at the same per-device batch
     twice = estimate_memory(facts, dataclasses.replace(sft, per_device_batch=4))
     assert pre.components["activations"] == pytest.approx(twice.components["activations"], rel=0.05)
@@ -285,12 +287,18 @@ def test_rows_with_a_plain_prompt_and_message_answers_are_refused_at_plan_and_by
     is_conversational) and then fails on the others; refused with the fix, init writes no spec."""
     from tests.helpers.cli_runs import gpuplan
 
-    rows = [dict(r, chosen=[{"role": "assistant", "content": r["chosen"]}], rejected=[{"role": "assistant", "content": r["rejected"]}]) for r in pairs(4)]
+    rows = [
+        dict(r, chosen=[{"role": "assistant", "content": r["chosen"]}], rejected=[{"role": "assistant", "content": r["rejected"]}])
+        for r in pairs(4)
+    ]
     data = write_jsonl(tmp_path / "mixed.jsonl", rows)
     with pytest.raises(PlanError) as e:
         plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]\nformat = "chat"\nchat_template = "chatml"'), environment=ENV)
     (d,) = _errors(e)
-    assert d.summary == f"data.train_files[0]: 4 of 4 dpo rows in {data} mixes plain text and lists of messages across its fields (rows 0, 1, 2, 3)"
+    assert (
+        d.summary
+        == f"data.train_files[0]: 4 of 4 dpo rows in {data} mixes plain text and lists of messages across its fields (rows 0, 1, 2, 3)"
+    )
     assert d.fix.startswith('write every field of a row in one form: the prompt as a list of messages ([{"role": "user"')
     out = tmp_path / "init.toml"
     r = gpuplan("init", LLAMA_1B, "--gpu", "A100-80GB", "--data", data, "--out", out)

@@ -35,7 +35,7 @@ from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 # which no spec key sets: refused rather than run as something else.
 NEEDS_LABEL_SMOOTHING = {
     "exo_pair": "needs label_smoothing > 0 (TRL's DPOTrainer refuses 0.0: \"Label smoothing must be greater than "
-    '0.0 when using \'exo_pair\' loss"), which gpuplan does not set',
+    "0.0 when using 'exo_pair' loss\"), which gpuplan does not set",
     "robust": "with label_smoothing 0 (TRL's default; gpuplan does not set it) is exactly the sigmoid loss: "
     "-((1 - e) log s(bx) - e log s(-bx)) / (1 - 2e) at e = 0, so robust DPO would not run",
 }
