@@ -8,8 +8,11 @@ from the objective's descriptor (plan/objectives.py).
 The reference, as the plan resolved preference.reference:
 - adapters-off (lora / qlora): TRL wraps the prepared base with the plan's LoraConfig
   (peft_config=) and disables the adapters for the reference forward: no second copy;
-- copy (full): a frozen deep copy of the starting weights, cast to the compute dtype;
-- model: the model at preference.reference_model, loaded in the compute dtype;
+- copy (full): a frozen deep copy of the starting weights in the policy's dtype, as TRL builds
+  its own (trl/trainer/dpo_trainer.py: dtype=self.model.dtype): the same weights under the same
+  autocast, so the first step's rewards are 0;
+- model: the model at preference.reference_model, loaded in the policy's dtype (full) or, beside
+  adapters, the compute dtype (the frozen base's);
 - precomputed: TRL computes the reference log-probs once, with the starting weights,
   before the first step (precompute_ref_log_probs=True), and keeps no reference model.
 
@@ -135,10 +138,12 @@ def _compute_dtype(plan: Plan) -> Any:
 
 def reference_model(plan: Plan, model: Any) -> Any | None:
     """The frozen reference the plan chose; None when TRL needs none (adapters off, precomputed)."""
+    from . import adapters
+
     ref = plan.value("preference.reference")
-    dtype = _compute_dtype(plan)
+    dtype = _compute_dtype(plan) if adapters.uses_adapters(plan) else model.dtype  # memory/preference.py reference_element_bytes
     if ref == "copy":
-        out = copy.deepcopy(model).to(dtype)  # the starting weights, before the first step
+        out = copy.deepcopy(model)  # the starting weights, before the first step, in the policy's dtype
     elif ref == "model":
         from transformers import AutoModelForCausalLM
 
@@ -186,7 +191,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     else:
         ref = reference_model(plan, model)
     try:
-        return trainer_cls(
+        trainer = trainer_cls(
             model=model,
             ref_model=ref,
             args=args,
@@ -200,3 +205,41 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         if peft_config is not None and "arget modules" in str(e):
             raise adapters.target_error(plan, model, e) from e
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
+    if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
+        fp32_adapters(trainer.model)
+    if adapters.uses_adapters(plan):
+        adapter_dropout(trainer.model, float(plan.value("lora.lora_dropout")))
+    return trainer
+
+
+def adapter_dropout(model: Any, p: float) -> None:
+    """lora.lora_dropout as planned (and priced: the dropped adapter inputs) on the adapters.
+
+    TRL 1.16's disable_dropout (default True; trl/trainer/dpo_config.py, kto_config.py) sets p = 0 on
+    every torch.nn.Dropout of the policy and the reference (trl/trainer/utils.py
+    `disable_dropout_in_model`), peft's lora_dropout modules included. TRL's reason holds for the
+    base model's own dropout (the policy's log-probs must be comparable with the reference's), which
+    stays off; the adapter's dropout acts only on the adapter branch, which the adapters-off
+    reference never runs, so the dropout the spec asked for is put back."""
+    import torch
+
+    for name, module in model.named_modules():
+        if ".lora_dropout." in name and isinstance(module, torch.nn.Dropout):
+            module.p = p
+
+
+def fp32_adapters(model: Any) -> None:
+    """The adapters in fp32, as the plan prices them and as peft makes them (get_peft_model's
+    autocast_adapter_dtype=True) for an SFT run.
+
+    TRL 1.16 casts every trainable parameter to bf16 when the base is quantized
+    (trl/trainer/dpo_trainer.py and kto_trainer.py `__init__`, "When using QLoRA, the PEFT adapter
+    weights are converted to bf16"): with no fp32 copy, an AdamW update below bf16's resolution is
+    lost (at lr 5e-6 most lora_A entries do not move), and a T4 has no bf16 at all. The trainer
+    builds its optimizer only in train(), so restoring fp32 here is what the optimizer steps.
+    """
+    import torch
+
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.to(torch.float32)

@@ -22,12 +22,16 @@ def cmd_eval(args) -> int:
     from gpuplan.after.run import finished_run
     from gpuplan.apply.convert import has_eval
     from gpuplan.cli.apply import check_remote_code
+    from gpuplan.plan.objectives import objective
 
     data = check_data_flag(args.data)
     run = finished_run(args.spec, args.checkpoint, command="gpuplan eval")
     check_remote_code(run.plan, args.trust_remote_code)
     tasks = list(run.plan.get("eval.tasks") or [])
-    heldout_wanted = data is not None or has_eval(run.plan) or not tasks
+    preference = objective(run.plan.get("training.objective")).is_preference
+    heldout_wanted = data is not None or (has_eval(run.plan) and not preference) or not tasks
+    if heldout_wanted and preference:
+        raise preference_refusal(run)
     plan = eval_plan(run, data) if heldout_wanted else run.plan
     if tasks:
         from gpuplan.after import lmeval
@@ -58,6 +62,29 @@ def cmd_eval(args) -> int:
     print("\n".join(render_evaluation(result)))
     print(f"Recorded in {path} (gpuplan show {run.output_dir})")
     return 0
+
+
+def preference_refusal(run) -> UserError:
+    """A dpo / kto run's held-out loss is its objective's loss against the reference (TRL's
+    DPOTrainer / KTOTrainer evaluate), not the next-token loss `gpuplan eval` scores (after/evaluate.py):
+    refused, pointing at the eval loss the run logged, or at lm-eval tasks."""
+    from gpuplan.apply.convert import has_eval
+
+    name = run.plan.get("training.objective")
+    metrics = os.path.join(run.output_dir, "metrics.jsonl")
+    if has_eval(run.plan):
+        fix = f'read the {name} eval loss TRL computed at the run\'s eval steps: the "eval" lines of {metrics}'
+    else:
+        fix = (
+            f"hold out {name} rows (data.eval_files or data.eval_fraction) and apply again: TRL's trainer logs its "
+            f'{name} eval loss at each eval step ("eval" lines of metrics.jsonl); or set [eval] tasks for lm-eval'
+        )
+    return UserError(
+        f'gpuplan eval scores the next-token loss of held-out text; this run trained training.objective = "{name}", '
+        f"whose eval loss is TRL's {name} loss against the reference model, which gpuplan eval does not compute",
+        key="training.objective",
+        fix=fix,
+    )
 
 
 def render_evaluation(e: dict) -> list[str]:

@@ -14,10 +14,10 @@ Sources, TRL 1.16:
 - DPO (trainer/dpo_trainer.py `_compute_loss`): the collator concatenates [chosen; rejected], so
   the policy runs 2 sequences per example with gradients; the reference (a frozen model, the
   base with adapters disabled for peft, or log-probs precomputed before training) runs the
-  same 2 sequences without gradients. Loss default `sigmoid`, beta 0.1 (dpo_config.py).
+  same 2 sequences without gradients. Loss default `sigmoid`, beta 0.1, learning rate 1e-6 (dpo_config.py).
 - KTO (trainer/kto_trainer.py `_compute_loss`): one completion per example with gradients,
   plus a mismatched KL completion (the batch's completions shifted by one) through the
-  policy without gradients; the reference runs both. Loss default `kto`, beta 0.1.
+  policy without gradients; the reference runs both. Loss default `kto`, beta 0.1, learning rate 1e-6 (kto_config.py).
 - Both replace the model's LM head by a fused, chunked log-prob head (trainer/utils.py
   `add_fused_lm_head`, kernels/chunked_logprob.py): no (tokens x vocab) logits are kept.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "objective"]
+__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "min_per_device_batch", "objective"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Objective:
     loss_types: tuple[str, ...]  # loss_type values the trainer accepts (TRL's names)
     default_loss: str | None
     default_beta: float | None
+    default_learning_rate: float | None  # the trainer config's own default, where it differs from the Trainer's
     example_fields: tuple[str, ...]  # the columns a row must have
     metrics: tuple[str, ...] = ()  # the trainer's logged metrics the run records beside the loss
 
@@ -78,6 +79,7 @@ SFT = Objective(
     loss_types=(),
     default_loss=None,
     default_beta=None,
+    default_learning_rate=None,
     example_fields=(),
 )
 
@@ -116,6 +118,7 @@ DPO = Objective(
     loss_types=DPO_LOSSES,
     default_loss="sigmoid",
     default_beta=0.1,
+    default_learning_rate=1e-6,  # dpo_config.py: "`learning_rate`: Defaults to `1e-6` instead of `5e-5`"
     example_fields=("prompt", "chosen", "rejected"),
     metrics=PREFERENCE_METRICS,
 )
@@ -134,6 +137,7 @@ KTO = Objective(
     loss_types=("kto", "apo_zero_unpaired"),
     default_loss="kto",
     default_beta=0.1,  # kto_config.py
+    default_learning_rate=1e-6,  # kto_config.py: "`learning_rate`: Defaults to `1e-6` instead of `5e-5`"
     example_fields=("prompt", "completion", "label"),
     metrics=PREFERENCE_METRICS,
 )
@@ -155,6 +159,17 @@ EXPERIMENTAL_IN_TRL = {
     "stability promise); gpuplan plans the stable trainers: dpo and kto",
     "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo and kto",
 }
+
+
+def min_per_device_batch(name: str | None, loss_type: str | None) -> int:
+    """The smallest per-device batch the objective's trainer runs. KTO's KL term pairs each
+    completion with another example's in the same micro-batch, so TRL 1.16 refuses a per-device
+    batch of 1 for every loss that computes it, all but apo_zero_unpaired (trl/trainer/kto_trainer.py
+    `__init__`: "Actual (not effective) batch size must be > 1"; calculate_kl = loss_type not in
+    ["apo_zero_unpaired"])."""
+    if name == "kto" and loss_type != "apo_zero_unpaired":
+        return 2
+    return 1
 
 
 def objective(name: str | None) -> Objective:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.plan.objectives import OBJECTIVES
 from gpuplan.spec.data_format import DataFormat
 from gpuplan.spec.model_source import ModelSource, chat_template_known
 from gpuplan.spec.starter import starter_spec
@@ -94,6 +95,13 @@ def fitted_starter(
     base = data_choices(source, data, task)
     if objective is not None:  # --objective: the user's, over what the rows suggested
         base["training.objective"] = (objective, f"Set by init --objective {objective}.")
+    chosen_objective = OBJECTIVES.get(base.get("training.objective", (None, None))[0] or "sft")
+    if chosen_objective is not None and chosen_objective.default_learning_rate is not None:
+        rate = chosen_objective.default_learning_rate
+        base["training.learning_rate"] = (
+            rate,
+            f"TRL's default for {chosen_objective.name} ({chosen_objective.config_class}), not SFT's 5e-5.",
+        )
     spec_dir = spec_path.parent
     asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
     first = _plan(plan, asked, method)

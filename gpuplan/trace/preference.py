@@ -64,14 +64,16 @@ def add_head(model: torch.nn.Module) -> None:
 
 
 def build_reference(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module | None:
-    """The frozen reference copy (reference = copy) in the compute dtype; None otherwise."""
+    """The frozen reference copy (reference = copy) in its dtype (memory/preference.py
+    reference_element_bytes: the policy's for full fine-tuning, else the compute dtype); None otherwise."""
     if wl.reference != "copy":
         return None
     from gpuplan.trace.build import build_model
 
     amp_dtypes: dict[str, WeightDtype] = {"bf16": "bfloat16", "fp16": "float16"}
     compute = amp_dtypes.get(wl.amp or "", wl.weight_dtype)
-    ref = build_model(config, dataclasses.replace(wl, weight_dtype=compute, adapters=None, gradient_checkpointing=False))
+    dtype = wl.weight_dtype if wl.adapters is None else compute  # full fine-tuning: the policy's dtype, as TRL builds it
+    ref = build_model(config, dataclasses.replace(wl, weight_dtype=dtype, adapters=None, gradient_checkpointing=False))
     ref.eval()
     ref.requires_grad_(False)
     add_head(ref)

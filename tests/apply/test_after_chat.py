@@ -50,7 +50,7 @@ def test_chat_commands_are_not_sent_to_the_model(run):
     is a turn of the conversation (the model answers "ok." to a first turn, "ok again." to a second)."""
     spec, _ = run
     lines = "/help\nsay stone\n/reset\n/hlep\nsay lamp\n/quit\nsay cloud\n"
-    r = subprocess.run(command("chat", spec), input=lines, env=env(), capture_output=True, text=True, timeout=300)
+    r = cli_runs.run(command("chat", spec), input=lines, env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["ok.", "ok."]  # after /reset "say lamp" is a first turn again; nothing after /quit
     assert "commands: /reset forgets the conversation, /quit (or Ctrl-D) ends the chat" in r.stderr

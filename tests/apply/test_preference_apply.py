@@ -190,3 +190,81 @@ def test_a_dpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):
     assert s["status"] == "completed" and s["resumed_from"] is not None
     assert s["results"]["start_step"] >= killed_at and s["progress"]["global_step"] == 12
     assert train_steps(out) == list(range(1, 13))  # no step lost or logged twice
+
+
+def _live(plan):
+    from gpuplan.apply.run import build_trainer
+
+    return build_trainer(plan, progress=False).trainer
+
+
+@pytest.mark.parametrize("objective", ["dpo", "kto"])
+def test_qlora_preference_adapters_train_in_fp32_as_planned(base, tmp_path, objective):
+    """TRL casts a quantized base's trainable parameters to bf16 (trl/trainer/dpo_trainer.py,
+    kto_trainer.py `__init__`); the plan prices fp32 adapters (as peft makes them for SFT), and that
+    is what the built trainer's optimizer gets. This CPU plan has no bf16 at all (as on a T4): TRL
+    cast to bf16 regardless of the plan's precision."""
+    import torch
+
+    base_dir, data = base
+    if objective == "kto":
+        data = write_jsonl(tmp_path / "kto.jsonl", kto_rows())
+    plan = _plan(tmp_path, base_dir, data, method="qlora", objective=objective, steps=1)
+    trainer = _live(plan)
+    trainable = {n: p.dtype for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert set(trainable.values()) == {torch.float32}, trainable
+    trainer.create_optimizer()
+    assert {p.dtype for g in trainer.optimizer.param_groups for p in g["params"]} == {torch.float32}
+
+
+def test_lora_dropout_runs_as_planned_under_dpo_and_the_base_dropout_stays_off(base, tmp_path):
+    """TRL's disable_dropout (default True) zeroes every nn.Dropout (trl/trainer/utils.py
+    disable_dropout_in_model), the adapters' too; the plan says lora.lora_dropout = 0.1 and prices it."""
+    import torch
+
+    base_dir, data = base
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", method="lora", steps=1)
+    spec.write_text(spec.read_text().replace("r = 8\n", "r = 8\nlora_dropout = 0.1\n"))
+    plan = plan_file(spec, environment=ENV)
+    assert plan.value("lora.lora_dropout") == 0.1
+    trainer = _live(plan)
+    drops = {n: m.p for n, m in trainer.model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    adapter = {n: p for n, p in drops.items() if ".lora_dropout." in n}
+    assert adapter and set(adapter.values()) == {0.1}, adapter
+    assert {p for n, p in drops.items() if n not in adapter} <= {0}  # the base model's own dropout: TRL keeps it off
+
+
+def test_a_full_fine_tunes_reference_copy_is_the_policy_so_the_first_rewards_are_zero(base, tmp_path):
+    """fp32 weights under bf16 autocast: TRL builds the reference in the policy's dtype
+    (trl/trainer/dpo_trainer.py: dtype=self.model.dtype); a pure-bf16 copy gave non-zero step-0 margins."""
+    import torch
+
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, steps=1, extra="bf16 = true\n")
+    assert plan.value("training.bf16") is True and plan.value("model.dtype") == "float32"
+    assert plan.value("preference.reference") == "copy"
+    assert "in the policy's dtype" in next(c for c in plan.changes if c.key == "preference.reference").reason
+    trainer = _live(plan)
+    assert {p.dtype for p in trainer.ref_model.parameters()} == {torch.float32}
+    execute(plan, echo=lambda s: None, progress=False)
+    first = _train_lines(plan.value("output.dir"))[0]
+    assert first["rewards/chosen"] == 0 and first["rewards/rejected"] == 0 and first["rewards/margins"] == 0, first
+
+
+def test_gpuplan_eval_of_a_dpo_run_points_at_the_dpo_eval_loss_the_run_logged(base, tmp_path):
+    """gpuplan eval scores next-token loss (after/evaluate.py); a DPO run's eval loss is TRL's DPO loss
+    against the reference, which the run's own eval steps log: refused with that reason, and the fix's
+    file holds it."""
+    base_dir, data = base
+    spec = preference_spec(tmp_path / "dpo.toml", base=base_dir, data=data, out=tmp_path / "run", method="lora", steps=2)
+    spec.write_text(spec.read_text().replace("seq_len = 48\n", "seq_len = 48\neval_fraction = 0.125\n"))
+    assert gpuplan("apply", spec, "--yes").returncode == 0
+    r = gpuplan("eval", spec)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert 'this run trained training.objective = "dpo", whose eval loss is TRL\'s dpo loss against the reference' in r.stderr
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert f'read the dpo eval loss TRL computed at the run\'s eval steps: the "eval" lines of {metrics}' in r.stderr
+    evals = [e for e in map(json.loads, metrics.read_text().splitlines()) if e["event"] == "eval"]
+    assert evals and {"eval_loss", "eval_rewards/margins"} <= set(evals[-1])  # TRL's DPO eval, logged by the run
+    assert "evaluations" not in json.dumps(state(tmp_path / "run"))  # nothing recorded

@@ -153,6 +153,7 @@ def test_init_recognises_preference_pairs_and_says_what_the_spec_does_with_them(
     assert "Read from the rows: preference pairs (prompt, chosen, rejected)" in comments
     raw = tomllib.loads(text)
     assert raw["training"]["objective"] == "dpo" and "trained with DPO" in comments
+    assert raw["training"]["learning_rate"] == 1e-6 and "TRL's default for dpo (DPOConfig), not SFT's 5e-5." in comments
     assert gpuplan("plan", out).returncode == 0
 
 
@@ -167,5 +168,6 @@ def test_init_objective_option_is_written_and_the_spec_plans(tmp_path):
     text = out.read_text()
     assert tomllib.loads(text)["training"]["objective"] == "kto"
     assert "# Set by init --objective kto." in text
+    assert tomllib.loads(text)["training"]["learning_rate"] == 1e-6
     r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--objective", "orpo", "--out", tmp_path / "x.toml")
     assert r.returncode != 0 and "invalid choice" in r.stderr and not (tmp_path / "x.toml").exists()

@@ -133,8 +133,15 @@ def test_the_reference_copy_and_the_doubled_sequences_in_memory():
     sft = Workload(2, 1024, amp="bf16")
     copy = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="copy"))
     pre = estimate_memory(facts, dataclasses.replace(sft, objective="dpo", reference="precomputed"))
-    # the frozen copy: every parameter in the compute dtype (bf16)
-    assert copy.components["weights"] - pre.components["weights"] == 2 * facts.n_params
+    # the frozen copy: every parameter in the policy's dtype (fp32 weights under bf16 autocast), as TRL
+    # builds it (trl/trainer/dpo_trainer.py dtype=self.model.dtype)
+    assert copy.components["weights"] - pre.components["weights"] == 4 * facts.n_params
+    bf16 = dataclasses.replace(sft, weight_dtype="bfloat16", objective="dpo")
+    assert (
+        estimate_memory(facts, dataclasses.replace(bf16, reference="copy")).components["weights"]
+        - estimate_memory(facts, dataclasses.replace(bf16, reference="precomputed")).components["weights"]
+        == 2 * facts.n_params
+    )
     # two sequences per example: about twice SFT's activations at the same per-device batch
     twice = estimate_memory(facts, dataclasses.replace(sft, per_device_batch=4))
     assert pre.components["activations"] == pytest.approx(twice.components["activations"], rel=0.05)
@@ -290,3 +297,97 @@ def test_deepspeed_zero3_shards_the_reference_copy_as_trl_does(tmp_path):
     reason = next(c.reason for c in plan.changes if c.key == "preference.reference")
     assert "sharded over 8 GPUs as TRL shards it under DeepSpeed ZeRO-3: 1.87 GiB per GPU" in reason
     assert not any(s.name == "precomputed reference log-probs" for s in plan.memory.savers)
+
+
+@pytest.mark.parametrize("objective", ["dpo", "kto"])
+def test_the_learning_rate_defaults_to_trls_for_the_objective_and_a_set_one_is_kept(tmp_path, objective):
+    path = _dpo(tmp_path)
+    path.write_text(path.read_text().replace('objective = "dpo"', f'objective = "{objective}"'))
+    plan = plan_file(path, environment=ENV)
+    change = next(c for c in plan.changes if c.key == "training.learning_rate")
+    assert plan.value("training.learning_rate") == 1e-6  # trl/trainer/dpo_config.py, kto_config.py
+    assert change.reason.startswith(f"{objective}: TRL's default learning rate") and "50x" in change.reason
+    path.write_text(path.read_text().replace("max_steps = 100", "max_steps = 100\nlearning_rate = 5e-6"))
+    plan = plan_file(path, environment=ENV)
+    assert plan.value("training.learning_rate") == 5e-6
+    assert not any(c.key == "training.learning_rate" for c in plan.changes)
+
+
+def _kto(tmp_path, *, gpu, seq_len=2048, extra="", loss=""):
+    path = _dpo(tmp_path, method="qlora", gpu=gpu, extra=extra, preference=loss)
+    text = path.read_text().replace('objective = "dpo"', 'objective = "kto"').replace("seq_len = 2048", f"seq_len = {seq_len}")
+    path.write_text(text)
+    return path
+
+
+def test_kto_never_plans_a_per_device_batch_of_one(tmp_path):
+    """TRL's KTOTrainer refuses a per-device batch of 1 ("Actual (not effective) batch size must be > 1",
+    trl/trainer/kto_trainer.py): the fit search does not choose it, and a spec that sets it is refused."""
+    # 8B QLoRA KTO at 8192 tokens on a 4090: batch 1 would fit, batch 2 does not
+    with pytest.raises(PlanError) as e:
+        plan_file(_kto(tmp_path, gpu="RTX-4090", seq_len=8192), environment=ENV)
+    assert "does not fit: needs" in _errors(e)[0].summary and "at per-device batch 2" in _errors(e)[0].summary
+    with pytest.raises(PlanError) as e:
+        plan_file(_kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 1"), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "training.per_device_train_batch_size" and "needs a per-device batch of at least 2" in d.summary
+    assert d.fix == "set training.per_device_train_batch_size = 2"
+    plan = plan_file(_kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 2"), environment=ENV)  # the fix, followed
+    assert plan.value("training.per_device_train_batch_size") == 2
+    # apo_zero_unpaired computes no KL term: TRL runs it at batch 1
+    plan = plan_file(_kto(tmp_path, gpu="RTX-4090", seq_len=8192, loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
+    assert plan.value("training.per_device_train_batch_size") == 1
+
+
+@pytest.mark.parametrize("loss,words", [("exo_pair", "TRL's DPOTrainer refuses 0.0"), ("robust", "exactly the sigmoid loss")])
+def test_losses_that_need_label_smoothing_are_refused_not_run_as_something_else(tmp_path, loss, words):
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, preference=f'loss_type = "{loss}"'), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "preference.loss_type" and words in d.summary and d.fix == 'set preference.loss_type = "sigmoid"'
+    assert plan_file(_dpo(tmp_path, preference='loss_type = "sigmoid"'), environment=ENV)  # the fix, followed
+
+
+def test_rows_with_a_plain_prompt_and_message_answers_are_refused_at_plan_and_by_init(tmp_path):
+    """UltraFeedback's layout: TRL reads one field to decide the row's form (trl/data_utils.py
+    is_conversational) and then fails on the others; refused with the fix, init writes no spec."""
+    from tests.helpers.cli_runs import gpuplan
+
+    rows = [
+        dict(r, chosen=[{"role": "assistant", "content": r["chosen"]}], rejected=[{"role": "assistant", "content": r["rejected"]}])
+        for r in pairs(4)
+    ]
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    with pytest.raises(PlanError) as e:
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]\nformat = "chat"\nchat_template = "chatml"'), environment=ENV)
+    (d,) = _errors(e)
+    assert (
+        d.summary
+        == f"data.train_files[0]: 4 of 4 dpo rows in {data} mixes plain text and lists of messages across its fields (rows 0, 1, 2, 3)"
+    )
+    assert d.fix.startswith('write every field of a row in one form: the prompt as a list of messages ([{"role": "user"')
+    out = tmp_path / "init.toml"
+    r = gpuplan("init", LLAMA_1B, "--gpu", "A100-80GB", "--data", data, "--out", out)
+    assert r.returncode == 1 and "mixes plain text and lists of messages" in r.stderr and not out.exists()
+    assert "Traceback" not in r.stderr
+
+
+def test_conversational_rows_under_the_text_format_plan_as_chat(tmp_path):
+    """TRL renders conversational rows with the chat template whatever data.format says
+    (trl/data_utils.py maybe_apply_chat_template); the plan says chat, so generate / chat / samples
+    prompt through the same template (after/prompting.py reads data.format)."""
+    from tests.helpers.preference_rows import conversational
+
+    data = write_jsonl(tmp_path / "chat.jsonl", conversational(pairs(4)))
+    with pytest.raises(PlanError) as e:  # a config-only spec: no tokenizer, so no template to render them
+        plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]'), environment=ENV)
+    (d,) = _errors(e)
+    assert d.key == "data.format" and "4 dpo rows are conversational" in d.summary
+    assert d.fix == 'set data.format = "chat" and data.chat_template = "chatml"'
+    plan = plan_file(_dpo(tmp_path, data=f'train_files = ["{data}"]\nchat_template = "chatml"'), environment=ENV)
+    assert plan.value("data.format") == "chat"
+    change = next(c for c in plan.changes if c.key == "data.format")
+    assert change.reason.startswith("4 dpo rows are conversational (lists of messages): TRL renders them with the chat template")
+    text = write_jsonl(tmp_path / "plain.jsonl", pairs(4))
+    plan = plan_file(_dpo(tmp_path, data=f'train_files = ["{text}"]'), environment=ENV)
+    assert plan.value("data.format") == "text" and not any(c.key == "data.format" for c in plan.changes)

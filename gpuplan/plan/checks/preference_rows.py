@@ -3,12 +3,12 @@
 DPO rows are TRL's paired format, prompt / chosen / rejected; KTO rows its unpaired
 format, prompt / completion / label (trl/data_utils.py; TRL's dataset formats guide). Each
 field is plain text or, conversational, a list of {role, content} messages (data.format =
-"chat", rendered by the chat template). A row cannot be used when a field is missing or
-of the wrong type, when chosen / rejected / completion is empty, when a KTO label is not a
-boolean, or when the prompt has more tokens than preference.max_prompt_length (no room
-left for the answer). `plan` reports them with their count and first row numbers; `apply`
-runs the same check with the run's tokenizer before it writes anything. Nothing is
-silently dropped.
+"chat", rendered by the chat template), all fields of a row in the same form. A row cannot
+be used when a field is missing or of the wrong type, when it mixes plain text and messages,
+when chosen / rejected / completion is empty, when a KTO label is not a boolean, or when the
+prompt has more tokens than preference.max_prompt_length (no room left for the answer).
+`plan` reports them with their count and first row numbers; `apply` runs the same check
+with the run's tokenizer before it writes anything. Nothing is silently dropped.
 
 Pure Python (json), no torch: plan reads local .jsonl / .json files; other formats and Hub
 datasets are checked by apply, which has the rows.
@@ -27,6 +27,14 @@ from gpuplan.plan.objectives import Objective
 from gpuplan.plan.types import Diagnostic
 
 SHOWN_ROWS = 5  # row numbers listed per problem
+# TRL 1.16 decides whether a row is conversational from one of its fields, whichever a set yields first
+# (trl/data_utils.py is_conversational: example_keys.pop()), then renders every field that one way: a row
+# with a plain-text prompt and message-list answers is tokenized as neither and the trainer fails.
+MIXED = "mixes plain text and lists of messages across its fields"
+MIXED_FIX = (
+    'write every field of a row in one form: the prompt as a list of messages ([{"role": "user", "content": ...}]) '
+    "and each answer as the assistant's turn(s) only, or all of them as plain text"
+)
 
 
 @dataclass
@@ -84,7 +92,11 @@ def check_rows(
         if not all(isinstance(v, str) or _is_messages(v) for v in values):
             report.add("holds a field that is neither text nor a list of {role, content} messages", i)
             continue
-        if any(isinstance(v, list) for v in values):
+        kinds = {isinstance(v, list) for v in values}
+        if len(kinds) > 1:  # UltraFeedback's layout: a plain prompt, message-list answers
+            report.add(MIXED, i)
+            continue
+        if True in kinds:
             report.conversational += 1
         empty = [f for f in answers if _empty(row[f])]
         if empty:
@@ -147,11 +159,12 @@ def report_diagnostics(report: RowReport, key: str, where: str, obj: Objective) 
     out = []
     for problem, n in report.problems.items():
         rows = ", ".join(str(r) for r in report.first[problem]) + (", ..." if n > SHOWN_ROWS else "")
-        fix = (
-            "raise preference.max_prompt_length, or shorten or remove those rows"
-            if "max_prompt_length" in problem
-            else f"fix or remove those rows: a {obj.name} row has {' / '.join(obj.example_fields)}"
-        )
+        if "max_prompt_length" in problem:
+            fix = "raise preference.max_prompt_length, or shorten or remove those rows"
+        elif problem == MIXED:
+            fix = MIXED_FIX
+        else:
+            fix = f"fix or remove those rows: a {obj.name} row has {' / '.join(obj.example_fields)}"
         out.append(
             Diagnostic(
                 "error",

@@ -75,6 +75,7 @@ class FitProblem:
     gemm_multiple: int = 1  # tensor_core_multiple: what GEMM dimensions should be a multiple of
     host_limit_bytes: int | None = None  # usable host RAM per node, when known (plan/fit/host_memory.py)
     ranks_per_node: int = 1
+    min_batch: int = 1  # the smallest per-device batch the trainer runs (objectives.py min_per_device_batch)
 
 
 @dataclass(frozen=True)
@@ -123,13 +124,15 @@ def _saver_steps(p: FitProblem, sharding: Sharding) -> list[tuple[tuple[str, ...
 
 
 def batch_candidates(p: FitProblem) -> list[int]:
-    """Per-device batches that split samples_per_device exactly, largest first."""
+    """Per-device batches that split samples_per_device exactly, largest first; none below
+    min_batch unless nothing else splits it."""
     s = p.samples_per_device
     if p.user_batch is not None and p.user_accumulation is not None:
         return [p.user_batch]
     if p.user_accumulation is not None:
         return [s // p.user_accumulation]
-    return divisors(s)
+    runnable = [b for b in divisors(s) if b >= p.min_batch]
+    return runnable or divisors(s)  # none: the fit rule refuses the batch (rules/memory.py)
 
 
 def divisors(n: int) -> list[int]:

@@ -23,7 +23,7 @@ from gpuplan.plan.fit.savers import SAVERS
 from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.inputs.target import target_packages
 from gpuplan.plan.methods import METHODS
-from gpuplan.plan.objectives import objective
+from gpuplan.plan.objectives import min_per_device_batch, objective
 from gpuplan.plan.rules.base_dtype import frozen_base_dtype
 from gpuplan.plan.rules.common import (
     FIT_METHOD,
@@ -177,6 +177,7 @@ def fit(ctx: Resolver) -> None:
         shardings=sharding_candidates(ctx.spec, asked, cpu=gpu.is_cpu),
         host_limit_bytes=host_limit(ctx),
         ranks_per_node=ctx.spec("hardware.count"),
+        min_batch=min_per_device_batch(ctx.spec("training.objective"), ctx.spec("preference.loss_type")),
     )
     asked = ctx.spec("model.method")
     shardings = problem.shardings
@@ -207,8 +208,33 @@ def fit(ctx: Resolver) -> None:
     else:
         ctx.keep("model.dtype")
     ctx.set_internal(NO_FIT, None)
-    if not sol.fits:
+    if min(sol.per_device_batch, user_b or sol.per_device_batch) < problem.min_batch:
+        _report_small_batch(ctx, problem, world)
+    elif not sol.fits:
         _report_no_fit(ctx, problem, sol, method)
+
+
+def _report_small_batch(ctx: Resolver, p: FitProblem, world: int) -> None:
+    """A per-device batch below what the objective's trainer runs (KTO: 2), with the key that made it."""
+    need = p.min_batch
+    name = ctx.spec("training.objective")
+    why = (
+        f'training.objective = "{name}" with preference.loss_type = "{ctx.get("preference.loss_type")}" needs a '
+        f"per-device batch of at least {need}: its KL term pairs each completion with another example's in the "
+        "same micro-batch (TRL's KTOTrainer refuses 1)"
+    )
+    if p.user_batch is not None:
+        key, value = "training.per_device_train_batch_size", p.user_batch
+        fix = f"set training.per_device_train_batch_size = {need}" + (
+            f" and training.gradient_accumulation_steps = {max(1, p.samples_per_device // need)}" if p.user_accumulation is not None else ""
+        )
+    elif p.user_accumulation is not None:
+        key, value = "training.gradient_accumulation_steps", p.user_accumulation
+        fix = 'set training.gradient_accumulation_steps = "auto"'
+    else:
+        key, value = "training.effective_batch_size", ctx.spec("training.effective_batch_size")
+        fix = f"set training.effective_batch_size = {need * world}"
+    ctx.error(key, f"{key} = {value} gives a per-device batch of 1: {why}", fix=fix)
 
 
 def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
@@ -302,6 +328,8 @@ RULES = (
             "spec:quantization.bnb_4bit_quant_type",
             "spec:quantization.bnb_4bit_use_double_quant",
             "spec:training.objective",
+            "spec:preference.loss_type",
+            "preference.loss_type",
             "spec:preference.reference",
             "spec:preference.reference_model",
             "preference.max_length",

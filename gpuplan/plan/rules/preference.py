@@ -1,13 +1,14 @@
 """Preference objectives (training.objective = "dpo" | "kto"): TRL's settings, the reference, the rows.
 
-- preference.settings: beta and loss_type default to TRL 1.16's (DPOConfig / KTOConfig: beta
-  0.1; loss sigmoid for DPO, kto for KTO), a loss_type TRL does not name is an error with the
+- preference.settings: beta, loss_type and training.learning_rate default to TRL 1.16's
+  (DPOConfig / KTOConfig: beta 0.1; loss sigmoid for DPO, kto for KTO; learning_rate 1e-6, not
+  the Trainer's 5e-5; a learning rate the spec sets is kept), a loss_type TRL does not name is an error with the
   closest one; max_length (prompt + answer per sequence) defaults to data.seq_len and
   max_prompt_length to max_length - 1 (a prompt must leave room for one answer token); the
   rows are checked (plan/checks/preference_rows.py).
 - preference.reference: which reference the fit used (memory.fit calls `reference_for` and
   `fit_with_reference`): LoRA / QLoRA disable their adapters (peft), full fine-tuning keeps
-  a frozen copy in the compute dtype, or precomputes the reference log-probs when the copy
+  a frozen copy in the policy's dtype (as TRL builds it), or precomputes the reference log-probs when the copy
   would need a memory saver (the first saver: the same reference forwards, run once per
   example before training, and no copy held).
 An sft plan reads none of [preference]: each key is kept as the spec has it.
@@ -24,21 +25,42 @@ from typing import Any
 from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.plan.estimate.memory.preference import compute_bytes, reference_bytes
+from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
+# Losses that run as named only with DPOConfig.label_smoothing > 0 (trl/trainer/dpo_config.py, default 0.0),
+# which no spec key sets: refused rather than run as something else.
+NEEDS_LABEL_SMOOTHING = {
+    "exo_pair": "needs label_smoothing > 0 (TRL's DPOTrainer refuses 0.0: \"Label smoothing must be greater than "
+    "0.0 when using 'exo_pair' loss\"), which gpuplan does not set",
+    "robust": "with label_smoothing 0 (TRL's default; gpuplan does not set it) is exactly the sigmoid loss: "
+    "-((1 - e) log s(bx) - e log s(-bx)) / (1 - 2e) at e = 0, so robust DPO would not run",
+}
+
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
+_WRITES = (*_KEYS, "training.learning_rate", "data.format")
 
 
 def settings(ctx: Resolver) -> None:
     obj = objective(ctx.spec("training.objective"))
     if not obj.is_preference:
-        for key in _KEYS:
+        for key in _WRITES:
             ctx.keep(key)
         return
+    if ctx.is_user("training.learning_rate"):
+        ctx.keep("training.learning_rate")
+    else:
+        ctx.resolve(
+            "training.learning_rate",
+            obj.default_learning_rate,
+            f"{obj.name}: TRL's default learning rate (trl {obj.config_class}: {obj.default_learning_rate:g}); "
+            f"the SFT default {ctx.spec('training.learning_rate'):g} moves the policy away from the reference "
+            f"{ctx.spec('training.learning_rate') / obj.default_learning_rate:.0f}x faster",
+        )
     beta = ctx.spec("preference.beta")
     if beta is None:
         ctx.resolve(
@@ -64,6 +86,15 @@ def settings(ctx: Resolver) -> None:
             f"preference.loss_type = {loss!r} is not a {obj.config_class} loss{hint}",
             detail="allowed: " + ", ".join(obj.loss_types),
             fix=f'set preference.loss_type = "{close[0] if close else obj.default_loss}"',
+        )
+        ctx.keep("preference.loss_type")
+    elif loss in NEEDS_LABEL_SMOOTHING:
+        ctx.error(
+            "preference.loss_type",
+            f'preference.loss_type = "{loss}" {NEEDS_LABEL_SMOOTHING[loss]}',
+            detail="TRL reads label_smoothing for it (trl/trainer/dpo_trainer.py _compute_loss); gpuplan has no key for "
+            "it, so TRL's default 0.0 would run",
+            fix=f'set preference.loss_type = "{obj.default_loss}"',
         )
         ctx.keep("preference.loss_type")
     else:
@@ -116,10 +147,39 @@ def settings(ctx: Resolver) -> None:
             f"{obj.name} rows are {' / '.join(obj.example_fields)}, not instruction rows",
             fix='set data.format = "text" (plain fields) or "chat" (lists of messages)',
         )
-    _check_data(ctx, obj, prompt)
+    conversational = _check_data(ctx, obj, prompt)
+    if conversational and ctx.spec("data.format") == "text":
+        _conversational_format(ctx, obj, conversational)
+    else:
+        ctx.keep("data.format")
 
 
-def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
+def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
+    """Conversational rows under data.format = "text": TRL renders them with the tokenizer's chat template
+    whatever data.format says (trl/data_utils.py maybe_apply_chat_template, when is_conversational), so the
+    run is a chat run, and generate / chat / samples must prompt through the same template
+    (after/prompting.py reads data.format)."""
+    source = ctx.spec("model.name_or_path") if not ctx.spec("model.from_scratch") else None
+    if ctx.spec("data.chat_template") is None and (source is None or (os.path.isdir(source) and not _has_chat_template(source))):
+        where = "the byte-level tokenizer of a model trained from scratch" if source is None else f"the tokenizer in {source}"
+        ctx.error(
+            "data.format",
+            f"{rows} {obj.name} rows are conversational (lists of messages) and {where} has no chat template to render them",
+            fix='set data.format = "chat" and data.chat_template = "chatml"',
+        )
+        ctx.keep("data.format")
+        return
+    ctx.resolve(
+        "data.format",
+        "chat",
+        f"{rows} {obj.name} rows are conversational (lists of messages): TRL renders them with the chat template, "
+        "so generate, chat and the samples prompt through it too",
+    )
+
+
+def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
+    """Report the unusable rows of the local files; returns how many rows are conversational."""
+    conversational = 0
     source = ctx.spec("model.name_or_path")
     byte_level = bool(ctx.spec("model.from_scratch")) or source is None
     tok_file = os.path.join(source, "tokenizer.json") if source and os.path.isdir(source) else None
@@ -130,6 +190,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
             if rows is None:
                 continue  # missing files: plan/checks/data_files.py; other formats: apply checks them
             report = check_rows(rows, obj, max_prompt, count)
+            conversational += report.conversational
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
             if report.prompts_unmeasured and not report.unusable:
                 ctx.note(
@@ -139,6 +200,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> None:
                     "directory): apply measures them against preference.max_prompt_length "
                     "before it writes anything",
                 )
+    return conversational
 
 
 def reference_for(ctx: Resolver, method: str) -> Reference:
@@ -189,11 +251,11 @@ def reference(ctx: Resolver) -> None:
     assert problem is not None  # memory.fit sets it beside its solution
     base = problem.base
     ref = base.reference
-    gib = ctx.facts.n_params * compute_bytes(base) / 2**30
+    gib = ctx.facts.n_params * reference_element_bytes(base) / 2**30
     run = dataclasses.replace(solve_workload(problem, sol.per_device_batch, sol.knobs), reference="copy")
     per_gpu, on_host = reference_bytes(ctx.facts, run)
     sharded = ""
-    if per_gpu + on_host < ctx.facts.n_params * compute_bytes(base):  # trl/models/utils.py prepare_deepspeed / prepare_fsdp
+    if per_gpu + on_host < ctx.facts.n_params * reference_element_bytes(run):  # trl/models/utils.py prepare_deepspeed / prepare_fsdp
         engine = "DeepSpeed ZeRO-3" if run.engine == "deepspeed" else "FSDP full_shard"
         where = f"{per_gpu / 2**30:.2f} GiB per GPU" + (f" ({on_host / 2**30:.2f} GiB offloaded to host RAM)" if on_host else "")
         sharded = f", sharded over {run.shard_world_size} GPUs as TRL shards it under {engine}: {where}"
@@ -212,10 +274,10 @@ def reference(ctx: Resolver) -> None:
     elif asked == "model":
         why = (
             f"a separate frozen model ({ctx.spec('preference.reference_model')}), counted as the policy's "
-            f"architecture in the compute dtype ({gib:.1f} GiB){sharded}"
+            f"architecture in {'the policy' if method == 'full' else 'the compute'} dtype ({gib:.1f} GiB){sharded}"
         )
     else:
-        why = f"full fine-tuning: a frozen copy of the starting weights in the compute dtype ({gib:.1f} GiB){sharded}"
+        why = f"full fine-tuning: a frozen copy of the starting weights in the policy's dtype ({gib:.1f} GiB){sharded}"
     path = ctx.spec("preference.reference_model")
     if asked == "model" and not os.path.isfile(os.path.join(path, "config.json")):
         ctx.error(
@@ -239,6 +301,7 @@ RULES = (
         "preference.settings",
         reads=(
             "spec:training.objective",
+            "spec:training.learning_rate",
             "spec:preference.beta",
             "spec:preference.loss_type",
             "spec:preference.max_length",
@@ -246,6 +309,7 @@ RULES = (
             "spec:data.seq_len",
             "spec:model.task",
             "spec:data.format",
+            "spec:data.chat_template",
             "spec:data.train_files",
             "spec:data.eval_files",
             "spec:model.name_or_path",
@@ -254,9 +318,9 @@ RULES = (
             "spec:training.use_liger_kernel",
             "spec:training.activation_offloading",
         ),
-        writes=_KEYS,
+        writes=_WRITES,
         apply=settings,
-        doc="dpo / kto: TRL's beta and loss defaults, max lengths, the rows checked.",
+        doc="dpo / kto: TRL's beta, loss and learning-rate defaults, max lengths, the rows checked.",
     ),
     Rule(
         "preference.reference",

@@ -49,9 +49,17 @@ def compute_bytes(wl: Workload) -> int:
     return 2 if wl.amp is not None else DTYPE_BYTES[wl.weight_dtype]
 
 
+def reference_element_bytes(wl: Workload) -> int:
+    """Bytes per parameter of the frozen reference (reference = copy). Full fine-tuning: the policy's
+    dtype, as TRL 1.16 builds it (trl/trainer/dpo_trainer.py: the reference is loaded with
+    dtype=self.model.dtype), so both run the same weights under the same autocast and the step-0
+    rewards are 0. Beside adapters (a separate reference model): the compute dtype, as the frozen base."""
+    return DTYPE_BYTES[wl.weight_dtype] if wl.adapters is None else compute_bytes(wl)
+
+
 def reference_bytes(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
     """(on the GPU, in host RAM) of the frozen reference copy's weights (reference = copy): every
-    parameter in the compute dtype, on every GPU, except where TRL shards it with the policy.
+    parameter in reference_element_bytes, on every GPU, except where TRL shards it with the policy.
 
     DeepSpeed ZeRO-3: trl/models/utils.py prepare_deepspeed initialises the reference with the
     policy's ZeRO config, keeping stage 3 ("If ZeRO-3 is used, we shard both the active and
@@ -69,7 +77,7 @@ def reference_bytes(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
     resharding after forward, and no backward follows): the full copy, as counted."""
     if wl.reference != "copy":
         return 0, 0
-    cb = compute_bytes(wl)
+    cb = reference_element_bytes(wl)
     n = max(wl.shard_world_size, 1)
     full = facts.n_params * cb
     if n > 1 and wl.zero_stage == 3 and wl.engine == "deepspeed":
