@@ -171,20 +171,47 @@ def _trainable(model: Any) -> int:
     return trainable_params(model)
 
 
+def _wrapper_name(fn: Any) -> str | None:
+    """"loss_chunk" / "activation_offload" for the forwards chunked_loss.install and activation_offload.install
+    define (told apart by their code's file: functools.wraps copies __module__ and __qualname__)."""
+    import os
+
+    from . import activation_offload, chunked_loss
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    files = {os.path.abspath(chunked_loss.__file__): "loss_chunk", os.path.abspath(activation_offload.__file__): "activation_offload"}
+    return files.get(os.path.abspath(code.co_filename)) if code.co_name == "forward" else None
+
+
 def _forward_wrappers(model: Any) -> list[str]:
     """The gpuplan forward wrappers still installed on the CausalLM, outermost first (chunked_loss.py,
     activation_offload.py set an instance `forward` made with functools.wraps; a library that replaces
     `model.forward` afterwards cuts the chain)."""
-    names = {"gpuplan.apply.chunked_loss": "loss_chunk", "gpuplan.apply.activation_offload": "activation_offload"}
     out = []
     fn = _base(model).__dict__.get("forward")
-    while fn is not None:
-        name = names.get(getattr(fn, "__module__", ""))
-        if name is None:
-            break
+    while fn is not None and (name := _wrapper_name(fn)) is not None:
         out.append(name)
         fn = getattr(fn, "__wrapped__", None)
     return out
+
+
+def _chunk_of(model: Any) -> int | None:
+    """The chunk size the installed chunked-loss forward closes over (chunked_loss.install)."""
+    import inspect
+
+    fn = _base(model).__dict__.get("forward")
+    while fn is not None and _wrapper_name(fn) != "loss_chunk":
+        fn = getattr(fn, "__wrapped__", None)
+    return None if fn is None else inspect.getclosurevars(fn).nonlocals.get("chunk")
+
+
+def _batch_size(dataloader: Any) -> int | None:
+    """Examples per micro-batch of the DataLoader (accelerate's DataLoaderShard keeps torch's fields)."""
+    sampler = getattr(dataloader, "batch_sampler", None)
+    size = getattr(sampler, "batch_size", None)
+    return size if size is not None else getattr(dataloader, "batch_size", None)
 
 
 def _liger(model: Any) -> bool:
@@ -247,8 +274,11 @@ class _Checks:
         self.checks.append(Check(key, planned, live() if callable(live) else live))
 
 
-def run_checks(plan: Plan, trainer: Any, stage: str, tokens: dict[str, Any] | None = None) -> tuple[list[Check], list[str]]:
-    """Every check of `stage` on the live `trainer` (its model, optimizer, scheduler, collator)."""
+def run_checks(
+    plan: Plan, trainer: Any, stage: str, tokens: dict[str, Any] | None = None, dataloader: Any = None
+) -> tuple[list[Check], list[str]]:
+    """Every check of `stage` on the live `trainer` (its model, optimizer, scheduler, collator) and, at
+    train-begin, the training DataLoader the loop iterates."""
     import trl  # noqa: F401  (the objective's trainer classes)
 
     from . import preference
@@ -288,7 +318,8 @@ def run_checks(plan: Plan, trainer: Any, stage: str, tokens: dict[str, Any] | No
     c.add("model.attn_implementation", p.wl("attn_implementation", "model.attn_implementation"), lambda: base.config._attn_implementation)
 
     # the batch
-    c.add("training.per_device_train_batch_size", p.wl("per_device_batch", "training.per_device_train_batch_size", int), trainer.args.per_device_train_batch_size)
+    batch = _batch_size(dataloader) if dataloader is not None else trainer._train_batch_size
+    c.add("training.per_device_train_batch_size", p.wl("per_device_batch", "training.per_device_train_batch_size", int), batch)
     c.add("training.gradient_accumulation_steps", p.wl("gradient_accumulation_steps", "training.gradient_accumulation_steps", int), trainer.args.gradient_accumulation_steps)
     c.add("hardware.world_size", plan.world_size, trainer.args.world_size)
     c.add("training.autocast", p.amp or "no", lambda: trainer.accelerator.mixed_precision)
@@ -299,12 +330,13 @@ def run_checks(plan: Plan, trainer: Any, stage: str, tokens: dict[str, Any] | No
     wrappers = [w for w, on in (("activation_offload", offload), ("loss_chunk", chunk > 0)) if on]
     c.add("model.forward_wrappers", wrappers, lambda: _forward_wrappers(model))
     if chunk:
-        c.add("training.loss_chunk_size", chunk, lambda: getattr(base, "_gpuplan_loss_chunk_size", None))
+        c.add("training.loss_chunk_size", chunk, lambda: _chunk_of(model))
     c.add("training.use_liger_kernel", bool(p.wl("liger_kernel", "training.use_liger_kernel", bool)), lambda: _liger(model))
 
     # data
     planned_collator, packing = _planned_collator(plan, obj)
-    c.add("data.collator", planned_collator, _collator_name(trainer.data_collator))
+    collate = getattr(dataloader, "collate_fn", None) if dataloader is not None else trainer.data_collator
+    c.add("data.collator", planned_collator, _collator_name(collate))
     if obj.is_preference:
         c.add("data.packing", False, lambda: bool(getattr(trainer.args, "padding_free", False)))
     else:
@@ -431,9 +463,11 @@ def _optimizer_checks(c: _Checks, plan: Plan, trainer: Any, kwargs: dict[str, An
     opt = _unwrap_optimizer(trainer.optimizer)
     groups = opt.param_groups
     c.add("training.optim", [cls.__name__, bool(okw.get("fused", False))], [type(opt).__name__, bool(groups[0].get("fused", False))])
-    c.add("training.learning_rate", [float(plan.value("training.learning_rate"))], sorted({float(g.get("initial_lr", g["lr"])) for g in groups}))
+    # LambdaLR sets every step's lr from base_lrs (torch/optim/lr_scheduler.py): they are the live peak lr
+    base_lrs = getattr(trainer.lr_scheduler, "base_lrs", None) or [g.get("initial_lr", g["lr"]) for g in groups]
+    c.add("training.learning_rate", [float(plan.value("training.learning_rate"))], sorted({float(x) for x in base_lrs}))
     if "betas" in okw:
-        c.add("training.adam_betas", list(okw["betas"]), sorted({tuple(g["betas"]) for g in groups})[0] if len({tuple(g["betas"]) for g in groups}) == 1 else [tuple(g["betas"]) for g in groups])
+        c.add("training.adam_betas", [list(okw["betas"])], sorted({tuple(g.get("betas", ())) for g in groups}))
     wd = float(plan.value("training.weight_decay"))
     c.add("training.weight_decay", wd, max(float(g.get("weight_decay", 0.0)) for g in groups))
     trainable = {id(q) for q in trainer.model.parameters() if q.requires_grad}
@@ -492,9 +526,9 @@ def tokens_of(tokenizer: Any) -> dict[str, Any]:
     return _tokens(tokenizer)
 
 
-def audit(plan: Plan, trainer: Any, stage: str, log: AuditLog, tokens: dict[str, Any] | None = None) -> None:
+def audit(plan: Plan, trainer: Any, stage: str, log: AuditLog, tokens: dict[str, Any] | None = None, dataloader: Any = None) -> None:
     """Run `stage`'s checks, record them in `log`; AuditError naming every key that differs."""
-    checks, skipped = run_checks(plan, trainer, stage, tokens)
+    checks, skipped = run_checks(plan, trainer, stage, tokens, dataloader)
     log.record(stage, checks, skipped)
     bad = [c for c in checks if not c.ok]
     if bad:
@@ -514,8 +548,8 @@ def callback(plan: Plan, log: AuditLog, tokens: dict[str, Any] | None) -> Any:
     class AuditCallback(TrainerCallback):
         trainer: Any = None
 
-        def on_train_begin(self, args, state, control, **kwargs):
+        def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
             if self.trainer is not None:
-                audit(plan, self.trainer, TRAIN_BEGIN, log, tokens)
+                audit(plan, self.trainer, TRAIN_BEGIN, log, tokens, train_dataloader)
 
     return AuditCallback()
