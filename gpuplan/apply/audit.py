@@ -271,7 +271,12 @@ class _Checks:
         if planned is _SKIP:
             self.skipped.append(key)
             return
-        self.checks.append(Check(key, planned, live() if callable(live) else live))
+        if callable(live):
+            try:
+                live = live()
+            except Exception as e:  # noqa: BLE001 - a live object without the attribute differs from the plan
+                live = f"unreadable ({type(e).__name__}: {e})"
+        self.checks.append(Check(key, planned, live))
 
 
 def run_checks(
@@ -348,7 +353,6 @@ def run_checks(
     if obj.is_preference:
         c.add("preference.beta", float(plan.value("preference.beta")), lambda: float(trainer.beta))
         c.add("preference.loss_type", [plan.value("preference.loss_type")], lambda: _loss_types(trainer))
-        c.add("preference.max_length", int(plan.value("preference.max_length")), lambda: trainer.args.max_length)
         _reference_checks(c, plan, p, trainer)
 
     if stage == TRAIN_BEGIN:

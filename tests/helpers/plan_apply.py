@@ -140,13 +140,13 @@ def _toml(v: Any) -> str:
     return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
 
 
-def spec_text(case: Case, base: str, data_file: str, data_keys: dict[str, Any], out: Path) -> str:
+def spec_text(case: Case, base: str, data_file: str, data_keys: dict[str, Any], out: Path, max_steps: int = 1) -> str:
     model: dict[str, Any] = {"name_or_path": base, "method": "lora" if case.method == "dora" else case.method}
     training: dict[str, Any] = {
         "objective": case.objective,
         "effective_batch_size": case.effective_batch_size,
         "learning_rate": 1e-3,
-        "max_steps": 1,
+        "max_steps": max_steps,
         "logging_steps": 1,
         "save_steps": 1000,
         "seed": 0,
@@ -186,6 +186,20 @@ class Outcome:
 def _clear(errors: Any) -> bool:
     """A clear refusal: every error has a summary, and names a key or the spec."""
     return bool(errors) and all(d.summary and (d.key or "spec" in d.summary or "data" in d.summary) for d in errors)
+
+
+def plan_case(case: Case, directory: Path, base: str, max_steps: int = 1) -> Any:
+    """The real planner's plan of the case's spec (PlanError when refused)."""
+    from gpuplan.plan.build import plan_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    data_file, data_keys = write_data(case, directory)
+    spec = directory / "spec.toml"
+    spec.write_text(spec_text(case, base, data_file, data_keys, directory / "run", max_steps))
+    return plan_file(spec, environment=ENV)
+
+
+SFT = Case("sft", "full", "text", False, 0, False, "adamw_torch", "fp32", 0.0, 4)
 
 
 def run(case: Case, directory: Path, base: str) -> Outcome:
