@@ -240,11 +240,13 @@ def test_another_accumulation_is_caught(tmp_path, base):
 
 
 def test_a_world_size_the_process_does_not_have_is_caught(tmp_path, base):
-    """A plan for 2 processes run as one (no torchrun): one rank would train half the planned batch."""
+    """A plan for 2 processes audited against a run of one (TrainingArguments itself refuses a 2-process
+    plan outside torchrun, so the live side is a real 1-process Trainer): one rank would train half the batch."""
     plan = _plan(tmp_path, base)
-    plan = dataclasses.replace(plan, settings={**plan.settings, "hardware.count": dataclasses.replace(plan.settings["hardware.count"], value=2)})
+    prepared = _build(plan)
+    two = dataclasses.replace(plan, settings={**plan.settings, "hardware.count": dataclasses.replace(plan.settings["hardware.count"], value=2)})
     with pytest.raises(audit.AuditError, match=r"hardware.world_size: planned 2, live 1"):
-        _build(plan)
+        audit.audit(two, prepared.trainer, audit.BUILD, audit.AuditLog())
 
 
 def test_mixed_precision_switched_on_is_caught(tmp_path, base):
@@ -292,11 +294,39 @@ def test_a_replaced_forward_drops_the_activation_offload(tmp_path):
     _refused(prepared, "model.forward_wrappers", at_begin=_replace_forward)
 
 
-def test_liger_kernels_the_plan_did_not_ask_for_are_caught(tmp_path, base):
-    pytest.importorskip("liger_kernel")
-    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+_LIGER = """
+import sys, types
+from pathlib import Path
+from gpuplan.apply import audit
+from gpuplan.apply.run import build_trainer
+from gpuplan.plan.types import Plan
+import json
+plan = Plan.from_dict(json.loads(Path(sys.argv[1]).read_text()))
+trainer = build_trainer(plan, progress=False).trainer
+trainer.args.use_liger_kernel = True  # Trainer.train() applies Liger to the live model (trainer.py train)
+try:
+    trainer.train()
+except audit.AuditError as e:
+    print(e.message)
+    sys.exit(3)
+"""
 
-    _refused(_build(_plan(tmp_path, base)), "training.use_liger_kernel", at_begin=lambda t: _apply_liger_kernel_to_instance(model=_base_of(t)))
+
+def test_liger_kernels_the_plan_did_not_ask_for_are_caught(tmp_path, base):
+    """In a subprocess: Liger's instance patch also swaps transformers' module-level classes
+    (liger_kernel/transformers/monkey_patch.py), which would leak into every later test."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("liger_kernel")
+    from tests.helpers.apply_plans import REPO
+
+    plan_json = tmp_path / "plan.json"
+    plan_json.write_text(json.dumps(_plan(tmp_path, base).to_dict()))
+    proc = subprocess.run([sys.executable, "-c", _LIGER, str(plan_json)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "(train-begin" in proc.stdout and "training.use_liger_kernel: planned False, live True" in proc.stdout, proc.stdout
 
 
 # ---- checkpointing -------------------------------------------------------------------------------------
