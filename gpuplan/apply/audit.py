@@ -172,7 +172,7 @@ def _trainable(model: Any) -> int:
 
 
 def _wrapper_name(fn: Any) -> str | None:
-    """"loss_chunk" / "activation_offload" for the forwards chunked_loss.install and activation_offload.install
+    """ "loss_chunk" / "activation_offload" for the forwards chunked_loss.install and activation_offload.install
     define (told apart by their code's file: functools.wraps copies __module__ and __qualname__)."""
     import os
 
@@ -220,7 +220,12 @@ def _liger(model: Any) -> bool:
     fwd = lm.__dict__.get("forward") or type(lm).forward
     if str(getattr(getattr(fwd, "__func__", fwd), "__module__", "")).startswith("liger_kernel"):
         return True
-    return any(type(m).__module__.startswith("liger_kernel") or "forward" in m.__dict__ and str(getattr(m.forward, "__module__", "")).startswith("liger_kernel") for m in lm.modules())
+    return any(
+        type(m).__module__.startswith("liger_kernel")
+        or "forward" in m.__dict__
+        and str(getattr(m.forward, "__module__", "")).startswith("liger_kernel")
+        for m in lm.modules()
+    )
 
 
 def _checkpointing(model: Any) -> tuple[bool, bool | None]:
@@ -298,7 +303,11 @@ def run_checks(
 
     # what is trained
     c.add("training.objective", obj.trainer_class if obj.is_preference else "Trainer", _objective_class(trainer, obj))
-    c.add("model.trainable_params", plan.model.trainable_params if plan.model.trainable_params is not None else _SKIP, lambda: _trainable(model))
+    c.add(
+        "model.trainable_params",
+        plan.model.trainable_params if plan.model.trainable_params is not None else _SKIP,
+        lambda: _trainable(model),
+    )
     trainable = [q for q in model.parameters() if q.requires_grad]
     # adapters in fp32 whatever the base dtype (plan/estimate/memory/adapters.py: autocast_adapter_dtype)
     c.add("model.trainable_dtype", _planned_trainable_dtypes(plan, p), lambda: _dtypes(trainable))
@@ -325,7 +334,11 @@ def run_checks(
     # the batch
     batch = _batch_size(dataloader) if dataloader is not None else trainer._train_batch_size
     c.add("training.per_device_train_batch_size", p.wl("per_device_batch", "training.per_device_train_batch_size", int), batch)
-    c.add("training.gradient_accumulation_steps", p.wl("gradient_accumulation_steps", "training.gradient_accumulation_steps", int), trainer.args.gradient_accumulation_steps)
+    c.add(
+        "training.gradient_accumulation_steps",
+        p.wl("gradient_accumulation_steps", "training.gradient_accumulation_steps", int),
+        trainer.args.gradient_accumulation_steps,
+    )
     c.add("hardware.world_size", plan.world_size, trainer.args.world_size)
     c.add("training.autocast", p.amp or "no", lambda: trainer.accelerator.mixed_precision)
 
@@ -386,11 +399,15 @@ def _objective_class(trainer: Any, obj: Any) -> str:
     if obj.is_preference:
         cls = getattr(trl, obj.trainer_class)
         return obj.trainer_class if isinstance(trainer, cls) else type(trainer).__name__
-    return "Trainer" if isinstance(trainer, Trainer) and not isinstance(trainer, (trl.DPOTrainer, trl.KTOTrainer)) else type(trainer).__name__
+    return (
+        "Trainer" if isinstance(trainer, Trainer) and not isinstance(trainer, (trl.DPOTrainer, trl.KTOTrainer)) else type(trainer).__name__
+    )
 
 
 def _uses_dora(model: Any) -> bool:
-    return any(bool(getattr(m, "use_dora", {}).get("default", False)) for m in model.modules() if isinstance(getattr(m, "use_dora", None), dict))
+    return any(
+        bool(getattr(m, "use_dora", {}).get("default", False)) for m in model.modules() if isinstance(getattr(m, "use_dora", None), dict)
+    )
 
 
 def _loss_types(trainer: Any) -> list[str]:
@@ -476,7 +493,11 @@ def _optimizer_checks(c: _Checks, plan: Plan, trainer: Any, kwargs: dict[str, An
     c.add("training.weight_decay", wd, max(float(g.get("weight_decay", 0.0)) for g in groups))
     trainable = {id(q) for q in trainer.model.parameters() if q.requires_grad}
     in_groups = [q for g in groups for q in g["params"]]
-    c.add("optimizer.param_groups", [len(trainable), 0], [len({id(q) for q in in_groups} & trainable), sum(id(q) not in trainable for q in in_groups)])
+    c.add(
+        "optimizer.param_groups",
+        [len(trainable), 0],
+        [len({id(q) for q in in_groups} & trainable), sum(id(q) not in trainable for q in in_groups)],
+    )
     steps = trainer.state.max_steps
     dummy = _dummy_optimizer(float(plan.value("training.learning_rate")))
     sched = get_scheduler(args.lr_scheduler_type, dummy, num_warmup_steps=args.get_warmup_steps(steps), num_training_steps=steps)
@@ -541,7 +562,7 @@ def audit(plan: Plan, trainer: Any, stage: str, log: AuditLog, tokens: dict[str,
             f"gpuplan bug: the live run differs from its plan ({stage}, {len(bad)} of {len(checks)} checks): {diffs}",
             key=bad[0].key,
             fix="this is not a mistake in the spec: report it as a gpuplan bug with gpuplan-state.json "
-            '(its results.audit lists every check); no optimizer step was taken',
+            "(its results.audit lists every check); no optimizer step was taken",
         )
 
 

@@ -66,7 +66,6 @@ def build_trainer(
     from gpuplan.hub.fetch import model_dir
 
     from . import audit
-
     from .checkpoints import marker_callback
     from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
     from .data import PreparedData, cache_dir, prepare_data

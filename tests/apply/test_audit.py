@@ -244,7 +244,9 @@ def test_a_world_size_the_process_does_not_have_is_caught(tmp_path, base):
     plan outside torchrun, so the live side is a real 1-process Trainer): one rank would train half the batch."""
     plan = _plan(tmp_path, base)
     prepared = _build(plan)
-    two = dataclasses.replace(plan, settings={**plan.settings, "hardware.count": dataclasses.replace(plan.settings["hardware.count"], value=2)})
+    two = dataclasses.replace(
+        plan, settings={**plan.settings, "hardware.count": dataclasses.replace(plan.settings["hardware.count"], value=2)}
+    )
     with pytest.raises(audit.AuditError, match=r"hardware.world_size: planned 2, live 1"):
         audit.audit(two, prepared.trainer, audit.BUILD, audit.AuditLog())
 

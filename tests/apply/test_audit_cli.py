@@ -15,7 +15,6 @@ pytestmark = pytest.mark.slow
 from tests.helpers.cli_runs import gpuplan, state  # noqa: E402
 from tests.helpers.plan_apply import SFT, random_base, spec_text, write_data  # noqa: E402
 
-
 CASE = dataclasses.replace(SFT, method="lora", gradient_checkpointing=True)
 
 

@@ -20,6 +20,8 @@ SEED = 74
 
 class KnownCause(Exception):
     """The case failed from the cause its xfail names (any other failure fails the test)."""
+
+
 CASES = plan_apply.cases(4, SEED)
 
 

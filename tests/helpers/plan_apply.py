@@ -98,6 +98,8 @@ def known_defect(case: Case) -> int | str | None:
         return NEW_SFT_FIELDS
     if preference and case.data == "text":
         return NEW_TEXT_ROWS
+    if case.objective == "kto" and case.effective_batch_size == 1:
+        return 7  # TRL's KTOTrainer refuses a per-device batch of 1 (trl/trainer/kto_trainer.py)
     if preference and case.method == "qlora":
         return 1  # TRL casts the adapters to bf16 on a quantized base (trl/trainer/dpo_trainer.py, kto_trainer.py)
     if preference and case.method != "full" and case.lora_dropout > 0:
@@ -157,9 +159,7 @@ def write_data(case: Case, directory: Path) -> tuple[str, dict[str, Any]]:
         return write_jsonl(directory / "pref.jsonl", kto_rows(32) if kto else pairs(32)), {}
     rows = conversational(pairs(32))
     if kto:
-        rows = [
-            {"prompt": r["prompt"], "completion": r[side], "label": side == "chosen"} for r in rows for side in ("chosen", "rejected")
-        ]
+        rows = [{"prompt": r["prompt"], "completion": r[side], "label": side == "chosen"} for r in rows for side in ("chosen", "rejected")]
     return write_jsonl(directory / "pref-conv.jsonl", rows), {"format": "chat", "chat_template": "chatml"}
 
 
