@@ -52,7 +52,7 @@ def main() -> int:
     wall = time.perf_counter() - start
     counts = collections.Counter(o.result for o in outcomes)
     failed = [o for o in outcomes if o.result == "failed"]
-    by_cause = collections.Counter(f"defect {o.known_defect}" if o.known_defect else _first_line(o.detail) for o in failed)
+    by_cause = collections.Counter(_cause(o.known_defect) if o.known_defect else "unknown: " + _first_line(o.detail) for o in failed)
     if args.json:
         Path(args.json).write_text(json.dumps([o.to_dict() for o in outcomes], indent=1))
     rows = ["| outcome | cases |", "|---|---:|"] + [f"| {k} | {counts.get(k, 0)} |" for k in ("refused", "applied", "failed")]
@@ -65,9 +65,18 @@ def main() -> int:
         "succeeded and apply did not.\n\n" + "\n".join(rows) + ("\n\n" + "\n".join(causes) if failed else "")
     )
     if not args.no_record:
-        write_section("plan_apply_fuzz", "Randomized plan -> apply", body)
+        write_section(
+            "plan_apply_fuzz",
+            "Randomized plan -> apply",
+            body,
+            command=f"python benchmarks/plan_apply_fuzz.py --cases {args.cases} --seed {args.seed}",
+        )
     print(body)
     return 1 if any(o.known_defect is None for o in failed) else 0
+
+
+def _cause(cause: int | str) -> str:
+    return f"issue 30 defect {cause}" if isinstance(cause, int) else cause
 
 
 def _first_line(detail: str) -> str:
