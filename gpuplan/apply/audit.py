@@ -245,6 +245,12 @@ def _four_bit(model: Any) -> list[Any]:
     return [m for m in model.modules() if type(m).__name__ == "Linear4bit" and type(m).__module__.startswith("bitsandbytes")]
 
 
+def _quant_state(m: Any) -> Any:
+    """The QuantState a Linear4bit dequantizes with: its weight's, or under FSDP (a DTensor shard, no
+    attribute) the copy bitsandbytes keeps on the module (nn/modules.py fix_4bit_weight_quant_state_from_module)."""
+    return getattr(m.weight, "quant_state", None) or m.quant_state
+
+
 def _adapter_dropouts(model: Any) -> list[float]:
     out = set()
     for m in model.modules():
@@ -326,9 +332,9 @@ def run_checks(
         quant = ad.quant_type if ad is not None else plan.value("quantization.bnb_4bit_quant_type")
         compute = ad.compute_dtype if ad is not None else plan.value("quantization.bnb_4bit_compute_dtype")
         double = ad.double_quant if ad is not None else plan.value("quantization.bnb_4bit_use_double_quant")
-        c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({m.weight.quant_type for m in four}))
+        c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({_quant_state(m).quant_type for m in four}))
         c.add("quantization.bnb_4bit_compute_dtype", [compute], lambda: sorted({str(m.compute_dtype).removeprefix("torch.") for m in four}))
-        c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(m.weight.quant_state.nested) for m in four}))
+        c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(_quant_state(m).nested) for m in four}))
     c.add("model.attn_implementation", p.wl("attn_implementation", "model.attn_implementation"), lambda: base.config._attn_implementation)
 
     # the batch

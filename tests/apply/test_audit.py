@@ -173,8 +173,7 @@ def _four_bit(t):
 
 def test_another_4bit_quant_type_is_caught(qlora_plan):
     def fp4(t):
-        _four_bit(t)[0].weight.quant_type = "fp4"
-        _four_bit(t)[0].weight.quant_state.quant_type = "fp4"
+        _four_bit(t)[0].weight.quant_state.quant_type = "fp4"  # what dequantize_4bit reads
 
     _refused(_build(qlora_plan), "quantization.bnb_4bit_quant_type", before=fp4)
 
