@@ -185,26 +185,33 @@ def _wrapper_name(fn: Any) -> str | None:
     return files.get(os.path.abspath(code.co_filename)) if code.co_name == "forward" else None
 
 
-def _forward_wrappers(model: Any) -> list[str]:
-    """The gpuplan forward wrappers still installed on the CausalLM, outermost first (chunked_loss.py,
-    activation_offload.py set an instance `forward` made with functools.wraps; a library that replaces
-    `model.forward` afterwards cuts the chain)."""
-    out = []
+def _forward_chain(model: Any) -> list[Any]:
+    """The instance forward of the CausalLM and every function it wraps (functools' __wrapped__), outermost
+    first. accelerate wraps it for mixed precision (accelerator.py prepare_model: autocast and
+    convert_outputs_to_fp32, both functools-wrapped), and still calls what it wrapped; a library that
+    replaces `forward` instead (Liger's MethodType) leaves no path to gpuplan's wrappers."""
+    out: list[Any] = []
     fn = _base(model).__dict__.get("forward")
-    while fn is not None and (name := _wrapper_name(fn)) is not None:
-        out.append(name)
+    while fn is not None and len(out) < 64:
+        fn = getattr(fn, "__func__", fn)
+        out.append(fn)
         fn = getattr(fn, "__wrapped__", None)
     return out
+
+
+def _forward_wrappers(model: Any) -> list[str]:
+    """gpuplan's forward wrappers (chunked_loss.py, activation_offload.py) still on the CausalLM, outermost first."""
+    return [n for n in map(_wrapper_name, _forward_chain(model)) if n is not None]
 
 
 def _chunk_of(model: Any) -> int | None:
     """The chunk size the installed chunked-loss forward closes over (chunked_loss.install)."""
     import inspect
 
-    fn = _base(model).__dict__.get("forward")
-    while fn is not None and _wrapper_name(fn) != "loss_chunk":
-        fn = getattr(fn, "__wrapped__", None)
-    return None if fn is None else inspect.getclosurevars(fn).nonlocals.get("chunk")
+    for fn in _forward_chain(model):
+        if _wrapper_name(fn) == "loss_chunk":
+            return inspect.getclosurevars(fn).nonlocals.get("chunk")
+    return None
 
 
 def _batch_size(dataloader: Any) -> int | None:
