@@ -275,6 +275,19 @@ def test_a_replaced_forward_drops_the_chunked_loss(tmp_path, base):
     _refused(prepared, "model.forward_wrappers", at_begin=_replace_forward)
 
 
+def test_the_chunked_loss_inside_accelerates_autocast_wrapper_passes(tmp_path, base):
+    """Under mixed precision accelerate wraps the forward in autocast (accelerator.py prepare_model) and still
+    calls the chunked loss inside: in place, not replaced (the fuzz found the audit stopping such a run)."""
+    plan = _plan(tmp_path, base, max_steps=1, loss_chunk_size=16, precision="bf16-amp")
+    assert plan.value("training.bf16") is True
+    prepared = _build(plan)
+    prepared.trainer.train()
+    assert prepared.trainer.state.global_step == 1 and not prepared.audit.differences
+    begin = {c.key: c for c in prepared.audit.stages["train-begin"]}
+    assert begin["training.autocast"].live == "bf16" and begin["model.forward_wrappers"].live == ["loss_chunk"]
+    assert len(audit._forward_chain(prepared.trainer.model)) > 1  # accelerate's wrapper around gpuplan's
+
+
 def test_another_chunk_size_is_caught(tmp_path, base):
     from gpuplan.apply.chunked_loss import install
 
