@@ -44,6 +44,7 @@ class Prepared:
     data: PreparedData
     metrics: MetricsCallback
     samples_per_step: int
+    audit: Any = None  # audit.AuditLog: the live run read back against the plan
 
 
 def samples_per_step(plan: Plan) -> int:
@@ -62,16 +63,20 @@ def build_trainer(
     resuming: bool = False,
     extra_callbacks: list[Any] | None = None,
     live: Any = None,
+    audit_log: Any = None,
 ) -> Prepared:
     """Tokenizer, data, model, TrainingArguments and Trainer, all from the plan.
 
     With `progress` (a terminal) the steps show on one progress line (progress_line.py; `live`,
     made here if not given), else MetricsCallback echoes a step line per log. Either way the Trainer
-    prints nothing itself: no tqdm bar (disable_tqdm, convert.py) and no PrinterCallback dicts."""
+    prints nothing itself: no tqdm bar (disable_tqdm, convert.py) and no PrinterCallback dicts.
+    The built Trainer is audited against the plan (audit.py) here and again at on_train_begin;
+    a difference raises AuditError. `audit_log` (an audit.AuditLog) receives the record."""
     from transformers import PrinterCallback, ProgressCallback, Trainer, set_seed
 
     from gpuplan.hub.fetch import model_dir
 
+    from . import audit
     from .checkpoints import marker_callback
     from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
     from .data import PreparedData, cache_dir, prepare_data
@@ -88,6 +93,8 @@ def build_trainer(
         from_scratch=bool(plan.value("model.from_scratch")),
         trust_remote_code=bool(plan.value("model.trust_remote_code")),
     )
+    tokens = audit.tokens_of(tokenizer)  # what the live tokenizer is held to (audit.py)
+    log = audit_log if audit_log is not None else audit.AuditLog()
     say = echo or (lambda line: None)
     pref = preference.objective_of(plan)
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/preference.py)
@@ -146,7 +153,17 @@ def build_trainer(
         from .fsdp_cpu import trainer_class
 
         trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
-    callbacks = [metrics, marker_callback(), *(extra_callbacks or []), *filter(None, [injected_oom_callback(), keep_offload])]
+    # the audit before metrics: its on_train_begin stops the run before metrics.jsonl is started; after
+    # keep_offload, whose on_train_begin puts the offload back around the forward Liger replaced
+    auditor = audit.callback(plan, log, tokens)
+    callbacks = [
+        *filter(None, [keep_offload]),
+        auditor,
+        metrics,
+        marker_callback(),
+        *(extra_callbacks or []),
+        *filter(None, [injected_oom_callback()]),
+    ]
     if pref.is_preference:
         trainer = preference.build(
             plan, model, tokenizer, data.train, data.eval, training_arguments_kwargs(plan, progress=progress), callbacks
@@ -165,7 +182,9 @@ def build_trainer(
     # the Trainer's own display: `{'loss': ...}` dicts (PrinterCallback, or ProgressCallback.on_log under its bar)
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    return Prepared(trainer, model, tokenizer, data, metrics, per_step)
+    audit.audit(plan, trainer, audit.BUILD, log, tokens)
+    auditor.trainer = trainer
+    return Prepared(trainer, model, tokenizer, data, metrics, per_step, log)
 
 
 def tied_names(model: Any) -> dict[str, str]:
@@ -259,9 +278,14 @@ def execute(
     base = fingerprint.base_files(plan)  # later commands refuse a base that changed since (after/)
     attempt = Attempt()
     stop = GracefulStop()
+    from .audit import AuditLog
+
+    audit_log = AuditLog()  # the last attempt's audit (audit.py); state.json holds it, failed or not
 
     def partial_results() -> dict[str, Any]:
         res: dict[str, Any] = {"device": device, "world_size": world_size(), **peak_memory(device), "base_files": base}
+        if audit_log.stages:
+            res["audit"] = audit_log.to_dict()
         if attempt.prepared is not None:
             m = attempt.prepared.metrics
             res.update(train_loss_first=m.first_loss, train_loss_last=m.last_loss, global_step=attempt.prepared.trainer.state.global_step)
@@ -277,6 +301,7 @@ def execute(
             resuming=resume_from is not None,
             extra_callbacks=[stop.callback(), *samples.callbacks(plan, echo)],
             live=live,
+            audit_log=audit_log,
         )
 
     try:
@@ -311,6 +336,7 @@ def execute(
             "plan_trainable_params": plan.model.trainable_params,
             "merged_model_dir": merged_dir,
             "base_files": base,
+            "audit": audit_log.to_dict(),
         }
         if adapters.method(plan) == "qlora":
             results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
