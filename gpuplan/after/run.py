@@ -75,11 +75,11 @@ def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
     recorded = state.get("plan", {}).get("spec_path")
     if recorded and os.path.isfile(recorded):
         try:
-            settings = spec_settings(recorded)
+            current: dict[str, Any] | None = spec_settings(recorded)
         except GpuplanError:  # the spec was edited into one that no longer loads: the run's own plan
-            settings = None
-        if settings is not None and os.path.realpath(str(settings["output.dir"].value)) == os.path.realpath(target):
-            return recorded, target, settings
+            current = None
+        if current is not None and os.path.realpath(str(current["output.dir"].value)) == os.path.realpath(target):
+            return recorded, target, current
     return recorded or target, target, None
 
 

@@ -425,7 +425,7 @@ def _uses_dora(model: Any) -> bool:
 
 def _loss_types(trainer: Any) -> list[str]:
     types = getattr(trainer, "loss_types", None) or getattr(trainer, "loss_type", None)
-    return list(types) if isinstance(types, (list, tuple)) else [types]
+    return list(types) if isinstance(types, (list, tuple)) else [str(types)]
 
 
 def _packed(ds: Any) -> bool:

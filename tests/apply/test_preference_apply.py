@@ -106,12 +106,6 @@ def test_dpo_lora_against_a_separate_reference_model_uses_that_model(base, tmp_p
     assert abs(first["model"]["rewards/chosen"]) > 1e-3 and abs(first["model"]["rewards/rejected"]) > 1e-3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ApplyError,
-    reason="issue 30 defect 1: TRL casts the adapters to bf16 on a quantized base (trl/trainer/dpo_trainer.py); "
-    "the audit stops the run (model.trainable_dtype: planned ['float32'], live ['bfloat16'])",
-)
 def test_dpo_qlora_trains_the_adapters_on_a_4bit_base(base, tmp_path):
     base_dir, data = base
     plan = _plan(tmp_path, base_dir, data, method="qlora", lr="1e-2", steps=4)
