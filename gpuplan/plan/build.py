@@ -14,6 +14,7 @@ known architecture (tests/plan/test_plan_imports.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
+from gpuplan.plan.checks.data_fields import data_field_problems
 from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.engine.graph import Node, rule_order, writers
 from gpuplan.plan.engine.resolver import Resolver
@@ -36,6 +38,7 @@ from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
 from gpuplan.plan.plan_parts import cost_section, memory_section, step_advice, trainable_section, with_communication
 from gpuplan.plan.rules import ALL_RULES
+from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
 from gpuplan.plan.sections import HardwareSection, ModelSection
 from gpuplan.plan.types import Plan, PlanError, Setting
@@ -85,8 +88,12 @@ def walk(settings: dict[str, Setting], gpu: GPUProfile, facts: ModelFacts, *, en
 
 
 def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) -> None:
-    """Whole-plan checks that are not rules: the files the run will read."""
+    """Whole-plan checks that are not rules: the files the run will read, and the fields it reads from their rows."""
     ctx.diagnostics.extend(data_file_problems({k: settings[k].value for k in PATH_LIST_KEYS}, str(loaded.path.parent)))
+    values = {k: s.value for k, s in settings.items() if k.startswith("data.") or k in ("model.task", "training.objective")}
+    source = settings["model.name_or_path"].value if not settings["model.from_scratch"].value else None
+    template = settings["data.chat_template"].value is not None or (source is not None and not (os.path.isdir(source) and not _has_chat_template(source)))
+    ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=not template))
 
 
 def plan_spec(

@@ -177,6 +177,21 @@ def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
     )
 
 
+# datasets' text builder (apply/data.py BUILDERS) reads these as one "text" field per line: no preference
+# row can be written in them, and apply refuses them (apply/preference.py check_rows: every row "has no prompt / ...").
+PLAIN_TEXT = (".txt", ".text")
+
+
+def _plain_text_file(ctx: Resolver, obj, key: str, path: str) -> None:
+    fields = " / ".join(obj.example_fields)
+    ctx.error(
+        key,
+        f"{key}: {path} is a plain-text file (datasets reads each line as one \"text\" field), so it holds no "
+        f"{obj.name} rows: a {obj.name} row has {fields}",
+        fix=f'list a .jsonl file of {fields} rows in {key.split("[")[0]}, or set training.objective = "sft" to train on the text',
+    )
+
+
 def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
     """Report the unusable rows of the local files; returns how many rows are conversational."""
     conversational = 0
@@ -186,6 +201,9 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
     count = plain_prompt_counter(tok_file, byte_level)
     for key in ("data.train_files", "data.eval_files"):
         for i, path in enumerate(ctx.spec(key) or []):
+            if os.path.splitext(path)[1].lower() in PLAIN_TEXT:
+                _plain_text_file(ctx, obj, f"{key}[{i}]", path)
+                continue
             rows = read_json_rows(path) if os.path.isfile(path) else None
             if rows is None:
                 continue  # missing files: plan/checks/data_files.py; other formats: apply checks them
