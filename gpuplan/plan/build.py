@@ -92,8 +92,11 @@ def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) ->
     ctx.diagnostics.extend(data_file_problems({k: settings[k].value for k in PATH_LIST_KEYS}, str(loaded.path.parent)))
     values = {k: s.value for k, s in settings.items() if k.startswith("data.") or k in ("model.task", "training.objective")}
     source = settings["model.name_or_path"].value if not settings["model.from_scratch"].value else None
-    template = settings["data.chat_template"].value is not None or (source is not None and not (os.path.isdir(source) and not _has_chat_template(source)))
-    ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=not template))
+    # as chat_checks decides it (rules/chat_data.py): no template set, and none in the tokenizer
+    no_template = settings["data.chat_template"].value is None and (
+        source is None or (os.path.isdir(source) and not _has_chat_template(source))
+    )
+    ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=no_template))
 
 
 def plan_spec(

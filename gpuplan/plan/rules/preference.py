@@ -186,7 +186,7 @@ def _plain_text_file(ctx: Resolver, obj, key: str, path: str) -> None:
     fields = " / ".join(obj.example_fields)
     ctx.error(
         key,
-        f"{key}: {path} is a plain-text file (datasets reads each line as one \"text\" field), so it holds no "
+        f'{key}: {path} is a plain-text file (datasets reads each line as one "text" field), so it holds no '
         f"{obj.name} rows: a {obj.name} row has {fields}",
         fix=f'list a .jsonl file of {fields} rows in {key.split("[")[0]}, or set training.objective = "sft" to train on the text',
     )
