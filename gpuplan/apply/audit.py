@@ -134,6 +134,17 @@ class Planned:
     def compute_dtype(self) -> str:
         return {"bf16": "bfloat16", "fp16": "float16"}.get(self.amp or "", self.weight_dtype)
 
+    @property
+    def reference_dtype(self) -> str:
+        """The frozen reference's dtype as the plan prices it (memory/preference.py reference_element_bytes):
+        a full fine-tune's copy in the policy's dtype, as TRL builds it (trl/trainer/dpo_trainer.py
+        dtype=self.model.dtype), so fp32 weights under bf16 autocast keep an fp32 copy; a separate
+        reference beside adapters in the compute dtype, as the frozen base."""
+        from .adapters import uses_adapters
+
+        adapters = self.workload.adapters is not None if self.workload is not None else uses_adapters(self.plan)
+        return self.compute_dtype if adapters else self.weight_dtype
+
     def engine(self) -> str:
         """What wraps the model, as engine.engine_of names it."""
         world = self.plan.world_size
@@ -480,8 +491,7 @@ def _reference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any) -> None:
         live = "model" if path and path == plan.get("preference.reference_model") else "copy"
     c.add("preference.reference", planned, live)
     if ref is not None:
-        # a frozen model in the compute dtype (plan/rules/preference.py, Workload.reference)
-        c.add("preference.reference_dtype", [p.compute_dtype], lambda: _dtypes(ref.parameters()))
+        c.add("preference.reference_dtype", [p.reference_dtype], lambda: _dtypes(ref.parameters()))
         c.add("preference.reference_frozen", True, lambda: not any(q.requires_grad for q in ref.parameters()))
 
 

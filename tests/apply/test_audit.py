@@ -476,6 +476,17 @@ def test_a_reference_in_another_dtype_is_caught(dpo_full):
     _refused(_build(dpo_full), "preference.reference_dtype", before=lambda t: t.ref_model.to(torch.bfloat16))
 
 
+def test_a_full_dpo_reference_copy_under_bf16_autocast_is_read_in_the_policys_fp32(tmp_path, base):
+    """The plan prices a full fine-tune's reference copy in the policy's dtype (memory/preference.py
+    reference_element_bytes, as trl/trainer/dpo_trainer.py builds it); the audit read it against the
+    compute dtype and stopped a correct run at build (found by benchmarks/plan_apply_fuzz.py, seed 0)."""
+    plan = _plan(tmp_path, base, objective="dpo", data="preference", precision="bf16-amp")
+    assert plan.value("preference.reference") == "copy" and plan.value("training.bf16")
+    prepared = _build(plan)  # the build-stage audit raises on a difference
+    assert {p.dtype for p in prepared.trainer.ref_model.parameters()} == {torch.float32}
+    assert not prepared.audit.differences
+
+
 def test_a_reference_that_trains_is_caught(dpo_full):
     _refused(_build(dpo_full), "preference.reference_frozen", before=lambda t: t.ref_model.requires_grad_(True))
 
