@@ -191,11 +191,15 @@ def test_a_gpu_plan_applied_on_a_cpu_leaves_nothing_behind(tmp_path):
 def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    # data without the text field (plan checks files exist, not their columns): an apply that
-    # gets past the lock fails at once, before training
+    # parquet data without the text field (plan reads the first rows of .jsonl / .json / .csv files
+    # only, plan/checks/data_fields.py; apply reads the parquet's columns): an apply that gets past
+    # the lock fails at once, before training
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     spec = tiny_spec(tmp_path / "tiny.toml", out)
-    (tmp_path / "none.jsonl").write_text('{"body": "no text field"}\n')
-    spec.write_text(spec.read_text().replace(str(tiny_spec.__globals__["CORPUS"]), str(tmp_path / "none.jsonl")))
+    pq.write_table(pa.table({"body": ["no text field"]}), tmp_path / "none.parquet")
+    spec.write_text(spec.read_text().replace(str(tiny_spec.__globals__["CORPUS"]), str(tmp_path / "none.parquet")))
     host, since = socket.gethostname(), "2026-01-02T03:04:05+00:00"
     holder = subprocess.Popen(["sleep", "60"])
     try:
