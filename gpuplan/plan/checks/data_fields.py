@@ -50,11 +50,14 @@ def _toml(v: Any) -> str:
 
 
 def _fix(rows: list[Any], key: str, present: list[str], path: str, chat_template_missing: bool) -> str:
-    """Keys that read these rows, from detect_format; else: name one of the fields present."""
+    """Keys that read these rows, from detect_format; else (and for the label): name one of the fields present."""
+    pick = f"set {key} to one of the fields the rows have ({', '.join(present)}), or rename the rows' fields"
+    if key == "data.label_field":
+        return pick
     try:
         fmt = detect_format(rows, path)
     except GpuplanError:
-        return f"set {key} to one of the fields the rows have ({', '.join(present)}), or rename the rows' fields"
+        return pick
     values = dict(fmt.values)
     if values.get("data.format") == "chat" and chat_template_missing:
         values["data.chat_template"] = "chatml"
