@@ -24,7 +24,6 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
-from gpuplan.plan.checks.data_fields import data_field_problems
 from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.engine.graph import Node, rule_order, writers
 from gpuplan.plan.engine.resolver import Resolver
@@ -42,6 +41,7 @@ from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
 from gpuplan.plan.sections import HardwareSection, ModelSection
 from gpuplan.plan.types import Plan, PlanError, Setting
+from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.load import LoadedSpec, load_toml, table
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec

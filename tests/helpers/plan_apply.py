@@ -90,7 +90,7 @@ def known_defect(case: Case) -> int | str | None:
     # defects 1 (bf16 adapters under QLoRA), 2 (TRL's disable_dropout) and 7 (KTO at batch 1) are fixed:
     # the audit now passes on those cases, and the plan refuses KTO at batch 1. The two causes this fuzz
     # found besides (SFT on preference rows: no such field data.text_field / messages_field; DPO / KTO
-    # on a .txt file) are plan-time refusals now (plan/checks/data_fields.py, plan/rules/preference.py).
+    # on a .txt file) are plan-time refusals now (spec/data_fields.py, plan/rules/preference.py).
     del case
     return None
 

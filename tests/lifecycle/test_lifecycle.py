@@ -192,7 +192,7 @@ def test_the_run_lock_names_its_holder_and_breaks_only_when_dead(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     # parquet data without the text field (plan reads the first rows of .jsonl / .json / .csv files
-    # only, plan/checks/data_fields.py; apply reads the parquet's columns): an apply that gets past
+    # only, spec/data_fields.py; apply reads the parquet's columns): an apply that gets past
     # the lock fails at once, before training
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -1,6 +1,6 @@
 """The plan refuses data that apply cannot read with the spec's data keys (issue 30's randomized
 plan -> apply found both): SFT rows without the field data.text_field / messages_field names
-(gpuplan/plan/checks/data_fields.py), and a preference objective on a plain-text file
+(gpuplan/spec/data_fields.py), and a preference objective on a plain-text file
 (gpuplan/plan/rules/preference.py). Each refusal names the key and the fields, and its fix,
 followed, plans."""
 

@@ -1,7 +1,6 @@
 """Checks of a whole plan that are not rules: the data files on disk, run-length advice.
 
-data_files.py  the files the run will read exist
-data_fields.py the first rows of an SFT run's local files hold the fields the spec names
+data_files.py  the files the run will read exist (their rows' fields: spec/data_fields.py)
 advice.py      whole-plan advice (a long run, auto resolved to the CPU)
 fixed_costs.py when fixed costs dominate the step: the larger batch or packing that amortises them
 """

@@ -6,14 +6,14 @@ data.label_field from each row (apply/data.py _check_field, apply/chat.py format
 refuses a field that no row has ("no such field"). Preference pairs (prompt / chosen /
 rejected) under the default SFT objective and data.text_field = "text" used to plan and
 then fail that way; the plan now reads the first rows of local .jsonl / .json / .csv files
-(spec/data_format.py read_rows, SAMPLE_ROWS of them: cheap, whatever the file's size) and
+(data_format.py read_rows, SAMPLE_ROWS of them: cheap, whatever the file's size) and
 refuses a field none of them has, naming the fields they do have and the keys that read
-them (spec/data_format.py detect_format, the one place that maps row shapes to data.* keys).
+them (data_format.py detect_format, the one place that maps row shapes to data.* keys).
 A .txt file's one field is always "text" (datasets' text builder; apply reads it whatever
 data.text_field says), parquet files and Hub datasets are checked by apply, which has the rows.
 
 Preference objectives read their own fields (plan/checks/preference_rows.py), so this check
-is for SFT only. Stdlib only: no torch.
+is for SFT only. Called by plan/build.py check with the spec's settings. Stdlib only: no torch.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuplan.errors import GpuplanError
-from gpuplan.plan.types import Diagnostic
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.spec.data_format import detect_format, read_rows
 
 READ = (".jsonl", ".json", ".csv")  # the files whose first rows the plan reads (stdlib)
