@@ -2,7 +2,7 @@
 
 A script is a benchmarks/*.py file with a `__main__` block, found by glob: a new script is
 covered without touching this file (it then fails until RESULT names the line its quick run
-prints). Each runs as users run it (`python benchmarks/NAME.py --quick`) in a fresh process,
+prints). Each runs as users run it (`python benchmarks/<script> --quick`) in a fresh process,
 with TMPDIR set to the test's own directory so the temporary files it makes are the test's.
 The others (results.py, published_rows.py) are modules the scripts import.
 
