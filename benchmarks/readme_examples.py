@@ -35,6 +35,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 STORE: Path | None = None  # the calibration store of main()'s runs (the tests' runs keep their own)
+# Where the example commands run: the checkout when regenerating the docs; a test's sandbox (a copy
+# of specs/ whose /tmp/gpuplan-runs output dirs point inside it, see sandbox()) when checking them,
+# so a test writes nothing into the checkout (init's runs/llama-4090.toml) or the shared temp dir (the
+# two-node apply's launch plan).
+WORKDIR: Path = REPO
+SHIPPED_RUNS = "/tmp/gpuplan-runs/"  # the output dirs the shipped specs name
 
 
 def doc_files() -> list[Path]:
@@ -153,7 +159,13 @@ def run(args: tuple[str, ...], fails: bool = False) -> str:
     if STORE is not None:
         env["GPUPLAN_CALIBRATION_FILE"] = str(STORE)
     r = subprocess.run(
-        [sys.executable, "-m", "gpuplan", *args], cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800
+        [sys.executable, "-m", "gpuplan", *args],
+        cwd=WORKDIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=1800,
     )
     if r.returncode != (1 if fails else 0):
         raise SystemExit(f"gpuplan {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
@@ -169,14 +181,26 @@ def relative_to_checkout(text: str) -> str:
     if STORE is not None:
         text = text.replace(str(STORE), "~/.cache/gpuplan/calibration.jsonl")
     text = text.replace(str(prices_path()), "~/.config/gpuplan/prices.toml")
+    if WORKDIR != REPO:
+        text = text.replace(f"{WORKDIR}/gpuplan-runs/", SHIPPED_RUNS).replace(f"{WORKDIR}/", "")
     return text.replace(f"{sys.executable} ", "python ").replace(f"{REPO}/", "").replace(f"{Path.home()}/", "~/")
+
+
+def sandbox(tmp: Path) -> Path:
+    """A copy of specs/ under `tmp` whose shipped output dirs are under `tmp` too; run the examples there
+    (WORKDIR = the returned folder) and they print what they print in the checkout."""
+    shutil.copytree(REPO / "specs", tmp / "specs")
+    (tmp / "runs").mkdir()
+    for spec in (tmp / "specs").glob("*.toml"):
+        spec.write_text(spec.read_text(encoding="utf-8").replace(SHIPPED_RUNS, f"{tmp}/gpuplan-runs/"), encoding="utf-8")
+    return tmp
 
 
 def example_lines(name: str) -> list[str]:
     ex = EXAMPLES[name]
     out = run(ex.args, ex.fails)
     if ex.file:
-        out = (REPO / ex.file).read_text(encoding="utf-8")
+        out = (WORKDIR / ex.file).read_text(encoding="utf-8")
     lines = ex.select(relative_to_checkout(out))
     return ([f"$ gpuplan {' '.join(ex.args)}"] if ex.prompt else []) + lines
 

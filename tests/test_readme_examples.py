@@ -56,7 +56,8 @@ def test_examples_are_found_in_docs_pages_too(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", [n for n, ex in readme_examples.EXAMPLES.items() if not ex.trains])
-def test_plan_examples_match_the_command_line_for_line(name):
+def test_plan_examples_match_the_command_line_for_line(name, tmp_path, monkeypatch):
+    monkeypatch.setattr(readme_examples, "WORKDIR", readme_examples.sandbox(tmp_path))  # writes stay in tmp_path
     now = readme_examples.example_lines(name)
     assert comparable(name, shown(name)) == comparable(name, now), (
         f"example {name!r} drifted: run python benchmarks/readme_examples.py --no-apply"

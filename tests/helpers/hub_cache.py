@@ -70,4 +70,7 @@ def run_cli(args: list[str], cache: Path, *, offline: bool = True, timeout: int 
     env.pop("HF_TOKEN", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    # in the test's own folder: a spec without [output] trains into runs/<name> under the working directory
+    return subprocess.run(
+        [sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cache.parent
+    )

@@ -150,7 +150,14 @@ def _trace_cli(tmp_path, extra: str, training: str = "") -> subprocess.Completed
     path = write_spec(
         tmp_path, spec("tiny-llama-cpu", "A100-80GB", data="seq_len = 128", training="effective_batch_size = 4\n" + training, extra=extra)
     )
-    return run([sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"], capture_output=True, text=True, timeout=600)
+    # in tmp_path: the spec has no [output], so its default runs/spec (and the trace's debug log) is under the cwd
+    return run(
+        [sys.executable, "-m", "gpuplan.cli", "plan", str(path), "--trace", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.slow
