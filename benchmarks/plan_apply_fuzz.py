@@ -2,6 +2,7 @@
 applied for one step on CPU with the audit (gpuplan/apply/audit.py) passing; counts go to RESULTS.md.
 
     python benchmarks/plan_apply_fuzz.py --cases 40 [--seed 0] [--json out.json]
+    python benchmarks/plan_apply_fuzz.py --quick   # CI: 2 cases, RESULTS.md left alone
 
 The cases are tests/helpers/plan_apply.py's draws over objective x method x savers x data format x
 precision; tests/apply/test_plan_apply_fuzz.py runs a few of them in CI. A "failed" case is a plan
@@ -34,7 +35,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write every outcome here")
     ap.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
+    ap.add_argument("--quick", action="store_true", help="CI: 2 cases, RESULTS.md left alone")
     args = ap.parse_args()
+    if args.quick:
+        args.cases, args.no_record = 2, True
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
     import tests.conftest  # noqa: F401  (the fixed CPU probe every test plan reads)
@@ -58,8 +62,9 @@ def main() -> int:
     rows = ["| outcome | cases |", "|---|---:|"] + [f"| {k} | {counts.get(k, 0)} |" for k in ("refused", "applied", "failed")]
     causes = ["| failure | cases |", "|---|---:|"] + [f"| {k} | {n} |" for k, n in by_cause.most_common()]
     checks = sum(o.checks for o in outcomes)
+    command = f"python benchmarks/plan_apply_fuzz.py --cases {args.cases} --seed {args.seed}"
     body = (
-        f"`python benchmarks/plan_apply_fuzz.py --cases {args.cases} --seed {args.seed}`, Python {platform.python_version()}, "
+        f"`{command}`, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs (shared), **{len(outcomes)} cases in {wall:.0f} s**. Refused = a PlanError naming the key; "
         f"applied = one optimizer step with both audit stages passing ({checks} checks in all); failed = the plan "
         "succeeded and apply did not.\n\n" + "\n".join(rows) + ("\n\n" + "\n".join(causes) if failed else "")
@@ -69,7 +74,7 @@ def main() -> int:
             "plan_apply_fuzz",
             "Randomized plan -> apply",
             body,
-            command=f"python benchmarks/plan_apply_fuzz.py --cases {args.cases} --seed {args.seed}",
+            command=command,
         )
     print(body)
     return 1 if any(o.known_defect is None for o in failed) else 0

@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 
 # huggingface_hub.utils._validators REPO_ID_REGEX: an optional namespace, a name of
-# word characters, "-" and "."; "--" and ".." are not allowed anywhere.
-_REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
+# word characters, "-" and "."; "--" and ".." are not allowed anywhere. ASCII as theirs is
+# (re.ASCII): "\w" alone would take "¹" or "é", which validate_repo_id refuses (HFValidationError).
+_REPO_ID = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$", re.ASCII)
 
 
 def looks_like_repo_id(value: str) -> bool:

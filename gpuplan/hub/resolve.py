@@ -77,6 +77,8 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
 
     what = f"{repo_type} {repo_id!r} at revision {revision!r}"
     login = f"log in with `{CLI} auth login` or set HF_TOKEN"
+    if isinstance(e, errors.HFValidationError):  # huggingface_hub.utils._validators validate_repo_id
+        return HubError(key, f"{repo_id!r} is not a Hub repo id ({e}); name a local path that exists, or a repo id such as \"org/name\"")
     if isinstance(e, errors.GatedRepoError):
         return HubError(
             key,
@@ -165,7 +167,10 @@ def download_file(key: str, repo_id: str, repo_type: str, revision: str, filenam
     """Local path of one file of the repo at `revision` (cache first, then the Hub)."""
     from huggingface_hub import constants, hf_hub_download
 
-    cached = _cached(repo_id, repo_type, revision, filename)
+    try:
+        cached = _cached(repo_id, repo_type, revision, filename)  # validates repo_id (HFValidationError)
+    except Exception as e:
+        raise _translate(e, key, repo_id, repo_type, revision, (filename,)) from None
     if not cached and not constants.HF_HUB_OFFLINE:
         check_reachable(key, repo_id, repo_type, revision, filename)
     try:

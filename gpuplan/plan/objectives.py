@@ -101,6 +101,15 @@ DPO_LOSSES = (
     "sft",
     "sigmoid_norm",
 )
+# Losses of DPO_LOSSES that run as named only with DPOConfig.label_smoothing > 0 (trl/trainer/dpo_config.py,
+# default 0.0), which no spec key sets: plan/rules/preference.py refuses them rather than run something
+# else, and the schema's enum leaves them out (spec/value_types.py preference_loss_names).
+NEEDS_LABEL_SMOOTHING = {
+    "exo_pair": "needs label_smoothing > 0 (TRL's DPOTrainer refuses 0.0: \"Label smoothing must be greater than "
+    "0.0 when using 'exo_pair' loss\"), which gpuplan does not set",
+    "robust": "with label_smoothing 0 (TRL's default; gpuplan does not set it) is exactly the sigmoid loss: "
+    "-((1 - e) log s(bx) - e log s(-bx)) / (1 - 2e) at e = 0, so robust DPO would not run",
+}
 PREFERENCE_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 
 DPO = Objective(

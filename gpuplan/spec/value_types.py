@@ -53,11 +53,13 @@ def optimizer_names() -> tuple[str, ...]:
 
 
 def preference_loss_names() -> tuple[str, ...]:
-    """preference.loss_type: "auto" and every loss of a preference objective (plan/rules/preference.py
-    checks the one training.objective names; an sft run does not read the key)."""
-    from gpuplan.plan.objectives import OBJECTIVES
+    """preference.loss_type: "auto" and every loss of a preference objective that plans
+    (plan/rules/preference.py checks the one training.objective names; an sft run does not read the
+    key). The losses that need a label_smoothing no key sets are refused by the plan, with the reason,
+    so the schema does not offer them."""
+    from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 
-    return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types))
+    return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING))
 
 
 def _known_objective(name: str) -> str:

@@ -15,6 +15,7 @@ from gpuplan.lifecycle.drift import resume_conflicts
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
+from gpuplan.plan.estimate.memory.preference import reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.objectives import OBJECTIVES
@@ -271,22 +272,24 @@ def test_deepspeed_zero3_shards_the_reference_copy_as_trl_does(tmp_path):
     zero3 = Workload(2, 2048, amp="bf16", engine="deepspeed", zero_stage=3, shard_world_size=8, objective="dpo")
     copy = estimate_memory(facts, dataclasses.replace(zero3, reference="copy"))
     pre = estimate_memory(facts, dataclasses.replace(zero3, reference="precomputed"))
+    b = reference_element_bytes(zero3)  # the policy's dtype for a full fine-tune (fp32 here: 4 bytes)
+    assert b == 4
     small = sum(math.prod(s) for _, s in facts.param_shapes if math.prod(s) < 10 * facts.hidden_size)  # TRL's persistence threshold
-    assert copy.components["weights"] - pre.components["weights"] == 2 * (-(-facts.n_params // 8) + small)
+    assert copy.components["weights"] - pre.components["weights"] == b * (-(-facts.n_params // 8) + small)
     offloaded = estimate_memory(facts, dataclasses.replace(zero3, reference="copy", offload_params=True))
     offloaded_pre = estimate_memory(facts, dataclasses.replace(zero3, reference="precomputed", offload_params=True))
-    assert offloaded.components["weights"] - offloaded_pre.components["weights"] == 2 * small  # offload_param is kept
-    assert offloaded.host_bytes - offloaded_pre.host_bytes == 2 * -(-facts.n_params // 8)
+    assert offloaded.components["weights"] - offloaded_pre.components["weights"] == b * small  # offload_param is kept
+    assert offloaded.host_bytes - offloaded_pre.host_bytes == b * -(-facts.n_params // 8)
     # FSDP full_shard: trl prepare_fsdp fully_shards the reference with the policy's reshard_after_forward=True
     fsdp = dataclasses.replace(zero3, engine="fsdp")
     assert estimate_memory(facts, dataclasses.replace(fsdp, reference="copy")).components["weights"] - estimate_memory(
         facts, dataclasses.replace(fsdp, reference="precomputed")
-    ).components["weights"] == 2 * -(-facts.n_params // 8)
+    ).components["weights"] == b * -(-facts.n_params // 8)
     zero2 = dataclasses.replace(zero3, zero_stage=2)
     whole = estimate_memory(facts, dataclasses.replace(zero2, reference="copy"))
     assert (
         whole.components["weights"] - estimate_memory(facts, dataclasses.replace(zero2, reference="precomputed")).components["weights"]
-        == 2 * facts.n_params
+        == b * facts.n_params
     )
 
     # the plan: 8B full DPO on 8 x A100-40GB under ZeRO-3 keeps the copy (1/8 of it per GPU), where counting it

@@ -20,7 +20,7 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.objectives import OBJECTIVES
+from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
@@ -110,6 +110,7 @@ def _dpo(tmp_path, objective: str, loss: str):
 def test_loss_type_enum_is_every_loss_a_preference_objective_plans(tmp_path):
     values = enum_of(KEYS["preference.loss_type"])
     assert values is not None and values[0] == "auto"
+    assert not set(values) & set(NEEDS_LABEL_SMOOTHING)  # the plan refuses them (tests/plan/test_preference_plan.py)
     preference = [o for o in OBJECTIVES.values() if o.is_preference]
     for loss in values:  # each is planned by the objective that names it (auto: by every one)
         for o in [p for p in preference if loss == "auto" or loss in p.loss_types]:

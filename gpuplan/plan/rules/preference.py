@@ -28,18 +28,9 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.fit.search import workload as solve_workload
-from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, PRECOMPUTED_REFERENCE, objective
 from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
-
-# Losses that run as named only with DPOConfig.label_smoothing > 0 (trl/trainer/dpo_config.py, default 0.0),
-# which no spec key sets: refused rather than run as something else.
-NEEDS_LABEL_SMOOTHING = {
-    "exo_pair": "needs label_smoothing > 0 (TRL's DPOTrainer refuses 0.0: \"Label smoothing must be greater than "
-    "0.0 when using 'exo_pair' loss\"), which gpuplan does not set",
-    "robust": "with label_smoothing 0 (TRL's default; gpuplan does not set it) is exactly the sigmoid loss: "
-    "-((1 - e) log s(bx) - e log s(-bx)) / (1 - 2e) at e = 0, so robust DPO would not run",
-}
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
 _WRITES = (*_KEYS, "training.learning_rate", "data.format")
