@@ -78,7 +78,7 @@ def _translate(e: Exception, key: str, repo_id: str, repo_type: str, revision: s
     what = f"{repo_type} {repo_id!r} at revision {revision!r}"
     login = f"log in with `{CLI} auth login` or set HF_TOKEN"
     if isinstance(e, errors.HFValidationError):  # huggingface_hub.utils._validators validate_repo_id
-        return HubError(key, f"{repo_id!r} is not a Hub repo id ({e}); name a local path that exists, or a repo id such as \"org/name\"")
+        return HubError(key, f'{repo_id!r} is not a Hub repo id ({e}); name a local path that exists, or a repo id such as "org/name"')
     if isinstance(e, errors.GatedRepoError):
         return HubError(
             key,

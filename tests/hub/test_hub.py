@@ -155,7 +155,6 @@ def test_hub_failures_become_messages_that_say_what_to_do(name, status, expected
     assert expected in err.message
 
 
-
 @pytest.mark.parametrize("repo_id", ["\u00b9", "caf\u00e9/model", "org/na--me"])
 def test_a_name_huggingface_hub_refuses_as_a_repo_id_is_no_hub_id_and_a_spec_error_if_one_gets_through(repo_id):
     # huggingface_hub.utils._validators REPO_ID_REGEX is ASCII: "\u00b9" matches a unicode \w, not theirs
@@ -167,6 +166,7 @@ def test_a_name_huggingface_hub_refuses_as_a_repo_id_is_no_hub_id_and_a_spec_err
         download_file("model.name_or_path", repo_id, "model", "main", "config.json")
     (d,) = e.value.diagnostics
     assert d.key == "model.name_or_path" and f"{repo_id!r} is not a Hub repo id" in d.summary
+
 
 DATASET_SPEC = """\
 [model]
