@@ -373,7 +373,13 @@ def run_checks(
     c.add("model.forward_wrappers", wrappers, lambda: _forward_wrappers(model))
     if chunk:
         c.add("training.loss_chunk_size", chunk, lambda: _chunk_of(model))
-    c.add("training.use_liger_kernel", bool(p.wl("liger_kernel", "training.use_liger_kernel", bool)), lambda: _liger(model))
+    # Liger is applied by Trainer.train() itself, `if self.args.use_liger_kernel: apply_liger_kernel(...)` at the
+    # top of train() (transformers trainer.py): at build the live state is that flag, at train-begin the model
+    liger = bool(p.wl("liger_kernel", "training.use_liger_kernel", bool))
+    if stage == TRAIN_BEGIN:
+        c.add("training.use_liger_kernel", liger, lambda: _liger(model))
+    else:
+        c.add("training.use_liger_kernel", liger, lambda: bool(getattr(trainer.args, "use_liger_kernel", False)))
 
     # data
     planned_collator, packing = _planned_collator(plan, obj)

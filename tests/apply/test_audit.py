@@ -57,7 +57,10 @@ def _refused(prepared, key: str, *, before: Callable[[Any], None] | None = None,
     if at_begin is not None:
         cb = _AtTrainBegin(at_begin)
         cb.trainer = trainer
-        trainer.callback_handler.callbacks.insert(0, cb)  # ahead of the audit's callback
+        # just ahead of the audit's callback: after gpuplan's own (keep_offload re-wraps a replaced forward)
+        callbacks = trainer.callback_handler.callbacks
+        at = next(i for i, c in enumerate(callbacks) if type(c).__name__ == "AuditCallback")
+        callbacks.insert(at, cb)
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     with pytest.raises(audit.AuditError) as e:
         trainer.train()

@@ -91,8 +91,12 @@ def test_the_mtime_notice_of_checkpoints_saved_within_a_second_is_not_counted(tm
     """transformers orders checkpoints by mtime and, when they are less than a second apart (a short
     run), says "mtime may not be reliable" and orders them by step: the right order, nothing to do."""
     from transformers.trainer_utils import sort_checkpoints
+    from transformers.utils import logging as hf_logging
 
     monkeypatch.delenv("GPUPLAN_DEBUG", raising=False)
+    # transformers says it with logger.warning_once, an lru_cache over the whole process (utils/logging.py):
+    # once any earlier run in this process sorted checkpoints it would not be said again; as in a fresh gpuplan
+    hf_logging.warning_once.cache_clear()
     for step in (2, 1):
         (tmp_path / f"checkpoint-{step}").mkdir()
     with captured():
