@@ -10,7 +10,7 @@ the connection, since the child is the server's and not ours.
 A server serves one import-time environment: the environment minus the variables the code reads
 only when it runs (IMPORT_FREE). A command is forked when a server for its environment is running, or
 when it is the first torch command in that environment or the environment is seen for the second
-time (then a server is started for it, at most MAX_SERVERS per worker). Anything else (a per-test
+time (then a server is started for it; past MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test
 Hugging Face cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
 GPUPLAN_TEST_FORK=0 turns forking off.
 """
@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ class _Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-_servers: dict[frozenset, _Server] = {}
+_servers: OrderedDict[frozenset, _Server] = OrderedDict()
 _seen: set[frozenset] = set()
 
 
@@ -107,11 +108,14 @@ def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
     sig = _signature(env)
     server = _servers.get(sig)
     if server is not None:
+        _servers.move_to_end(sig)
         return server if server.ok and server.proc.poll() is None else None
     heavy = bool(argv) and (argv[0] in NEEDS_TORCH or "--trace" in argv)
-    if (sig not in _seen and not heavy) or len(_servers) >= MAX_SERVERS:
+    if sig not in _seen and not heavy:
         _seen.add(sig)
         return None
+    if len(_servers) >= MAX_SERVERS:  # the least recently used one goes (its running children are not its)
+        _servers.popitem(last=False)[1].close()
     _servers[sig] = server = _Server(env)
     return server if server.ok else None
 
