@@ -12,6 +12,7 @@ import torch
 from gpuplan.apply.activation_offload import Offloader, install
 from gpuplan.plan.types import PlanError
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
+from tests.helpers.library_patches import transformers_globals_restored
 from tests.helpers.planning import SPECS, plan_text
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -111,7 +112,15 @@ def test_plan_refuses_offloading_where_it_cannot_help(tmp_path, gpu, extra, why)
     assert why in err.summary and err.fix.startswith("set training.activation_offloading = false")
 
 
-def test_liger_replacing_the_forward_keeps_the_activations_offloaded():
+@pytest.fixture
+def liger_undone():
+    """Liger patches transformers' modules for the whole process; later tests in this worker
+    must build the plain Llama their plan asked for."""
+    with transformers_globals_restored():
+        yield
+
+
+def test_liger_replacing_the_forward_keeps_the_activations_offloaded(liger_undone):
     # issue 30 item 6: Trainer.train() applies Liger after the model is built (transformers trainer.py:
     # apply_liger_kernel at the top of train()), and Liger's instance patch sets model.forward =
     # MethodType(lce_forward, model) (liger_kernel/transformers/monkey_patch.py), dropping the offload
@@ -134,7 +143,7 @@ def test_liger_replacing_the_forward_keeps_the_activations_offloaded():
 
 
 @pytest.mark.slow
-def test_the_trainer_runs_liger_inside_the_offload_hooks(tmp_path):
+def test_the_trainer_runs_liger_inside_the_offload_hooks(tmp_path, liger_undone):
     # the order as Trainer.train() runs it: apply_liger_kernel, then on_train_begin (gpuplan re-wraps), then
     # the first step; the run is stopped before it, where Liger's Triton kernels would need a GPU
     from liger_kernel.transformers.model.llama import lce_forward
@@ -168,3 +177,19 @@ def test_the_trainer_runs_liger_inside_the_offload_hooks(tmp_path):
     with pytest.raises(Stop):
         prepared.trainer.train()
     assert seen == {"offloaded": True, "liger": True}
+
+
+def test_liger_patches_are_undone_for_the_tests_that_follow():
+    # Liger's default kernels swap modeling_llama's RMSNorm, MLP and RoPE for the whole process; a
+    # later Llama built in this worker must be transformers' own, or its audit reports Liger live
+    from transformers.integrations.liger import apply_liger_kernel
+    from transformers.models.llama import modeling_llama
+
+    from gpuplan.apply.audit import _liger
+
+    plain = (modeling_llama.LlamaRMSNorm, modeling_llama.LlamaMLP, modeling_llama.apply_rotary_pos_emb)
+    with transformers_globals_restored():
+        apply_liger_kernel(_micro_llama(), {})
+        assert modeling_llama.LlamaRMSNorm is not plain[0] and _liger(_micro_llama())
+    assert (modeling_llama.LlamaRMSNorm, modeling_llama.LlamaMLP, modeling_llama.apply_rotary_pos_emb) == plain
+    assert not _liger(_micro_llama())
