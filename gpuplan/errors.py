@@ -27,19 +27,23 @@ class Diagnostic:
     summary: str
     detail: str | None = None
     fix: str | None = None
+    # The spec values `fix` sets, as data ({"training.effective_batch_size": 16}): what init
+    # applies to a starter spec, so nothing reads them back out of the fix's words.
+    fix_values: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "severity": self.severity,
             "key": self.key,
             "summary": self.summary,
             "detail": self.detail,
             "fix": self.fix,
         }
+        return out if self.fix_values is None else {**out, "fix_values": dict(self.fix_values)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Diagnostic:
-        return cls(d["severity"], d.get("key"), d["summary"], d.get("detail"), d.get("fix"))
+        return cls(d["severity"], d.get("key"), d["summary"], d.get("detail"), d.get("fix"), d.get("fix_values"))
 
     @property
     def message(self) -> str:

@@ -38,10 +38,11 @@ from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
 from gpuplan.plan.plan_parts import cost_section, memory_section, step_advice, trainable_section, with_communication
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.chat_data import _has_chat_template
-from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT
+from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT, world_size
 from gpuplan.plan.sections import HardwareSection, ModelSection
-from gpuplan.plan.types import Plan, PlanError, Setting
+from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.data_fields import data_field_problems
+from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
@@ -50,12 +51,17 @@ SOURCE_REFS: Node[dict[str, Any]] = Node("sources")  # Hub ids resolved to commi
 
 
 def resolve(
-    loaded: LoadedSpec, *, detect: Callable[[], GPUProfile] | None, environment: EnvironmentLike, strict: bool = False
+    loaded: LoadedSpec,
+    *,
+    detect: Callable[[], GPUProfile] | None,
+    environment: EnvironmentLike,
+    strict: bool = False,
+    probe: bool = False,
 ) -> tuple[Spec, dict[str, Setting], GPUProfile, ModelFacts, Resolver]:
     """load, inputs, walk, check: the Resolver holds the outcome, errors included."""
     spec, settings = load(loaded)
     gpu, refs, facts = inputs(loaded, spec, settings, detect)
-    ctx = walk(settings, gpu, facts, environment=environment, strict=strict)
+    ctx = walk(settings, gpu, facts, environment=environment, strict=strict, probe=probe)
     ctx.internal[SOURCE_REFS] = refs
     check(ctx, settings, loaded)
     return spec, settings, gpu, facts, ctx
@@ -76,9 +82,11 @@ def inputs(
     return gpu, refs, load_facts(settings, spec, refs)
 
 
-def walk(settings: dict[str, Setting], gpu: GPUProfile, facts: ModelFacts, *, environment: EnvironmentLike, strict: bool) -> Resolver:
+def walk(
+    settings: dict[str, Setting], gpu: GPUProfile, facts: ModelFacts, *, environment: EnvironmentLike, strict: bool, probe: bool = False
+) -> Resolver:
     """Every rule once, in the graph's order (plan/engine/graph.py)."""
-    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment), written_by=writers(ALL_RULES))
+    ctx = Resolver(settings, gpu, facts, strict=strict, environment=Environment.of(environment), written_by=writers(ALL_RULES), probe=probe)
     for rule in rule_order(ALL_RULES):
         ctx.rule = rule
         rule.apply(ctx)
@@ -97,6 +105,31 @@ def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) ->
         source is None or (os.path.isdir(source) and not _has_chat_template(source))
     )
     ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=no_template))
+    if not ctx.has_errors:
+        ctx.diagnostics.extend(data_steps(ctx, settings, loaded, settings["model.name_or_path"].value))
+
+
+def data_steps(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec, source: str | None) -> list[Diagnostic]:
+    """The optimizer steps the training data gives under the resolved batch split (spec/data_steps.py)."""
+
+    def value(key: str) -> Any:
+        return ctx.resolved.get(key, settings[key]).value
+
+    split = [value(k) for k in ("training.per_device_train_batch_size", "training.gradient_accumulation_steps")]
+    if not all(isinstance(v, int) and v > 0 for v in split):
+        return []
+    values = {k: value(k) for k in settings if k.startswith("data.") or k == "training.objective"}
+    size = data_size(values, str(loaded.path.parent), source=source, from_scratch=bool(settings["model.from_scratch"].value))
+    if size is None:
+        return []
+    return data_steps_diagnostics(
+        size,
+        per_device=split[0],
+        accumulation=split[1],
+        world=world_size(ctx),
+        epochs=float(value("training.num_train_epochs")),
+        max_steps=value("training.max_steps"),
+    )
 
 
 def plan_spec(
@@ -108,11 +141,13 @@ def plan_spec(
     prices: Mapping[str, tuple[float, str]] | None = None,
     calibrations: Sequence[Mapping[str, Any]] | None = None,
     alternatives: bool = True,
+    probe: bool = False,
 ) -> Plan:
     """Spec -> Plan. `prices` (the user's prices file) and `calibrations` (measured runs)
     come from the CLI edge (userfiles.py); `alternatives` adds, to a plan that does not
-    fit, the hardware that would (plan/fit/hardware_alternatives.py)."""
-    spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict)
+    fit, the hardware that would (plan/fit/hardware_alternatives.py); `probe` plans only to
+    learn whether it fits (a refusal then carries no fixes: Resolver.probe)."""
+    spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict, probe=probe)
     if ctx.has_errors:
         replan = None if not alternatives else (lambda raw: _try_plan(raw, loaded, detect=detect, environment=environment, strict=strict))
         raise refusal(ctx, loaded, spec, gpu, replan=replan)
@@ -136,7 +171,7 @@ def refusal(
 def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | None:
     """The plan of `loaded` with `raw` as its spec dict, or None when it fails for any reason."""
     try:
-        return plan_spec(dataclasses.replace(loaded, raw=dict(raw)), alternatives=False, **kw)
+        return plan_spec(dataclasses.replace(loaded, raw=dict(raw)), alternatives=False, probe=True, **kw)
     except PlanError:
         return None
 

@@ -104,7 +104,12 @@ def fitted_starter(
         )
     spec_dir = spec_path.parent
     asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
-    first = _plan(plan, asked, method)
+    first, sized = _sized_to_data(plan, asked)
+    if sized:  # the starter's batch is more than the data holds: the plan's own value for it
+        base.update(sized)
+        asked = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices={**base, "model.method": (method, None)})
+    if first is None:
+        first = _plan(plan, asked, method)
     where = first.hardware.name
     chosen = first.settings["model.method"]
     if method == "auto":
@@ -127,6 +132,30 @@ def fitted_starter(
     text = starter_spec(source, gpu, task=task, spec_dir=spec_dir, choices=choices)
     final = _plan(plan, text, method)
     return Starter(text, final, chosen.value, reason, savers)
+
+
+# Starter values init may replace with the value a plan error asks for (Diagnostic.fix_values).
+SIZED = ("training.effective_batch_size",)
+
+
+def _sized_to_data(plan: Callable[[str], Any], text: str) -> tuple[Any, dict[str, tuple[Any, str]]]:
+    """(the starter's plan, {}), or (None, the starter values the plan asks to change for this
+    data, with its value and its reason): an effective batch larger than the training
+    sequences is an error when they were counted, a warning when estimated
+    (spec/data_steps.py); init takes the plan's value either way."""
+    try:
+        first = plan(text)
+        diagnostics = first.diagnostics
+    except GpuplanError as e:
+        first, diagnostics = None, e.diagnostics
+    sized = {
+        k: (v, f"Sized to the data: {d.summary}; {d.detail}." if d.detail else f"Sized to the data: {d.summary}.")
+        for d in diagnostics
+        if d.severity != "note" and d.fix_values
+        for k, v in d.fix_values.items()
+        if k in SIZED
+    }
+    return (None if sized else first), sized
 
 
 def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:

@@ -78,7 +78,7 @@ def test_a_preference_objective_on_a_plain_text_file_is_refused_and_sft_plans(tm
 
 
 def test_seq_cls_rows_without_the_label_field_name_the_fields_to_pick_from(tmp_path):
-    data = write_jsonl(tmp_path / "cls.jsonl", [{"text": "good", "y": 1}, {"text": "bad", "y": 0}])
+    data = write_jsonl(tmp_path / "cls.jsonl", [{"text": "good", "y": 1}, {"text": "bad", "y": 0}] * 4)  # a full default batch of 8 rows
     cls = 'seq_len = 128\ntrain_files = ["{}"]\n{}'
     (err,) = _errors(tmp_path, spec(model="bert-base-uncased", data=cls.format(data, 'label_field = "label"'), extra='task = "seq-cls"'))
     assert err.key == "data.label_field" and err.fix.startswith("set data.label_field to one of the fields the rows have (text, y)")

@@ -34,6 +34,9 @@ class Resolver:
     written_by: dict[str, str] = field(default_factory=dict)  # key -> rule id, for the whole rule set
     done: set[str] = field(default_factory=set)  # ids of rules already run
     rule: Rule | None = None  # the rule running now
+    # A plan that answers only "does it fit?" (the hardware alternatives probe other GPUs with
+    # it): a memory fit that fails reports its error without searching for the fixes.
+    probe: bool = False
 
     # ---- reading ---------------------------------------------------------------
     def _check_read(self, name: str) -> None:

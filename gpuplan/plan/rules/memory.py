@@ -241,6 +241,10 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
     gpu = ctx.gpu
     need = sol.smallest_bytes / GIB
     cap = gpu.memory_bytes / GIB
+    if ctx.probe:  # only "does it fit?" was asked: no search for what would
+        ctx.error("hardware.gpu", f"does not fit: needs {need:.1f} GiB on {gpu.a_name} ({p.usable_bytes / GIB:.1f} GiB usable)")
+        ctx.set_internal(NO_FIT, None)
+        return
     user_set = {s.knob for s in SAVERS if ctx.is_user(s.setting)}
     fixes = verified_fixes(
         p,
