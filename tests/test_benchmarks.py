@@ -2,7 +2,9 @@
 
 A script is a benchmarks/*.py file with a `__main__` block, found by glob: a new script is
 covered without touching this file (it then fails until RESULT names the line its quick run
-prints). Each runs as users run it (`python benchmarks/<script> --quick`) in a fresh process,
+prints). Each runs as users run it (`python benchmarks/<script> --quick`) in a process of its own,
+forked from the worker's pre-imported fork server (tests/helpers/fork_server.py: the script runs as
+`__main__` with its argv, cwd, environment and stdio; a plain subprocess when no server can serve it),
 with TMPDIR set to the test's own directory so the temporary files it makes are the test's.
 The others (results.py, published_rows.py) are modules the scripts import.
 
@@ -20,6 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.cli_runs import run
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
@@ -95,7 +99,7 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     before = _checkout_files()
-    r = subprocess.run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    r = run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
     assert re.search(RESULT[script.stem], r.stdout), f"no result line /{RESULT[script.stem]}/ in:\n{r.stdout[-3000:]}"
     assert _checkout_files() == before, "a --quick run wrote into the checkout"

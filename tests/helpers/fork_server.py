@@ -12,7 +12,8 @@ CLI as `python -m gpuplan.cli ARGV` would:
   starts, e.g. torchrun's ranks, inherit it) and the test's own stdin/stdout/stderr file descriptors
   (passed over a Unix socket with SCM_RIGHTS), with sys.stdin/stdout/stderr rebuilt on them as
   Python's start-up builds them;
-- it runs `gpuplan.cli` as `__main__` (runpy, as `-m` does), with sys.path[0] the working directory,
+- it runs `gpuplan.cli` as `__main__` (runpy, as `-m` does), with sys.path[0] the working directory
+  (or a benchmarks/ script as `python SCRIPT` would: runpy.run_path, sys.path[0] the script's folder),
   default signal handlers (SIGINT raises KeyboardInterrupt), a fresh tempfile directory and a fresh
   random state, and ends as the interpreter ends (thread joins, atexit handlers, garbage collected, stdio flushed:
   `_finalize` says what it leaves out and why);
@@ -25,7 +26,7 @@ warning and no log record at INFO or above (checked by tests/test_fork_server.py
 notices are what a fresh process's would be.
 
 Protocol, one connection per command: the client sends an 8-byte length with three file descriptors
-(stdin, stdout, stderr) attached, then that many bytes of JSON {module, argv, cwd, env}; the server
+(stdin, stdout, stderr) attached, then that many bytes of JSON {module or path, argv, cwd, env}; the server
 answers `pid N\\n` once the child runs and `status S\\n` (the raw waitpid status) when it ends.
 Run: python -m tests.helpers.fork_server SOCKET_PATH   (prints `ready` on stdout when it serves).
 """
@@ -172,9 +173,14 @@ def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
     _std_streams()
     import runpy
 
-    sys.argv = ["-m", *request["argv"]]
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if request.get("path"):  # `python SCRIPT ARGV`: the script's directory first on sys.path
+            sys.argv = [request["path"], *request["argv"]]
+            sys.path[0] = os.path.dirname(request["path"])
+            runpy.run_path(request["path"], run_name="__main__")
+        else:
+            sys.argv = ["-m", *request["argv"]]
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:
         code = _exit_code(e.code)

@@ -12,6 +12,7 @@ only when it runs (IMPORT_FREE). A command is forked when a server for its envir
 when it is the first torch command in that environment or the environment is seen for the second
 time (then a server is started for it; past MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test
 Hugging Face cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
+Besides `python -m gpuplan[.cli]`, the scripts of benchmarks/ (`python SCRIPT --quick`) are served.
 GPUPLAN_TEST_FORK=0 turns forking off.
 """
 
@@ -51,6 +52,7 @@ IMPORT_FREE = frozenset(
         "MASTER_PORT",
         "PWD",
         "OLDPWD",
+        "TMPDIR",  # tempfile reads it at its first use, and the child's tempfile.tempdir is reset (fork_server.py)
         "_",
     }
 )
@@ -110,7 +112,7 @@ def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
     if server is not None:
         _servers.move_to_end(sig)
         return server if server.ok and server.proc.poll() is None else None
-    heavy = bool(argv) and (argv[0] in NEEDS_TORCH or "--trace" in argv)
+    heavy = bool(argv) and (argv[0] in NEEDS_TORCH or argv[0] == "--script" or "--trace" in argv)  # benchmark scripts import torch
     if sig not in _seen and not heavy:
         _seen.add(sig)
         return None
@@ -134,29 +136,41 @@ def _gpuplan_module(args: list[str]) -> str | None:
     return None
 
 
+def _benchmark_script(args: list[str]) -> str | None:
+    """The path of [sys.executable, SCRIPT, ...] when SCRIPT is a .py file of this checkout's benchmarks folder."""
+    if len(args) >= 2 and args[0] == sys.executable and args[1].endswith(".py"):
+        path = Path(args[1]).resolve()
+        if path.parent == REPO / "benchmarks" and path.is_file():
+            return str(path)
+    return None
+
+
 def forked_popen(args: list[str], **kwargs: Any) -> subprocess.Popen | None:
     """A ForkedPopen for a gpuplan command the pool can serve, else None (the caller execs it)."""
     args = [str(a) for a in args]
-    module = _gpuplan_module(args)
-    if module is None or any(kwargs.get(k) not in (None, False) for k in UNFORKABLE) or kwargs.get("close_fds") is False:
+    module, script = _gpuplan_module(args), _benchmark_script(args)
+    unforkable = any(kwargs.get(k) not in (None, False) for k in UNFORKABLE) or kwargs.get("close_fds") is False
+    if (module is None and script is None) or unforkable:
         return None
     env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
-    server = _server_for(env, args[3:])
+    server = _server_for(env, args[3:] if module else ["--script"])
     if server is None:
         return None
     kwargs = {**kwargs, "env": env, "cwd": os.path.abspath(kwargs.get("cwd") or os.getcwd())}
-    return ForkedPopen(args, server=server.path, module=module, **kwargs)
+    if module is not None:
+        return ForkedPopen(args, server=server.path, target={"module": module, "argv": args[3:]}, **kwargs)
+    return ForkedPopen(args, server=server.path, target={"path": script, "argv": args[2:]}, **kwargs)
 
 
 class ForkedPopen(subprocess.Popen):
-    def __init__(self, args: list[str], *, server: str, module: str, **kwargs: Any):
-        self._server, self._module, self._buffer = server, module, b""
+    def __init__(self, args: list[str], *, server: str, target: dict[str, Any], **kwargs: Any):
+        self._server, self._target, self._buffer = server, target, b""  # target: {module | path, argv}
         super().__init__(args, **kwargs)
 
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
                        p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):  # fmt: skip
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
-        request = json.dumps({"module": self._module, "argv": list(args[3:]), "cwd": os.fspath(cwd), "env": dict(env)}).encode()
+        request = json.dumps({**self._target, "cwd": os.fspath(cwd), "env": dict(env)}).encode()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._conn.connect(self._server)
