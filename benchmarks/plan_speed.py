@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
     "gpuplan plan specs/llama-8b-a100.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/llama-8b-a100.toml"],
     "gpuplan plan specs/tiny.toml": [sys.executable, "-m", "gpuplan.cli", "plan", "specs/tiny.toml"],
+    # does not fit: the refusal plans the hardware that would (plan/fit/hardware_alternatives.py)
+    "gpuplan plan specs/llama-8b-a100.toml --gpu RTX-4090 (no fit: alternatives)": [
+        sys.executable,
+        "-m",
+        "gpuplan.cli",
+        "plan",
+        "specs/llama-8b-a100.toml",
+        "--gpu",
+        "RTX-4090",
+    ],
     "gpuplan compare specs/llama-8b-a100.toml (whole catalog x 1,2,4,8)": [
         sys.executable,
         "-m",
@@ -47,7 +57,9 @@ def main() -> None:
     for _ in range(args.runs):
         for name, cmd in COMMANDS.items():  # alternate so load drifts hit every command alike
             t = time.perf_counter()
-            subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True)
+            if r.returncode not in (0, 1) or b"Traceback" in r.stderr:  # 1: the no-fit refusal
+                raise SystemExit(f"{name}: exit {r.returncode}\n{r.stderr.decode()[-2000:]}")
             times[name].append(time.perf_counter() - t)
     torch = statistics.median(times['python -c "import torch"'])
     rows = ["| command | median wall (s) | min (s) | max (s) | median / import torch |", "|---|---|---|---|---|"]
