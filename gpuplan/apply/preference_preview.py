@@ -23,11 +23,12 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     from trl.data_utils import _tokenize, common_prefix_length, is_conversational
 
     from .data import cache_dir, load_rows, train_paths
-    from .preference import check_rows, objective_of
+    from .preference import check_rows, objective_of, unpaired
 
     obj = objective_of(plan)
     check_rows(plan, tokenizer)  # an unusable row is an error here as in apply
     raw, _ = load_rows(train_paths(plan), "data.train_files", cache_dir(plan))
+    raw = unpaired(plan, raw)  # kto on pairs: the labelled completions TRL trains on
     limit = int(plan.value("preference.max_length"))
     answers = ("chosen", "rejected") if obj.name == "dpo" else ("completion",)
     examples: list[dict[str, Any]] = []
