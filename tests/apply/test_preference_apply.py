@@ -345,5 +345,15 @@ def test_kto_on_paired_rows_trains_on_both_completions_of_each_pair(base, tmp_pa
     assert len(trainer.train_dataset) == 128 and sum(trainer.train_dataset["label"]) == 64
     size = trainer.args.per_device_train_batch_size
     assert len(set(trainer.train_dataset["label"][:size])) == 2
+    from gpuplan.apply.preview import preview
+
+    shown = preview(plan, 2)  # `gpuplan data`: each pair's two completions, by file row
+    assert [(e["row"], e["kind"]) for e in shown["examples"]] == [
+        (0, "desirable"),
+        (0, "undesirable"),
+        (1, "desirable"),
+        (1, "undesirable"),
+    ]
+    assert shown["stats"]["rows"] == 64 and shown["stats"]["examples"] == 128
     results = execute(plan, echo=lambda s: None, progress=False)
     assert results["global_step"] == 2
