@@ -280,6 +280,31 @@ def _adapter_dropouts(model: Any) -> list[float]:
     return sorted(out)
 
 
+def _sampler_kind(trainer: Any, dataloader: Any) -> str:
+    """The training sampler's kind, "sequential", "random" or its class name: at build the one the trainer picks
+    (KTOTrainer `_get_train_sampler`, transformers' by train_sampling_strategy), at train-begin the one inside
+    the DataLoader the loop iterates (accelerate's BatchSampler(Shard) around it; its SeedableRandomSampler is
+    a RandomSampler)."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+    if dataloader is None:
+        sampler = trainer._get_train_sampler()
+    else:
+        sampler = getattr(dataloader, "batch_sampler", None) or getattr(dataloader, "sampler", None)
+        for _ in range(4):  # BatchSamplerShard -> BatchSampler -> the sampler
+            inner = getattr(sampler, "batch_sampler", None) or (
+                getattr(sampler, "sampler", None) if isinstance(sampler, BatchSampler) else None
+            )
+            if inner is None:
+                break
+            sampler = inner
+    if isinstance(sampler, SequentialSampler):
+        return "sequential"
+    if isinstance(sampler, RandomSampler):
+        return "random"
+    return type(sampler).__name__
+
+
 def _collator_name(collator: Any) -> str:
     return getattr(collator, "__name__", None) or type(collator).__name__
 
@@ -396,6 +421,8 @@ def run_checks(
     if obj.is_preference:
         c.add("preference.beta", float(plan.value("preference.beta")), lambda: float(trainer.beta))
         c.add("preference.loss_type", [plan.value("preference.loss_type")], lambda: _loss_types(trainer))
+        if obj.name == "kto":  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
+            c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
         _reference_checks(c, plan, p, trainer)
 
     if stage == TRAIN_BEGIN:

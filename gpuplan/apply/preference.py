@@ -16,6 +16,8 @@ The reference, as the plan resolved preference.reference:
 - precomputed: TRL computes the reference log-probs once, with the starting weights,
   before the first step (precompute_ref_log_probs=True), and keeps no reference model.
 
+KTO's row order: train_sampling / shuffled_rows (TRL keeps a KL term's batches in a fixed order).
+
 Rows are checked before anything is written (check_rows: the plan's own check with the
 run's tokenizer and chat template): an unusable row stops the run, it is never dropped.
 """
@@ -29,7 +31,7 @@ from typing import Any
 
 from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
 from gpuplan.plan.checks.preference_rows import report_diagnostics
-from gpuplan.plan.objectives import Objective, objective
+from gpuplan.plan.objectives import Objective, computes_kl, objective
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
@@ -65,14 +67,28 @@ def _prompt_counter(plan: Plan, tokenizer: Any):
     return count
 
 
+def unpaired(plan: Plan, rows: Any) -> Any:
+    """KTO on prompt / chosen / rejected rows: the labelled completions TRL trains on, two per pair (chosen:
+    label true, rejected: false), made by TRL's own trl/data_utils.py `unpair_preference_dataset`, which
+    KTOTrainer would apply itself (trl/trainer/kto_trainer.py `_prepare_dataset`: "Unpair the dataset if
+    needed", when the first row has chosen and rejected). Done here so that the run counts and sees the
+    examples it trains on. Other rows and objectives: unchanged."""
+    if rows is None or objective_of(plan).name != "kto" or not {"chosen", "rejected"} <= set(rows.column_names):
+        return rows
+    from trl.data_utils import unpair_preference_dataset
+
+    return unpair_preference_dataset(rows)
+
+
 def load_splits(plan: Plan, cache: str) -> tuple[Any, Any | None, list[str]]:
-    """(train rows, eval rows or None, train paths) as `datasets` Datasets."""
+    """(train rows, eval rows or None, train paths) as `datasets` Datasets; KTO pairs unpaired (`unpaired`),
+    after the eval split, so a pair's two completions stay in one split."""
     from .data import _split_eval, load_rows, train_paths
 
     paths = train_paths(plan)
     raw, _ = load_rows(paths, "data.train_files", cache)
     train, ev = _split_eval(plan, raw)
-    return train, ev, paths
+    return unpaired(plan, train), unpaired(plan, ev), paths
 
 
 def check_rows(plan: Plan, tokenizer: Any) -> None:
@@ -121,7 +137,30 @@ def config_kwargs(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
         max_length=int(plan.value("preference.max_length")),
         precompute_ref_log_probs=plan.value("preference.reference") == "precomputed",
     )
+    if objective_of(plan).name == "kto":
+        out["train_sampling_strategy"] = train_sampling(plan)
     return out
+
+
+def train_sampling(plan: Plan) -> str:
+    """KTO's train sampler. KTOConfig defaults train_sampling_strategy to "sequential" for every loss, and
+    KTOTrainer refuses any other for the losses with a KL term, "because the KL completion for each example
+    is precomputed against its neighbors in a fixed-order batch" (trl/trainer/kto_config.py,
+    kto_trainer.py `__init__`; `_prepare_dataset` rotates the completions within each per-device batch).
+    Those keep it, and their rows are shuffled once before TRL batches them (shuffled_rows). apo_zero_unpaired
+    has no KL term: the Trainer's random sampler, seeded by training.seed and reshuffled every epoch, as SFT's."""
+    return "sequential" if computes_kl("kto", plan.value("preference.loss_type")) else "random"
+
+
+def shuffled_rows(plan: Plan, train: Any) -> Any:
+    """KTO with a KL term: the training rows in an order drawn from training.seed, before TRL's trainer
+    builds its fixed batches from them (train_sampling): without it training.seed had no effect on what a
+    step sees, and pairs unpaired by TRL (all the chosen completions of 1000 pairs, then all the rejected
+    ones: trl/data_utils.py `_unpair_row`) gave batches of one label. Every epoch runs those batches in
+    that order. Other objectives and apo_zero_unpaired: the Trainer's seeded random sampler."""
+    if objective_of(plan).name != "kto" or train_sampling(plan) != "sequential":
+        return train
+    return train.shuffle(seed=int(plan.value("training.seed"))).flatten_indices()
 
 
 def _compute_dtype(plan: Plan) -> Any:
@@ -195,7 +234,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
             model=model,
             ref_model=ref,
             args=args,
-            train_dataset=train,
+            train_dataset=shuffled_rows(plan, train),
             eval_dataset=ev,
             processing_class=tokenizer,
             callbacks=callbacks,

@@ -1,5 +1,5 @@
 """`gpuplan data` for dpo / kto rows: each pair's chosen and rejected sequence (KTO: the completion
-with its label), the prompt masked and the answer trained, from the token ids TRL trains on.
+with its label; KTO on pairs: both, desirable and undesirable), the prompt masked and the answer trained, from the token ids TRL trains on.
 
 TRL 1.16 dpo_trainer.py `_prepare_dataset` tokenizes prompt and prompt + answer with
 trl/data_utils.py `_tokenize` (conversational rows through the chat template; plain answers
@@ -29,7 +29,11 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     check_rows(plan, tokenizer)  # an unusable row is an error here as in apply
     raw, _ = load_rows(train_paths(plan), "data.train_files", cache_dir(plan))
     limit = int(plan.value("preference.max_length"))
-    answers = ("chosen", "rejected") if obj.name == "dpo" else ("completion",)
+    # kto on pairs: each row's chosen and rejected completions, the two examples TRL unpairs it into
+    # (apply/preference.py unpaired), shown row by row
+    paired = obj.name == "kto" and {"chosen", "rejected"} <= set(raw.column_names)
+    answers = ("chosen", "rejected") if obj.name == "dpo" or paired else ("completion",)
+    unpaired_kind = {"chosen": "desirable", "rejected": "undesirable"}
     examples: list[dict[str, Any]] = []
     tokens = trained = truncated = sequences = 0
     for i, row in enumerate(raw):
@@ -48,7 +52,10 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
             trained += sum(mask)
             truncated += len(full) > limit
             if len(examples) < n_examples * len(answers):
-                kind = field if obj.name == "dpo" else ("desirable" if row["label"] else "undesirable")
+                if obj.name == "dpo":
+                    kind = field
+                else:
+                    kind = unpaired_kind[field] if paired else ("desirable" if row["label"] else "undesirable")
                 examples.append(
                     {
                         "row": i,
@@ -60,7 +67,7 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
                 )
     stats = {
         "rows": len(raw),
-        "examples": len(raw),
+        "examples": len(raw) * (2 if paired else 1),
         "dropped_rows": 0,
         "truncated_rows": truncated,
         "tokens": tokens,

@@ -18,15 +18,18 @@ Sources, TRL 1.16:
 - KTO (trainer/kto_trainer.py `_compute_loss`): one completion per example with gradients,
   plus a mismatched KL completion (the batch's completions shifted by one) through the
   policy without gradients; the reference runs both. Loss default `kto`, beta 0.1, learning rate 1e-6 (kto_config.py).
+  loss_type = "apo_zero_unpaired" computes no KL term (kto_trainer.py `__init__`: calculate_kl =
+  args.loss_type not in ["apo_zero_unpaired"]; `_compute_kl_logps` and the reference's KL forward run only
+  under calculate_KL): one completion through the policy with gradients and through the reference, nothing else.
 - Both replace the model's LM head by a fused, chunked log-prob head (trainer/utils.py
   `add_fused_lm_head`, kernels/chunked_logprob.py): no (tokens x vocab) logits are kept.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "min_per_device_batch", "objective"]
+__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "computes_kl", "min_per_device_batch", "objective"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,11 @@ KTO = Objective(
 
 OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
 
+# KTO losses without the KL term: trl/trainer/kto_trainer.py `__init__`, calculate_kl = args.loss_type not in
+# ["apo_zero_unpaired"]; without it `_compute_kl_logps` returns None before any forward (policy and reference)
+NO_KL_LOSSES = ("apo_zero_unpaired",)
+KTO_WITHOUT_KL = replace(KTO, nograd_policy_sequences=0, reference_sequences=1)
+
 # The saver a reference-holding objective adds (rules/preference.py fit_with_reference): no frozen copy,
 # the reference log-probs computed once per example before training (TRL's precompute_ref_log_probs)
 PRECOMPUTED_REFERENCE = "precomputed reference log-probs"
@@ -176,11 +184,20 @@ def min_per_device_batch(name: str | None, loss_type: str | None) -> int:
     batch of 1 for every loss that computes it, all but apo_zero_unpaired (trl/trainer/kto_trainer.py
     `__init__`: "Actual (not effective) batch size must be > 1"; calculate_kl = loss_type not in
     ["apo_zero_unpaired"])."""
-    if name == "kto" and loss_type != "apo_zero_unpaired":
+    if computes_kl(name, loss_type):
         return 2
     return 1
 
 
-def objective(name: str | None) -> Objective:
-    """The descriptor of training.objective (sft when unset)."""
+def computes_kl(name: str | None, loss_type: str | None) -> bool:
+    """Whether TRL's KTOTrainer estimates the KL term (a mismatched completion per example through the
+    policy and the reference, each without gradients): every KTO loss but apo_zero_unpaired."""
+    return name == "kto" and loss_type not in NO_KL_LOSSES
+
+
+def objective(name: str | None, loss_type: str | None = None) -> Objective:
+    """The descriptor of training.objective (sft when unset); for KTO, `loss_type` says whether the step
+    runs the KL forwards (apo_zero_unpaired: none, KTO_WITHOUT_KL). Without a loss type: the default loss's."""
+    if name == "kto" and loss_type in NO_KL_LOSSES:
+        return KTO_WITHOUT_KL
     return OBJECTIVES[name or "sft"]

@@ -94,7 +94,14 @@ def fitted_starter(
         )
     base = data_choices(source, data, task)
     if objective is not None:  # --objective: the user's, over what the rows suggested
-        base["training.objective"] = (objective, f"Set by init --objective {objective}.")
+        note = f"Set by init --objective {objective}."
+        if objective == "kto" and data is not None and data[1].objective == "dpo":
+            note = (
+                "Set by init --objective kto. The rows are prompt / chosen / rejected pairs: KTO trains on them "
+                "unpaired, each pair's chosen completion with label true and its rejected one with label false, "
+                "as TRL's KTOTrainer unpairs them (trl/data_utils.py unpair_preference_dataset)."
+            )
+        base["training.objective"] = (objective, note)
     chosen_objective = OBJECTIVES.get(base.get("training.objective", (None, None))[0] or "sft")
     if chosen_objective is not None and chosen_objective.default_learning_rate is not None:
         rate = chosen_objective.default_learning_rate

@@ -72,7 +72,7 @@ def trace_memory(
     ops: AbstractContextManager[Any] = cuda_like_ops() if wl.device == "cuda" else nullcontext()
     from gpuplan.plan.objectives import objective
 
-    obj = objective(wl.objective)
+    obj = objective(wl.objective, wl.loss_type)
     head_kernels: AbstractContextManager[Any]
     if obj.is_preference:
         from gpuplan.trace import preference

@@ -95,7 +95,7 @@ def preference_loss(
     model: torch.nn.Module, ref: torch.nn.Module | None, wl: Workload, vocab: int, amp_dtype: Any, on_head: Any = None
 ) -> torch.Tensor:
     """One micro-batch's loss (backward is the caller's); `on_head` marks where the head starts."""
-    obj = objective(wl.objective)
+    obj = objective(wl.objective, wl.loss_type)
     b, s = wl.per_device_batch, wl.seq_len
     autocast = torch.autocast("cpu", dtype=amp_dtype) if amp_dtype is not None else nullcontext()
     beta = 0.1

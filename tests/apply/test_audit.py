@@ -509,3 +509,14 @@ def test_a_trainer_for_another_objective_is_caught(tmp_path, base, dpo_full):
     sft = _build(_plan(tmp_path, base))
     with pytest.raises(audit.AuditError, match=r"training.objective: planned 'DPOTrainer', live 'Trainer'"):
         audit.audit(dpo_full, sft.trainer, audit.BUILD, audit.AuditLog())
+
+
+def test_a_kto_run_that_samples_its_rows_at_random_is_caught(tmp_path, base):
+    """KTO with a KL term reads its (seeded, shuffled) rows in order, as TRL's KTOTrainer requires
+    (trl/trainer/kto_config.py train_sampling_strategy; apply/preference.py train_sampling): recorded at
+    both stages, and a random sampler in the live DataLoader stops the run."""
+    plan = _plan(tmp_path, base, objective="kto", data="preference")
+    prepared = _build(plan)
+    (check,) = [c for c in prepared.audit.stages["build"] if c.key == "data.train_sampler"]
+    assert check.planned == check.live == "sequential"
+    _refused(prepared, "data.train_sampler", before=lambda t: setattr(t.args, "train_sampling_strategy", "random"))

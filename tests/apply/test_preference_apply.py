@@ -268,3 +268,92 @@ def test_gpuplan_eval_of_a_dpo_run_points_at_the_dpo_eval_loss_the_run_logged(ba
     evals = [e for e in map(json.loads, metrics.read_text().splitlines()) if e["event"] == "eval"]
     assert evals and {"eval_loss", "eval_rewards/margins"} <= set(evals[-1])  # TRL's DPO eval, logged by the run
     assert "evaluations" not in json.dumps(state(tmp_path / "run"))  # nothing recorded
+
+
+def _kto_live(tmp_path, base_dir, data, seed, name, loss=""):
+    spec = preference_spec(tmp_path / f"{name}.toml", base=base_dir, data=data, out=tmp_path / name, objective="kto", steps=2)
+    text = spec.read_text().replace("seed = 0\n", f"seed = {seed}\n")
+    spec.write_text(text + (f'\n[preference]\nloss_type = "{loss}"\n' if loss else ""))
+    return _live(plan_file(spec, environment=ENV))
+
+
+def _first_batches(trainer, n=2) -> list[list[list[int]]]:
+    from transformers import set_seed
+
+    # the Trainer seeds torch in __init__ (set_seed(args.seed)) and accelerate's seedable sampler reads
+    # torch.random.initial_seed() when the dataloader is prepared: as in the trainer's own run, not the
+    # seed of the trainer built last in this process
+    set_seed(trainer.args.seed)
+    it = iter(trainer.get_train_dataloader())
+    return [next(it)["input_ids"].tolist() for _ in range(n)]
+
+
+def test_kto_rows_are_shuffled_by_training_seed_and_keep_trls_kl_batches(base, tmp_path):
+    """Issue 30: TRL 1.16's KTOTrainer reads its rows in order (KTOConfig train_sampling_strategy =
+    "sequential", which kto_trainer.py `__init__` requires for a loss with a KL term: each KL completion is
+    another example's of the same fixed batch), so training.seed changed nothing. gpuplan shuffles the rows
+    with training.seed before TRL batches them: the live dataloader's first batches follow the seed, the
+    sampler stays sequential and each batch's KL completions are still its own completions rotated."""
+    from torch.utils.data import SequentialSampler
+
+    base_dir, _ = base
+    data = write_jsonl(tmp_path / "kto.jsonl", kto_rows())
+    a = _kto_live(tmp_path, base_dir, data, 0, "a")
+    b = _kto_live(tmp_path, base_dir, data, 1, "b")
+    again = _kto_live(tmp_path, base_dir, data, 0, "again")
+    assert _first_batches(a) == _first_batches(again)
+    assert _first_batches(a) != _first_batches(b)
+    assert isinstance(a._get_train_sampler(), SequentialSampler)
+    size = a.args.per_device_train_batch_size
+    rows = a.train_dataset
+    assert size >= 2 and len(rows) == 64
+    first = [rows[i]["prompt_ids"] + rows[i]["completion_ids"] for i in range(size)]
+    with open(data) as f:
+        in_order = [json.loads(r) for r in f]
+    assert [r["label"] for r in in_order[:size]] != list(rows["label"][:size])  # not the file's order
+    for at in range(0, len(rows) - size + 1, size):  # TRL's rotation within each batch (kto_trainer.py)
+        block = rows[at : at + size]
+        assert block["KL_completion_ids"] == [block["completion_ids"][-1], *block["completion_ids"][:-1]]
+    # the dataloader reads those rows in that order: the first batch is the first `size` rows, padded
+    batch = _first_batches(a, 1)[0]
+    pad = a.processing_class.pad_token_id
+    assert [[t for t in seq if t != pad] for seq in batch] == [[t for t in seq if t != pad] for seq in first]
+
+
+def test_kto_apo_zero_unpaired_samples_at_random_with_the_seed(base, tmp_path):
+    """apo_zero_unpaired has no KL term (kto_trainer.py calculate_kl): the Trainer's random sampler,
+    seeded by training.seed, as for SFT; KTOConfig's default would have read the rows in order."""
+    base_dir, _ = base
+    data = write_jsonl(tmp_path / "kto.jsonl", kto_rows())
+    a = _kto_live(tmp_path, base_dir, data, 0, "a", loss="apo_zero_unpaired")
+    b = _kto_live(tmp_path, base_dir, data, 1, "b", loss="apo_zero_unpaired")
+    again = _kto_live(tmp_path, base_dir, data, 0, "again", loss="apo_zero_unpaired")
+    assert a.args.train_sampling_strategy == "random"
+    assert _first_batches(a) == _first_batches(again) and _first_batches(a) != _first_batches(b)
+
+
+def test_kto_on_paired_rows_trains_on_both_completions_of_each_pair(base, tmp_path):
+    """TRL's KTOTrainer unpairs prompt / chosen / rejected rows (trl/trainer/kto_trainer.py _prepare_dataset,
+    trl/data_utils.py unpair_preference_dataset): the plan accepts them and says so, apply trains on 2N
+    labelled completions, and the shuffled batches hold both labels (unpaired in order, the first 32 rows
+    would be the 32 chosen completions)."""
+    base_dir, data = base  # 64 pairs
+    spec = preference_spec(tmp_path / "kto.toml", base=base_dir, data=data, out=tmp_path / "run", objective="kto", steps=2)
+    plan = plan_file(spec, environment=ENV)
+    assert any("64 rows" in d.summary and "128 labelled completions" in d.summary for d in plan.diagnostics if d.severity == "note")
+    trainer = _live(plan)
+    assert len(trainer.train_dataset) == 128 and sum(trainer.train_dataset["label"]) == 64
+    size = trainer.args.per_device_train_batch_size
+    assert len(set(trainer.train_dataset["label"][:size])) == 2
+    from gpuplan.apply.preview import preview
+
+    shown = preview(plan, 2)  # `gpuplan data`: each pair's two completions, by file row
+    assert [(e["row"], e["kind"]) for e in shown["examples"]] == [
+        (0, "desirable"),
+        (0, "undesirable"),
+        (1, "desirable"),
+        (1, "undesirable"),
+    ]
+    assert shown["stats"]["rows"] == 64 and shown["stats"]["examples"] == 128
+    results = execute(plan, echo=lambda s: None, progress=False)
+    assert results["global_step"] == 2

@@ -33,6 +33,8 @@ CASES = [
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA),
     Workload(2, 512, amp="bf16", objective="dpo", reference="adapters-off", adapters=LORA, gradient_checkpointing=True),
     Workload(4, 256, amp="bf16", objective="kto", reference="copy"),
+    # apo_zero_unpaired: no KL forwards (trl/trainer/kto_trainer.py calculate_kl); the peak is the same
+    Workload(4, 256, amp="bf16", objective="kto", reference="copy", loss_type="apo_zero_unpaired"),
     Workload(
         2,
         512,
@@ -54,7 +56,7 @@ CASES = [
     CASES,
     ids=lambda w: (
         f"{w.objective}-{w.reference}-{w.weight_dtype}-{w.amp}-ck{int(w.gradient_checkpointing)}-acc{w.gradient_accumulation_steps}"
-        f"-{w.device}"
+        f"-{w.device}" + (f"-{w.loss_type}" if w.loss_type else "")
     ),
 )
 def test_analytic_preference_step_matches_the_trace(wl):

@@ -171,3 +171,24 @@ def test_init_objective_option_is_written_and_the_spec_plans(tmp_path):
     assert tomllib.loads(text)["training"]["learning_rate"] == 1e-6
     r = gpuplan("init", MODELS / "gpt2.json", "--gpu", "T4", "--objective", "orpo", "--out", tmp_path / "x.toml")
     assert r.returncode != 0 and "invalid choice" in r.stderr and not (tmp_path / "x.toml").exists()
+
+
+def test_init_objective_kto_accepts_preference_pairs_and_the_spec_plans(tmp_path):
+    """Issue 30: TRL's KTOTrainer unpairs prompt / chosen / rejected rows itself (trl/trainer/kto_trainer.py
+    _prepare_dataset, trl/data_utils.py unpair_preference_dataset); init --objective kto refused them
+    ("has no completion / label"). Now it writes a spec that plans and says the pairs train unpaired."""
+    from tests.helpers.planning import SPECS
+
+    data = SPECS / "data" / "preference-pairs.jsonl"
+    out = tmp_path / "kto.toml"
+    r = gpuplan("init", MODELS / "tiny-llama-cpu.json", "--gpu", "cpu", "--data", data, "--objective", "kto", "--out", out)
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    comments = " ".join(ln[2:] for ln in text.splitlines() if ln.startswith("# "))
+    assert tomllib.loads(text)["training"]["objective"] == "kto"
+    assert "KTO trains on them unpaired" in comments
+    r = gpuplan("plan", out, "--no-color")
+    assert r.returncode == 0, r.stderr
+    rows = sum(1 for line in data.read_text().splitlines() if line.strip())
+    assert f"{rows} rows in {data} are prompt / chosen / rejected pairs" in " ".join(r.stdout.split())
+    assert f"{2 * rows} labelled completions" in " ".join(r.stdout.split())

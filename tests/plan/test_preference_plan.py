@@ -316,8 +316,8 @@ def test_the_learning_rate_defaults_to_trls_for_the_objective_and_a_set_one_is_k
     assert not any(c.key == "training.learning_rate" for c in plan.changes)
 
 
-def _kto(tmp_path, *, gpu, seq_len=2048, extra="", loss=""):
-    path = _dpo(tmp_path, method="qlora", gpu=gpu, extra=extra, preference=loss)
+def _kto(tmp_path, *, gpu, seq_len=2048, extra="", loss="", data=""):
+    path = _dpo(tmp_path, method="qlora", gpu=gpu, extra=extra, preference=loss, data=data)
     text = path.read_text().replace('objective = "dpo"', 'objective = "kto"').replace("seq_len = 2048", f"seq_len = {seq_len}")
     path.write_text(text)
     return path
@@ -394,3 +394,55 @@ def test_conversational_rows_under_the_text_format_plan_as_chat(tmp_path):
     text = write_jsonl(tmp_path / "plain.jsonl", pairs(4))
     plan = plan_file(_dpo(tmp_path, data=f'train_files = ["{text}"]'), environment=ENV)
     assert plan.value("data.format") == "text" and not any(c.key == "data.format" for c in plan.changes)
+
+
+def test_apo_zero_unpaired_prices_no_kl_forwards(tmp_path):
+    """Issue 30: TRL's KTOTrainer computes the KL term for every loss but apo_zero_unpaired
+    (trl/trainer/kto_trainer.py `__init__`: calculate_kl = args.loss_type not in ["apo_zero_unpaired"]), so
+    that loss runs no KL completion through the policy nor the reference. The plans differ by exactly those
+    two forwards per example: in the step FLOPs and the no-grad forward term; memory prices no KL part."""
+    extra = "per_device_train_batch_size = 2"
+    kto = plan_file(_kto(tmp_path, gpu="A100-80GB", extra=extra), environment=ENV)
+    apo = plan_file(_kto(tmp_path, gpu="A100-80GB", extra=extra, loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
+    assert kto.value("preference.loss_type") == "kto" and apo.value("preference.loss_type") == "apo_zero_unpaired"
+    assert kto.memory.workload.loss_type == "kto" and apo.memory.workload.loss_type == "apo_zero_unpaired"
+    t_kto, t_apo = kto.throughput.to_dict(), apo.throughput.to_dict()
+    assert t_kto["tokens_per_step"] == t_apo["tokens_per_step"]
+
+    # per example: policy forward + backward (3 forwards) and the reference's completion forward (1), both;
+    # kto adds the KL completion through the policy and through the reference (2 more): 6 / 4 forwards
+    def nograd(t):  # the step's forwards without gradients: the model FLOPs beyond the graded sequences'
+        return t["model_flops_per_step"] - t["model_flops_per_token"] * t["tokens_per_step"]
+
+    assert nograd(t_apo) > 0 and nograd(t_kto) == 3 * nograd(t_apo)  # 1 + 2 KL forwards vs the reference's 1
+    assert t_kto["flops_per_step"] - t_apo["flops_per_step"] == 2 * nograd(t_apo)
+    terms = {n: {t["name"]: t["seconds"] for t in d["step_time"]["terms"]} for n, d in (("kto", t_kto), ("apo", t_apo))}
+    assert terms["kto"]["kto forwards without gradients"] == pytest.approx(3 * terms["apo"]["kto forwards without gradients"], rel=1e-9)
+    assert set(terms["kto"]) == set(terms["apo"])
+    for name in terms["kto"]:
+        if name != "kto forwards without gradients":
+            assert terms["kto"][name] == pytest.approx(terms["apo"][name], rel=1e-9), name
+    assert "KL sequence" in " ".join(t_kto["notes"]) and "KL sequence" not in " ".join(t_apo["notes"])
+    assert "1 through the reference" in " ".join(t_apo["notes"]) and "2 through the reference" in " ".join(t_kto["notes"])
+    # memory: the KL forward runs without gradients before the policy's and is not at the peak (the trace agrees:
+    # tests/apply/test_preference_memory.py); the same parts either way
+    assert kto.memory.to_dict()["components"] == apo.memory.to_dict()["components"]
+
+
+def test_kto_reads_pairs_as_trl_unpairs_them_and_refuses_a_split_that_mixes_both(tmp_path):
+    """KTO on prompt / chosen / rejected rows: TRL unpairs a split whose first row is a pair
+    (trl/trainer/kto_trainer.py _prepare_dataset), so the plan checks such a split as pairs, says it
+    trains 2N completions, and says how the rows are ordered; an unpaired row in it has no chosen / rejected."""
+    data = write_jsonl(tmp_path / "pairs.jsonl", pairs(6))
+    plan = plan_file(_kto(tmp_path, gpu="A100-80GB", data=f'train_files = ["{data}"]'), environment=ENV)
+    notes = [d.summary for d in plan.diagnostics if d.severity == "note"]
+    assert any(f"6 rows in {data} are prompt / chosen / rejected pairs" in n and "12 labelled completions" in n for n in notes)
+    assert any("shuffled once with training.seed = " in n for n in notes)
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [*pairs(2), {"prompt": "a ->", "completion": " a.", "label": True}])
+    with pytest.raises(PlanError) as e:
+        plan_file(_kto(tmp_path, gpu="A100-80GB", data=f'train_files = ["{mixed}"]'), environment=ENV)
+    (d,) = _errors(e)
+    assert "1 of 3 kto rows" in d.summary and "has no chosen / rejected (rows 2)" in d.summary
+    assert "row 0 makes this a split of pairs" in d.fix
+    apo = plan_file(_kto(tmp_path, gpu="A100-80GB", loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
+    assert any("sampled at random with training.seed" in d.summary for d in apo.diagnostics if d.severity == "note")

@@ -7,6 +7,11 @@ field is plain text or, conversational, a list of {role, content} messages (data
 be used when a field is missing or of the wrong type, when it mixes plain text and messages,
 when chosen / rejected / completion is empty, when a KTO label is not a boolean, or when the
 prompt has more tokens than preference.max_prompt_length (no room left for the answer).
+
+KTO also reads DPO's paired rows: TRL 1.16's KTOTrainer unpairs a split whose first row has chosen and
+rejected (trl/trainer/kto_trainer.py `_prepare_dataset`: "Unpair the dataset if needed", through
+trl/data_utils.py `unpair_preference_dataset`): each pair becomes two labelled completions, chosen with
+label true and rejected with label false, 2N examples. Such a split is checked row by row as pairs.
 `plan` reports them with their count and first row numbers; `apply` runs the same check
 with the run's tokenizer before it writes anything. Nothing is silently dropped.
 
@@ -27,6 +32,7 @@ from gpuplan.plan.objectives import Objective
 from gpuplan.plan.types import Diagnostic
 
 SHOWN_ROWS = 5  # row numbers listed per problem
+PAIRED_FIELDS = ("prompt", "chosen", "rejected")  # a DPO row; KTO unpairs it (see above)
 # TRL 1.16 decides whether a row is conversational from one of its fields, whichever a set yields first
 # (trl/data_utils.py is_conversational: example_keys.pop()), then renders every field that one way: a row
 # with a plain-text prompt and message-list answers is tokenized as neither and the trainer fails.
@@ -44,6 +50,12 @@ class RowReport:
     first: dict[str, list[int]] = field(default_factory=dict)  # problem -> first row numbers (0-based)
     conversational: int = 0
     prompts_unmeasured: int = 0  # prompts whose length could not be counted here
+    paired: bool = False  # kto: prompt / chosen / rejected rows, unpaired into 2 examples each (see above)
+
+    @property
+    def examples(self) -> int:
+        """The examples the trainer sees: a KTO pair is two (its chosen and its rejected completion)."""
+        return 2 * self.rows if self.paired else self.rows
 
     def add(self, problem: str, row: int) -> None:
         self.problems[problem] += 1
@@ -78,13 +90,17 @@ def check_rows(
     """Count the unusable rows of a preference split. `prompt_tokens(prompt)` is the prompt's length
     in tokens, or None when it cannot be measured (a conversational prompt at plan time)."""
     report = RowReport()
-    answers = tuple(f for f in obj.example_fields if f not in ("prompt", "label"))
+    rows = list(rows)
+    fields = obj.example_fields
+    if obj.name == "kto" and rows and isinstance(rows[0], Mapping) and "chosen" in rows[0] and "rejected" in rows[0]:
+        report.paired, fields = True, PAIRED_FIELDS  # TRL's test: the first example (kto_trainer.py _prepare_dataset)
+    answers = tuple(f for f in fields if f not in ("prompt", "label"))
     for i, row in enumerate(rows):
         report.rows += 1
         if not isinstance(row, Mapping):
             report.add("is not an object with fields", i)
             continue
-        missing = [f for f in obj.example_fields if f not in row or row[f] is None]
+        missing = [f for f in fields if f not in row or row[f] is None]
         if missing:
             report.add(f"has no {' / '.join(missing)}", i)
             continue
@@ -102,7 +118,7 @@ def check_rows(
         if empty:
             report.add(f"has an empty {' / '.join(empty)}", i)
             continue
-        if "label" in obj.example_fields and not isinstance(row["label"], bool):
+        if "label" in fields and not isinstance(row["label"], bool):
             report.add("has a label that is not true or false", i)
             continue
         n = prompt_tokens(row["prompt"])
@@ -163,6 +179,8 @@ def report_diagnostics(report: RowReport, key: str, where: str, obj: Objective) 
             fix = "raise preference.max_prompt_length, or shorten or remove those rows"
         elif problem == MIXED:
             fix = MIXED_FIX
+        elif report.paired:  # kto on pairs: the first row made the split paired, as TRL decides
+            fix = f"fix or remove those rows: row 0 makes this a split of pairs, and a {obj.name} pair has {' / '.join(PAIRED_FIELDS)}"
         else:
             fix = f"fix or remove those rows: a {obj.name} row has {' / '.join(obj.example_fields)}"
         out.append(

@@ -84,7 +84,7 @@ def nograd_forward_flops(facts: ModelFacts, workload: Workload, tokens: int) -> 
     """(FLOPs of the step's forwards without gradients, FLOPs of the reference forwards when they are
     precomputed instead, per step). `tokens` are the policy's graded tokens per step. A forward is
     2N + 4LHQT per token, a third of training's 6N + 12LHQT (Kaplan et al. 2020; PaLM appendix B)."""
-    obj = objective(workload.objective)
+    obj = objective(workload.objective, workload.loss_type)
     if not obj.is_preference:
         return 0, 0
     n, _ = matmul_params(facts)
@@ -170,7 +170,7 @@ def estimate_throughput(
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    obj = objective(workload.objective)  # dpo: 2 sequences per example (plan/objectives.py)
+    obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (plan/objectives.py)
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base

@@ -153,6 +153,8 @@ def fit(ctx: Resolver) -> None:
         liger_kernel=liger,
         offload_activations=offload,
         objective=ctx.spec("training.objective"),
+        # kto: whether the step runs the KL forwards (plan/objectives.py objective); dpo / sft: not set
+        loss_type=ctx.get("preference.loss_type") if ctx.spec("training.objective") == "kto" else None,
         # chat / instruction examples packed with restarting position ids (apply/examples.py):
         # transformers builds a (b, 1, s, s) mask (estimate/memory/packed_mask.py); text packing does not
         packed=bool(ctx.get("data.packing")) and ctx.spec("data.format") != "text",

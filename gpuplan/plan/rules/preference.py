@@ -22,13 +22,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from gpuplan.plan.checks.preference_rows import check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
+from gpuplan.plan.checks.preference_rows import RowReport, check_rows, plain_prompt_counter, read_json_rows, report_diagnostics
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.fit.search import workload as solve_workload
-from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, PRECOMPUTED_REFERENCE, objective
+from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, PRECOMPUTED_REFERENCE, computes_kl, objective
 from gpuplan.plan.rules.chat_data import _has_chat_template
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
 
@@ -90,6 +90,8 @@ def settings(ctx: Resolver) -> None:
         ctx.keep("preference.loss_type")
     else:
         ctx.keep("preference.loss_type")
+    if obj.name == "kto":
+        _kto_order(ctx)
     seq = ctx.spec("data.seq_len")
     length = ctx.spec("preference.max_length")
     if length is None:
@@ -201,6 +203,8 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
             report = check_rows(rows, obj, max_prompt, count)
             conversational += report.conversational
             ctx.diagnostics.extend(report_diagnostics(report, f"{key}[{i}]", path, obj))
+            if report.paired and not report.unusable:
+                ctx.note(f"{key}[{i}]", paired_note(report, path))
             if report.prompts_unmeasured and not report.unusable:
                 ctx.note(
                     f"{key}[{i}]",
@@ -210,6 +214,36 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
                     "before it writes anything",
                 )
     return conversational
+
+
+def _kto_order(ctx: Resolver) -> None:
+    """How a KTO run orders its rows (apply/preference.py train_sampling, shuffled_rows)."""
+    seed = ctx.spec("training.seed")
+    if computes_kl("kto", ctx.get("preference.loss_type")):
+        ctx.note(
+            "training.seed",
+            f"kto: the rows are shuffled once with training.seed = {seed} before TRL batches them, and every epoch "
+            "runs those batches in that order: TRL's KTOTrainer pairs each KL completion with another of the same "
+            "fixed batch, so it reads them sequentially (trl/trainer/kto_config.py train_sampling_strategy, "
+            "kto_trainer.py _prepare_dataset)",
+        )
+    else:
+        ctx.note(
+            "training.seed",
+            f"kto with apo_zero_unpaired (no KL term): the rows are sampled at random with training.seed = {seed}, "
+            'reshuffled every epoch (train_sampling_strategy = "random"; KTOConfig\'s default "sequential" reads '
+            "them in file order)",
+        )
+
+
+def paired_note(report: RowReport, path: str) -> str:
+    """What KTO does with prompt / chosen / rejected rows (plan/checks/preference_rows.py)."""
+    return (
+        f"{report.rows} rows in {path} are prompt / chosen / rejected pairs: KTO trains on them unpaired, "
+        f"{report.examples} labelled completions (each chosen one with label true, each rejected one false), as "
+        "TRL's KTOTrainer unpairs them (trl/trainer/kto_trainer.py _prepare_dataset, trl/data_utils.py "
+        "unpair_preference_dataset); apply unpairs them with that function, then shuffles them"
+    )
 
 
 def reference_for(ctx: Resolver, method: str) -> Reference:
@@ -326,6 +360,7 @@ RULES = (
             "spec:training.loss_chunk_size",
             "spec:training.use_liger_kernel",
             "spec:training.activation_offloading",
+            "spec:training.seed",
         ),
         writes=_WRITES,
         apply=settings,

@@ -38,7 +38,7 @@ VOCAB_CHUNK = 32768  # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE: the buffer 
 
 def policy_workload(wl: Workload) -> Workload:
     """The workload with per_device_batch in sequences: examples x the objective's graded sequences."""
-    obj = objective(wl.objective)
+    obj = objective(wl.objective, wl.loss_type)
     if obj.grad_sequences == 1:
         return wl
     return dataclasses.replace(wl, per_device_batch=wl.per_device_batch * obj.grad_sequences)

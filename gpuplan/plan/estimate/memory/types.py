@@ -84,11 +84,16 @@ class Workload:
     # (peft disables the adapters: no second copy) | precomputed (log-probs computed before training)
     objective: str = "sft"
     reference: Reference = "none"
+    # the KTO loss (preference.loss_type), set for kto only: apo_zero_unpaired runs no KL forwards
+    # (plan/objectives.py objective); None: the objective's default loss
+    loss_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.objective == "sft":  # an SFT plan's JSON stays what it was before objectives existed
             del d["objective"], d["reference"]
+        if self.loss_type is None:  # nor a DPO plan's
+            del d["loss_type"]
         return d
 
     @classmethod
