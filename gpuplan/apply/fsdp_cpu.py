@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from transformers import Trainer
 
+    from gpuplan.plan.types import Plan
+
 
 def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
     """Turn a MULTI_CPU accelerator into an FSDP one with the Trainer's plugin; True when it did."""
@@ -43,14 +45,33 @@ def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
     return True
 
 
-def trainer_class() -> type[Trainer]:
-    """transformers.Trainer whose Accelerator keeps the FSDP plugin on CPU ranks."""
-    from transformers import Trainer
+def trainer_class(base: type[Trainer] | None = None) -> type[Trainer]:
+    """`base` (transformers.Trainer by default; TRL's DPOTrainer / KTOTrainer for a preference
+    objective) whose Accelerator keeps the FSDP plugin on CPU ranks.
 
-    class FSDPOnCPUTrainer(Trainer):
+    TRL 1.16's trainers subclass transformers.Trainer and inherit its
+    create_accelerator_and_postprocess, so the same accelerate drop hits them: built as they are,
+    a CPU FSDP dpo / kto run trains under DDP. The promotion happens inside Trainer.__init__,
+    before TRL's own __init__ goes on, so TRL sees `is_fsdp_enabled` and shards its reference
+    model with fully_shard too (trl/trainer/dpo_trainer.py and kto_trainer.py: `elif
+    self.is_fsdp_enabled: self.ref_model = prepare_fsdp(...)`, trl/models/utils.py)."""
+    if base is None:
+        from transformers import Trainer as base
+
+    class FSDPOnCPUTrainer(base):  # type: ignore[valid-type,misc]
         def create_accelerator_and_postprocess(self) -> None:
             super().create_accelerator_and_postprocess()
             if self.args.fsdp_plugin_args is not None and promote_to_fsdp(self.accelerator, self.args.fsdp_plugin_args):
                 self.is_fsdp_enabled = True
 
+    FSDPOnCPUTrainer.__name__ = FSDPOnCPUTrainer.__qualname__ = f"FSDPOnCPU{base.__name__}"
     return FSDPOnCPUTrainer
+
+
+def trainer_for(plan: Plan, base: type[Trainer]) -> type[Trainer]:
+    """The class to build the run's trainer from: `base`, or its FSDPOnCPU subclass for FSDP on CPU ranks."""
+    from .convert import uses_cpu
+
+    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
+        return trainer_class(base)
+    return base

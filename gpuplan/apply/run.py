@@ -78,7 +78,7 @@ def build_trainer(
 
     from . import audit
     from .checkpoints import marker_callback
-    from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
+    from .convert import tracking_environment, training_arguments, training_arguments_kwargs
     from .data import PreparedData, cache_dir, prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
@@ -148,11 +148,9 @@ def build_trainer(
         started=started,
         append=resuming,
     )
-    trainer_cls = Trainer
-    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
-        from .fsdp_cpu import trainer_class
+    from .fsdp_cpu import trainer_for
 
-        trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
+    trainer_cls = trainer_for(plan, Trainer)  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
     # the audit before metrics: its on_train_begin stops the run before metrics.jsonl is started; after
     # keep_offload, whose on_train_begin puts the offload back around the forward Liger replaced
     auditor = audit.callback(plan, log, tokens)

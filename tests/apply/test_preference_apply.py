@@ -268,3 +268,36 @@ def test_gpuplan_eval_of_a_dpo_run_points_at_the_dpo_eval_loss_the_run_logged(ba
     evals = [e for e in map(json.loads, metrics.read_text().splitlines()) if e["event"] == "eval"]
     assert evals and {"eval_loss", "eval_rewards/margins"} <= set(evals[-1])  # TRL's DPO eval, logged by the run
     assert "evaluations" not in json.dumps(state(tmp_path / "run"))  # nothing recorded
+
+
+def test_dpo_under_fsdp_on_two_cpu_ranks_shards_the_policy_and_the_reference(base, tmp_path):
+    """accelerate drops the FSDP plugin on CPU ranks (accelerate/state.py: FSDP only for the MULTI_GPU-like
+    types; gpuplan/apply/fsdp_cpu.py) and TRL's DPOTrainer inherits the Trainer's accelerator set-up, so
+    built as TRL ships it a CPU fsdp dpo run trained under DDP (the audit stopped it: planned 'fsdp2
+    full_shard', live 'ddp'). Two ranks over gloo: the policy and TRL's reference copy are fully_shard
+    units (checked on the live modules by the audit on every rank), and the losses are one process's."""
+    base_dir, data = base
+    (tmp_path / "one").mkdir()
+    one = _plan(tmp_path / "one", base_dir, data, steps=2)
+    execute(one, echo=lambda s: None, progress=False)
+    reference = {r["step"]: r["loss"] for r in _train_lines(one.value("output.dir"))}
+
+    out = tmp_path / "run"
+    spec = preference_spec(tmp_path / "fsdp.toml", base=base_dir, data=data, out=out, steps=2)
+    text = spec.read_text().replace('gpu = "cpu"', 'gpu = "cpu"\ncount = 2')
+    spec.write_text(text.replace("[output]", '[distributed]\nstrategy = "fsdp"\n\n[output]'))
+    r = gpuplan("apply", spec, "--yes", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "--nproc_per_node=2" in r.stdout
+    res = state(out)["results"]
+    assert res["world_size"] == 2 and res["engine"] == "fsdp2 full_shard" and res["fsdp_units"] > 1
+    checked = {c["key"]: c for stage in res["audit"]["checked"].values() for c in stage}
+    for key in ("distributed.strategy", "preference.reference_engine"):  # the policy's and the reference's wrapping
+        assert checked[key] == {"key": key, "planned": "fsdp2 full_shard", "live": "fsdp2 full_shard", "ok": True}
+    assert checked["preference.reference"]["live"] == "copy"
+    assert res["audit"]["differed"] == []
+    # each rank's mean DPO loss over its half of the batch, averaged: the one-process loss of the 8 pairs
+    fsdp = {r["step"]: r["loss"] for r in _train_lines(out)}
+    assert sorted(fsdp) == [1, 2]
+    assert fsdp == pytest.approx(reference, abs=2e-3)
+    assert fsdp[1] == pytest.approx(0.6931, abs=1e-4)  # the reference is the policy at the start
