@@ -100,6 +100,8 @@ def build_trainer(
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/preference.py)
         data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
         seq_len = int(plan.value("preference.max_length")) * pref.grad_sequences  # tokens per example, at most
+        if plan.throughput.tokens_per_step:  # TRL pads to the longest in the batch: the plan's expected tokens
+            seq_len = min(seq_len, plan.throughput.tokens_per_step // samples_per_step(plan))  # (plan/estimate/padding.py)
         say(
             f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
             f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
