@@ -78,7 +78,7 @@ def _fields(values: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 class TokenCounter(NamedTuple):
-    count: Callable[[list[str]], list[int]]  # texts -> their tokens, without the post-processor's ids
+    tokens: Callable[[list[str]], list[int]]  # texts -> their tokens, without the post-processor's ids
     around: int  # the ids apply/data.py puts around each packed document
     how: str  # in words
     specials: int  # the ids the post-processor adds to an encoded text (BOS ...), as TRL's `_tokenize` gets them
@@ -164,7 +164,7 @@ def data_size(values: Mapping[str, Any], spec_dir: str, *, source: str | None, f
         lengths = [estimated_tokens(t) for t in documents]
         around, how, exact = 2, ESTIMATED, False
     else:
-        lengths, around, how = counter.count(documents), counter.around, counter.how
+        lengths, around, how = counter.tokens(documents), counter.around, counter.how
         exact = True
     framed = [n + around for n in lengths]  # with the ids apply/data.py puts around each document
     if fmt == "text":

@@ -9,6 +9,9 @@ length an example puts in the padded tensor is therefore, in tokens:
     dpo: max(min(prompt + chosen, max_length), min(prompt + rejected, max_length))
     kto: min(prompt + completion, max_length)
 
+(KTO's KL sequences, a prompt with another row's completion, are padded in a tensor of their own;
+they are priced at the same length, the plan's nograd_forward terms scaling the policy's.)
+
 Tokens are counted as spec/data_steps.py `token_counter` counts them (the model directory's
 tokenizer.json, or the byte-level tokenizer of a model trained from scratch), plus the ids the
 post-processor adds; otherwise estimated at 4 bytes per token. Local .jsonl / .json / .csv training
@@ -60,7 +63,7 @@ def example_lengths(values: Mapping[str, Any], spec_dir: str, *, source: str | N
     if counter is None:
         counts, how = [estimated_tokens(t) for t in flat], ESTIMATED
     else:
-        counts, how = [n + counter.specials for n in counter.count(flat)], counter.how
+        counts, how = [n + counter.specials for n in counter.tokens(flat)], counter.how
     per = len(answers)
     lengths = tuple(sorted(max(min(n, max_length) for n in counts[i : i + per]) for i in range(0, len(counts), per)))
     where = ", ".join(p.name for p in paths)

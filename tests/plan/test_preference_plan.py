@@ -451,3 +451,15 @@ def test_dpo_time_prices_the_batch_padded_to_its_longest_pair_not_seq_len(tmp_pa
     assert same.tokens_per_step == plans["short"].throughput.tokens_per_step
     assert plans["short"].throughput.step_time_s == pytest.approx(same.step_time_s, rel=1e-9)
     assert "padded" not in same.assumption  # rows at that max_length: nothing to say
+
+
+def test_kto_time_prices_the_batch_padded_to_its_longest_completion(tmp_path):
+    """KTO's collator pads prompt + completion to the micro-batch's longest, capped at max_length
+    (trl/trainer/kto_trainer.py DataCollatorForUnpairedPreference): one sequence per example."""
+    rows = [{"prompt": "p" * (30 + 7 * i), "completion": "c" * (10 + 5 * i), "label": i % 2 == 0} for i in range(40)]
+    data = f'train_files = ["{write_jsonl(tmp_path / "kto.jsonl", rows)}"]\n'
+    path = _kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 4\ngradient_accumulation_steps = 16\n")
+    path.write_text(path.read_text().replace("seq_len = 2048\n", "seq_len = 2048\n" + data))
+    t = plan_file(path, environment=ENV).throughput
+    padded = math.ceil(_expected_longest([min((len(r["prompt"]) + len(r["completion"])) // 4, 2048) for r in rows], 4))
+    assert t.tokens_per_step == 64 * padded and "kto sequences padded to the longest of each micro-batch of 4" in t.assumption
