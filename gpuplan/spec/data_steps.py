@@ -82,6 +82,7 @@ class TokenCounter(NamedTuple):
     around: int  # the ids apply/data.py puts around each packed document
     how: str  # in words
     specials: int  # the ids the post-processor adds to an encoded text (BOS ...), as TRL's `_tokenize` gets them
+    eos: int  # 1 when the tokenizer names an eos_token (TRL appends it to a plain-text answer), else 0
 
 
 def estimated_tokens(text: str) -> int:
@@ -109,11 +110,11 @@ def token_counter(source: str | None, from_scratch: bool) -> TokenCounter | None
         def count(texts: list[str]) -> list[int]:
             return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
 
-        return TokenCounter(count, around, "counted with the model's tokenizer.json", lead + suffix)
+        return TokenCounter(count, around, "counted with the model's tokenizer.json", lead + suffix, int(_has_eos(str(source))))
     if from_scratch and not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt") for f in files):
         # its post-processor adds nothing (apply/specials.py affixes: ([], [])), so one EOS ends a document
         how = "counted with the byte-level tokenizer, one per byte"
-        return TokenCounter(lambda texts: [len(t.encode("utf-8")) for t in texts], 1, how, 0)
+        return TokenCounter(lambda texts: [len(t.encode("utf-8")) for t in texts], 1, how, 0, 1)  # its <eos> (apply/tokenizer.py)
     return None
 
 

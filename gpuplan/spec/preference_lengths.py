@@ -1,8 +1,11 @@
 """Each local preference row's sequence length in tokens, read at plan time, for the padded step.
 
-TRL 1.16 tokenizes a plain-text DPO row as prompt + chosen and prompt + rejected, each whole with the
-tokenizer's special tokens (trl/trainer/dpo_trainer.py `tokenize_fn`, trl/data_utils.py `_tokenize`),
-a KTO row as prompt + completion (trl/trainer/kto_trainer.py), and its collator truncates every
+TRL 1.16 appends the tokenizer's eos_token to each plain-text answer that does not end with it
+(trl/trainer/dpo_trainer.py and kto_trainer.py `_prepare_dataset` `add_eos`; the plan counts it for
+every answer), then tokenizes a DPO row
+as prompt + chosen and prompt + rejected, each whole with the tokenizer's special tokens
+(dpo_trainer.py `tokenize_fn`, trl/data_utils.py `_tokenize`), a KTO row as prompt + completion
+(kto_trainer.py), and its collator truncates every
 sequence to max_length before padding the micro-batch to its longest (plan/estimate/padding.py). The
 length an example puts in the padded tensor is therefore, in tokens:
 
@@ -14,7 +17,8 @@ they are priced at the same length, the plan's nograd_forward terms scaling the 
 
 Tokens are counted as spec/data_steps.py `token_counter` counts them (the model directory's
 tokenizer.json, or the byte-level tokenizer of a model trained from scratch), plus the ids the
-post-processor adds; otherwise estimated at 4 bytes per token. Local .jsonl / .json / .csv training
+post-processor adds and the one EOS id (when the tokenizer names an eos_token); otherwise estimated
+at 4 bytes per token, plus the EOS. Local .jsonl / .json / .csv training
 files up to data_steps.COUNT_LIMIT bytes are read; Hub datasets, parquet, conversational rows (the
 chat template's tokens are apply's to count) and unusable rows (the plan reports those) give None,
 and the step is priced at full length. An eval_fraction split takes a random subset of the rows out,
@@ -61,9 +65,9 @@ def example_lengths(values: Mapping[str, Any], spec_dir: str, *, source: str | N
     flat = [t for ts in texts for t in ts]
     counter = token_counter(source, from_scratch)
     if counter is None:
-        counts, how = [estimated_tokens(t) for t in flat], ESTIMATED
+        counts, how = [estimated_tokens(t) + 1 for t in flat], ESTIMATED  # + the EOS TRL appends
     else:
-        counts, how = [n + counter.specials for n in counter.tokens(flat)], counter.how
+        counts, how = [n + counter.specials + counter.eos for n in counter.tokens(flat)], counter.how
     per = len(answers)
     lengths = tuple(sorted(max(min(n, max_length) for n in counts[i : i + per]) for i in range(0, len(counts), per)))
     where = ", ".join(p.name for p in paths)

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"
 
 from gpuplan.apply.checkpoints import checkpoint_problem  # noqa: E402
 from gpuplan.apply.errors import ApplyError  # noqa: E402
-from gpuplan.apply.run import execute  # noqa: E402
+from gpuplan.apply.run import execute, samples_per_step  # noqa: E402
 from gpuplan.plan.build import plan_file  # noqa: E402
 from gpuplan.plan.types import PlanError  # noqa: E402
 from tests.helpers.cli_runs import gpuplan, start, state, train_steps  # noqa: E402
@@ -301,3 +301,30 @@ def test_dpo_under_fsdp_on_two_cpu_ranks_shards_the_policy_and_the_reference(bas
     assert sorted(fsdp) == [1, 2]
     assert fsdp == pytest.approx(reference, abs=2e-3)
     assert fsdp[1] == pytest.approx(0.6931, abs=1e-4)  # the reference is the policy at the start
+
+
+def test_the_plan_prices_the_padded_width_trls_collator_builds(base, tmp_path):
+    """TRL pads each micro-batch to its longest sequence (trl/trainer/dpo_trainer.py DataCollatorForPreference,
+    after appending the EOS to each answer, add_eos): the plan's expected padded length, counted with the
+    base's tokenizer.json (spec/preference_lengths.py), against the widths of the live trainer's batches."""
+    import math
+
+    from gpuplan.spec.preference_lengths import example_lengths
+
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, steps=2)
+    b = plan.value("training.per_device_train_batch_size")
+    values = {k: plan.value(k) for k in ("training.objective", "data.train_files", "preference.max_length", "data.format")}
+    lengths = example_lengths(values, str(tmp_path), source=base_dir, from_scratch=False)
+    from gpuplan.apply.run import build_trainer
+
+    prepared = build_trainer(plan, progress=False)
+    trainer = prepared.trainer
+    # the run's tokens/s counts the tokens the plan expects the batches to carry (apply/metrics.py)
+    assert prepared.metrics.tokens_per_step == plan.throughput.tokens_per_step
+    live = sorted(max(len(r["prompt_ids"]) + len(r[k]) for k in ("chosen_ids", "rejected_ids")) for r in trainer.train_dataset)
+    assert list(lengths.lengths) == live  # every example's longest sequence, token for token
+    expected = lengths.expected_longest(b)
+    assert plan.throughput.tokens_per_step == samples_per_step(plan) * 2 * math.ceil(expected) < samples_per_step(plan) * 2 * 48
+    widths = [batch["input_ids"].shape[1] for _ in range(4) for batch in trainer.get_train_dataloader()]
+    assert max(widths) <= 48 and sum(widths) / len(widths) == pytest.approx(expected, abs=1.0)  # 4 epochs' batches

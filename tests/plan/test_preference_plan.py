@@ -425,8 +425,9 @@ def test_dpo_time_prices_the_batch_padded_to_its_longest_pair_not_seq_len(tmp_pa
     assert full.tokens_per_step == 64 * 2 * 2048  # every batch holds a row at max_length: full length
     for name, rows in (("short", short), ("long", long)):
         plan = plans[name]
-        # an example's longest sequence: max(prompt + chosen, prompt + rejected) at 4 bytes per token, capped
-        lengths = [max(min((len(r["prompt"]) + len(r[a])) // 4, 2048) for a in ("chosen", "rejected")) for r in rows]
+        # an example's longest sequence: max(prompt + chosen, prompt + rejected) at 4 bytes per token, + the EOS
+        # TRL appends to each answer (dpo_trainer.py add_eos), capped at max_length
+        lengths = [max(min((len(r["prompt"]) + len(r[a])) // 4 + 1, 2048) for a in ("chosen", "rejected")) for r in rows]
         padded = math.ceil(_expected_longest(lengths, 4))
         assert padded < 2048
         t = plan.throughput
@@ -461,5 +462,5 @@ def test_kto_time_prices_the_batch_padded_to_its_longest_completion(tmp_path):
     path = _kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 4\ngradient_accumulation_steps = 16\n")
     path.write_text(path.read_text().replace("seq_len = 2048\n", "seq_len = 2048\n" + data))
     t = plan_file(path, environment=ENV).throughput
-    padded = math.ceil(_expected_longest([min((len(r["prompt"]) + len(r["completion"])) // 4, 2048) for r in rows], 4))
+    padded = math.ceil(_expected_longest([min((len(r["prompt"]) + len(r["completion"])) // 4 + 1, 2048) for r in rows], 4))
     assert t.tokens_per_step == 64 * padded and "kto sequences padded to the longest of each micro-batch of 4" in t.assumption
