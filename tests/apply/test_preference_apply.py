@@ -328,3 +328,24 @@ def test_the_plan_prices_the_padded_width_trls_collator_builds(base, tmp_path):
     assert plan.throughput.tokens_per_step == samples_per_step(plan) * 2 * math.ceil(expected) < samples_per_step(plan) * 2 * 48
     widths = [batch["input_ids"].shape[1] for _ in range(4) for batch in trainer.get_train_dataloader()]
     assert max(widths) <= 48 and sum(widths) / len(widths) == pytest.approx(expected, abs=1.0)  # 4 epochs' batches
+
+
+def test_a_reference_left_whole_under_a_planned_fsdp_is_caught(base, tmp_path):
+    """The plan counts TRL's reference as fully_shard-ed with the policy under FSDP (memory/preference.py
+    reference_bytes); the audit holds the live reference to that. A real DPOTrainer built in one process
+    keeps its reference copy whole: audited against the two-rank FSDP plan of the same spec, the check
+    names it (the two-rank run with the promotion is test_dpo_under_fsdp_on_two_cpu_ranks...)."""
+    from gpuplan.apply import audit
+
+    base_dir, data = base
+    one = _plan(tmp_path, base_dir, data, steps=1)
+    trainer = _live(one)
+    spec = preference_spec(tmp_path / "fsdp.toml", base=base_dir, data=data, out=tmp_path / "run2", steps=1)
+    text = spec.read_text().replace('gpu = "cpu"', 'gpu = "cpu"\ncount = 2')
+    spec.write_text(text.replace("[output]", '[distributed]\nstrategy = "fsdp"\n\n[output]'))
+    fsdp_plan = plan_file(spec, environment=ENV)
+    checks, _ = audit.run_checks(fsdp_plan, trainer, audit.BUILD)
+    (ref,) = [c for c in checks if c.key == "preference.reference_engine"]
+    assert (ref.planned, ref.live, ref.ok) == ("fsdp2 full_shard", "none", False)
+    # and the one-process plan has no such check: nothing is sharded there
+    assert "preference.reference_engine" not in {c.key for c in audit.run_checks(one, trainer, audit.BUILD)[0]}
