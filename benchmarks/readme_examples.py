@@ -137,7 +137,7 @@ EXAMPLES: dict[str, Example] = {
             ("  + data.packing", 2),
             ("  + preference.max_length", 6),
             ("Memory per GPU", 10),
-            ("Throughput:", 2),
+            ("Throughput:", 3),  # with the assumption: the padded length the time is priced at
             ("Note: dpo:", 1),
         ),
     ),

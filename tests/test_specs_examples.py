@@ -64,7 +64,10 @@ def test_8b_lora_dpo_prints_the_reference_choice_and_the_doubled_sequences():
     ) in text
     b = plan.value("training.per_device_train_batch_size")
     assert f"per-device batch {b} examples = {2 * b} sequences of 2048 tokens" in text
-    assert plan.throughput.tokens_per_step == 64 * 2 * 2048
+    # memory at full length; the time at the length TRL pads the demo's short pairs to (plan/estimate/padding.py)
+    assert plan.memory.workload.seq_len == 2048
+    assert "expected 9 of 2048 tokens, from the 32 rows of preference-pairs.jsonl" in plan.throughput.assumption
+    assert plan.throughput.tokens_per_step == 64 * 2 * 9
 
 
 def test_70b_qlora_on_two_4090s_fits_with_fsdp_offload_and_names_its_host_ram():

@@ -526,6 +526,16 @@ def _reference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any) -> None:
     if ref is not None:
         c.add("preference.reference_dtype", [p.reference_dtype], lambda: _dtypes(ref.parameters()))
         c.add("preference.reference_frozen", True, lambda: not any(q.requires_grad for q in ref.parameters()))
+        if plan.get("distributed.strategy") == "fsdp" and plan.world_size > 1:
+            # TRL fully_shards the reference with the policy's plugin when FSDP is on (trl/models/utils.py
+            # prepare_fsdp), as memory/preference.py counts it; under a DDP fallback it stays whole
+            c.add("preference.reference_engine", p.engine(), lambda: _reference_engine(ref))
+
+
+def _reference_engine(ref: Any) -> str:
+    from .engine import engine_of
+
+    return engine_of(ref)
 
 
 def _optimizer_checks(c: _Checks, plan: Plan, trainer: Any, kwargs: dict[str, Any]) -> None:

@@ -19,10 +19,14 @@ save_fsdp_model / save_fsdp_optimizer), so CPU tests exercise the same mapping
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from transformers import Trainer
+
+    from gpuplan.plan.types import Plan
+
+T = TypeVar("T", bound="Trainer")
 
 
 def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
@@ -43,14 +47,31 @@ def promote_to_fsdp(accelerator: Any, plugin_args: dict[str, Any]) -> bool:
     return True
 
 
-def trainer_class() -> type[Trainer]:
-    """transformers.Trainer whose Accelerator keeps the FSDP plugin on CPU ranks."""
-    from transformers import Trainer
+def trainer_class(base: type[T]) -> type[T]:
+    """`base` (transformers.Trainer; TRL's DPOTrainer / KTOTrainer for a preference objective)
+    whose Accelerator keeps the FSDP plugin on CPU ranks.
 
-    class FSDPOnCPUTrainer(Trainer):
+    TRL 1.16's trainers subclass transformers.Trainer and inherit its
+    create_accelerator_and_postprocess, so the same accelerate drop hits them: built as they are,
+    a CPU FSDP dpo / kto run trains under DDP. The promotion happens inside Trainer.__init__,
+    before TRL's own __init__ goes on, so TRL sees `is_fsdp_enabled` and shards its reference
+    model with fully_shard too (trl/trainer/dpo_trainer.py and kto_trainer.py: `elif
+    self.is_fsdp_enabled: self.ref_model = prepare_fsdp(...)`, trl/models/utils.py)."""
+
+    class FSDPOnCPUTrainer(base):  # type: ignore[valid-type,misc]
         def create_accelerator_and_postprocess(self) -> None:
             super().create_accelerator_and_postprocess()
             if self.args.fsdp_plugin_args is not None and promote_to_fsdp(self.accelerator, self.args.fsdp_plugin_args):
                 self.is_fsdp_enabled = True
 
+    FSDPOnCPUTrainer.__name__ = FSDPOnCPUTrainer.__qualname__ = f"FSDPOnCPU{base.__name__}"
     return FSDPOnCPUTrainer
+
+
+def trainer_for(plan: Plan, base: type[T]) -> type[T]:
+    """The class to build the run's trainer from: `base`, or its FSDPOnCPU subclass for FSDP on CPU ranks."""
+    from .convert import uses_cpu
+
+    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
+        return trainer_class(base)
+    return base

@@ -6,7 +6,9 @@ One JSON object per line, flushed at each log so `tail -f` follows the run:
 and, when an eval split exists, {"event": "eval", "step", "epoch", "eval_loss", ...}.
 tokens_per_second covers the steps since the previous train line, in wall time (an eval
 or a checkpoint save in that interval counts: it is what the run spends); every example
-holds seq_len tokens (apply/data.py), so tokens per step = samples per step x seq_len.
+holds seq_len tokens (apply/data.py), so tokens per step = samples per step x seq_len. A dpo / kto
+example's tokens are what the plan expects TRL to pad it to (plan/estimate/padding.py: the batch's
+longest sequence, not max_length), so its tokens/s compares the step time with the plan's.
 """
 
 from __future__ import annotations

@@ -213,7 +213,12 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         from .chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(plan, tokenizer)  # TRL renders conversational rows with it
-    config_cls, trainer_cls = getattr(trl, obj.config_class), getattr(trl, obj.trainer_class)
+    from .fsdp_cpu import trainer_for
+
+    config_cls = getattr(trl, obj.config_class)
+    # TRL's trainers inherit the Trainer's accelerator set-up: on CPU ranks accelerate drops the FSDP plugin
+    # for them as well (fsdp_cpu.py), so they get the same promotion
+    trainer_cls = trainer_for(plan, getattr(trl, obj.trainer_class))
     try:
         args = config_cls(**config_kwargs(plan, args_kwargs))
     except (ValueError, ImportError) as e:

@@ -78,7 +78,7 @@ def build_trainer(
 
     from . import audit
     from .checkpoints import marker_callback
-    from .convert import tracking_environment, training_arguments, training_arguments_kwargs, uses_cpu
+    from .convert import tracking_environment, training_arguments, training_arguments_kwargs
     from .data import PreparedData, cache_dir, prepare_data
     from .metrics import MetricsCallback
     from .model import load_model
@@ -100,6 +100,8 @@ def build_trainer(
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/preference.py)
         data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
         seq_len = int(plan.value("preference.max_length")) * pref.grad_sequences  # tokens per example, at most
+        if plan.throughput.tokens_per_step:  # TRL pads to the longest in the batch: the plan's expected tokens
+            seq_len = min(seq_len, plan.throughput.tokens_per_step // samples_per_step(plan))  # (plan/estimate/padding.py)
         say(
             f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
             f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
@@ -148,11 +150,9 @@ def build_trainer(
         started=started,
         append=resuming,
     )
-    trainer_cls = Trainer
-    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
-        from .fsdp_cpu import trainer_class
+    from .fsdp_cpu import trainer_for
 
-        trainer_cls = trainer_class()  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
+    trainer_cls = trainer_for(plan, Trainer)  # accelerate drops the FSDP plugin on CPU ranks (fsdp_cpu.py)
     # the audit before metrics: its on_train_begin stops the run before metrics.jsonl is started; after
     # keep_offload, whose on_train_begin puts the offload back around the forward Liger replaced
     auditor = audit.callback(plan, log, tokens)

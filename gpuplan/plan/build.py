@@ -29,6 +29,7 @@ from gpuplan.plan.engine.graph import Node, rule_order, writers
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
 from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
@@ -44,6 +45,7 @@ from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
+from gpuplan.spec.preference_lengths import example_lengths
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
 
@@ -132,6 +134,13 @@ def data_steps(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpe
     )
 
 
+def preference_example_lengths(resolved: Mapping[str, Setting], loaded: LoadedSpec) -> ExampleLengths | None:
+    """A preference objective's local rows' padded lengths (spec/preference_lengths.py); None otherwise."""
+    values = {k: s.value for k, s in resolved.items() if k.startswith(("data.", "preference.")) or k == "training.objective"}
+    from_scratch = bool(resolved["model.from_scratch"].value)
+    return example_lengths(values, str(loaded.path.parent), source=resolved["model.name_or_path"].value, from_scratch=from_scratch)
+
+
 def plan_spec(
     loaded: LoadedSpec,
     *,
@@ -205,8 +214,18 @@ def assemble(
     )
     # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
     extra_terms: list = []
+    # dpo / kto: TRL pads each micro-batch to its longest sequence; the time prices the local rows' expected one
+    lengths = preference_example_lengths(resolved, loaded)
     throughput = estimate_throughput(
-        facts, wl, gpu, max_steps=spec.training.max_steps, world_size=world, tf32=tf32, comm=comm, extra_terms=extra_terms
+        facts,
+        wl,
+        gpu,
+        max_steps=spec.training.max_steps,
+        world_size=world,
+        tf32=tf32,
+        comm=comm,
+        extra_terms=extra_terms,
+        example_lengths=lengths,
     )
     calibrated = None
     if calibrations and throughput.step_time:
@@ -224,6 +243,7 @@ def assemble(
             scale=calibrated[0],
             extra_terms=extra_terms,
             assumption=calibration_assumption(calibrated[1]),
+            example_lengths=lengths,
         )
     throughput = dataclasses.replace(
         with_communication(throughput, comm),
@@ -234,7 +254,7 @@ def assemble(
     advice = [
         auto_resolved_to_cpu(hw.gpu, gpu),
         long_run(throughput, gpu.is_cpu),
-        step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm),
+        step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm, lengths),
     ]
     model = {
         **facts.summary(),

@@ -19,13 +19,23 @@ from gpuplan.plan.rules.chat_data import packing_holds
 from gpuplan.plan.sections import MemorySection, Saver, ThroughputSection
 
 
-def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm):
-    """The fixed-costs advice (plan/checks/fixed_costs.py), checked with the same memory and step models."""
+def step_advice(throughput, wl, problem, sol, resolved, facts, gpu, tf32, comm, example_lengths=None):
+    """The fixed-costs advice (plan/checks/fixed_costs.py), checked with the same memory and step models
+    (a preference objective's padded lengths: plan/estimate/padding.py)."""
     from gpuplan.plan.fit.search import _fits, price
 
     def share_at(new):
         return fixed_share(
-            estimate_throughput(facts, new, gpu, max_steps=None, world_size=throughput.world_size or 1, tf32=tf32, comm=comm).step_time
+            estimate_throughput(
+                facts,
+                new,
+                gpu,
+                max_steps=None,
+                world_size=throughput.world_size or 1,
+                tf32=tf32,
+                comm=comm,
+                example_lengths=example_lengths,
+            ).step_time
         )
 
     packing = resolved["data.packing"].value if "data.packing" in resolved else None

@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuplan.errors import Diagnostic, GpuplanError, Severity
 from gpuplan.spec.data_format import read_rows
@@ -43,6 +43,7 @@ PACK_BATCH = 1000  # documents per `group` call in apply/data.py
 MIN_STEPS_PER_EPOCH = 8  # what a suggested effective batch leaves an epoch
 _COUNTED = (".txt", ".text", ".jsonl", ".json", ".csv")
 PROBE = "a"  # apply/specials.py: one text encoded with and without the post-processor's ids
+ESTIMATED = f"estimated at {BYTES_PER_TOKEN} bytes per token, no local tokenizer.json"
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,22 @@ def _fields(values: Mapping[str, Any]) -> tuple[str, ...]:
     return (values["data.text_field"],)
 
 
-def _token_counter(source: str | None, from_scratch: bool) -> tuple[Any, int, str] | None:
-    """(texts -> token counts, the ids apply adds around each packed document, how) as
-    apply/tokenizer.py load_tokenizer picks the tokenizer: the model directory's own, else,
-    from scratch, the byte-level one; None when only an estimate is possible."""
+class TokenCounter(NamedTuple):
+    tokens: Callable[[list[str]], list[int]]  # texts -> their tokens, without the post-processor's ids
+    around: int  # the ids apply/data.py puts around each packed document
+    how: str  # in words
+    specials: int  # the ids the post-processor adds to an encoded text (BOS ...), as TRL's `_tokenize` gets them
+    eos: int  # 1 when the tokenizer names an eos_token (TRL appends it to a plain-text answer), else 0
+
+
+def estimated_tokens(text: str) -> int:
+    """A text's tokens without a tokenizer: BYTES_PER_TOKEN bytes per token (module docstring)."""
+    return max(1, len(text.encode("utf-8")) // BYTES_PER_TOKEN)
+
+
+def token_counter(source: str | None, from_scratch: bool) -> TokenCounter | None:
+    """How texts are counted, as apply/tokenizer.py load_tokenizer picks the tokenizer: the model
+    directory's own, else, from scratch, the byte-level one; None when only an estimate is possible."""
     files = os.listdir(source) if source and os.path.isdir(source) else []
     if "tokenizer.json" in files:
         try:
@@ -97,10 +110,11 @@ def _token_counter(source: str | None, from_scratch: bool) -> tuple[Any, int, st
         def count(texts: list[str]) -> list[int]:
             return [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
 
-        return count, around, "counted with the model's tokenizer.json"
+        return TokenCounter(count, around, "counted with the model's tokenizer.json", lead + suffix, int(_has_eos(str(source))))
     if from_scratch and not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt") for f in files):
         # its post-processor adds nothing (apply/specials.py affixes: ([], [])), so one EOS ends a document
-        return (lambda texts: [len(t.encode("utf-8")) for t in texts]), 1, "counted with the byte-level tokenizer, one per byte"
+        how = "counted with the byte-level tokenizer, one per byte"
+        return TokenCounter(lambda texts: [len(t.encode("utf-8")) for t in texts], 1, how, 0, 1)  # its <eos> (apply/tokenizer.py)
     return None
 
 
@@ -146,12 +160,12 @@ def data_size(values: Mapping[str, Any], spec_dir: str, *, source: str | None, f
     split = f"; {kept} of {len(texts)} rows after the eval split" if share < 1.0 else ""
     if not values.get("data.packing"):
         return DataSize(train_rows, train_rows, True, f"{train_rows} rows, one {seq_len}-token sequence each{split}")
-    counter = _token_counter(source, from_scratch)
+    counter = token_counter(source, from_scratch)
     if counter is None:
-        lengths = [max(1, len(t.encode("utf-8")) // BYTES_PER_TOKEN) for t in documents]
-        around, how, exact = 2, f"estimated at {BYTES_PER_TOKEN} bytes per token, no local tokenizer.json", False
+        lengths = [estimated_tokens(t) for t in documents]
+        around, how, exact = 2, ESTIMATED, False
     else:
-        lengths, around, how = counter[0](documents), counter[1], counter[2]
+        lengths, around, how = counter.tokens(documents), counter.around, counter.how
         exact = True
     framed = [n + around for n in lengths]  # with the ids apply/data.py puts around each document
     if fmt == "text":

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"
 
 from gpuplan.apply.checkpoints import checkpoint_problem  # noqa: E402
 from gpuplan.apply.errors import ApplyError  # noqa: E402
-from gpuplan.apply.run import execute  # noqa: E402
+from gpuplan.apply.run import execute, samples_per_step  # noqa: E402
 from gpuplan.plan.build import plan_file  # noqa: E402
 from gpuplan.plan.types import PlanError  # noqa: E402
 from tests.helpers.cli_runs import gpuplan, start, state, train_steps  # noqa: E402
@@ -357,3 +357,84 @@ def test_kto_on_paired_rows_trains_on_both_completions_of_each_pair(base, tmp_pa
     assert shown["stats"]["rows"] == 64 and shown["stats"]["examples"] == 128
     results = execute(plan, echo=lambda s: None, progress=False)
     assert results["global_step"] == 2
+
+
+def test_dpo_under_fsdp_on_two_cpu_ranks_shards_the_policy_and_the_reference(base, tmp_path):
+    """accelerate drops the FSDP plugin on CPU ranks (accelerate/state.py: FSDP only for the MULTI_GPU-like
+    types; gpuplan/apply/fsdp_cpu.py) and TRL's DPOTrainer inherits the Trainer's accelerator set-up, so
+    built as TRL ships it a CPU fsdp dpo run trained under DDP (the audit stopped it: planned 'fsdp2
+    full_shard', live 'ddp'). Two ranks over gloo: the policy and TRL's reference copy are fully_shard
+    units (checked on the live modules by the audit on every rank), and the losses are one process's."""
+    base_dir, data = base
+    (tmp_path / "one").mkdir()
+    one = _plan(tmp_path / "one", base_dir, data, steps=2)
+    execute(one, echo=lambda s: None, progress=False)
+    reference = {r["step"]: r["loss"] for r in _train_lines(one.value("output.dir"))}
+
+    out = tmp_path / "run"
+    spec = preference_spec(tmp_path / "fsdp.toml", base=base_dir, data=data, out=out, steps=2)
+    text = spec.read_text().replace('gpu = "cpu"', 'gpu = "cpu"\ncount = 2')
+    spec.write_text(text.replace("[output]", '[distributed]\nstrategy = "fsdp"\n\n[output]'))
+    r = gpuplan("apply", spec, "--yes", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "--nproc_per_node=2" in r.stdout
+    res = state(out)["results"]
+    assert res["world_size"] == 2 and res["engine"] == "fsdp2 full_shard" and res["fsdp_units"] > 1
+    checked = {c["key"]: c for stage in res["audit"]["checked"].values() for c in stage}
+    for key in ("distributed.strategy", "preference.reference_engine"):  # the policy's and the reference's wrapping
+        assert checked[key] == {"key": key, "planned": "fsdp2 full_shard", "live": "fsdp2 full_shard", "ok": True}
+    assert checked["preference.reference"]["live"] == "copy"
+    assert res["audit"]["differed"] == []
+    # each rank's mean DPO loss over its half of the batch, averaged: the one-process loss of the 8 pairs
+    fsdp = {r["step"]: r["loss"] for r in _train_lines(out)}
+    assert sorted(fsdp) == [1, 2]
+    assert fsdp == pytest.approx(reference, abs=2e-3)
+    assert fsdp[1] == pytest.approx(0.6931, abs=1e-4)  # the reference is the policy at the start
+
+
+def test_the_plan_prices_the_padded_width_trls_collator_builds(base, tmp_path):
+    """TRL pads each micro-batch to its longest sequence (trl/trainer/dpo_trainer.py DataCollatorForPreference,
+    after appending the EOS to each answer, add_eos): the plan's expected padded length, counted with the
+    base's tokenizer.json (spec/preference_lengths.py), against the widths of the live trainer's batches."""
+    import math
+
+    from gpuplan.spec.preference_lengths import example_lengths
+
+    base_dir, data = base
+    plan = _plan(tmp_path, base_dir, data, steps=2)
+    b = plan.value("training.per_device_train_batch_size")
+    values = {k: plan.value(k) for k in ("training.objective", "data.train_files", "preference.max_length", "data.format")}
+    lengths = example_lengths(values, str(tmp_path), source=base_dir, from_scratch=False)
+    from gpuplan.apply.run import build_trainer
+
+    prepared = build_trainer(plan, progress=False)
+    trainer = prepared.trainer
+    # the run's tokens/s counts the tokens the plan expects the batches to carry (apply/metrics.py)
+    assert prepared.metrics.tokens_per_step == plan.throughput.tokens_per_step
+    live = sorted(max(len(r["prompt_ids"]) + len(r[k]) for k in ("chosen_ids", "rejected_ids")) for r in trainer.train_dataset)
+    assert list(lengths.lengths) == live  # every example's longest sequence, token for token
+    expected = lengths.expected_longest(b)
+    assert plan.throughput.tokens_per_step == samples_per_step(plan) * 2 * math.ceil(expected) < samples_per_step(plan) * 2 * 48
+    widths = [batch["input_ids"].shape[1] for _ in range(4) for batch in trainer.get_train_dataloader()]
+    assert max(widths) <= 48 and sum(widths) / len(widths) == pytest.approx(expected, abs=1.0)  # 4 epochs' batches
+
+
+def test_a_reference_left_whole_under_a_planned_fsdp_is_caught(base, tmp_path):
+    """The plan counts TRL's reference as fully_shard-ed with the policy under FSDP (memory/preference.py
+    reference_bytes); the audit holds the live reference to that. A real DPOTrainer built in one process
+    keeps its reference copy whole: audited against the two-rank FSDP plan of the same spec, the check
+    names it (the two-rank run with the promotion is test_dpo_under_fsdp_on_two_cpu_ranks...)."""
+    from gpuplan.apply import audit
+
+    base_dir, data = base
+    one = _plan(tmp_path, base_dir, data, steps=1)
+    trainer = _live(one)
+    spec = preference_spec(tmp_path / "fsdp.toml", base=base_dir, data=data, out=tmp_path / "run2", steps=1)
+    text = spec.read_text().replace('gpu = "cpu"', 'gpu = "cpu"\ncount = 2')
+    spec.write_text(text.replace("[output]", '[distributed]\nstrategy = "fsdp"\n\n[output]'))
+    fsdp_plan = plan_file(spec, environment=ENV)
+    checks, _ = audit.run_checks(fsdp_plan, trainer, audit.BUILD)
+    (ref,) = [c for c in checks if c.key == "preference.reference_engine"]
+    assert (ref.planned, ref.live, ref.ok) == ("fsdp2 full_shard", "none", False)
+    # and the one-process plan has no such check: nothing is sharded there
+    assert "preference.reference_engine" not in {c.key for c in audit.run_checks(one, trainer, audit.BUILD)[0]}

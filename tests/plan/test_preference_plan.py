@@ -446,3 +446,73 @@ def test_kto_reads_pairs_as_trl_unpairs_them_and_refuses_a_split_that_mixes_both
     assert "row 0 makes this a split of pairs" in d.fix
     apo = plan_file(_kto(tmp_path, gpu="A100-80GB", loss='loss_type = "apo_zero_unpaired"'), environment=ENV)
     assert any("sampled at random with training.seed" in d.summary for d in apo.diagnostics if d.severity == "note")
+
+
+def _expected_longest(lengths: list[int], b: int):
+    """E[the longest of b rows drawn without replacement], exactly: P(longest <= l_(i)) = C(i, b) / C(n, b)."""
+    from fractions import Fraction
+
+    ls, n = sorted(lengths), len(lengths)
+    return sum(Fraction(length * (math.comb(i, b) - math.comb(i - 1, b)), math.comb(n, b)) for i, length in enumerate(ls, start=1))
+
+
+def _rows_of(n_bytes: list[tuple[int, int, int]]) -> list[dict[str, str]]:
+    """prompt / chosen / rejected rows of the given byte lengths (plain ASCII)."""
+    return [{"prompt": "p" * a, "chosen": "c" * b, "rejected": "r" * c} for a, b, c in n_bytes]
+
+
+def test_dpo_time_prices_the_batch_padded_to_its_longest_pair_not_seq_len(tmp_path):
+    """TRL pads a DPO micro-batch to its longest sequence, each capped at max_length (trl/trainer/dpo_trainer.py
+    DataCollatorForPreference, trl/trainer/utils.py pad): over short rows the step carries fewer tokens than
+    seq_len and takes less time; the memory stays priced at full length. No tokenizer.json: 4 bytes per token."""
+    short = _rows_of([(40 + 12 * i, 20 + 4 * i, 60 + (8 * i) % 90) for i in range(48)])
+    long = _rows_of([(100, 9000, 60)] * 8) + short[8:]  # 8 rows whose chosen runs past max_length = 2048 tokens: capped
+    batch = "per_device_train_batch_size = 4\ngradient_accumulation_steps = 16\n"
+    plans = {}
+    for name, rows in (("short", short), ("long", long), ("full", _rows_of([(100, 9000, 60)] * 48))):
+        data = f'train_files = ["{write_jsonl(tmp_path / f"{name}.jsonl", rows)}"]\n'
+        (tmp_path / name).mkdir()
+        plans[name] = plan_file(_dpo(tmp_path / name, data=data, extra=batch), environment=ENV)
+    full = plans["full"].throughput
+    assert full.tokens_per_step == 64 * 2 * 2048  # every batch holds a row at max_length: full length
+    for name, rows in (("short", short), ("long", long)):
+        plan = plans[name]
+        # an example's longest sequence: max(prompt + chosen, prompt + rejected) at 4 bytes per token, + the EOS
+        # TRL appends to each answer (dpo_trainer.py add_eos), capped at max_length
+        lengths = [max(min((len(r["prompt"]) + len(r[a])) // 4 + 1, 2048) for a in ("chosen", "rejected")) for r in rows]
+        padded = math.ceil(_expected_longest(lengths, 4))
+        assert padded < 2048
+        t = plan.throughput
+        assert t.tokens_per_step == 64 * 2 * padded  # 4 examples x 16 micro-batches, 2 sequences each
+        assert t.step_time_s < full.step_time_s
+        assert f"expected {padded} of 2048 tokens" in t.assumption and f"the 48 rows of {name}.jsonl" in t.assumption
+        assert "memory is priced at the full 2048" in t.assumption
+        # only the time changes: the same memory as the full-length rows
+        assert plan.memory.allocated_peak_bytes == plans["full"].memory.allocated_peak_bytes
+        assert plan.memory.components == plans["full"].memory.components and plan.memory.workload.seq_len == 2048
+    assert plans["short"].throughput.step_time_s < plans["long"].throughput.step_time_s
+    assert padded > 1000  # long: its 8 capped rows make a batch's longest 2048 often
+    # the time is that of a plan whose sequences are `padded` long (seq_len = padded, rows at full length)
+    # under the same memory savers (the full-length memory needs gradient checkpointing)
+    assert plans["short"].memory.workload.gradient_checkpointing
+    padded_short = plans["short"].throughput.tokens_per_step // 128
+    (tmp_path / "at").mkdir()
+    pinned = batch + "gradient_checkpointing = true\n"
+    at = _dpo(tmp_path / "at", data=f'train_files = ["{tmp_path / "full.jsonl"}"]\n', extra=pinned)
+    at.write_text(at.read_text().replace("seq_len = 2048", f"seq_len = {padded_short}"))
+    same = plan_file(at, environment=ENV).throughput
+    assert same.tokens_per_step == plans["short"].throughput.tokens_per_step
+    assert plans["short"].throughput.step_time_s == pytest.approx(same.step_time_s, rel=1e-9)
+    assert "padded" not in same.assumption  # rows at that max_length: nothing to say
+
+
+def test_kto_time_prices_the_batch_padded_to_its_longest_completion(tmp_path):
+    """KTO's collator pads prompt + completion to the micro-batch's longest, capped at max_length
+    (trl/trainer/kto_trainer.py DataCollatorForUnpairedPreference): one sequence per example."""
+    rows = [{"prompt": "p" * (30 + 7 * i), "completion": "c" * (10 + 5 * i), "label": i % 2 == 0} for i in range(40)]
+    data = f'train_files = ["{write_jsonl(tmp_path / "kto.jsonl", rows)}"]\n'
+    path = _kto(tmp_path, gpu="A100-80GB", extra="per_device_train_batch_size = 4\ngradient_accumulation_steps = 16\n")
+    path.write_text(path.read_text().replace("seq_len = 2048\n", "seq_len = 2048\n" + data))
+    t = plan_file(path, environment=ENV).throughput
+    padded = math.ceil(_expected_longest([min((len(r["prompt"]) + len(r["completion"])) // 4 + 1, 2048) for r in rows], 4))
+    assert t.tokens_per_step == 64 * padded and "kto sequences padded to the longest of each micro-batch of 4" in t.assumption

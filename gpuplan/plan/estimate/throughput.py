@@ -28,6 +28,7 @@ step-time model's (plan/estimate/step_time), of which the matmuls are one term.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory import liger
 from gpuplan.plan.estimate.memory.preference import policy_workload
 from gpuplan.plan.estimate.memory.types import Workload
+from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.step_time.model import scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
@@ -150,6 +152,7 @@ def estimate_throughput(
     comm: Mapping[str, Any] | None = None,
     scale: Mapping[str, float] | None = None,
     extra_terms: Sequence[Term] = (),
+    example_lengths: ExampleLengths | None = None,
 ) -> ThroughputSection:
     """Tokens per optimizer step, step time and run time: the plan's throughput section
     (build adds communication, calibration and cost to it with dataclasses.replace).
@@ -164,6 +167,9 @@ def estimate_throughput(
     utilisation: a GIVEN fraction of the dense peak instead of the model (step time =
     FLOPs / (utilisation x peak)); `assumption` says where it comes from.
     tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
+    example_lengths: a preference objective's examples' lengths in tokens (spec/preference_lengths.py):
+    TRL pads a micro-batch to its longest sequence, not to seq_len, so the tokens, FLOPs and time are
+    those of the expected padded length (plan/estimate/padding.py); memory keeps the full length.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -171,6 +177,16 @@ def estimate_throughput(
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
     obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (plan/objectives.py)
+    padded_note = None
+    if example_lengths is not None and obj.is_preference and example_lengths.lengths:
+        padded = example_lengths.padded_length(workload.per_device_batch)
+        if padded != workload.seq_len:
+            padded_note = (
+                f"{obj.name} sequences padded to the longest of each micro-batch of {workload.per_device_batch}, not to "
+                f"seq_len: expected {padded} of {workload.seq_len} tokens, from {example_lengths.basis} (plan/estimate/padding.py); "
+                f"memory is priced at the full {workload.seq_len}"
+            )
+            workload = dataclasses.replace(workload, seq_len=padded)  # the time's; the memory section keeps its own
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base
@@ -246,6 +262,8 @@ def estimate_throughput(
             accumulation = workload.gradient_accumulation_steps
             saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
             step_time += sum(saver_seconds.values())
+        if padded_note is not None:
+            assumption = f"{assumption}; {padded_note}"
         for fraction in slowdowns.values():
             step_time *= 1 + fraction
         util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
