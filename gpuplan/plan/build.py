@@ -34,6 +34,7 @@ from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.lookup import load_facts, resolve_gpu
+from gpuplan.plan.inputs.preference_lengths import example_lengths
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
 from gpuplan.plan.plan_parts import cost_section, memory_section, step_advice, trainable_section, with_communication
@@ -45,7 +46,6 @@ from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
 from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
-from gpuplan.spec.preference_lengths import example_lengths
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
 
@@ -135,7 +135,7 @@ def data_steps(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpe
 
 
 def preference_example_lengths(resolved: Mapping[str, Setting], loaded: LoadedSpec) -> ExampleLengths | None:
-    """A preference objective's local rows' padded lengths (spec/preference_lengths.py); None otherwise."""
+    """A preference objective's local rows' padded lengths (plan/inputs/preference_lengths.py); None otherwise."""
     values = {k: s.value for k, s in resolved.items() if k.startswith(("data.", "preference.")) or k == "training.objective"}
     from_scratch = bool(resolved["model.from_scratch"].value)
     return example_lengths(values, str(loaded.path.parent), source=resolved["model.name_or_path"].value, from_scratch=from_scratch)

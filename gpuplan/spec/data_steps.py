@@ -130,9 +130,47 @@ def _has_eos(model_dir: str) -> bool:
     return False
 
 
+_READ_KEYS = (
+    "data.train_files",
+    "data.dataset",
+    "training.objective",
+    "data.format",
+    "data.text_field",
+    "data.messages_field",
+    "data.prompt_field",
+    "data.response_field",
+    "data.eval_files",
+    "data.eval_fraction",
+    "data.seq_len",
+    "data.packing",
+)
+_counted: dict[tuple, DataSize | None] = {}  # one count per set of files as they are on disk: compare plans each GPU
+
+
+def _stat(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return str(path), st.st_mtime_ns, st.st_size
+
+
 def data_size(values: Mapping[str, Any], spec_dir: str, *, source: str | None, from_scratch: bool) -> DataSize | None:
     """The sequences an epoch holds, or None when the plan cannot count them (Hub data,
-    parquet, files over COUNT_LIMIT, preference objectives, unreadable rows)."""
+    parquet, files over COUNT_LIMIT, preference objectives, unreadable rows). Counted once for
+    the same files (path, mtime, size), settings and tokenizer: `compare` plans a spec on every GPU."""
+    read = tuple((k, repr(values.get(k))) for k in _READ_KEYS)
+    files = tuple(_stat(Path(spec_dir, f)) for f in values.get("data.train_files") or [])
+    tokenizer = _stat(Path(source, "tokenizer.json")) if source else None
+    key = (read, spec_dir, files, source, tokenizer, from_scratch)
+    if key not in _counted:
+        if len(_counted) > 64:
+            _counted.clear()
+        _counted[key] = _data_size(values, spec_dir, source=source, from_scratch=from_scratch)
+    return _counted[key]
+
+
+def _data_size(values: Mapping[str, Any], spec_dir: str, *, source: str | None, from_scratch: bool) -> DataSize | None:
     files = values.get("data.train_files") or []
     if values.get("data.dataset") or not files or (values.get("training.objective") or "sft") != "sft":
         return None

@@ -395,10 +395,10 @@ def test_dpo_under_fsdp_on_two_cpu_ranks_shards_the_policy_and_the_reference(bas
 def test_the_plan_prices_the_padded_width_trls_collator_builds(base, tmp_path):
     """TRL pads each micro-batch to its longest sequence (trl/trainer/dpo_trainer.py DataCollatorForPreference,
     after appending the EOS to each answer, add_eos): the plan's expected padded length, counted with the
-    base's tokenizer.json (spec/preference_lengths.py), against the widths of the live trainer's batches."""
+    base's tokenizer.json (plan/inputs/preference_lengths.py), against the widths of the live trainer's batches."""
     import math
 
-    from gpuplan.spec.preference_lengths import example_lengths
+    from gpuplan.plan.inputs.preference_lengths import example_lengths
 
     base_dir, data = base
     plan = _plan(tmp_path, base_dir, data, steps=2)

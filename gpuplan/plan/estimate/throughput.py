@@ -167,7 +167,7 @@ def estimate_throughput(
     utilisation: a GIVEN fraction of the dense peak instead of the model (step time =
     FLOPs / (utilisation x peak)); `assumption` says where it comes from.
     tf32: whether fp32 matmuls may use TF32 (the plan's training.tf32).
-    example_lengths: a preference objective's examples' lengths in tokens (spec/preference_lengths.py):
+    example_lengths: a preference objective's examples' lengths in tokens (plan/inputs/preference_lengths.py):
     TRL pads a micro-batch to its longest sequence, not to seq_len, so the tokens, FLOPs and time are
     those of the expected padded length (plan/estimate/padding.py); memory keeps the full length.
     """
