@@ -14,6 +14,7 @@ known architecture (tests/plan/test_plan_imports.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -216,7 +217,8 @@ def assemble(
     extra_terms: list = []
     # dpo / kto: TRL pads each micro-batch to its longest sequence; the time prices the local rows' expected one
     lengths = preference_example_lengths(resolved, loaded)
-    throughput = estimate_throughput(
+    estimate = functools.partial(
+        estimate_throughput,
         facts,
         wl,
         gpu,
@@ -227,24 +229,13 @@ def assemble(
         extra_terms=extra_terms,
         example_lengths=lengths,
     )
+    throughput = estimate()
     calibrated = None
     if calibrations and throughput.step_time:
         key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing, sol.savers)
         calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time))
     if calibrated:
-        throughput = estimate_throughput(
-            facts,
-            wl,
-            gpu,
-            max_steps=spec.training.max_steps,
-            world_size=world,
-            tf32=tf32,
-            comm=comm,
-            scale=calibrated[0],
-            extra_terms=extra_terms,
-            assumption=calibration_assumption(calibrated[1]),
-            example_lengths=lengths,
-        )
+        throughput = estimate(scale=calibrated[0], assumption=calibration_assumption(calibrated[1]))
     throughput = dataclasses.replace(
         with_communication(throughput, comm),
         calibration=calibrated[1] if calibrated else None,

@@ -139,6 +139,23 @@ def compute_dtype(workload: Workload, gpu: GPUProfile, tf32: bool) -> str:
     return "tf32" if tf32 and gpu.tf32 else "fp32"
 
 
+def _padded(workload: Workload, obj: Any, example_lengths: ExampleLengths | None) -> tuple[Workload, str | None]:
+    """The workload whose seq_len is the expected padded-to-longest length of a preference
+    micro-batch (TRL pads to it: plan/estimate/padding.py), and the note saying so; unchanged otherwise.
+    Only the time uses it: the memory section keeps the full seq_len."""
+    if example_lengths is None or not obj.is_preference or not example_lengths.lengths:
+        return workload, None
+    padded = example_lengths.padded_length(workload.per_device_batch)
+    if padded == workload.seq_len:
+        return workload, None
+    note = (
+        f"{obj.name} sequences padded to the longest of each micro-batch of {workload.per_device_batch}, not to "
+        f"seq_len: expected {padded} of {workload.seq_len} tokens, from {example_lengths.basis} (plan/estimate/padding.py); "
+        f"memory is priced at the full {workload.seq_len}"
+    )
+    return dataclasses.replace(workload, seq_len=padded), note
+
+
 def estimate_throughput(
     facts: ModelFacts,
     workload: Workload,
@@ -177,16 +194,7 @@ def estimate_throughput(
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
     obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (plan/objectives.py)
-    padded_note = None
-    if example_lengths is not None and obj.is_preference and example_lengths.lengths:
-        padded = example_lengths.padded_length(workload.per_device_batch)
-        if padded != workload.seq_len:
-            padded_note = (
-                f"{obj.name} sequences padded to the longest of each micro-batch of {workload.per_device_batch}, not to "
-                f"seq_len: expected {padded} of {workload.seq_len} tokens, from {example_lengths.basis} (plan/estimate/padding.py); "
-                f"memory is priced at the full {workload.seq_len}"
-            )
-            workload = dataclasses.replace(workload, seq_len=padded)  # the time's; the memory section keeps its own
+    workload, padded_note = _padded(workload, obj, example_lengths)
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
     frozen = method.frozen_base
