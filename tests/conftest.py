@@ -83,7 +83,7 @@ def _writes_only_its_own_temp_dirs(request):
     the writer, so the message names the paths."""
     before = write_guard.snapshot()
     yield
-    paths = write_guard.written(before, write_guard.snapshot())
+    paths = write_guard.persisting(write_guard.written(before, write_guard.snapshot()))
     if paths:
         pytest.fail(
             f"{request.node.nodeid} (or the test file another worker ran meanwhile) wrote outside its temporary "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +75,24 @@ def tiny_spec(
     return path
 
 
+_CHILD_TMP: list[str] = []  # this worker's temp dir for the commands it runs, made on first use
+
+
+def child_tmp() -> str:
+    """The TMPDIR of the commands a test runs: a folder of this worker's own (the write guard's
+    OWN_TEMP prefix), so what they put in a temp dir (gpuplan eval's gpuplan-eval-*) is not in the
+    system temp dir that the other worker's tests are checked against."""
+    if not _CHILD_TMP:
+        _CHILD_TMP.append(tempfile.mkdtemp(prefix="gpuplan-session-tmp-"))
+        atexit.register(shutil.rmtree, _CHILD_TMP[0], ignore_errors=True)
+    return _CHILD_TMP[0]
+
+
 def env(**extra: str) -> dict[str, str]:
     """This process's environment for a gpuplan subprocess, without what a launcher around the test
     run would leave there (SLURM_*, WORLD_SIZE, MASTER_ADDR: apply would take itself for a rank)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1", "TMPDIR": child_tmp()}
     e.pop("GPUPLAN_TEST_INJECT_OOM", None)
     return {**e, **extra}
 

@@ -63,3 +63,19 @@ def snapshot() -> dict[str, int]:
 def written(before: dict[str, int], after: dict[str, int]) -> list[str]:
     """The guarded paths that are new or changed between two snapshots."""
     return sorted(p for p, mtime in after.items() if before.get(p) != mtime)
+
+
+def persisting(paths: list[str], wait_s: float = 10.0) -> list[str]:
+    """`paths` less the temp-dir entries that disappear within `wait_s`: a TemporaryDirectory that a
+    command running in the other xdist worker holds for a moment (gpuplan eval's gpuplan-eval-*) is
+    removed by its owner, while a file a test left behind stays and is reported."""
+    import time
+
+    tmp = str(Path(tempfile.gettempdir())) + os.sep
+    transient = [p for p in paths if p.startswith(tmp)]
+    deadline = time.monotonic() + wait_s
+    while transient and time.monotonic() < deadline:
+        transient = [p for p in transient if os.path.lexists(p)]
+        if transient:
+            time.sleep(0.2)
+    return sorted({p for p in paths if not p.startswith(tmp)} | set(transient))
