@@ -88,7 +88,7 @@ def bench_plan(out_dir: str, steps: int):
 
 
 def run_gpuplan(out_dir: str, steps: int) -> dict:
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
 
     plan = bench_plan(out_dir, steps)  # before the clock below: planning counts toward the first step, as in `gpuplan apply`
     called = time.perf_counter()
@@ -114,7 +114,7 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
         set_seed,
     )
 
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     class StepTimer(TrainerCallback):  # the same on_step_end timing as gpuplan's MetricsCallback
         def __init__(self):
@@ -185,7 +185,7 @@ def run_hand_written(out_dir: str, steps: int) -> dict:
         callbacks=[timer],
     )
     out = trainer.train()
-    from gpuplan.apply.convert import training_arguments_kwargs  # checked after the timed run: planning is not the hand path's cost
+    from gpuplan.apply.train.arguments import training_arguments_kwargs  # checked after the timed run: planning is not the hand path's cost
 
     assert args == training_arguments_kwargs(bench_plan(out_dir, steps), progress=False), "arguments drifted"
     tps = timer.steps * BATCH * SEQ_LEN / timer.time if timer.time else None

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-_IDS = dict(pad_token_id=256, bos_token_id=257, eos_token_id=258)  # the byte-level tokenizer's (apply/tokenizer.py)
+_IDS = dict(pad_token_id=256, bos_token_id=257, eos_token_id=258)  # the byte-level tokenizer's (apply/data/tokenizer.py)
 FAMILIES = {  # GPU: ~150-200M parameters, vocabulary 32000 (a real-sized LM head)
     "llama": dict(
         model_type="llama",
@@ -153,7 +153,7 @@ def save_base(family: str, path: Path, *, device: str) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     values = dict((FAMILIES if device == "cuda" else TINY)[family])
     config = AutoConfig.for_model(values.pop("model_type"), **values)
@@ -258,7 +258,7 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
     """One case, in this (fresh) process: plan, train through apply's execute, measure."""
     from contextlib import nullcontext
 
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
 
     work = Path(case["work"])
     work.mkdir(parents=True, exist_ok=True)

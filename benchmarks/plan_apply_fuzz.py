@@ -1,5 +1,5 @@
 """Randomized plan -> apply (issue 30), the long profile: N generated specs, each refused at plan time or
-applied for one step on CPU with the audit (gpuplan/apply/audit.py) passing; counts go to RESULTS.md.
+applied for one step on CPU with the audit (gpuplan/apply/train/audit.py) passing; counts go to RESULTS.md.
 
     python benchmarks/plan_apply_fuzz.py --cases 40 [--seed 0] [--json out.json]
     python benchmarks/plan_apply_fuzz.py --quick   # CI: 2 cases, RESULTS.md left alone

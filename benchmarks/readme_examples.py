@@ -176,7 +176,7 @@ def relative_to_checkout(text: str) -> str:
     """Paths under the checkout relative to it; this interpreter's path as `python`; the store as the
     default one; the prices file this process reads (GPUPLAN_PRICES_FILE, XDG_CONFIG_HOME: the tests'
     own) as the reader's default."""
-    from gpuplan.userfiles import prices_path
+    from gpuplan.hardware.userfiles import prices_path
 
     if STORE is not None:
         text = text.replace(str(STORE), "~/.cache/gpuplan/calibration.jsonl")

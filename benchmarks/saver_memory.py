@@ -5,7 +5,7 @@ savers on: none, chunked cross-entropy (training.loss_chunk_size = 1024), gradie
 checkpointing, both, and a paged 8-bit AdamW. The analytic estimate (the numbers
 `gpuplan plan` prints, gpuplan/plan/estimate/memory/estimate.py) is compared with the fake-tensor
 trace of two real training steps of the same workload (gpuplan/trace, which runs the
-chunked loss through apply/chunked_loss.py as apply does). Liger's kernels run on CUDA
+chunked loss through apply/model/chunked_loss.py as apply does). Liger's kernels run on CUDA
 only (Triton) and cannot be traced here, and the trace counts host copies as device
 storage: the Liger and activation-offloading rows are the analytic estimate alone.
 Full = bf16 weights under bf16 autocast with torch's fused AdamW; QLoRA = the

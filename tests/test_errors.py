@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from gpuplan.apply.convert import training_arguments
 from gpuplan.apply.errors import ApplyError
+from gpuplan.apply.train.arguments import training_arguments
 from gpuplan.cli.common import UserError
 from gpuplan.errors import GpuplanError
 from gpuplan.lifecycle.run_lock import LockError

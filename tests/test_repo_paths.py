@@ -190,7 +190,7 @@ def test_every_internal_link_and_anchor_resolves():
     "text, paths",
     [
         ("see gpuplan/plan/build.py.", ["gpuplan/plan/build.py"]),
-        ("apply/run.py and memory/overhead.py", ["apply/run.py", "memory/overhead.py"]),
+        ("apply/train/execute.py and memory/overhead.py", ["apply/train/execute.py", "memory/overhead.py"]),
         ("trl/trainer/dpo_trainer.py, torch/utils/checkpoint.py, huggingface/peft:docs/source/x.md", []),  # other projects' files
         ('train_files = ["data/train.jsonl"]', []),  # a user's file
         ("https://github.com/x/gpuplan/docs/a.md, /tmp/gpuplan/docs/x.md, ~/.cache/gpuplan/c.jsonl", []),

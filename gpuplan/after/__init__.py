@@ -17,12 +17,12 @@ from __future__ import annotations
 from gpuplan.lazy import lazy_exports
 
 _EXPORTS = {
-    "FinishedRun": "gpuplan.after.run",
-    "finished_run": "gpuplan.after.run",
+    "FinishedRun": "gpuplan.after.finished_run",
+    "finished_run": "gpuplan.after.finished_run",
     "Loaded": "gpuplan.after.load",
     "load_trained": "gpuplan.after.load",
-    "Prompting": "gpuplan.after.prompting",
-    "Generation": "gpuplan.after.generate",
+    "Prompting": "gpuplan.apply.data.prompting",
+    "Generation": "gpuplan.apply.model.generation",
     "heldout_loss": "gpuplan.after.evaluate",
     "run_tasks": "gpuplan.after.lmeval",
 }

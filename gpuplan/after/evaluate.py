@@ -1,6 +1,6 @@
 """Held-out loss and perplexity of a trained run, with the masking training used.
 
-The eval split is built by apply's own data code (apply/data.py prepare_data: the same
+The eval split is built by apply's own data code (apply/data/prepare.py prepare_data: the same
 tokenizer, seq_len, packing, chat / instruction masks and, with data.eval_fraction, the
 same seeded split), and scored by transformers.Trainer.evaluate, the call apply's eval
 steps make: eval_loss is the mean over eval batches of the model's mean token loss on
@@ -17,13 +17,12 @@ import os
 import tempfile
 from typing import Any
 
+from gpuplan.after.finished_run import FinishedRun
+from gpuplan.apply.model.generation import Loaded
 from gpuplan.errors import UserError
 from gpuplan.plan.types import Plan, Setting
 
-from .load import Loaded
-from .run import FinishedRun
-
-EVAL_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".csv", ".parquet")  # apply/data.py BUILDERS
+EVAL_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".csv", ".parquet")  # apply/data/prepare.py BUILDERS
 
 
 def with_value(plan: Plan, key: str, value: Any) -> Plan:
@@ -48,7 +47,7 @@ def check_data_flag(path: str | None) -> str | None:
 
 def eval_plan(run: FinishedRun, data_file: str | None) -> Plan:
     """The run's plan with --data as its eval files; refused when there is nothing held out."""
-    from gpuplan.apply.convert import has_eval
+    from gpuplan.apply.train.arguments import has_eval
 
     plan = run.plan
     if data_file is not None:
@@ -66,7 +65,7 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
     """{eval_loss, perplexity, eval_sequences, eval_runtime_s} on the plan's eval split."""
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
-    from gpuplan.apply.data import prepare_data
+    from gpuplan.apply.data.prepare import prepare_data
 
     set_seed(int(plan.value("training.seed")))
     data = prepare_data(plan, loaded.tokenizer)

@@ -23,9 +23,8 @@ import tempfile
 import warnings
 from typing import Any
 
+from gpuplan.after.finished_run import FinishedRun
 from gpuplan.errors import UserError
-
-from .run import FinishedRun
 
 DTYPES = ("bfloat16", "float16", "float32")
 EXPORT_FILE = "gpuplan-export.json"
@@ -69,11 +68,11 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
     """(the standalone model, what it was made from)."""
     import torch
 
-    from gpuplan.apply.model import _auto_class
+    from gpuplan.apply.model.load import auto_class
     from gpuplan.hub.fetch import model_dir
 
     plan = run.plan
-    cls = _auto_class(plan.value("model.task"))
+    cls = auto_class(plan.value("model.task"))
     common = {
         "dtype": getattr(torch, dtype),
         "local_files_only": True,
@@ -95,15 +94,14 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
 
 def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     """Write the standalone model into `dest` (checked by check_destination); returns what was written."""
+    from gpuplan.after.load import load_tokenizer_of
     from gpuplan.apply.quiet import disable_progress_bars
-
-    from .load import load_tokenizer_of
 
     disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
     tokenizer = load_tokenizer_of(run)
     fmt = run.plan.get("data.format") or "text"
     if fmt == "chat":
-        from gpuplan.apply.chat import chat_template_of
+        from gpuplan.apply.data.chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(run.plan, tokenizer)
     elif fmt == "instruction":

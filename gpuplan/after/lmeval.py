@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from gpuplan.apply.model.generation import Loaded
 from gpuplan.errors import Diagnostic, GpuplanError, UserError
 from gpuplan.plan.types import Plan
-
-from .load import Loaded
 
 LOCAL_BUILDERS = ("json", "csv", "parquet", "text", "arrow")
 _INSTALL = "pip install 'gpuplan[eval]' (or pip install lm-eval)"

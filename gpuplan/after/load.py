@@ -4,7 +4,7 @@
 - "lora" with output.merge_adapter: final/merged/, a plain transformers model.
 - "lora" / "qlora" otherwise: the base at the commit the state recorded (model.commit),
   loaded as apply loaded it (model.dtype; qlora: the same 4-bit BitsAndBytesConfig,
-  apply/adapters.py load_kwargs), with peft's PeftModel.from_pretrained on top.
+  apply/model/adapters.py load_kwargs), with peft's PeftModel.from_pretrained on top.
 The device is CUDA when there is one, else the CPU; under training.bf16 / fp16 the
 forward runs in autocast, as the Trainer ran it (`autocast`). flash_attention_2 is a
 CUDA kernel: on the CPU the model loads with sdpa instead, and says so.
@@ -12,29 +12,12 @@ CUDA kernel: on the CPU the model loads with sdpa instead, and says so.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from .run import FinishedRun
-
-
-@dataclass
-class Loaded:
-    model: Any
-    tokenizer: Any
-    device: str  # "cuda" | "cpu"
-    what: str  # one line: what was loaded, for the user
-    autocast_dtype: Any  # torch dtype under training.bf16 / fp16 on CUDA, else None
-
-    def autocast(self) -> Any:
-        import torch
-
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device, dtype=self.autocast_dtype)
+from gpuplan.after.finished_run import FinishedRun
+from gpuplan.apply.model.generation import Loaded
 
 
 def pick_device() -> str:
@@ -45,9 +28,8 @@ def pick_device() -> str:
 
 def load_tokenizer_of(run: FinishedRun) -> Any:
     """The tokenizer saved beside the weights (the Trainer saves it), else the one training built."""
-    from gpuplan.apply.tokenizer import has_tokenizer_files, load_tokenizer
-
-    from .run import FINAL_DIR
+    from gpuplan.lifecycle.run_dir import FINAL_DIR
+    from gpuplan.apply.data.tokenizer import has_tokenizer_files, load_tokenizer
 
     plan = run.plan
     trust = bool(plan.value("model.trust_remote_code"))
@@ -63,19 +45,19 @@ def load_tokenizer_of(run: FinishedRun) -> Any:
 def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None, device: str | None = None) -> Loaded:
     import torch
 
-    from gpuplan.apply.adapters import keep_training_layout
-    from gpuplan.apply.convert import torch_dtype
     from gpuplan.apply.errors import ApplyError
-    from gpuplan.apply.model import _auto_class
-    from gpuplan.apply.quant4_load import load_kwargs
+    from gpuplan.apply.model.adapters import keep_training_layout
+    from gpuplan.apply.model.load import auto_class
+    from gpuplan.apply.model.quant4 import load_kwargs
     from gpuplan.apply.quiet import disable_progress_bars
+    from gpuplan.apply.train.arguments import torch_dtype
     from gpuplan.hub.fetch import model_dir
 
     disable_progress_bars()  # no "Loading weights" / tokenize bars around the answers
     plan = run.plan
     device = device or pick_device()
     tokenizer = load_tokenizer_of(run)
-    cls = _auto_class(plan.value("model.task"))
+    cls = auto_class(plan.value("model.task"))
     attn = plan.value("model.attn_implementation")
     if attn == "flash_attention_2" and device != "cuda":
         echo("the run used flash_attention_2, a CUDA kernel; on the CPU the model runs with sdpa")

@@ -14,10 +14,10 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuplan.after.finished_run import FinishedRun
+from gpuplan.lifecycle.run_dir import STATE_FILE
 from gpuplan.lifecycle.run_lock import RunLock
-from gpuplan.lifecycle.state import STATE_FILE, write_json_atomic
-
-from .run import FinishedRun
+from gpuplan.lifecycle.state import write_json_atomic
 
 
 def weights_step(run: FinishedRun) -> int | None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ApplyError
+from gpuplan.apply.errors import ApplyError
 
 __all__ = ["ApplyError", "execute"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "execute":
-        from .run import execute
+        from gpuplan.apply.train.execute import execute
 
         return execute
     raise AttributeError(name)

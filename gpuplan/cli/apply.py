@@ -1,7 +1,7 @@
 """`gpuplan apply`: plan (or load a saved plan), show it, confirm, then execute it.
 
 As in Terraform: on a terminal it asks; without a terminal it needs --yes. What happens to
-the output directory and how the processes start is apply/session.py and apply/launchers.py.
+the output directory and how the processes start is apply/launch/session.py and apply/launch/backends.py.
 """
 
 from __future__ import annotations
@@ -76,15 +76,15 @@ def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], b
 
 
 def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, detect) -> int:
-    """Plan or load, show, confirm, train (apply/session.py). Errors propagate: cli/main.py
+    """Plan or load, show, confirm, train (apply/launch/session.py). Errors propagate: cli/main.py
     turns them into exit codes."""
-    from gpuplan.apply.session import apply_plan
+    from gpuplan.apply.launch.session import apply_plan
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
-    from gpuplan.notices import log_to
+    from gpuplan.render.notices import log_to
 
-    # library notices wait in memory: the run names its debug log in output.dir once it starts (apply/run.py),
+    # library notices wait in memory: the run names its debug log in output.dir once it starts (apply/train/execute.py),
     # so an apply refused before that (a GPU plan on a CPU) leaves no gpuplan-debug.log behind
     log_to(None, load_libraries=True)
     sys.stdout.write(render_plan(plan.to_dict(), style))

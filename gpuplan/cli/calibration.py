@@ -8,7 +8,7 @@ from gpuplan.cli.common import UserError
 
 
 def cmd_calibration(args) -> int:
-    from gpuplan.userfiles import (
+    from gpuplan.hardware.userfiles import (
         UserFileError,
         calibration_path,
         clear_calibrations,

@@ -50,7 +50,7 @@ def make_plan(spec_path: str, args):
 
 def user_files():
     """(the user's prices, the measured runs): read at the edge, passed into the pure planner."""
-    from gpuplan.userfiles import UserFileError, read_calibrations, read_user_prices
+    from gpuplan.hardware.userfiles import UserFileError, read_calibrations, read_user_prices
 
     try:
         return read_user_prices(), read_calibrations()

@@ -151,7 +151,7 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
             warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
     out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
     out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; step (c): calibrated from a measured run")
-    from gpuplan.userfiles import prices_path, shown_path
+    from gpuplan.hardware.userfiles import prices_path, shown_path
 
     sources = f"catalog sources: gpuplan/hardware/catalog.toml; your prices: {shown_path(prices_path())}"
     if run_known or not fits:

@@ -17,8 +17,8 @@ def cmd_data(args) -> int:
     if args.examples < 0:
         raise UserError(f"--examples {args.examples}: give 0 or more")
     plan = make_plan(args.spec, args)
-    from gpuplan.apply.preview import preview
-    from gpuplan.notices import log_to
+    from gpuplan.apply.data.preview import preview
+    from gpuplan.render.notices import log_to
 
     log_to(plan.value("output.dir"), load_libraries=True)
 

@@ -12,6 +12,7 @@ import os
 import sys
 
 from gpuplan.cli.common import UserError
+from gpuplan.lifecycle.run_dir import METRICS_FILE
 
 
 def cmd_eval(args) -> int:
@@ -19,10 +20,10 @@ def cmd_eval(args) -> int:
     if args.checkpoint is not None and args.checkpoint < 0:
         raise UserError(f"--checkpoint {args.checkpoint} must be a step number (a checkpoint-N folder)")
     from gpuplan.after.evaluate import check_data_flag, eval_plan
-    from gpuplan.after.run import finished_run
-    from gpuplan.apply.convert import has_eval
+    from gpuplan.after.finished_run import finished_run
+    from gpuplan.apply.train.arguments import has_eval
     from gpuplan.cli.apply import check_remote_code
-    from gpuplan.plan.objectives import objective
+    from gpuplan.spec.objectives import objective
 
     data = check_data_flag(args.data)
     run = finished_run(args.spec, args.checkpoint, command="gpuplan eval")
@@ -38,9 +39,9 @@ def cmd_eval(args) -> int:
 
         lmeval.check_installed()
         lmeval.check_local(lmeval.task_manager(plan), tasks)
-    from gpuplan.notices import log_to
+    from gpuplan.render.notices import log_to
 
-    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)
     from gpuplan.after.evaluate import heldout_loss
     from gpuplan.after.load import load_trained
     from gpuplan.after.record import entry, record
@@ -68,10 +69,10 @@ def preference_refusal(run) -> UserError:
     """A dpo / kto run's held-out loss is its objective's loss against the reference (TRL's
     DPOTrainer / KTOTrainer evaluate), not the next-token loss `gpuplan eval` scores (after/evaluate.py):
     refused, pointing at the eval loss the run logged, or at lm-eval tasks."""
-    from gpuplan.apply.convert import has_eval
+    from gpuplan.apply.train.arguments import has_eval
 
     name = run.plan.get("training.objective")
-    metrics = os.path.join(run.output_dir, "metrics.jsonl")
+    metrics = os.path.join(run.output_dir, METRICS_FILE)
     if has_eval(run.plan):
         fix = f'read the {name} eval loss TRL computed at the run\'s eval steps: the "eval" lines of {metrics}'
     else:

@@ -24,7 +24,7 @@ def cmd_export(args) -> int:
     if args.checkpoint is not None and args.checkpoint < 0:
         raise UserError(f"--checkpoint {args.checkpoint} must be a step number (a checkpoint-N folder)")
     from gpuplan.after.export import check_destination, export, export_dtype, memory_for, serve_commands
-    from gpuplan.after.run import finished_run
+    from gpuplan.after.finished_run import finished_run
     from gpuplan.cli.apply import check_remote_code
 
     dest = check_destination(args.to)
@@ -32,9 +32,9 @@ def cmd_export(args) -> int:
     check_remote_code(run.plan, args.trust_remote_code)
     dtype = export_dtype(run, args.dtype)
     context = args.context or int(run.plan.value("data.seq_len"))
-    from gpuplan.notices import log_to
+    from gpuplan.render.notices import log_to
 
-    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)
     written = export(run, dest, dtype)
     task = run.plan.value("model.task")
     mem = memory_for(dest, task, dtype, context)

@@ -2,7 +2,7 @@
 
 Everything is checked before the model loads (the run, --checkpoint, the flags, the
 prompts file), so a mistake costs no load and writes nothing; otherwise they write nothing but the
-notices of the libraries they load, into the run's gpuplan-debug.log (notices.py). The heavy part is gpuplan/after (imported lazily).
+notices of the libraries they load, into the run's gpuplan-debug.log (render/notices.py). The heavy part is gpuplan/after (imported lazily).
 """
 
 from __future__ import annotations
@@ -73,20 +73,20 @@ def read_prompts(args) -> list[str]:
 
 def _load(args, command: str) -> tuple[Any, Any, Any]:
     """(finished run, loaded model, prompting), after every check that needs no model."""
-    from gpuplan.after.run import finished_run
+    from gpuplan.after.finished_run import finished_run
     from gpuplan.cli.apply import check_remote_code
 
     run = finished_run(args.spec, args.checkpoint, command=command)
     check_remote_code(run.plan, args.trust_remote_code)
-    from gpuplan.after.generate import check_causal
+    from gpuplan.apply.model.generation import check_causal
 
     check_causal(run.plan.value("model.task"), command)
-    from gpuplan.notices import log_to
+    from gpuplan.render.notices import log_to
 
-    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (notices.py)
+    log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the run's files are local: never reach for the Hub
     from gpuplan.after.load import load_trained
-    from gpuplan.after.prompting import prompting
+    from gpuplan.apply.data.prompting import prompting
 
     loaded = load_trained(run, echo=lambda s: print(s, file=sys.stderr))
     print(f"loaded {loaded.what} on {loaded.device}", file=sys.stderr)
@@ -96,7 +96,7 @@ def _load(args, command: str) -> tuple[Any, Any, Any]:
 def cmd_generate(args) -> int:
     check_generation_flags(args)
     prompts = read_prompts(args)
-    from gpuplan.after.generate import DEFAULT_MAX_NEW_TOKENS, generate
+    from gpuplan.apply.model.generation import DEFAULT_MAX_NEW_TOKENS, generate
 
     run, loaded, how = _load(args, "gpuplan generate")
     out = []
@@ -131,7 +131,7 @@ def cmd_generate(args) -> int:
 
 def cmd_chat(args) -> int:
     check_generation_flags(args)
-    from gpuplan.after.generate import DEFAULT_MAX_NEW_TOKENS, generate
+    from gpuplan.apply.model.generation import DEFAULT_MAX_NEW_TOKENS, generate
 
     run, loaded, how = _load(args, "gpuplan chat")
     tty = sys.stdin.isatty()

@@ -48,7 +48,7 @@ COMMANDS = {
 }
 # a closed stdout pipe: what the shell reports for a tool that SIGPIPE ends (128 + 13), as cat gets in `cat big | head -1`
 CLOSED_PIPE = 141
-# the commands that import libraries that talk (notices.py)
+# the commands that import libraries that talk (render/notices.py)
 QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
 
 
@@ -82,12 +82,12 @@ def dispatch(argv: Sequence[str] | None) -> int:
     if not args.command:
         parser.print_help()
         return 1
-    from gpuplan.apply.interrupt import ApplyInterrupted  # stdlib only: no torch
+    from gpuplan.apply.train.interrupt import ApplyInterrupted  # stdlib only: no torch
 
     try:
         if args.command not in QUIET:
             return COMMANDS[args.command](args)
-        from gpuplan.notices import captured  # library notices to output.dir's debug log (notices.py)
+        from gpuplan.render.notices import captured  # library notices to output.dir's debug log (render/notices.py)
 
         with captured():
             return COMMANDS[args.command](args)

@@ -16,7 +16,7 @@ def cmd_plan(args) -> int:
 
     plan = make_plan(args.spec, args)
     if args.trace:
-        from gpuplan.notices import log_to
+        from gpuplan.render.notices import log_to
         from gpuplan.trace.plan import trace_plan
 
         log_to(plan.value("output.dir"), load_libraries=True)

@@ -10,10 +10,10 @@ from gpuplan.errors import GpuplanError
 
 
 def cmd_init(args) -> int:
-    from gpuplan.notices import log_to
-    from gpuplan.spec.data_format import data_source
-    from gpuplan.spec.model_source import model_source
-    from gpuplan.spec.starter_fit import fitted_starter, next_steps
+    from gpuplan.init.data_source import data_source
+    from gpuplan.init.model_source import model_source
+    from gpuplan.init.starter_fit import fitted_starter, next_steps
+    from gpuplan.render.notices import log_to
 
     out = Path(args.out)
     if (out.exists() or out.is_symlink()) and not args.force:

@@ -1,7 +1,7 @@
 """The lifecycle at the CLI edge: saved-plan staleness, drift since the last apply, `gpuplan show`.
 
 Reads files (the spec, gpuplan-state.json) and probes the device; the decisions
-themselves are pure functions in gpuplan.lifecycle.fingerprint and gpuplan.lifecycle.drift.
+themselves are pure functions in gpuplan.plan.fingerprint and gpuplan.lifecycle.drift.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.lifecycle.drift import diff_plans
-from gpuplan.lifecycle.fingerprint import stale_reasons
-from gpuplan.lifecycle.state import STATE_FILE, load_state
+from gpuplan.lifecycle.run_dir import STATE_FILE
+from gpuplan.lifecycle.state import load_state
+from gpuplan.plan.fingerprint import stale_reasons
 from gpuplan.plan.types import Plan
 
 
@@ -70,7 +71,7 @@ def show(target: str) -> tuple[dict[str, Any], str, str | None]:
     path = Path(target)
     what = str(path)
     if path.suffix == ".toml" and path.is_file():
-        from gpuplan.after.run import spec_settings
+        from gpuplan.after.finished_run import spec_settings
 
         what = f"{path} (its output.dir)"
         path = Path(str(spec_settings(target)["output.dir"].value))

@@ -6,7 +6,7 @@ peak says little about what PyTorch reaches on it (AVX2 vs AVX-512, frequency, t
 cores a container gets), so the peak is MEASURED: a 512 x 512 fp32 torch.mm
 repeated for ~0.2 s (2 x 512^3 FLOPs each) on the threads torch uses, and the bandwidth a
 64 MiB tensor copy reaches (read + write). About half a second, once per machine: the
-result is cached beside the calibration store (userfiles.py), keyed by the CPU model,
+result is cached beside the calibration store (hardware/userfiles.py), keyed by the CPU model,
 the CPUs this process may use and OMP_NUM_THREADS (torch's thread count). torch is imported inside
 `measure` only (the plan path stays torch-free until a CPU plan needs the figures).
 """
@@ -26,7 +26,7 @@ VERSION = 1
 
 
 def probe_path() -> Path:
-    from gpuplan.userfiles import calibration_path
+    from gpuplan.hardware.userfiles import calibration_path
 
     return Path(os.environ.get(PROBE_ENV) or calibration_path().parent / "cpu-probe.json")
 

@@ -1,7 +1,7 @@
 """What a GPU-hour costs and how many GPUs a node holds: catalog data with its sources.
 
 Precedence for a price: the spec's hardware.price_per_hour, then the user's prices
-file (gpuplan/userfiles.py), then the catalog's [price."NAME"] table (catalog.toml
+file (gpuplan/hardware/userfiles.py), then the catalog's [price."NAME"] table (catalog.toml
 cites each row of gpu-reference.json it comes from). Pure: package data only.
 """
 

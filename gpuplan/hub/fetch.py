@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 
+from gpuplan.hub.resolve import README, HubError, snapshot
+from gpuplan.hub.weights import BASE_PATTERNS, weight_patterns
 from gpuplan.plan.types import Plan
-
-from .resolve import README, HubError, snapshot
-from .weights import BASE_PATTERNS, weight_patterns
 
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES]
@@ -49,14 +48,14 @@ def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
 
 
 def dataset_split(plan: Plan) -> str:
-    from .splits import DEFAULT_SPLIT
+    from gpuplan.hub.splits import DEFAULT_SPLIT
 
     return plan.get("data.split") or DEFAULT_SPLIT
 
 
 def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
     """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
-    from .splits import card_patterns
+    from gpuplan.hub.splits import card_patterns
 
     folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README], local_only=local_only)
     readme = os.path.join(folder, README)
@@ -67,7 +66,7 @@ def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] |
 
 def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
     """The dataset snapshot with the files of data.split (all data files when the card maps no splits)."""
-    from .splits import fetch_patterns
+    from gpuplan.hub.splits import fetch_patterns
 
     card = dataset_card_patterns(plan, local_only=local_only)
     patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
@@ -87,7 +86,7 @@ def data_files_in(folder: str) -> list[str]:
 
 def dataset_files(plan: Plan) -> list[str]:
     """The data files of data.split: by the card's configs, else by datasets' split keywords in file names."""
-    from .splits import by_file_names, matching
+    from gpuplan.hub.splits import by_file_names, matching
 
     folder = dataset_dir(plan)
     found = data_files_in(folder)

@@ -9,8 +9,8 @@ run_lock.py     one apply per output directory (the run lock; "lock" alone is th
 from gpuplan.lazy import lazy_exports
 
 _EXPORTS = {
-    "fingerprint": "gpuplan.lifecycle.fingerprint",
-    "stale_reasons": "gpuplan.lifecycle.fingerprint",
+    "fingerprint": "gpuplan.plan.fingerprint",
+    "stale_reasons": "gpuplan.plan.fingerprint",
     "diff_plans": "gpuplan.lifecycle.drift",
     "resume_conflicts": "gpuplan.lifecycle.drift",
     "RunState": "gpuplan.lifecycle.state",

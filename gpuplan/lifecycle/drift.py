@@ -56,7 +56,7 @@ RESUME_BREAKING = {
     "quantization.bnb_4bit_quant_type": "the 4-bit base the adapters were trained on",
     "quantization.bnb_4bit_use_double_quant": "the 4-bit base the adapters were trained on",
     "quantization.bnb_4bit_compute_dtype": "the 4-bit base's compute dtype",
-    # the objective (plan/objectives.py): what the loss is and what it is measured against
+    # the objective (spec/objectives.py): what the loss is and what it is measured against
     "training.objective": "the loss (sft, dpo or kto)",
     "preference.beta": "the preference loss's strength",
     "preference.loss_type": "the preference loss",
@@ -127,7 +127,7 @@ def finished_run(state: Mapping[str, Any], new: Plan) -> Finished | None:
     if not changes:
         return Finished(step, [], step)
     if resume_conflicts(old, new):
-        return None  # a change a resume cannot take: apply refuses it (apply/session.py) or trains anew
+        return None  # a change a resume cannot take: apply refuses it (apply/launch/session.py) or trains anew
     a, b = _values(old), _values(new)
     if b.get("training.max_steps") is not None:
         target = int(b["training.max_steps"])

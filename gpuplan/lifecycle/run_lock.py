@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from gpuplan.errors import LockError
+from gpuplan.lifecycle.run_dir import LOCK_FILE
 
 __all__ = ["LOCK_FILE", "Holder", "LockError", "RunLock", "read_holder"]
-
-LOCK_FILE = ".gpuplan.lock"
 
 
 @dataclass(frozen=True)

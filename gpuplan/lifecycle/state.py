@@ -8,13 +8,13 @@ never sees half a file, even when the run is killed mid-write. Shape (format 1):
      started_at, finished_at (ISO 8601 UTC or null), error (message or null),
      resumed_from (checkpoint dir or null),
      oom_replans: [{step, from: {batch, accumulation}, to: {...}, error, estimated_allocated_bytes,
-                    capacity_bytes, estimate_low_by_at_least, resumed_from}] (apply/oom.py),
+                    capacity_bytes, estimate_low_by_at_least, resumed_from}] (apply/train/oom.py),
      progress: {global_step, max_steps, samples_seen},
      results: {peak_allocated_bytes, peak_reserved_bytes (CUDA) | peak_rss_bytes (CPU),
                tokens_per_second, train_loss_first, train_loss_last, runtime_s,
                method, trainable_params (measured, as peft counts them), plan_trainable_params,
                final_model_dir, merged_model_dir (lora with output.merge_adapter, else null),
-               base_files ({file: {size, sha256}} of a pretrained base, after/fingerprint.py), ...},
+               base_files ({file: {size, sha256}} of a pretrained base, apply/model/base_files.py), ...},
      evaluations: [...] (appended by `gpuplan eval`, after/record.py; absent until then)}
 """
 
@@ -28,9 +28,9 @@ from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.fsutil import write_text_atomic
+from gpuplan.lifecycle.run_dir import STATE_FILE
 from gpuplan.plan.types import Plan
 
-STATE_FILE = "gpuplan-state.json"
 STATE_FORMAT_VERSION = 1
 
 

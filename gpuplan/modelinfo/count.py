@@ -8,7 +8,7 @@ from typing import Any
 from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.modelinfo.params import ParamList
-from gpuplan.modelinfo.registry import FAMILIES, TASKS, known_model_types
+from gpuplan.modelinfo.registry import FAMILIES, TASKS, known_model_types, unsupported_task
 
 
 def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
@@ -27,14 +27,6 @@ def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
     if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
         raise ModelConfigError(None, f"num_labels = {num_labels!r} is invalid: expected an integer >= 1")
     return model_type
-
-
-def unsupported_task(model_type: str, task: str, supported: tuple[str, ...]) -> ModelConfigError:
-    return ModelConfigError(
-        None,
-        f"task {task!r} is not supported for model_type {model_type!r}: transformers has no "
-        f"{TASKS[task]} class for it; supported tasks: {', '.join(supported)}",
-    )
 
 
 def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: int = 2, *, allow_meta_fallback: bool = True) -> ModelFacts:

@@ -92,7 +92,7 @@ def default_modules_to_save(facts: ModelFacts, asked: list[str] | None) -> list[
     return out + [h for h in heads if h not in out]
 
 
-def _candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int, int]]:
+def lora_candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int, int]]:
     """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head."""
     heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set())
     return [
@@ -104,7 +104,7 @@ def _candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int
 
 def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str]) -> list[str]:
     """The explicit list of names peft matches; raises TargetError for a name matching no linear layer."""
-    layers = _candidates(facts, saved)
+    layers = lora_candidates(facts, saved)
     if target_modules == "all-linear":
         out: dict[str, None] = {}
         for name, *_ in layers:
@@ -155,7 +155,7 @@ class AdapterCount:
 
 
 def count_adapters(facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str]) -> AdapterCount:
-    layers = _candidates(facts, saved)
+    layers = lora_candidates(facts, saved)
     per: dict[str, tuple[int, int]] = {t: (0, 0) for t in targets}
     matched = []
     for layer in layers:

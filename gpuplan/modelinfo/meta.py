@@ -15,10 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpuplan.modelinfo.count import unsupported_task
 from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.modelinfo.registry import TASKS, known_model_types
+from gpuplan.modelinfo.registry import TASKS, known_model_types, unsupported_task
 
 # Config attribute names different families use for the same fact, first match wins.
 _ALIASES: dict[str, tuple[str, ...]] = {

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuplan.modelinfo import families_classic as classic
-from gpuplan.modelinfo import families_decoder as decoder
+import gpuplan.modelinfo.families_classic as classic
+import gpuplan.modelinfo.families_decoder as decoder
+from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.params import Dims, ParamList
 
 # task name -> the transformers Auto class that builds the model for it
@@ -40,3 +41,11 @@ FAMILIES: dict[str, tuple[Counter, tuple[str, ...]]] = {
 def known_model_types() -> tuple[str, ...]:
     """model_types counted without torch, sorted."""
     return tuple(sorted(FAMILIES))
+
+
+def unsupported_task(model_type: str, task: str, supported: tuple[str, ...]) -> ModelConfigError:
+    return ModelConfigError(
+        None,
+        f"task {task!r} is not supported for model_type {model_type!r}: transformers has no "
+        f"{TASKS[task]} class for it; supported tasks: {', '.join(supported)}",
+    )

@@ -22,8 +22,8 @@ from typing import Any
 
 from gpuplan.hardware.catalog import load_interconnects
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.lifecycle.fingerprint import fingerprint
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.assembly import cost_section, memory_section, step_advice, trainable_section, with_communication
 from gpuplan.plan.checks.advice import auto_resolved_to_cpu, long_run
 from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.engine.graph import Node, rule_order, writers
@@ -32,15 +32,15 @@ from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assu
 from gpuplan.plan.estimate.communication import communication
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput
+from gpuplan.plan.fingerprint import fingerprint
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.lookup import load_facts, resolve_gpu
 from gpuplan.plan.inputs.preference_lengths import example_lengths
 from gpuplan.plan.inputs.sources import resolve_sources, source_settings
 from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
-from gpuplan.plan.plan_parts import cost_section, memory_section, step_advice, trainable_section, with_communication
 from gpuplan.plan.rules import ALL_RULES
-from gpuplan.plan.rules.chat_data import _has_chat_template
+from gpuplan.plan.rules.chat_data import has_chat_template
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT, world_size
 from gpuplan.plan.sections import HardwareSection, ModelSection
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
@@ -105,7 +105,7 @@ def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) ->
     source = settings["model.name_or_path"].value if not settings["model.from_scratch"].value else None
     # as chat_checks decides it (rules/chat_data.py): no template set, and none in the tokenizer
     no_template = settings["data.chat_template"].value is None and (
-        source is None or (os.path.isdir(source) and not _has_chat_template(source))
+        source is None or (os.path.isdir(source) and not has_chat_template(source))
     )
     ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=no_template))
     if not ctx.has_errors:
@@ -154,7 +154,7 @@ def plan_spec(
     probe: bool = False,
 ) -> Plan:
     """Spec -> Plan. `prices` (the user's prices file) and `calibrations` (measured runs)
-    come from the CLI edge (userfiles.py); `alternatives` adds, to a plan that does not
+    come from the CLI edge (hardware/userfiles.py); `alternatives` adds, to a plan that does not
     fit, the hardware that would (plan/fit/hardware_alternatives.py); `probe` plans only to
     learn whether it fits (a refusal then carries no fixes: Resolver.probe)."""
     spec, settings, gpu, facts, ctx = resolve(loaded, detect=detect, environment=environment, strict=strict, probe=probe)

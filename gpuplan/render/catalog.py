@@ -41,7 +41,7 @@ def catalog_rows() -> list[list[str]]:
 
 
 def render_catalog() -> list[str]:
-    from gpuplan.userfiles import prices_path, shown_path
+    from gpuplan.hardware.userfiles import prices_path, shown_path
 
     head = ["name", "vendor", "GB", "GiB", "cc", *DTYPES, "GB/s", "per node", "$/GPU-h"]
     rows = [head, *catalog_rows()]

@@ -1,4 +1,4 @@
-"""A run's metrics.jsonl (apply/metrics.py) read back for `gpuplan show`: pure reading, no torch."""
+"""A run's metrics.jsonl (apply/train/metrics.py) read back for `gpuplan show`: pure reading, no torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-METRICS_FILE = "metrics.jsonl"  # the name apply/metrics.py writes
+from gpuplan.lifecycle.run_dir import METRICS_FILE
 
 
 @dataclass

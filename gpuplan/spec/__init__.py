@@ -17,7 +17,7 @@ _EXPORTS = {
     "Spec": "gpuplan.spec.schema",
     "format_spec_text": "gpuplan.spec.fmt",
     "read_spec_text": "gpuplan.spec.fmt",
-    "starter_spec": "gpuplan.spec.starter",
+    "starter_spec": "gpuplan.init.starter",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -2,7 +2,7 @@
 
 Apply reads data.text_field (data.format = "text"), data.messages_field ("chat"),
 data.prompt_field / data.response_field ("instruction") and, for model.task = "seq-cls",
-data.label_field from each row (apply/data.py _check_field, apply/chat.py formatter), and
+data.label_field from each row (apply/data/prepare.py check_field, apply/data/chat.py formatter), and
 refuses a field that no row has ("no such field"). Preference pairs (prompt / chosen /
 rejected) under the default SFT objective and data.text_field = "text" used to plan and
 then fail that way; the plan now reads the first rows of local .jsonl / .json / .csv files
@@ -32,7 +32,7 @@ _MISSING = object()
 
 
 def fields_read(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(key, field) pairs an SFT run reads from each row, as apply/data.py and apply/chat.py do."""
+    """(key, field) pairs an SFT run reads from each row, as apply/data/prepare.py and apply/data/chat.py do."""
     fmt = values.get("data.format") or "text"
     if fmt == "chat":
         return [("data.messages_field", values["data.messages_field"])]

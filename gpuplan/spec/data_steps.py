@@ -9,17 +9,17 @@ effective batch of 256 give one partial step per epoch: three "steps" over the w
 each of 135 sequences, never the batch the plan priced. The plan counts the sequences,
 says how many optimizer steps they give, and refuses an effective batch the data cannot fill.
 
-Counting follows apply/data.py: datasets' text builder gives one row per line and blank
+Counting follows apply/data/prepare.py: datasets' text builder gives one row per line and blank
 documents are dropped; an eval_fraction split keeps `floor((1 - fraction) * rows)` rows for
 training (datasets Dataset.train_test_split: n_test = ceil(test_size * n)); unpacked, every
 kept row is one seq_len sequence; packed text is each document's tokens, plus the BOS / EOS
-the run adds, cut into seq_len blocks per 1,000 documents (apply/data.py `group`, batch_size
+the run adds, cut into seq_len blocks per 1,000 documents (apply/data/prepare.py `group`, batch_size
 1000, the short tail of each batch dropped). Tokens are counted exactly for a model trained
-from scratch (apply/tokenizer.py: one id per UTF-8 byte) and with the model directory's own
+from scratch (apply/data/tokenizer.py: one id per UTF-8 byte) and with the model directory's own
 tokenizer.json (the `tokenizers` library, no torch) when there is one; otherwise they are
 estimated at 4 bytes per token (OpenAI, "What are tokens and how to count them?": about 4
 characters of English text per token), and an estimate only warns. Packed chat and
-instruction examples are laid whole into blocks (apply/examples.py), so their count is a
+instruction examples are laid whole into blocks (apply/data/examples.py), so their count is a
 lower bound, ceil(tokens / seq_len). Local .txt / .jsonl / .json / .csv files up to
 COUNT_LIMIT bytes are counted; parquet files and Hub datasets are counted by apply.
 """
@@ -39,10 +39,10 @@ from gpuplan.spec.data_format import read_rows
 
 COUNT_LIMIT = 64 * 2**20  # bytes of training files the plan reads whole
 BYTES_PER_TOKEN = 4  # the estimate without a tokenizer (module docstring)
-PACK_BATCH = 1000  # documents per `group` call in apply/data.py
+PACK_BATCH = 1000  # documents per `group` call in apply/data/prepare.py
 MIN_STEPS_PER_EPOCH = 8  # what a suggested effective batch leaves an epoch
 _COUNTED = (".txt", ".text", ".jsonl", ".json", ".csv")
-PROBE = "a"  # apply/specials.py: one text encoded with and without the post-processor's ids
+PROBE = "a"  # apply/data/specials.py: one text encoded with and without the post-processor's ids
 ESTIMATED = f"estimated at {BYTES_PER_TOKEN} bytes per token, no local tokenizer.json"
 
 
@@ -79,7 +79,7 @@ def _fields(values: Mapping[str, Any]) -> tuple[str, ...]:
 
 class TokenCounter(NamedTuple):
     tokens: Callable[[list[str]], list[int]]  # texts -> their tokens, without the post-processor's ids
-    around: int  # the ids apply/data.py puts around each packed document
+    around: int  # the ids apply/data/prepare.py puts around each packed document
     how: str  # in words
     specials: int  # the ids the post-processor adds to an encoded text (BOS ...), as TRL's `_tokenize` gets them
     eos: int  # 1 when the tokenizer names an eos_token (TRL appends it to a plain-text answer), else 0
@@ -91,7 +91,7 @@ def estimated_tokens(text: str) -> int:
 
 
 def token_counter(source: str | None, from_scratch: bool) -> TokenCounter | None:
-    """How texts are counted, as apply/tokenizer.py load_tokenizer picks the tokenizer: the model
+    """How texts are counted, as apply/data/tokenizer.py load_tokenizer picks the tokenizer: the model
     directory's own, else, from scratch, the byte-level one; None when only an estimate is possible."""
     files = os.listdir(source) if source and os.path.isdir(source) else []
     if "tokenizer.json" in files:
@@ -102,7 +102,7 @@ def token_counter(source: str | None, from_scratch: bool) -> TokenCounter | None
             full, bare = tok.encode(PROBE).ids, tok.encode(PROBE, add_special_tokens=False).ids
         except Exception:  # noqa: BLE001 - an unreadable tokenizer leaves the estimate
             return None
-        # apply/specials.py: the post-processor's ids before and after the document; none after: one EOS
+        # apply/data/specials.py: the post-processor's ids before and after the document; none after: one EOS
         at = next((i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare), None)
         lead, suffix = (0, 0) if at is None else (at, len(full) - at - len(bare))
         around = lead + (suffix if suffix else int(_has_eos(str(source))))
@@ -112,9 +112,9 @@ def token_counter(source: str | None, from_scratch: bool) -> TokenCounter | None
 
         return TokenCounter(count, around, "counted with the model's tokenizer.json", lead + suffix, int(_has_eos(str(source))))
     if from_scratch and not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt") for f in files):
-        # its post-processor adds nothing (apply/specials.py affixes: ([], [])), so one EOS ends a document
+        # its post-processor adds nothing (apply/data/specials.py affixes: ([], [])), so one EOS ends a document
         how = "counted with the byte-level tokenizer, one per byte"
-        return TokenCounter(lambda texts: [len(t.encode("utf-8")) for t in texts], 1, how, 0, 1)  # its <eos> (apply/tokenizer.py)
+        return TokenCounter(lambda texts: [len(t.encode("utf-8")) for t in texts], 1, how, 0, 1)  # its <eos> (apply/data/tokenizer.py)
     return None
 
 
@@ -205,7 +205,7 @@ def _data_size(values: Mapping[str, Any], spec_dir: str, *, source: str | None, 
     else:
         lengths, around, how = counter.tokens(documents), counter.around, counter.how
         exact = True
-    framed = [n + around for n in lengths]  # with the ids apply/data.py puts around each document
+    framed = [n + around for n in lengths]  # with the ids apply/data/prepare.py puts around each document
     if fmt == "text":
         sequences = sum(sum(framed[i : i + PACK_BATCH]) // seq_len for i in range(0, len(framed), PACK_BATCH))
     else:  # whole examples laid into blocks: at least this many

@@ -39,7 +39,7 @@ def installed_trackers() -> dict[str, bool]:
     return found
 
 
-# Where apply points the file-based trackers, inside output.dir (apply/convert.py).
+# Where apply points the file-based trackers, inside output.dir (apply/train/arguments.py).
 TENSORBOARD_DIR = "tensorboard"  # TENSORBOARD_LOGGING_DIR (TensorBoardCallback)
 MLFLOW_DIR = "mlruns"  # MLFLOW_TRACKING_URI = file:<output.dir>/mlruns unless the environment sets one
 

@@ -38,8 +38,8 @@ def closed_set(values: Callable[[], Iterable[str]]) -> Callable[[dict[str, Any]]
 
 
 def objective_names() -> tuple[str, ...]:
-    """training.objective: what _known_objective accepts (plan/objectives.py OBJECTIVES)."""
-    from gpuplan.plan.objectives import OBJECTIVES
+    """training.objective: what _known_objective accepts (spec/objectives.py OBJECTIVES)."""
+    from gpuplan.spec.objectives import OBJECTIVES
 
     return tuple(OBJECTIVES)
 
@@ -57,13 +57,13 @@ def preference_loss_names() -> tuple[str, ...]:
     (plan/rules/preference.py checks the one training.objective names; an sft run does not read the
     key). The losses that need a label_smoothing no key sets are refused by the plan, with the reason,
     so the schema does not offer them."""
-    from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
+    from gpuplan.spec.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 
     return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING))
 
 
 def _known_objective(name: str) -> str:
-    from gpuplan.plan.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
+    from gpuplan.spec.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
 
     if name in OBJECTIVES:
         return name

@@ -70,7 +70,7 @@ def trace_memory(
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
     # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
     ops: AbstractContextManager[Any] = cuda_like_ops() if wl.device == "cuda" else nullcontext()
-    from gpuplan.plan.objectives import objective
+    from gpuplan.spec.objectives import objective
 
     obj = objective(wl.objective, wl.loss_type)
     head_kernels: AbstractContextManager[Any]

@@ -86,7 +86,7 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
 
         model = apply_adapters(model, wl)
     if wl.loss_chunk_size and wl.task == "causal-lm":
-        from gpuplan.apply.chunked_loss import install
+        from gpuplan.apply.model.chunked_loss import install
 
         install(model, wl.loss_chunk_size)  # as apply runs it: the trace sees one chunk's logits at a time
     return model
@@ -95,7 +95,7 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
 def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:
     """One micro-batch as a data collator yields it (no padding: every token is real).
 
-    Packed (wl.packed): position ids as apply/examples.py lays them out (restarting per example;
+    Packed (wl.packed): position ids as apply/data/examples.py lays them out (restarting per example;
     their values are fake, the mask builder sees a packed batch: trace/__init__ _unpacked_sequences)."""
     b, s = wl.per_device_batch, wl.seq_len
     ids = torch.randint(0, max(vocab_size, 2), (b, s))

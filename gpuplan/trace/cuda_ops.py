@@ -54,7 +54,7 @@ def _cuda_like_dropout(input, p=0.5, training=True, inplace=False):
 @contextmanager
 def cuda_like_ops():
     """CUDA's SDPA kernels, fused dropout and autocast cast policy (trace/cuda_autocast.py)."""
-    from .cuda_autocast import cuda_autocast_policy
+    from gpuplan.trace.cuda_autocast import cuda_autocast_policy
 
     saved = F.scaled_dot_product_attention, F.dropout
     F.scaled_dot_product_attention = _cuda_like_sdpa

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from gpuplan.plan.estimate.memory.types import WeightDtype, Workload
-from gpuplan.plan.objectives import objective
+from gpuplan.spec.objectives import objective
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

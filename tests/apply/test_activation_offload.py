@@ -1,4 +1,4 @@
-"""Activation offloading for real (apply/activation_offload.py): the saved tensors go to host memory
+"""Activation offloading for real (apply/model/activation_offload.py): the saved tensors go to host memory
 and come back for backward, parameters stay where they are, gradients and a Trainer run's losses are
 unchanged; the plan prices it in host RAM and host-link time and refuses it where it cannot help."""
 
@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from gpuplan.apply.activation_offload import Offloader, install
+from gpuplan.apply.model.activation_offload import Offloader, install
 from gpuplan.plan.types import PlanError
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
 from tests.helpers.library_patches import transformers_globals_restored
@@ -49,7 +49,7 @@ def test_pack_leaves_parameters_and_small_tensors_and_unpack_restores_the_rest()
 
 @pytest.mark.slow
 def test_trainer_run_with_offloading_matches_the_standard_run(tmp_path):
-    from gpuplan.apply.run import build_trainer
+    from gpuplan.apply.train.execute import build_trainer
 
     # an MLP of 2,048: its activations (8 x 64 tokens x 2,048 x 4 bytes = 4 MiB) pass the 1 MiB floor
     config = write_config(tmp_path, dict(MICRO_LLAMA, intermediate_size=2048), "wide.json")
@@ -129,7 +129,7 @@ def test_liger_replacing_the_forward_keeps_the_activations_offloaded(liger_undon
     from liger_kernel.transformers.model.llama import lce_forward
     from transformers.integrations.liger import apply_liger_kernel
 
-    from gpuplan.apply.activation_offload import installed, keep_installed
+    from gpuplan.apply.model.activation_offload import installed, keep_installed
 
     model = _micro_llama()
     hooks = install(model, min_bytes=1)
@@ -149,8 +149,8 @@ def test_the_trainer_runs_liger_inside_the_offload_hooks(tmp_path, liger_undone)
     from liger_kernel.transformers.model.llama import lce_forward
     from transformers import TrainerCallback
 
-    from gpuplan.apply.activation_offload import installed
-    from gpuplan.apply.run import build_trainer
+    from gpuplan.apply.model.activation_offload import installed
+    from gpuplan.apply.train.execute import build_trainer
 
     class Stop(Exception):
         pass
@@ -185,7 +185,7 @@ def test_liger_patches_are_undone_for_the_tests_that_follow():
     from transformers.integrations.liger import apply_liger_kernel
     from transformers.models.llama import modeling_llama
 
-    from gpuplan.apply.audit import _liger
+    from gpuplan.apply.train.audit import _liger
 
     plain = (modeling_llama.LlamaRMSNorm, modeling_llama.LlamaMLP, modeling_llama.apply_rotary_pos_emb)
     with transformers_globals_restored():

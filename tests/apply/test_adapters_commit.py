@@ -6,7 +6,7 @@ import json
 
 import huggingface_hub.constants
 
-from gpuplan.apply.quant4_load import default_unquantized
+from gpuplan.apply.model.quant4 import default_unquantized
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
 from tests.helpers.hub_cache import add_repo
 

@@ -220,7 +220,7 @@ def _task_spec(spec, tasks: list[str]):
     other.write_text(PATTERN_SPEC.format(eval_extra=extra))
     tasks_dir = spec.parent / "tasks"
     tasks_dir.mkdir(exist_ok=True)
-    # "<eos>" is one token: every training row starts after it (packing, apply/data.py); lm-eval takes an
+    # "<eos>" is one token: every training row starts after it (packing, apply/data/prepare.py); lm-eval takes an
     # all-digit doc_to_text for an index into the choices, so the contexts are not all digits
     docs = [
         {"context": "<eos>0123", "choices": ["4", "7"], "label": 0},

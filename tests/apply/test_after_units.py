@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from gpuplan.after import fingerprint
 from gpuplan.after.evaluate import with_value
 from gpuplan.after.export import instruction_chat_template
-from gpuplan.after.prompting import Prompting, end_of_turn
+from gpuplan.apply.data.prompting import Prompting, end_of_turn
 from gpuplan.apply.errors import ApplyError
+from gpuplan.apply.model import base_files as fingerprint
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.plan.estimate.memory.inference import inference_memory
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
@@ -23,7 +23,7 @@ TURNS = [{"role": "user", "content": "Add 2 and 3."}, {"role": "assistant", "con
 
 @pytest.fixture(scope="module")
 def tok():
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     return byte_level_tokenizer()
 
@@ -84,7 +84,7 @@ def test_the_fingerprint_sees_a_changed_a_missing_and_a_new_file(tmp_path, monke
     ],
 )
 def test_apply_refuses_samples_it_cannot_generate_before_training(tmp_path, values, expect):
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
 
     plan = with_value(cpu_plan(tmp_path), "eval.sample_prompts", ["hello"])
     for k, v in values.items():

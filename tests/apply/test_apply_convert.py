@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuplan.apply.convert import torch_dtype, training_arguments, training_arguments_kwargs
-from gpuplan.apply.device import check_device
 from gpuplan.apply.errors import ApplyError
+from gpuplan.apply.launch.device import check_device
+from gpuplan.apply.train.arguments import torch_dtype, training_arguments, training_arguments_kwargs
 from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
 from tests.helpers.plan_arguments import build_here
 

@@ -1,4 +1,4 @@
-"""apply/data.py: real files of every kind through `datasets`, and the errors users cause."""
+"""apply/data/prepare.py: real files of every kind through `datasets`, and the errors users cause."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from gpuplan.apply.data import prepare_data
+from gpuplan.apply.data.prepare import prepare_data
+from gpuplan.apply.data.tokenizer import EOS_ID, byte_level_tokenizer
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.tokenizer import EOS_ID, byte_level_tokenizer
 from tests.helpers.apply_plans import CORPUS, SENTIMENT_CSV, SENTIMENT_JSONL, cpu_plan
 
 ROWS = [{"text": f"sample number {i} says {'good' if i % 2 else 'bad'} things", "label": "pos" if i % 2 else "neg"} for i in range(40)]

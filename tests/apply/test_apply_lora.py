@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.run import build_trainer, execute
+from gpuplan.apply.train.execute import build_trainer, execute
 from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from tests.helpers.lora_base import file_hashes, finetune_overrides, other_text, pretrain_base
 
@@ -133,7 +133,7 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     # the evaluation did not repack the 4-bit weights for CPU inference (adapters.keep_training_layout):
     # without it the steps after step 4 backpropagate through gemv_4bit, which has no autograd kernel
     assert not [w for w in caught if "gemv_4bit" in str(w.message)]
-    from gpuplan.apply.adapters import save_final
+    from gpuplan.apply.model.adapters import save_final
 
     final = str(tmp_path / "final")
     assert save_final(plan, prepared.trainer, final) is None  # no merge for a 4-bit base
@@ -142,8 +142,8 @@ def test_qlora_base_is_4bit_and_the_reloaded_adapter_gives_the_trained_logits(ba
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from gpuplan.apply.adapters import keep_training_layout
-    from gpuplan.apply.quant4_load import quantization_config
+    from gpuplan.apply.model.adapters import keep_training_layout
+    from gpuplan.apply.model.quant4 import quantization_config
 
     x = _tokens(1)
     with torch.no_grad():

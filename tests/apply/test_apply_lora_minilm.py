@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from gpuplan.apply.run import execute
+from gpuplan.apply.train.execute import execute
 from tests.apply.test_apply_minilm import minilm_dir
 from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan
 from tests.helpers.lora_base import file_hashes
@@ -85,7 +85,7 @@ def test_minilm_qlora_seq_cls_keeps_the_trained_head_out_of_4bit(tmp_path, monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import bitsandbytes as bnb
 
-    from gpuplan.apply.run import build_trainer
+    from gpuplan.apply.train.execute import build_trainer
 
     plan = cpu_plan(
         tmp_path,

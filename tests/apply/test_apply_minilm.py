@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from gpuplan.apply.run import execute
+from gpuplan.apply.train.execute import execute
 from tests.helpers.apply_plans import SENTIMENT_CSV, cpu_plan, read_jsonl
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]

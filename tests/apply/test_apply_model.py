@@ -1,4 +1,4 @@
-"""apply/model.py and apply/tokenizer.py: build, load, refuse pickle weights, check vocab/attention."""
+"""apply/model/load.py and apply/data/tokenizer.py: build, load, refuse pickle weights, check vocab/attention."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
+from gpuplan.apply.data.tokenizer import BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, byte_level_tokenizer, load_tokenizer
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.model import load_model
-from gpuplan.apply.tokenizer import BOS_ID, EOS_ID, MASK_ID, PAD_ID, UNK_ID, byte_level_tokenizer, load_tokenizer
+from gpuplan.apply.model.load import load_model
 from tests.helpers.apply_plans import MICRO_BERT, MICRO_LLAMA, REPO, cpu_plan, write_config
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.run import execute
+from gpuplan.apply.train.execute import execute
 from gpuplan.lifecycle.state import RunState, write_json_atomic
 from gpuplan.lifecycle.state import load_state as read_state
 from tests.helpers.apply_plans import cpu_plan, read_jsonl

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from gpuplan.apply.checkpoints import MARKER, checkpoint_problem
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.run import execute
+from gpuplan.apply.train.checkpoints import MARKER, checkpoint_problem
+from gpuplan.apply.train.execute import execute
 from gpuplan.lifecycle.state import load_state as read_state
 from gpuplan.plan.types import PlanError
 from tests.helpers.apply_plans import cpu_plan, read_jsonl
@@ -140,7 +140,8 @@ def test_out_of_memory_replans_to_a_smaller_batch_and_resumes(tmp_path, monkeypa
 def test_an_attempt_that_ran_out_of_memory_is_unreferenced_when_its_memory_is_released(tmp_path, monkeypatch):
     import weakref
 
-    from gpuplan.apply import attempts, run
+    from gpuplan.apply.train import attempts
+    from gpuplan.apply.train import execute as run
 
     real_build, real_release, models, released = run.build_trainer, attempts._release, [], []
 
@@ -155,7 +156,7 @@ def test_an_attempt_that_ran_out_of_memory_is_unreferenced_when_its_memory_is_re
 
     # the real builder and releaser, watched
     monkeypatch.setattr(run, "build_trainer", build_and_watch)
-    monkeypatch.setattr(attempts, "_release", release_and_check)  # the retry loop's (apply/attempts.py)
+    monkeypatch.setattr(attempts, "_release", release_and_check)  # the retry loop's (apply/train/attempts.py)
     monkeypatch.setenv("GPUPLAN_TEST_INJECT_OOM", "3:1")
     execute(_oom_plan(tmp_path), echo=lambda s: None, progress=False)
     assert len(models) == 3  # batch 4, 2, then 1
@@ -171,7 +172,7 @@ def test_out_of_memory_at_batch_one_stops_instead_of_looping(tmp_path, monkeypat
 
 
 def test_incomplete_and_corrupt_checkpoints(tmp_path):
-    from gpuplan.apply.session import latest_checkpoint, set_aside_incomplete
+    from gpuplan.apply.launch.session import latest_checkpoint, set_aside_incomplete
 
     plan = cpu_plan(tmp_path, **{"training.max_steps": 4, "training.save_steps": 2, "training.save_total_limit": 3, "data.seq_len": 32})
     execute(plan, echo=lambda s: None, progress=False)
@@ -206,7 +207,7 @@ def test_remote_code_needs_the_spec_and_the_flag(tmp_path):
 
 def _pickled_model_dir(tmp_path):
     """A model dir whose only weights are a pickle that would create a file if ever loaded."""
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     class Payload:
         def __reduce__(self):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpuplan.apply.run import build_trainer
+from gpuplan.apply.train.execute import build_trainer
 from tests.helpers.apply_plans import H100_PROFILE, MICRO_LLAMA, cpu_plan, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

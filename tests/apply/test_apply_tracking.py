@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from gpuplan.apply.convert import tracking_environment
+from gpuplan.apply.train.arguments import tracking_environment
 from gpuplan.plan.types import PlanError
 from tests.helpers.cli_runs import command, env, run, tiny_spec
 from tests.helpers.planning import ENV, plan_text, spec

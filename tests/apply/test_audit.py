@@ -1,4 +1,4 @@
-"""The audit (gpuplan/apply/audit.py): every audited setting, made to differ in the live run, stops the
+"""The audit (gpuplan/apply/train/audit.py): every audited setting, made to differ in the live run, stops the
 run before step 1 with an error naming the key, the planned and the live value.
 
 Each test plans a real spec (tests/helpers/plan_apply.py) on a randomly initialised tiny Llama, builds
@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from gpuplan.apply import audit  # noqa: E402
-from gpuplan.apply.run import build_trainer  # noqa: E402
+from gpuplan.apply.train import audit  # noqa: E402
+from gpuplan.apply.train.execute import build_trainer  # noqa: E402
 from tests.helpers.plan_apply import SFT, plan_case, random_base  # noqa: E402
 
 
@@ -292,7 +292,7 @@ def test_the_chunked_loss_inside_accelerates_autocast_wrapper_passes(tmp_path, b
 
 
 def test_another_chunk_size_is_caught(tmp_path, base):
-    from gpuplan.apply.chunked_loss import install
+    from gpuplan.apply.model.chunked_loss import install
 
     def rechunk(t):
         _replace_forward(t)
@@ -314,8 +314,8 @@ def test_a_replaced_forward_drops_the_activation_offload(tmp_path):
 _LIGER = """
 import sys, types
 from pathlib import Path
-from gpuplan.apply import audit
-from gpuplan.apply.run import build_trainer
+from gpuplan.apply.train import audit
+from gpuplan.apply.train.execute import build_trainer
 from gpuplan.plan.types import Plan
 import json
 plan = Plan.from_dict(json.loads(Path(sys.argv[1]).read_text()))
@@ -513,7 +513,7 @@ def test_a_trainer_for_another_objective_is_caught(tmp_path, base, dpo_full):
 
 def test_a_kto_run_that_samples_its_rows_at_random_is_caught(tmp_path, base):
     """KTO with a KL term reads its (seeded, shuffled) rows in order, as TRL's KTOTrainer requires
-    (trl/trainer/kto_config.py train_sampling_strategy; apply/preference.py train_sampling): recorded at
+    (trl/trainer/kto_config.py train_sampling_strategy; apply/train/preference.py train_sampling): recorded at
     both stages, and a random sampler in the live DataLoader stops the run."""
     plan = _plan(tmp_path, base, objective="kto", data="preference")
     prepared = _build(plan)

@@ -1,7 +1,7 @@
 """Instruction rows and packed text start each example with the BOS the tokenizer's post-processor adds.
 
 tokenizer(text) on a Llama / Mistral / Gemma tokenizer puts bos_token first; apply tokenizes
-these formats with add_special_tokens=False and adds it itself (gpuplan/apply/specials.py).
+these formats with add_special_tokens=False and adds it itself (gpuplan/apply/data/specials.py).
 The Llama tokenizer is real, built in the test (tests/helpers/llama_tokenizer.py).
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from gpuplan.apply.chat import IGNORE_INDEX
-from gpuplan.apply.data import prepare_data
-from gpuplan.apply.specials import affixes
-from gpuplan.apply.tokenizer import byte_level_tokenizer
+from gpuplan.apply.data.chat import IGNORE_INDEX
+from gpuplan.apply.data.prepare import prepare_data
+from gpuplan.apply.data.specials import affixes
+from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.llama_tokenizer import llama_tokenizer
 

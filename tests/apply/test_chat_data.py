@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.apply.chat import IGNORE_INDEX
-from gpuplan.apply.data import prepare_data
+from gpuplan.apply.data.chat import IGNORE_INDEX
+from gpuplan.apply.data.prepare import prepare_data
+from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.tokenizer import byte_level_tokenizer
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.rules.chat_data import PACKED_POSITION_FAMILIES
 from gpuplan.plan.types import PlanError
@@ -182,7 +182,7 @@ def test_plan_pads_chat_for_families_without_position_packing(tmp_path):
 
 @pytest.mark.slow
 def test_chat_fine_tune_loss_falls(tmp_path):
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
 
     rows = read_jsonl(REPO / "specs" / "data" / "chat.jsonl")[:64]
     plan = _chat_plan(

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from gpuplan.apply.chat import chat_template_of, formatter, tokenize_segments
-from gpuplan.apply.tokenizer import byte_level_tokenizer
+from gpuplan.apply.data.chat import chat_template_of, formatter, tokenize_segments
+from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.llama_tokenizer import llama_tokenizer
 
@@ -51,7 +51,7 @@ def test_prompt_and_answer_tokens_split_at_the_turn(tmp_path):
 
 
 def test_chat_rows_through_prepare_data_match_the_template(tmp_path):
-    from gpuplan.apply.data import prepare_data
+    from gpuplan.apply.data.prepare import prepare_data
 
     tok = llama_tokenizer()
     path = tmp_path / "c.jsonl"
@@ -67,7 +67,7 @@ def test_chat_rows_through_prepare_data_match_the_template(tmp_path):
 
 
 def test_tokenizers_without_offsets_mark_the_same_tokens(tmp_path):
-    from gpuplan.apply.chat import _by_prefixes
+    from gpuplan.apply.data.chat import _by_prefixes
 
     tok = llama_tokenizer()
     plan = cpu_plan(tmp_path, **{"data.format": "chat", "data.chat_template": None})

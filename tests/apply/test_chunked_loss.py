@@ -1,4 +1,4 @@
-"""Chunked cross-entropy for real (apply/chunked_loss.py): the same loss and gradients as
+"""Chunked cross-entropy for real (apply/model/chunked_loss.py): the same loss and gradients as
 transformers' ForCausalLMLoss, the same losses step by step in real Trainer runs (plain and
 packed text, chat with assistant-only masks, LoRA, FSDP and DDP over two gloo ranks), each chunk
 recomputed in backward, and every family in the plan's list checked against its source.
@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from gpuplan.apply.chunked_loss import chunked_causal_lm_loss, install
-from gpuplan.apply.run import build_trainer
+from gpuplan.apply.model.chunked_loss import chunked_causal_lm_loss, install
+from gpuplan.apply.train.execute import build_trainer
 from gpuplan.plan.estimate.memory.loss_chunking import FAMILIES
 from tests.helpers.apply_plans import CORPUS, MICRO_LLAMA, REPO, cpu_plan, read_jsonl
 from tests.helpers.cli_runs import gpuplan

@@ -176,7 +176,7 @@ def test_sharded_qlora_stores_4bit_in_the_compute_dtype_and_loads_on_the_host_on
     import torch
     from transformers import AutoModelForCausalLM
 
-    from gpuplan.apply.quant4_load import load_kwargs, loads_on_host
+    from gpuplan.apply.model.quant4 import load_kwargs, loads_on_host
 
     off = _gpu_qlora_plan(tmp_path, **{"distributed.fsdp_cpu_offload": True})
     kw = load_kwargs(off, "cuda", AutoModelForCausalLM)

@@ -135,6 +135,6 @@ def test_fsdp_on_cpu_is_planned_and_deepspeed_and_offload_are_refused(tmp_path):
 def test_engine_of_an_unwrapped_model_is_none():
     import torch
 
-    from gpuplan.apply.engine import engine_of
+    from gpuplan.apply.train.engine import engine_of
 
     assert engine_of(torch.nn.Linear(2, 2)) == "none"

@@ -1,5 +1,5 @@
 """Library notices go to output.dir/gpuplan-debug.log (and to stderr with GPUPLAN_DEBUG=1); the ones that
-matter become gpuplan's own line with its fix (gpuplan/notices.py)."""
+matter become gpuplan's own line with its fix (gpuplan/render/notices.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import logging
 import warnings
 
-from gpuplan.notices import DEBUG_LOG, captured, known_notice, log_to
+from gpuplan.render.notices import DEBUG_LOG, captured, known_notice, log_to
 from tests.cli.test_init_sources import foreign_lines
 from tests.helpers.apply_plans import MICRO_LLAMA
 from tests.helpers.cli_runs import command, env, run
@@ -37,7 +37,7 @@ dir = "{out}"
 
 def test_plan_trace_output_has_only_gpuplan_lines_and_the_notices_are_in_the_debug_log(tmp_path):
     """Tracing a LoRA model runs peft's get_peft_model, which reads transformers' deprecated
-    is_gradient_checkpointing (a FutureWarning on stderr before notices.py)."""
+    is_gradient_checkpointing (a FutureWarning on stderr before render/notices.py)."""
     model = tmp_path / "micro"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(MICRO_LLAMA))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 
-from gpuplan.apply.chat import IGNORE_INDEX
-from gpuplan.apply.data import prepare_data
-from gpuplan.apply.tokenizer import byte_level_tokenizer
+from gpuplan.apply.data.chat import IGNORE_INDEX
+from gpuplan.apply.data.prepare import prepare_data
+from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan
 from tests.helpers.planning import plan_text, spec
 

@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("trl")
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.filterwarnings("ignore::FutureWarning")]
 
-from gpuplan.apply.checkpoints import checkpoint_problem  # noqa: E402
 from gpuplan.apply.errors import ApplyError  # noqa: E402
-from gpuplan.apply.run import execute, samples_per_step  # noqa: E402
+from gpuplan.apply.train.checkpoints import checkpoint_problem  # noqa: E402
+from gpuplan.apply.train.execute import execute, samples_per_step  # noqa: E402
 from gpuplan.plan.build import plan_file  # noqa: E402
 from gpuplan.plan.types import PlanError  # noqa: E402
 from tests.helpers.cli_runs import gpuplan, start, state, train_steps  # noqa: E402
@@ -193,7 +193,7 @@ def test_a_dpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):
 
 
 def _live(plan):
-    from gpuplan.apply.run import build_trainer
+    from gpuplan.apply.train.execute import build_trainer
 
     return build_trainer(plan, progress=False).trainer
 
@@ -345,7 +345,7 @@ def test_kto_on_paired_rows_trains_on_both_completions_of_each_pair(base, tmp_pa
     assert len(trainer.train_dataset) == 128 and sum(trainer.train_dataset["label"]) == 64
     size = trainer.args.per_device_train_batch_size
     assert len(set(trainer.train_dataset["label"][:size])) == 2
-    from gpuplan.apply.preview import preview
+    from gpuplan.apply.data.preview import preview
 
     shown = preview(plan, 2)  # `gpuplan data`: each pair's two completions, by file row
     assert [(e["row"], e["kind"]) for e in shown["examples"]] == [
@@ -361,7 +361,7 @@ def test_kto_on_paired_rows_trains_on_both_completions_of_each_pair(base, tmp_pa
 
 def test_dpo_under_fsdp_on_two_cpu_ranks_shards_the_policy_and_the_reference(base, tmp_path):
     """accelerate drops the FSDP plugin on CPU ranks (accelerate/state.py: FSDP only for the MULTI_GPU-like
-    types; gpuplan/apply/fsdp_cpu.py) and TRL's DPOTrainer inherits the Trainer's accelerator set-up, so
+    types; gpuplan/apply/train/fsdp_cpu.py) and TRL's DPOTrainer inherits the Trainer's accelerator set-up, so
     built as TRL ships it a CPU fsdp dpo run trained under DDP (the audit stopped it: planned 'fsdp2
     full_shard', live 'ddp'). Two ranks over gloo: the policy and TRL's reference copy are fully_shard
     units (checked on the live modules by the audit on every rank), and the losses are one process's."""
@@ -405,11 +405,11 @@ def test_the_plan_prices_the_padded_width_trls_collator_builds(base, tmp_path):
     b = plan.value("training.per_device_train_batch_size")
     values = {k: plan.value(k) for k in ("training.objective", "data.train_files", "preference.max_length", "data.format")}
     lengths = example_lengths(values, str(tmp_path), source=base_dir, from_scratch=False)
-    from gpuplan.apply.run import build_trainer
+    from gpuplan.apply.train.execute import build_trainer
 
     prepared = build_trainer(plan, progress=False)
     trainer = prepared.trainer
-    # the run's tokens/s counts the tokens the plan expects the batches to carry (apply/metrics.py)
+    # the run's tokens/s counts the tokens the plan expects the batches to carry (apply/train/metrics.py)
     assert prepared.metrics.tokens_per_step == plan.throughput.tokens_per_step
     live = sorted(max(len(r["prompt_ids"]) + len(r[k]) for k in ("chosen_ids", "rejected_ids")) for r in trainer.train_dataset)
     assert list(lengths.lengths) == live  # every example's longest sequence, token for token
@@ -424,7 +424,7 @@ def test_a_reference_left_whole_under_a_planned_fsdp_is_caught(base, tmp_path):
     reference_bytes); the audit holds the live reference to that. A real DPOTrainer built in one process
     keeps its reference copy whole: audited against the two-rank FSDP plan of the same spec, the check
     names it (the two-rank run with the promotion is test_dpo_under_fsdp_on_two_cpu_ranks...)."""
-    from gpuplan.apply import audit
+    from gpuplan.apply.train import audit
 
     base_dir, data = base
     one = _plan(tmp_path, base_dir, data, steps=1)

@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from gpuplan.apply.convert import training_arguments_kwargs
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.launch import Launch, decide, first_host, launch_command, slurm_context
+from gpuplan.apply.launch.torchrun import Launch, decide, first_host, launch_command, slurm_context
+from gpuplan.apply.train.arguments import training_arguments_kwargs
 from gpuplan.plan.types import Setting
 from tests.helpers import cli_runs
 from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 
 PY = sys.executable
-WORKER = ["-m", "gpuplan.apply.worker", "/runs/x/gpuplan-launch-plan.json"]
+WORKER = ["-m", "gpuplan.apply.launch.worker", "/runs/x/gpuplan-launch-plan.json"]
 MODEL = str(REPO / "specs" / "models" / "tiny-llama-cpu.json")
 
 
@@ -70,12 +70,12 @@ def test_two_process_ddp_run_sees_the_effective_batch_per_step(tmp_path):
     r = gpuplan("apply", spec(tmp_path), "--yes")
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "torch.distributed.run --nproc_per_node=2 --standalone --nnodes=1 -m gpuplan.apply.worker" in r.stdout
+    assert "torch.distributed.run --nproc_per_node=2 --standalone --nnodes=1 -m gpuplan.apply.launch.worker" in r.stdout
     assert "batch 8 = 2 x 2 x 2" in r.stdout  # per-device 2 x accumulation 2 x 2 ranks
     state = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())
     res = state["results"]
     assert state["status"] == "completed" and res["world_size"] == 2 and res["device"] == "cpu"
-    assert res["engine"] == "ddp"  # read from the wrapped model (apply/engine.py)
+    assert res["engine"] == "ddp"  # read from the wrapped model (apply/train/engine.py)
     assert res["global_step"] == 4 and res["samples_seen"] == 4 * 8 == state["progress"]["samples_seen"]
     # Measured, not computed: the Trainer all-gathers the tokens every rank consumed per micro-batch.
     # 4 steps x (2 per device x 2 micro-batches x 2 ranks = 8 sequences) x 32 tokens.
@@ -95,7 +95,8 @@ def test_multi_node_without_slurm_prints_each_node_command_and_trains_nothing(tm
     for rank in (0, 1):
         assert f"node {rank}: gpuplan apply {path} --node-rank {rank} --yes" in r.stdout
         assert (
-            f"--nproc_per_node=2 --nnodes=2 --node_rank={rank} --master_addr=node0 --master_port=29611 -m gpuplan.apply.worker {plan_file}"
+            f"--nproc_per_node=2 --nnodes=2 --node_rank={rank} --master_addr=node0 --master_port=29611 "
+            f"-m gpuplan.apply.launch.worker {plan_file}"
         ) in r.stdout
     assert "srun --nodes=2 --ntasks-per-node=1" in r.stdout
     assert plan_file.is_file() and not (tmp_path / "run" / "gpuplan-state.json").exists()
@@ -234,7 +235,7 @@ def test_deepspeed_optimizer_offload_gets_an_optimizer_section(tmp_path):
 
 
 def test_a_rank_launched_with_the_wrong_world_size_is_refused(tmp_path, monkeypatch):
-    from gpuplan.apply.device import check_device
+    from gpuplan.apply.launch.device import check_device
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(ApplyError, match=r"2 process\(es\).*WORLD_SIZE=1.*gpuplan apply"):
@@ -244,7 +245,7 @@ def test_a_rank_launched_with_the_wrong_world_size_is_refused(tmp_path, monkeypa
 
 
 def test_worker_refuses_an_unreadable_plan(tmp_path, capsys):
-    from gpuplan.apply.worker import main
+    from gpuplan.apply.launch.worker import main
 
     (tmp_path / "bad.json").write_text("{not json")
     assert main([str(tmp_path / "bad.json")]) == 1

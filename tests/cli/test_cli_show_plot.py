@@ -23,7 +23,7 @@ def test_sparkline_scales_between_the_lowest_and_highest_block():
 
 
 def test_the_metrics_file_name_matches_what_apply_writes():
-    from gpuplan.apply.metrics import METRICS_FILE as written
+    from gpuplan.apply.train.metrics import METRICS_FILE as written
 
     assert METRICS_FILE == written
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import tomllib
 
-from gpuplan.notices import DEBUG_LOG, KNOWN
+from gpuplan.render.notices import DEBUG_LOG, KNOWN
 from tests.helpers.hub_cache import add_repo, chat_rows, run_cli, tiny_model_files
 
 # What a library prints when it reaches the terminal itself: the KNOWN notices, Python's

@@ -46,7 +46,7 @@ def tiny_model_files(tmp_path: Path, seed: int = 0) -> dict[str, bytes]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     cfg = dict(MICRO_LLAMA)
     torch.manual_seed(seed)

@@ -13,7 +13,7 @@ import os
 import random
 from pathlib import Path
 
-from gpuplan.apply.run import execute
+from gpuplan.apply.train.execute import execute
 from tests.helpers.apply_plans import MICRO_LLAMA, cpu_plan, write_config
 
 # hidden 64 (MICRO_LLAMA has 32): bitsandbytes 0.50's CPU inference repacking of 4-bit weights

@@ -1,5 +1,5 @@
 """Randomized plan -> apply (issue 30): generated specs, planned by the real planner, applied for one step
-on CPU by the real executor, whose audit (gpuplan/apply/audit.py) must pass.
+on CPU by the real executor, whose audit (gpuplan/apply/train/audit.py) must pass.
 
 A case is a draw over objective x method x savers x data format x precision. Each ends one way:
 - "refused": the plan is refused with a PlanError whose every error names a key (a clear error);
@@ -111,7 +111,7 @@ def random_base(directory: Path) -> str:
     """A real, randomly initialised tiny Llama saved with safetensors: the base adapters need."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from gpuplan.apply.tokenizer import byte_level_tokenizer
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
 
     cfg = dict(BASE_LLAMA)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
@@ -215,7 +215,7 @@ SFT = Case("sft", "full", "text", False, 0, False, "adamw_torch", "fp32", 0.0, 4
 
 def run(case: Case, directory: Path, base: str) -> Outcome:
     """Plan the case's spec; apply it for one step when it plans."""
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
     from gpuplan.errors import GpuplanError
     from gpuplan.lifecycle.state import load_state
 

@@ -1,6 +1,6 @@
 """Build what apply builds from a plan, on a machine without a GPU (issue 11, guard 1).
 
-`build_here(plan)` runs the same code apply runs (gpuplan.apply.convert) and then the
+`build_here(plan)` runs the same code apply runs (gpuplan.apply.train.arguments) and then the
 objects transformers and accelerate make of it: TrainingArguments, the Trainer's
 TorchDynamoPlugin (trainer.py _build_accelerator_args) and FullyShardedDataParallelPlugin
 (trainer.py create_accelerator_and_postprocess). Only the checks that probe the device
@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuplan.apply.convert import training_arguments_kwargs
+from gpuplan.apply.train.arguments import training_arguments_kwargs
 from gpuplan.plan.types import Plan
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from gpuplan.plan.objectives import objective
 from gpuplan.plan.types import Plan
+from gpuplan.spec.objectives import objective
 
 BNB_8BIT = ("8bit",)
 
@@ -25,7 +25,7 @@ def check_reasons(plan: Plan) -> int:
     checked = 0
     world = v("hardware.count") * v("hardware.nodes")
     b, a = v("training.per_device_train_batch_size"), v("training.gradient_accumulation_steps")
-    # tokens per example in the GEMMs: a DPO example is its chosen and rejected sequences (plan/objectives.py)
+    # tokens per example in the GEMMs: a DPO example is its chosen and rejected sequences (spec/objectives.py)
     seq = v("data.seq_len") * objective(plan.get("training.objective")).grad_sequences
     bf16, fp16 = v("training.bf16"), v("training.fp16")
     optim = v("training.optim")

@@ -9,16 +9,16 @@ import pytest
 
 from gpuplan.cli.main import main
 from gpuplan.hardware.catalog import lookup
-from gpuplan.plan.build import plan_file
-from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption
-from gpuplan.plan.inputs.environment import local_environment
-from gpuplan.userfiles import (
+from gpuplan.hardware.userfiles import (
     UserFileError,
     append_calibration,
     calibration_path,
     read_calibrations,
     read_user_prices,
 )
+from gpuplan.plan.build import plan_file
+from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption
+from gpuplan.plan.inputs.environment import local_environment
 from tests.helpers.cli_runs import tiny_spec
 
 ROOT = Path(__file__).resolve().parents[2]

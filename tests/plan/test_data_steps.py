@@ -1,6 +1,6 @@
 """The optimizer steps the training data gives, counted at plan time (spec/data_steps.py).
 
-The plan's count is checked against what apply really builds (apply/data.py prepare_data with
+The plan's count is checked against what apply really builds (apply/data/prepare.py prepare_data with
 the run's tokenizer), over randomized corpora and settings; a batch the data cannot fill is
 refused with a fix that plans; init sizes its starter batch to a small file.
 """
@@ -40,8 +40,8 @@ def _llama_dir(tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_plans_count_is_the_sequences_apply_builds(tmp_path, seed):
-    from gpuplan.apply.data import prepare_data
-    from gpuplan.apply.tokenizer import load_tokenizer
+    from gpuplan.apply.data.prepare import prepare_data
+    from gpuplan.apply.data.tokenizer import load_tokenizer
 
     r = random.Random(seed)
     own_tokenizer = seed % 2 == 1  # the model directory's tokenizer.json, or the byte-level one
@@ -70,8 +70,8 @@ def test_the_plans_count_is_the_sequences_apply_builds(tmp_path, seed):
 
 
 def test_an_eval_split_is_counted_within_a_block(tmp_path):
-    from gpuplan.apply.data import prepare_data
-    from gpuplan.apply.tokenizer import load_tokenizer
+    from gpuplan.apply.data.prepare import prepare_data
+    from gpuplan.apply.data.tokenizer import load_tokenizer
 
     path = tmp_path / "train.txt"
     path.write_text(_corpus(random.Random(7), 800, 0))

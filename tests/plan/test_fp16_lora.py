@@ -76,7 +76,7 @@ def test_lora_over_an_fp16_base_applies_with_fp32_adapters(tmp_path):
 
     from safetensors.torch import load_file
 
-    from gpuplan.apply.run import execute
+    from gpuplan.apply.train.execute import execute
     from tests.helpers.apply_plans import cpu_plan, read_jsonl
     from tests.helpers.lora_base import finetune_overrides, other_text, pretrain_base
 

@@ -25,7 +25,7 @@ DATA_TYPES = (
     "gpuplan.plan.types",
     "gpuplan.plan.sections",
     "gpuplan.plan.methods",
-    "gpuplan.plan.objectives",
+    "gpuplan.spec.objectives",
     "gpuplan.plan.estimate.memory.types",
 )
 HIGHER = (

@@ -426,7 +426,7 @@ def test_apply_names_the_packages_a_plan_made_elsewhere_needs(tmp_path):  # item
     from importlib.util import find_spec
 
     from gpuplan.apply.errors import ApplyError
-    from gpuplan.apply.packages import check_packages
+    from gpuplan.apply.launch.packages import check_packages
 
     if find_spec("deepspeed"):
         pytest.skip("deepspeed is installed here")

@@ -18,8 +18,8 @@ from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.preference import reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.throughput import estimate_throughput
-from gpuplan.plan.objectives import OBJECTIVES
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.objectives import OBJECTIVES
 from tests.helpers.planning import ENV, SPECS
 from tests.helpers.preference_rows import pairs, write_jsonl
 
@@ -378,7 +378,7 @@ def test_rows_with_a_plain_prompt_and_message_answers_are_refused_at_plan_and_by
 def test_conversational_rows_under_the_text_format_plan_as_chat(tmp_path):
     """TRL renders conversational rows with the chat template whatever data.format says
     (trl/data_utils.py maybe_apply_chat_template); the plan says chat, so generate / chat / samples
-    prompt through the same template (after/prompting.py reads data.format)."""
+    prompt through the same template (apply/data/prompting.py reads data.format)."""
     from tests.helpers.preference_rows import conversational
 
     data = write_jsonl(tmp_path / "chat.jsonl", conversational(pairs(4)))

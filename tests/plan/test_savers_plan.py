@@ -79,7 +79,7 @@ def test_liger_with_a_chunk_size_is_refused(tmp_path):
 
 
 def test_apply_checks_the_liger_package_on_the_target(tmp_path):
-    from gpuplan.apply.packages import PIP_NAMES, needed_packages
+    from gpuplan.apply.launch.packages import PIP_NAMES, needed_packages
 
     plan = cpu_plan(tmp_path, **{"training.use_liger_kernel": True})
     assert ("training.use_liger_kernel", "liger_kernel") in needed_packages(plan)
@@ -101,7 +101,7 @@ def test_paged_optimizer_on_cpu_says_it_saves_nothing(tmp_path):
 
 
 def test_apply_passes_liger_to_the_trainer_arguments(tmp_path):
-    from gpuplan.apply.convert import training_arguments_kwargs
+    from gpuplan.apply.train.arguments import training_arguments_kwargs
 
     assert training_arguments_kwargs(cpu_plan(tmp_path, **{"training.use_liger_kernel": True}))["use_liger_kernel"] is True
     assert training_arguments_kwargs(cpu_plan(tmp_path))["use_liger_kernel"] is False

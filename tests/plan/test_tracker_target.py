@@ -7,7 +7,7 @@ from importlib.util import find_spec
 import pytest
 
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.packages import check_packages
+from gpuplan.apply.launch.packages import check_packages
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.trackers import TRACKERS
 from tests.helpers.apply_plans import cpu_plan

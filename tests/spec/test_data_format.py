@@ -8,7 +8,8 @@ import json
 import pytest
 
 from gpuplan.errors import GpuplanError
-from gpuplan.spec.data_format import data_source, detect_format, read_rows
+from gpuplan.init.data_source import data_source
+from gpuplan.spec.data_format import detect_format, read_rows
 from gpuplan.spec.schema import SECTIONS
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}

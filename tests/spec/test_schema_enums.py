@@ -20,8 +20,8 @@ import pytest
 
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 from gpuplan.plan.types import PlanError
+from gpuplan.spec.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 from gpuplan.spec.schema import Spec
 from gpuplan.spec.validate import validate_spec
 from tests.helpers.cli_runs import gpuplan

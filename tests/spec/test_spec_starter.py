@@ -7,11 +7,11 @@ import pytest
 import tomllib
 
 from gpuplan.hardware.catalog import lookup
+from gpuplan.init.starter import ACTIVE, starter_spec
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.types import PlanError
 from gpuplan.spec.fmt import format_spec_text
 from gpuplan.spec.schema import SECTIONS
-from gpuplan.spec.starter import ACTIVE, starter_spec
 from gpuplan.spec.validate import validate_spec
 from tests.helpers.planning import ENV, MODELS
 

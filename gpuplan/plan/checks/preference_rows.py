@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplan.plan.objectives import Objective
 from gpuplan.plan.types import Diagnostic
+from gpuplan.spec.objectives import Objective
 
 SHOWN_ROWS = 5  # row numbers listed per problem
 PAIRED_FIELDS = ("prompt", "chosen", "rejected")  # a DPO row; KTO unpairs it (see above)

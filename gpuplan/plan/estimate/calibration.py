@@ -1,7 +1,7 @@
 """Measured runs scale the step-time model's constants (docs/design.md: time is an estimate with a source).
 
-Every completed `apply` records what it measured (apply/calibrate.py) as one line of the
-calibration store (userfiles.py), with the step the plan modelled for it split into
+Every completed `apply` records what it measured (apply/train/calibrate.py) as one line of the
+calibration store (hardware/userfiles.py), with the step the plan modelled for it split into
 the parts a calibration scales (plan/estimate/step_time/model.py):
     work   : device work (matmuls, attention, memory-bound, optimizer): the class's
              achievable fractions of peak and bandwidth;

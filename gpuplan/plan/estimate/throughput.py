@@ -43,8 +43,8 @@ from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
 from gpuplan.plan.methods import FULL, LORA, method_of
-from gpuplan.plan.objectives import objective
 from gpuplan.plan.sections import ThroughputSection
+from gpuplan.spec.objectives import objective
 
 # The HF guide (docs/references.md; section "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
@@ -121,7 +121,7 @@ def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tupl
             "micro-batch",
             "device",
             f"{sequences} forward(s) per example without gradients: 2/{units} of the policy's matmul and attention time per sequence",
-            "plan/objectives.py",
+            "spec/objectives.py",
         )
 
     ref = obj.reference_sequences
@@ -193,7 +193,7 @@ def estimate_throughput(
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (plan/objectives.py)
+    obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (spec/objectives.py)
     workload, padded_note = _padded(workload, obj, example_lengths)
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuplan.plan.estimate.memory import loss_chunking
 from gpuplan.plan.methods import method_of
-from gpuplan.plan.objectives import PRECOMPUTED_REFERENCE, PRECOMPUTED_REFERENCE_COST
+from gpuplan.spec.objectives import PRECOMPUTED_REFERENCE, PRECOMPUTED_REFERENCE_COST
 
 if TYPE_CHECKING:
     from gpuplan.plan.fit.search import FitProblem, Knobs, Sharding
@@ -91,7 +91,7 @@ CHUNKED_LOSS = SaverSpec(
     loss_chunking.KEY,
     loss_chunking.CHUNK_TOKENS,
     "the output head's forward runs once more per chunk in backward",
-    # "loss_chunk_size" is in `auto` only where the model's forward can take it (rules/memory.py)
+    # "loss_chunk_size" is in `auto` only where the model's forward can take it (rules/fit.py)
     # dpo / kto: TRL's fused log-prob head never builds the logits, so there is nothing to chunk
     lambda p, sh: p.base.task == "causal-lm" and p.base.objective == "sft",
     slowdown=_chunk_slowdown,

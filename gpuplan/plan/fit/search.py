@@ -132,7 +132,7 @@ def batch_candidates(p: FitProblem) -> list[int]:
     if p.user_accumulation is not None:
         return [s // p.user_accumulation]
     runnable = [b for b in divisors(s) if b >= p.min_batch]
-    return runnable or divisors(s)  # none: the fit rule refuses the batch (rules/memory.py)
+    return runnable or divisors(s)  # none: the fit rule refuses the batch (rules/fit.py)
 
 
 def divisors(n: int) -> list[int]:
@@ -163,7 +163,7 @@ def price(p: FitProblem, batch: int, knobs: Knobs) -> MemoryEstimate:
     return estimate_memory(p.facts, workload(p, batch, knobs), p.gpu)
 
 
-def _fits(est: MemoryEstimate, p: FitProblem, batch: int | None = None, knobs: Knobs | None = None) -> bool:
+def fits_in_memory(est: MemoryEstimate, p: FitProblem, batch: int | None = None, knobs: Knobs | None = None) -> bool:
     return est.reserved_peak_bytes <= p.usable_bytes and (batch is None or host_fits(p, est, batch, knobs))
 
 
@@ -201,7 +201,7 @@ def solve(p: FitProblem) -> FitSolution:
     candidates = batch_candidates(p)
     steps = ladder(p)
     for names, knobs in steps:
-        fitting = [b for b in candidates if _fits(price(p, b, knobs), p, b, knobs)]
+        fitting = [b for b in candidates if fits_in_memory(price(p, b, knobs), p, b, knobs)]
         if not fitting:
             continue
         batch, on_multiple = _choose(p, fitting)
@@ -227,7 +227,7 @@ def _prune(p: FitProblem, batch: int, names: tuple[str, ...], knobs: Knobs) -> t
     offload = knobs.sharding.offload_optimizer or knobs.sharding.offload_params
     for name in names if offload else names[:-1]:
         without = _undo(name, knobs, p.fixed)
-        if _fits(price(p, batch, without), p, batch, without):
+        if fits_in_memory(price(p, batch, without), p, batch, without):
             names = tuple(n for n in names if n != name)
             knobs = without
     return names, knobs
@@ -260,7 +260,7 @@ def batch_multiple(gemm_multiple: int, seq_len: int) -> int:
 
     In a transformer the batch enters every linear layer's GEMM as batch x seq_len rows
     (the hidden and vocabulary sizes are the other dimensions), and apply packs or pads
-    every sequence to seq_len (apply/data.py), so batch x seq_len is the GEMM dimension:
+    every sequence to seq_len (apply/data/prepare.py), so batch x seq_len is the GEMM dimension:
     it is a multiple of m exactly when batch is a multiple of m / gcd(m, seq_len).
     """
     return gemm_multiple // math.gcd(gemm_multiple, seq_len)

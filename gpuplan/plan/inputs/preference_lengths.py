@@ -33,9 +33,9 @@ from typing import Any
 
 from gpuplan.errors import GpuplanError
 from gpuplan.plan.estimate.padding import ExampleLengths
-from gpuplan.plan.objectives import objective
 from gpuplan.spec.data_format import read_rows
 from gpuplan.spec.data_steps import _COUNTED, COUNT_LIMIT, ESTIMATED, estimated_tokens, token_counter
+from gpuplan.spec.objectives import objective
 
 
 def example_lengths(values: Mapping[str, Any], spec_dir: str, *, source: str | None, from_scratch: bool) -> ExampleLengths | None:

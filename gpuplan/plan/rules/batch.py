@@ -10,9 +10,9 @@ from __future__ import annotations
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.fit.search import price, tensor_core_multiple
-from gpuplan.plan.objectives import objective
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.plan.wording import matrix_units
+from gpuplan.spec.objectives import objective
 from gpuplan.units import GIB
 
 KEYS = (
@@ -154,7 +154,7 @@ def _dtype(ctx: Resolver) -> str:
 #   (a multiple of 64) by nanoGPT and Megatron-LM; transformers offers
 #   `model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)`;
 # - padded data (no packing): apply pads every example to data.seq_len
-#   (tokenizer(..., padding="max_length"), apply/data.py), which is what a collator's
+#   (tokenizer(..., padding="max_length"), apply/data/prepare.py), which is what a collator's
 #   pad_to_multiple_of would otherwise do; seq_len is an attention GEMM dimension.
 
 VOCAB_PAD = 64  # a multiple of 64 is one of 8 too: right on every GPU

@@ -4,7 +4,7 @@ Packing whole examples with position ids restarting per example keeps them from
 attending to each other only where the model builds its causal mask through
 transformers.masking_utils (find_packed_sequence_indices, used when no attention_mask
 is passed; flash_attention_2 reads the same position ids, in one row: apply flattens
-each micro-batch, gpuplan/apply/flatten.py). PACKED_POSITION_FAMILIES lists
+each micro-batch, gpuplan/apply/data/flatten.py). PACKED_POSITION_FAMILIES lists
 the model types checked against transformers 5.24 (tests/apply/test_chat_data.py reads their
 modeling files); other families get one padded example per sequence instead.
 """
@@ -59,7 +59,7 @@ def supervised_packing(ctx: Resolver, fmt: str, seq: int) -> None:
         ctx.keep("data.packing")
     elif can and ctx.get("model.attn_implementation") == "flash_attention_2":
         # transformers 5.24 takes flash-attn's varlen path only for a one-row batch
-        # (modeling_flash_attention_utils._is_packed_sequence): gpuplan/apply/flatten.py
+        # (modeling_flash_attention_utils._is_packed_sequence): gpuplan/apply/data/flatten.py
         ctx.resolve(
             "data.packing",
             True,
@@ -100,7 +100,7 @@ def chat_checks(ctx: Resolver, fmt: str, task: str) -> None:
             )
         return
     source = ctx.spec("model.name_or_path") if not ctx.spec("model.from_scratch") else None
-    if source is None or os.path.isdir(source) and not _has_chat_template(source):
+    if source is None or os.path.isdir(source) and not has_chat_template(source):
         where = (
             "a model trained from scratch uses the byte-level tokenizer, which has none"
             if source is None
@@ -109,7 +109,7 @@ def chat_checks(ctx: Resolver, fmt: str, task: str) -> None:
         ctx.error("data.chat_template", f'data.format = "chat" needs a chat template: {where}', fix='set data.chat_template = "chatml"')
 
 
-def _has_chat_template(model_dir: str) -> bool:
+def has_chat_template(model_dir: str) -> bool:
     """Whether the tokenizer files in a local model dir carry a chat template (transformers' three places)."""
     if any(os.path.isfile(os.path.join(model_dir, n)) for n in ("chat_template.jinja", "chat_template.json")):
         return True

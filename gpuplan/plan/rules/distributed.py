@@ -6,7 +6,7 @@ then FSDP SHARD_GRAD_OP (ZeRO-2: no more traffic than DDP), FULL_SHARD (ZeRO-3:
 chose and refuses the combinations peers refuse (reference/peer-rules.md):
 bitsandbytes 8-bit optimizers with FSDP or DeepSpeed, FSDP options with DeepSpeed,
 ZeRO options with FSDP, offload beyond the host's RAM, DeepSpeed on hardware "cpu" (it
-needs CUDA; several CPU processes run DDP, or FSDP2 over gloo when asked: apply/fsdp_cpu.py).
+needs CUDA; several CPU processes run DDP, or FSDP2 over gloo when asked: apply/train/fsdp_cpu.py).
 torch.compile with FSDP: apply runs FSDP2, which keeps the original parameters (FSDP1's
 use_orig_params is obsolete there).
 """

@@ -28,9 +28,9 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.preference import reference_bytes, reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Reference
 from gpuplan.plan.fit.search import workload as solve_workload
-from gpuplan.plan.objectives import NEEDS_LABEL_SMOOTHING, PRECOMPUTED_REFERENCE, computes_kl, objective
-from gpuplan.plan.rules.chat_data import _has_chat_template
+from gpuplan.plan.rules.chat_data import has_chat_template
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION
+from gpuplan.spec.objectives import NEEDS_LABEL_SMOOTHING, PRECOMPUTED_REFERENCE, computes_kl, objective
 
 _KEYS = ("preference.beta", "preference.loss_type", "preference.max_length", "preference.max_prompt_length")
 _WRITES = (*_KEYS, "training.learning_rate", "data.format")
@@ -151,9 +151,9 @@ def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
     """Conversational rows under data.format = "text": TRL renders them with the tokenizer's chat template
     whatever data.format says (trl/data_utils.py maybe_apply_chat_template, when is_conversational), so the
     run is a chat run, and generate / chat / samples must prompt through the same template
-    (after/prompting.py reads data.format)."""
+    (apply/data/prompting.py reads data.format)."""
     source = ctx.spec("model.name_or_path") if not ctx.spec("model.from_scratch") else None
-    if ctx.spec("data.chat_template") is None and (source is None or (os.path.isdir(source) and not _has_chat_template(source))):
+    if ctx.spec("data.chat_template") is None and (source is None or (os.path.isdir(source) and not has_chat_template(source))):
         where = "the byte-level tokenizer of a model trained from scratch" if source is None else f"the tokenizer in {source}"
         ctx.error(
             "data.format",
@@ -170,8 +170,8 @@ def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
     )
 
 
-# datasets' text builder (apply/data.py BUILDERS) reads these as one "text" field per line: no preference
-# row can be written in them, and apply refuses them (apply/preference.py check_rows: every row "has no prompt / ...").
+# datasets' text builder (apply/data/prepare.py BUILDERS) reads these as one "text" field per line: no preference
+# row can be written in them, and apply refuses them (apply/train/preference.py check_rows: every row "has no prompt / ...").
 PLAIN_TEXT = (".txt", ".text")
 
 
@@ -217,7 +217,7 @@ def _check_data(ctx: Resolver, obj, max_prompt: int) -> int:
 
 
 def _kto_order(ctx: Resolver) -> None:
-    """How a KTO run orders its rows (apply/preference.py train_sampling, shuffled_rows)."""
+    """How a KTO run orders its rows (apply/train/preference.py train_sampling, shuffled_rows)."""
     seed = ctx.spec("training.seed")
     if computes_kl("kto", ctx.get("preference.loss_type")):
         ctx.note(

@@ -4,8 +4,8 @@ Each named tracker must be installed where the plan is made when the plan is for
 machine (the environment's "trackers", found with importlib.util.find_spec: nothing is
 imported); a missing one is an error naming the pip package. A plan for other machines
 (plan/inputs/target.py is_local) notes the package instead, and apply checks it there
-(apply/packages.py). TensorBoard and MLflow write into output.dir
-(apply/convert.py): the plan says where.
+(apply/launch/packages.py). TensorBoard and MLflow write into output.dir
+(apply/train/arguments.py): the plan says where.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def report_to(ctx: Resolver) -> None:
                     f"training.report_to names {name!r}, which is not installed here",
                     fix=f"pip install {package}, or remove {name!r} from training.report_to",
                 )
-            else:  # a plan for other machines: apply checks there (apply/packages.py), as for other packages
+            else:  # a plan for other machines: apply checks there (apply/launch/packages.py), as for other packages
                 ctx.note(
                     "training.report_to",
                     f"training.report_to names {name!r}: it needs the {package} package "

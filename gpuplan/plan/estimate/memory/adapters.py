@@ -33,7 +33,7 @@ from math import prod
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.modelinfo.lora_targets import _candidates, peft_matches, saved_modules
+from gpuplan.modelinfo.lora_targets import lora_candidates, peft_matches, saved_modules
 from gpuplan.plan.estimate.memory.activations import STYLE_OF, activation_parts, mode_of
 from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
 from gpuplan.plan.estimate.memory.layout import model_layout
@@ -63,7 +63,7 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
     per_layer = 0
     largest = 0
     layers = max(facts.num_layers, 1)
-    for name, _, fan_in, fan_out in _candidates(facts, saved):
+    for name, _, fan_in, fan_out in lora_candidates(facts, saved):
         hit = next((t for t in a.target_modules if peft_matches(name, t)), None)
         if hit is None:
             continue

@@ -18,7 +18,7 @@ FSDP2 (fsdp_config version 2, what apply asks for).
 - QLoRA: a Params4bit whose storage is uint8 (bitsandbytes' default) is put in ignored_params
   and stays whole on every GPU (fsdp_utils.py: "Default uint8 quant_storage cannot survive
   fully_shard's DTensor conversion"); apply therefore sets bnb_4bit_quant_storage to the compute
-  dtype (apply/adapters.py, peft's FSDP+QLoRA guide), and the packed bytes, ceil(n/2) per weight,
+  dtype (apply/model/adapters.py, peft's FSDP+QLoRA guide), and the packed bytes, ceil(n/2) per weight,
   shard like the rest. The QuantState (absmax, nested absmax, code) is an attribute of the
   Params4bit, not a parameter or buffer (bitsandbytes nn/modules.py), so FSDP leaves it whole on
   every GPU. accelerate casts nothing when a Params4bit is present (the fp32 upcast and the

@@ -1,6 +1,6 @@
 """Chunked cross-entropy: the output head and the loss over chunks of tokens.
 
-apply/chunked_loss.py runs the head (lm_head) and the cross-entropy over `chunk` tokens at
+apply/model/chunked_loss.py runs the head (lm_head) and the cross-entropy over `chunk` tokens at
 a time, each chunk under torch.utils.checkpoint (non-reentrant), so its logits, their fp32
 copy and log_softmax are freed after its forward and recomputed in backward, one chunk at
 a time. The full [tokens, vocab] logits never exist (the technique of torchtune's

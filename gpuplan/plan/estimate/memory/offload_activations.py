@@ -1,6 +1,6 @@
 """Activation offloading: the tensors autograd saves for backward kept in pinned host RAM.
 
-apply/activation_offload.py runs the model's forward under torch.autograd.graph.saved_tensors_hooks
+apply/model/activation_offload.py runs the model's forward under torch.autograd.graph.saved_tensors_hooks
 (the mechanism of torch.autograd.graph.save_on_cpu and of torchtune's OffloadActivations): each
 saved tensor of at least 1 MiB that is not a parameter is copied to pinned host memory when
 autograd saves it and copied back when backward needs it. The GPU then holds about one layer's

@@ -1,6 +1,6 @@
 """What packed examples cost under SDPA: transformers' (b, 1, s, s) mask and the kernel it forces.
 
-Packed chat / instruction examples restart their position ids (apply/examples.py), so
+Packed chat / instruction examples restart their position ids (apply/data/examples.py), so
 transformers 5.24 masking_utils.create_causal_mask finds packed sequences
 (find_packed_sequence_indices) and materializes a (b, 1, s, s) boolean mask
 (sdpa_mask with packed_sequence_mask_function, masking_utils.py:991-1002) instead of

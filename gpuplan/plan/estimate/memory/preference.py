@@ -1,6 +1,6 @@
 """What a preference objective (DPO, KTO) adds to a step's memory, part by part.
 
-The objective's descriptor (plan/objectives.py) says how many sequences an example puts
+The objective's descriptor (spec/objectives.py) says how many sequences an example puts
 through the policy with gradients; the step is priced as SFT's on that many sequences
 (`policy_workload`), with two differences, both from TRL 1.16:
 
@@ -30,7 +30,7 @@ import math
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.objectives import objective
+from gpuplan.spec.objectives import objective
 
 TOKEN_CHUNK = 4096  # kernels/chunked_logprob.py TOKEN_CHUNK_SIZE
 VOCAB_CHUNK = 32768  # trainer/utils.py _CHUNKED_LOGPROB_CHUNK_SIZE: the buffer is this wide whatever the vocabulary

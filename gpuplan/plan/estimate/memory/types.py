@@ -79,13 +79,13 @@ class Workload:
     # whole examples packed with position ids restarting per example (chat / instruction packing):
     # transformers builds a (b, 1, s, s) mask from them (memory/packed_mask.py prices it)
     packed: bool = False
-    # The objective (plan/objectives.py): per_device_batch counts examples; dpo runs 2 sequences
+    # The objective (spec/objectives.py): per_device_batch counts examples; dpo runs 2 sequences
     # per example. reference: none | copy (a frozen model in the compute dtype) | adapters-off
     # (peft disables the adapters: no second copy) | precomputed (log-probs computed before training)
     objective: str = "sft"
     reference: Reference = "none"
     # the KTO loss (preference.loss_type), set for kto only: apo_zero_unpaired runs no KL forwards
-    # (plan/objectives.py objective); None: the objective's default loss
+    # (spec/objectives.py objective); None: the objective's default loss
     loss_type: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

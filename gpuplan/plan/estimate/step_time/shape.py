@@ -81,12 +81,12 @@ class StepShape:
 @lru_cache(maxsize=512)
 def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int]:
     """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer)."""
-    from gpuplan.plan.estimate.memory.adapters import _candidates, adapter_layout, peft_matches
+    from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
     lay = adapter_layout(facts, adapters)
     io = sum(
         2 * fan_in + 5 * fan_out
-        for name, _, fan_in, fan_out in _candidates(facts, list(adapters.modules_to_save))
+        for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save))
         if any(peft_matches(name, t) for t in adapters.target_modules)
     )
     return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1)

@@ -1,0 +1,60 @@
+"""Packages a plan needs, checked on the machine that applies it (issue 11 item 16).
+
+A plan made for another machine keeps what the spec asked for (DeepSpeed, a bitsandbytes
+or other optimizer, flash-attn, a compile backend, the trackers of training.report_to)
+and notes what to install there. Here,
+before anything loads, apply checks those modules exist (importlib.util.find_spec: no
+import), so a missing one is one clear error with the pip command, not a traceback from
+deep inside the Trainer.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from gpuplan.apply.errors import ApplyError
+from gpuplan.plan.inputs.environment import PIP_NAMES
+from gpuplan.plan.rules.optimizer import NEEDS_PACKAGE
+from gpuplan.plan.types import Plan
+from gpuplan.spec.names import BNB_OPTIMIZERS, COMPILE_BACKEND_PACKAGES
+from gpuplan.spec.trackers import TRACKERS, requested
+
+
+def needed_packages(plan: Plan) -> list[tuple[str, str]]:
+    """(key path, module) for every package the plan's values need beyond torch/transformers."""
+    out = []
+    if plan.get("distributed.strategy") == "deepspeed":
+        out.append(("distributed.strategy", "deepspeed"))
+    optim = plan.get("training.optim")
+    if optim in BNB_OPTIMIZERS:
+        out.append(("training.optim", "bitsandbytes"))
+    elif optim in NEEDS_PACKAGE:
+        out.append(("training.optim", NEEDS_PACKAGE[optim]))
+    if plan.get("training.use_liger_kernel"):
+        out.append(("training.use_liger_kernel", "liger_kernel"))
+    if plan.get("model.attn_implementation") == "flash_attention_2":
+        out.append(("model.attn_implementation", "flash_attn"))
+    if (plan.get("training.objective") or "sft") != "sft":  # TRL's DPOTrainer / KTOTrainer
+        out.append(("training.objective", "trl"))
+    backend = plan.get("training.torch_compile_backend") if plan.get("training.torch_compile") else None
+    if backend in COMPILE_BACKEND_PACKAGES:
+        out.append(("training.torch_compile_backend", COMPILE_BACKEND_PACKAGES[backend]))
+    for name in requested(plan.get("training.report_to") or "none"):  # the Trainer's tracker integrations
+        out += [("training.report_to", m) for m in TRACKERS.get(name, ((), ""))[0]]
+    return out
+
+
+def _pip_names(missing: list[tuple[str, str]]) -> list[str]:
+    trackers = {m: TRACKERS[n][1] for n, (mods, _) in TRACKERS.items() for m in mods}
+    return list(dict.fromkeys(PIP_NAMES.get(m) or (trackers.get(m) if key == "training.report_to" else None) or m for key, m in missing))
+
+
+def check_packages(plan: Plan) -> None:
+    missing = [(key, mod) for key, mod in needed_packages(plan) if find_spec(mod) is None]
+    if missing:
+        raise ApplyError(
+            "the plan needs packages this machine does not have: "
+            + "; ".join(f"{key} = {plan.get(key)!r} needs {mod}" for key, mod in missing)
+            + ". Install them: pip install "
+            + " ".join(_pip_names(missing))
+        )
