@@ -28,8 +28,8 @@ def pick_device() -> str:
 
 def load_tokenizer_of(run: FinishedRun) -> Any:
     """The tokenizer saved beside the weights (the Trainer saves it), else the one training built."""
-    from gpuplan.lifecycle.run_dir import FINAL_DIR
     from gpuplan.apply.data.tokenizer import has_tokenizer_files, load_tokenizer
+    from gpuplan.lifecycle.run_dir import FINAL_DIR
 
     plan = run.plan
     trust = bool(plan.value("model.trust_remote_code"))
