@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.lifecycle.fingerprint import settings_sha256
 from gpuplan.plan.build import plan_spec, resolve, with_overrides
 from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, SAVERS, SaverSpec
 from gpuplan.plan.fit.search import FitProblem, Knobs, _fits, divisors, price
@@ -36,7 +35,16 @@ from gpuplan.spec.load import LoadedSpec
 
 BATCH = "training.per_device_train_batch_size"
 ACCUMULATION = "training.gradient_accumulation_steps"
-CHECKPOINTING = "training.gradient_checkpointing"
+# settings that do not change a step's time: a measurement made under other values of them still holds
+NOT_THE_STEP = (
+    "output.",
+    "training.max_steps",
+    "training.num_train_epochs",
+    "training.save_",
+    "training.logging_",
+    "training.learning_rate",
+    "training.seed",
+)
 
 
 @dataclass(frozen=True)
@@ -56,10 +64,12 @@ class Candidate:
     @property
     def fingerprint(self) -> str:
         """What a measurement of it stays valid for: its resolved settings, the hardware, the packages
-        (lifecycle/fingerprint.py, without the spec file's hash: tune rewrites the spec)."""
+        (lifecycle/fingerprint.py), without what does not change a step (the run's length, where it
+        writes, how often it logs and saves) and without the spec file's hash: tune rewrites the spec."""
         fp = self.plan.fingerprint or {}
-        body = {"settings": settings_sha256(self.plan), "hardware": fp.get("hardware"), "versions": fp.get("versions")}
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+        settings = {k: s.value for k, s in sorted(self.plan.settings.items()) if not k.startswith(NOT_THE_STEP)}
+        body = {"settings": settings, "hardware": fp.get("hardware"), "versions": fp.get("versions")}
+        return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def tunable_savers(p: FitProblem, knobs: Knobs) -> list[SaverSpec]:

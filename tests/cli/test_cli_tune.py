@@ -12,7 +12,7 @@ from tests.helpers.cli_runs import gpuplan, tiny_spec
 
 
 def _spec(tmp_path):
-    spec = tiny_spec(tmp_path / "tiny.toml", tmp_path / "run", max_steps=30, seq_len=64, batch=8, save_steps=1000)
+    spec = tiny_spec(tmp_path / "tiny.toml", tmp_path / "run", max_steps=30, seq_len=32, batch=4, save_steps=1000)
     text = spec.read_text().replace("[training]\n", "# my training settings: keep this comment\n[training]\n")
     spec.write_text(text)
     return spec
