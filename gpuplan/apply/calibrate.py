@@ -114,14 +114,15 @@ def record_measurement(plan: Plan, results: dict[str, Any], echo) -> None:
 
 def above_peak_note(record: Mapping[str, Any]) -> str:
     """What a run faster than its peak says: recorded, and where the peak came from."""
-    where = "the catalog's dense peak"
+    peak = f"{record['peak_tflops']:.3g} TFLOP/s {record.get('peak_dtype') or 'fp32'}"
+    where = f"the catalog's dense peak ({peak})"
     fix = "check the GPU's entry in the catalog (gpuplan/hardware/catalog.toml)"
     if record.get("gpu") == "cpu":
         from gpuplan.hardware.cpu_probe import probe_path
 
-        where = "the probed CPU peak (a probe taken while the machine was busy reads low)"
+        where = f"the probed CPU peak ({peak}; a probe taken while the machine was busy reads low)"
         fix = f"to probe again, delete {probe_path()}: the next plan measures the CPU anew"
     return (
-        f"note: the run reached {record['utilisation']:.0%} of {where}, {record['peak_tflops']:.3g} TFLOP/s "
-        f"{record['peak_dtype'] or 'fp32'}; recorded anyway: later plans use its measured step time, not the peak; {fix}"
+        f"note: the run reached {record['utilisation']:.0%} of {where}; recorded anyway, "
+        f"later plans use its measured step time, not the peak; {fix}"
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.cli.common import detect_hardware, user_files, write_atomic
-from gpuplan.errors import UserError
+from gpuplan.errors import GpuplanError, UserError
 
 
 def check_args(args) -> None:
@@ -80,7 +80,10 @@ def cmd_tune(args) -> int:
             if key in results and "measured" in results[key]:
                 rows.append({**row, "measured": results[key]["measured"], "status": "reused (measured by an earlier tune)"})
                 continue
-            planned_s = (c.plan.throughput.step_time_s or 0.0) * args.steps + (startup_seen or 0.0)
+            # the short run's time: its steps as planned, and the start-up measured here (by the last
+            # candidate, or by the calibration's run of this model), else none known
+            startup = startup_seen if startup_seen is not None else (c.plan.throughput.calibration or {}).get("startup_s")
+            planned_s = (c.plan.throughput.step_time_s or 0.0) * args.steps + (startup or 0.0)
             elapsed = time.monotonic() - started
             if elapsed + planned_s > args.budget:
                 rows.append(
@@ -96,7 +99,11 @@ def cmd_tune(args) -> int:
                     dataclasses.replace(loaded, raw=raw), detect=detect_hardware, environment=environment, calibrations=calibrations
                 )
 
-            measured = time_candidate(short_run(c.plan, c.settings, replan, args.steps, run_dir), c.settings, print)
+            try:
+                measured = time_candidate(short_run(c.plan, c.settings, replan, args.steps, run_dir), c.settings, print)
+            except GpuplanError as e:  # this candidate cannot run here (its plan or apply refuses it): the others still can
+                rows.append({**row, "status": f"failed: {e.diagnostics[0].summary}"})
+                continue
             if measured.get("startup_s") is not None:
                 startup_seen = measured["startup_s"]
             results[key] = {"label": c.label, "settings": dict(c.settings), "measured": measured}
