@@ -1,5 +1,5 @@
 """The gpuplan command: plan, apply, show, validate, schema, gpus, init, fmt, compare, calibration, data, lock,
-and after a run: generate, chat, eval, export.
+tune, and after a run: generate, chat, eval, export.
 
 Exit codes follow Terraform: 0 success, 1 error, 2 (with --detailed-exitcode) when
 the plan differs from the last applied state; errors become exit codes here and
@@ -26,6 +26,7 @@ from gpuplan.cli.parser import build_parser
 from gpuplan.cli.plan import cmd_gpus, cmd_plan, cmd_schema, cmd_validate
 from gpuplan.cli.spec_files import cmd_fmt, cmd_init
 from gpuplan.cli.state import cmd_show
+from gpuplan.cli.tune import cmd_tune
 from gpuplan.errors import GpuplanError
 
 COMMANDS = {
@@ -45,11 +46,12 @@ COMMANDS = {
     "chat": cmd_chat,
     "eval": cmd_eval,
     "export": cmd_export,
+    "tune": cmd_tune,
 }
 # a closed stdout pipe: what the shell reports for a tool that SIGPIPE ends (128 + 13), as cat gets in `cat big | head -1`
 CLOSED_PIPE = 141
 # the commands that import libraries that talk (render/notices.py)
-QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export")
+QUIET = ("plan", "apply", "data", "init", "generate", "chat", "eval", "export", "tune")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ EXAMPLES = {
     "chat": "example: gpuplan chat specs/tiny-chat.toml   (or: printf 'hi\\nand then?\\n' | gpuplan chat SPEC)",
     "eval": "example: gpuplan eval specs/tiny.toml --json   (or: gpuplan eval SPEC --data heldout.jsonl)",
     "export": "example: gpuplan export specs/tiny.toml --to exported/tiny --context 4096",
+    "tune": "example: gpuplan tune specs/tiny.toml --budget 300",
 }
 
 
@@ -118,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     lock = cmd("lock", "Pin every Hub id of a spec to a commit and file hashes, in <spec>.lock.json beside it.")
     lock.add_argument("spec", help="spec file (TOML)")
     lock.add_argument("--upgrade", action="store_true", help="move every pin to where its revision points now")
+    tune = cmd(
+        "tune",
+        "Time a few steps of the fit search's fastest candidates on this machine; write the fastest into the spec.",
+    )
+    tune.add_argument("spec", help="spec file (TOML); edited in place, its comments kept")
+    tune.add_argument("--budget", type=float, default=600.0, metavar="SECONDS", help="seconds of timing at most (default 600)")
+    tune.add_argument("--steps", type=int, default=4, metavar="N", help="optimizer steps per candidate, the first one warm-up (default 4)")
+    tune.add_argument("--top", type=int, default=4, metavar="K", help="candidates to time, the fastest planned first (default 4)")
+    tune.add_argument("--no-write", action="store_true", help="report only: leave the spec as it is")
     _after_commands(cmd)
     return p
 

@@ -233,9 +233,14 @@ def assemble(
     calibrated = None
     if calibrations and throughput.step_time:
         key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing, sol.savers)
-        calibrated = calibrated_scale(calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time))
+        calibrated = calibrated_scale(
+            calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time), n_params=facts.n_params
+        )
     if calibrated:
         throughput = estimate(scale=calibrated[0], assumption=calibration_assumption(calibrated[1]))
+        startup = calibrated[1]["startup_s"]
+        if startup is not None and throughput.run_time_s is not None:  # start-up + steps x step time + finish
+            throughput = dataclasses.replace(throughput, run_time_s=throughput.run_time_s + startup)
     throughput = dataclasses.replace(
         with_communication(throughput, comm),
         calibration=calibrated[1] if calibrated else None,

@@ -71,9 +71,7 @@ def render_run_state(
     if measured:
         planned_bytes = MemorySection.from_dict(plan.get("memory") or {}).allocated_peak_bytes
         lines.append(f"  peak memory {gib(measured)} measured, {gib(planned_bytes)} planned")
-    if r.get("tokens_per_second"):
-        planned = ThroughputSection.from_dict(plan.get("throughput") or {}).tokens_per_second
-        lines.append(f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else ""))
+    lines += measured_time_lines(r, ThroughputSection.from_dict(plan.get("throughput") or {}))
     if r.get("train_loss_first") is not None:
         lines.append(f"  loss {r['train_loss_first']:.4f} -> {r.get('train_loss_last'):.4f}")
     if len(losses) > 1:
@@ -86,6 +84,43 @@ def render_run_state(
     last = {s.get("prompt"): s for s in samples}  # the newest generation of each prompt
     lines += [f"  sample at step {s.get('step')}: {s.get('prompt')!r} -> {s.get('completion')!r}" for s in last.values()]
     return "\n".join(lines) + "\n\n" + render_plan(plan)
+
+
+def measured_time_lines(r: Mapping[str, Any], t: ThroughputSection) -> list[str]:
+    """Plan vs measured: the steady tokens/s and step time (after the first step), the start-up
+    (apply's start to the first step's end, less one steady step) and the final save."""
+    planned, steady = t.tokens_per_second, r.get("steady_tokens_per_second")
+    if not steady:  # a run of one step, or a state written before the steady rate was kept
+        if not r.get("tokens_per_second"):
+            return []
+        return [f"  {r['tokens_per_second']:,.0f} tokens/s measured" + (f", {planned:,.0f} planned" if planned else "")]
+    lines = [
+        f"  tokens/s: {steady:,.0f} measured (steady, after the first step), "
+        + (f"{planned:,.0f} planned{_ratio(steady, planned)}" if planned else "no plan estimate")
+        + (f"; whole loop {r['tokens_per_second']:,.0f}" if r.get("tokens_per_second") else "")
+    ]
+    if r.get("steady_step_time_s"):
+        lines.append(
+            f"  step time: {r['steady_step_time_s']:.3g} s measured, "
+            + (f"{t.step_time_s:.3g} s planned" if t.step_time_s else "no plan estimate")
+        )
+    if r.get("startup_s") is not None:
+        cal = t.calibration or {}
+        plan_startup = cal.get("startup_s")
+        lines.append(
+            f"  start-up: {r['startup_s']:.3g} s measured (to the end of the first step)"
+            + (f", final save {r['finish_s']:.3g} s" if r.get("finish_s") is not None else "")
+            + (
+                f"; planned {plan_startup:.3g} s for both (the calibration's)"
+                if plan_startup is not None
+                else "; the plan had no measured start-up (it counts steps only)"
+            )
+        )
+    if r.get("runtime_s") is not None:
+        lines.append(
+            f"  run time: {r['runtime_s']:.3g} s measured" + (f", {t.run_time_s:.3g} s planned" if t.run_time_s is not None else "")
+        )
+    return lines
 
 
 def evaluation_lines(evaluations: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -86,6 +86,7 @@ def run_results(plan: Plan, prepared: Prepared, output: Any, started: float) -> 
     """What the run measured, beside what the plan predicted."""
     trainer, metrics = prepared.trainer, prepared.metrics
     step = trainer.state.global_step
+    now = time.perf_counter()
     return {
         "global_step": step,
         # tokens the ranks really consumed, all-gathered by the Trainer (multi-process runs; convert.py)
@@ -96,11 +97,15 @@ def run_results(plan: Plan, prepared: Prepared, output: Any, started: float) -> 
         "tokens_per_second": metrics.tokens_per_second(step),
         "steady_tokens_per_second": metrics.steady_tokens_per_second(),
         "time_to_first_step_s": metrics.time_to_first_step_s,
+        # the run time as start-up + steps x steady step + finish (apply/train/calibrate.py records the three)
+        "steady_step_time_s": metrics.steady_step_time_s(),
+        "startup_s": metrics.startup_s(),
+        "finish_s": now - metrics.last_step_end if metrics.last_step_end is not None else None,  # the final save
         "train_loss_first": metrics.first_loss,
         "train_loss_last": metrics.last_loss,
         "train_loss_mean": output.training_loss,
         "eval_loss_last": metrics.last_eval_loss,
-        "runtime_s": time.perf_counter() - started,
+        "runtime_s": now - started,
         "train_runtime_s": output.metrics.get("train_runtime"),
         "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
         "plan_tokens_per_second": plan.throughput.tokens_per_second,

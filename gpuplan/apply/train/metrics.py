@@ -56,7 +56,7 @@ class MetricsCallback(TrainerCallback):
         self._mark = (0, 0.0)  # (global_step, perf_counter) at the previous train line
         self.steady_steps = 0  # steps after the first one, for steady-state throughput
         self.steady_time = 0.0
-        self._last_step_end: float | None = None
+        self.last_step_end: float | None = None  # perf_counter at the end of the latest optimizer step
 
     # -- Trainer events -------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -75,10 +75,10 @@ class MetricsCallback(TrainerCallback):
         now = time.perf_counter()
         if self.time_to_first_step_s is None:
             self.time_to_first_step_s = now - self.started
-        elif self._last_step_end is not None:
+        elif self.last_step_end is not None:
             self.steady_steps += 1
-            self.steady_time += now - self._last_step_end
-        self._last_step_end = now
+            self.steady_time += now - self.last_step_end
+        self.last_step_end = now
         if self.live is not None and state.is_world_process_zero:
             self.live.update(state.global_step, state.max_steps)
 
@@ -151,3 +151,16 @@ class MetricsCallback(TrainerCallback):
         if self.steady_steps == 0 or self.steady_time <= 0:
             return None
         return self.steady_steps * self.tokens_per_step / self.steady_time
+
+    def steady_step_time_s(self) -> float | None:
+        """Seconds per optimizer step after the first one (the steady rate's step)."""
+        return self.steady_time / self.steady_steps if self.steady_steps and self.steady_time > 0 else None
+
+    def startup_s(self) -> float | None:
+        """The run's start-up: from the start of apply to the end of the first step (loading the model
+        and data, building the Trainer, the first step's compilation and warm-up), less one steady step,
+        so that the time to the last step's end is start-up + steps x steady step time."""
+        step = self.steady_step_time_s()
+        if self.time_to_first_step_s is None or step is None:
+            return None
+        return max(self.time_to_first_step_s - step, 0.0)

@@ -15,7 +15,10 @@ constants by the measured ones: the work and fixed terms are multiplied by
     two runs or more of different work/fixed mixes: s_work and s_fixed fitted by least
                squares on measured - other = s_work x work + s_fixed x fixed.
 
-For the spec that was measured the plan's step time is then the measured one. What
+For the spec that was measured the plan's step time is then the measured one: the run's
+steady step (apply/train/calibrate.py). What the run spent outside its steps (start-up: loading,
+the first step's warm-up; finish: the final save) is measured apart; a plan of the same
+model and key adds it to its run time (start-up + steps x step time + finish). What
 changes the step (the matmul dtype, the method, checkpointing, the memory savers) is
 part of the run's key: runs of this plan's key are used first; without one, the
 runs of other keys are carried across THROUGH THE MODEL'S TERMS, and the assumption
@@ -31,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpuplan.hardware.profile import GPUProfile
+from gpuplan.plan.estimate.step_time.model import WORK_KINDS
 
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
 FIXED_GROUPS = ("fixed costs",)
@@ -41,11 +45,21 @@ def calibration_key(dtype: str, method: str, checkpointing: bool, savers: Iterab
 
 
 def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
-    """The step's exposed seconds as work / fixed / other, without any calibration scale."""
+    """The step's exposed seconds as work / fixed / other, without any calibration scale.
+
+    A term is in the part that step_time/model.py's scaled_term multiplies: `work` its device
+    terms, `fixed` its fixed costs, `other` the rest (communication, offload, and the optimizer's
+    serial passes over the states, which a scale leaves alone). Split by group instead, the
+    optimizer's terms were divided by the work scale here and not multiplied by it there, and a
+    calibrated plan missed its own run (by 25% at a work scale of 0.16)."""
     scale = step_time.get("scale") or {}
     parts = {"work": 0.0, "fixed": 0.0, "other": 0.0}
     for t in step_time["terms"]:
-        part = "work" if t["group"] in WORK_GROUPS else "fixed" if t["group"] in FIXED_GROUPS else "other"
+        kind = t.get("kind")
+        if kind is None:  # a record written before terms had kinds: by group, as then
+            part = "work" if t["group"] in WORK_GROUPS else "fixed" if t["group"] in FIXED_GROUPS else "other"
+        else:
+            part = "work" if kind in WORK_KINDS else "fixed" if t["group"] in FIXED_GROUPS else "other"
         parts[part] += t["exposed_s"] / (scale.get(part, 1.0) if part != "other" else 1.0)
     return parts
 
@@ -62,9 +76,15 @@ def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, no
     ]
 
 
+def _step(run: Mapping[str, Any]) -> float:
+    """The measured step without the slowdowns the plan models on top of the terms (the cache
+    emptying of training.torch_empty_cache_steps): the calibrated plan applies them again."""
+    return run["step_time_s"] / (run.get("slowdown") or 1.0)
+
+
 def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
     """(s_work, s_fixed) by least squares over runs of different mixes; None when singular."""
-    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], r["step_time_s"] - r["modelled_s"]["other"]) for r in runs]
+    pts = [(r["modelled_s"]["work"], r["modelled_s"]["fixed"], _step(r) - r["modelled_s"]["other"]) for r in runs]
     a = sum(w * w for w, _, _ in pts)
     b = sum(w * f for w, f, _ in pts)
     c = sum(f * f for _, f, _ in pts)
@@ -80,9 +100,19 @@ def _fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
 
 
 def calibrated_scale(
-    records: Sequence[Mapping[str, Any]], gpu: GPUProfile, count: int, nodes: int, *, key: Mapping[str, Any], modelled: Mapping[str, float]
+    records: Sequence[Mapping[str, Any]],
+    gpu: GPUProfile,
+    count: int,
+    nodes: int,
+    *,
+    key: Mapping[str, Any],
+    modelled: Mapping[str, float],
+    n_params: int | None = None,
 ) -> tuple[dict[str, float], dict[str, Any]] | None:
-    """(the scale of the work and fixed terms, the `throughput.calibration` section), or None."""
+    """(the scale of the work and fixed terms, the `throughput.calibration` section), or None.
+
+    The section's `startup_s` is the newest run's measured start-up plus finish when that run
+    trained this model (`n_params`) with this key, else None (another model loads in another time)."""
     runs = matching_runs(records, gpu.name, count, nodes)
     if not runs:
         return None
@@ -92,7 +122,7 @@ def calibrated_scale(
     scale = _fit(used)
     latest = used[-1]
     if scale is None:  # one run, or runs of one mix: a single scale of both parts
-        y = sum(r["step_time_s"] - r["modelled_s"]["other"] for r in used)
+        y = sum(_step(r) - r["modelled_s"]["other"] for r in used)
         x = sum(r["modelled_s"]["work"] + r["modelled_s"]["fixed"] for r in used)
         s = max(y / max(x, 1e-12), 1e-3)
         scale = {"work": s, "fixed": s}
@@ -102,8 +132,20 @@ def calibrated_scale(
         "spec_path": latest.get("spec_path"),
         "measured": {
             k: latest.get(k)
-            for k in ("tokens_per_second", "step_time_s", "mfu", "utilisation", "flops_per_token", "n_params", "peak_memory_bytes")
+            for k in (
+                "tokens_per_second",
+                "rate",
+                "step_time_s",
+                "startup_s",
+                "finish_s",
+                "mfu",
+                "utilisation",
+                "flops_per_token",
+                "n_params",
+                "peak_memory_bytes",
+            )
         },
+        "startup_s": _startup(latest) if same and n_params is not None and latest.get("n_params") == n_params else None,
         "scale": scale,
         "runs_used": len(used),
         "runs_on_this_hardware": len(runs),
@@ -112,6 +154,12 @@ def calibrated_scale(
         "modelled_before": dict(modelled),
     }
     return scale, section
+
+
+def _startup(run: Mapping[str, Any]) -> float | None:
+    if run.get("startup_s") is None:
+        return None
+    return run["startup_s"] + (run.get("finish_s") or 0.0)
 
 
 def _differences(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> list[str]:
@@ -133,4 +181,6 @@ def calibration_assumption(section: Mapping[str, Any]) -> str:
     carried = ""
     if section["carried_across"]:
         carried = "; carried across " + ", ".join(section["carried_across"]) + " through the model's terms"
+    if section.get("startup_s") is not None:
+        carried += f"; the run time adds its measured {section['startup_s']:.1f} s of start-up and final save"
     return f"step-time model, calibrated on this hardware: {how} ({over}){carried}"
