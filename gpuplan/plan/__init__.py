@@ -9,8 +9,8 @@ the spec (this machine, the target, Hub pins); engine/ orders the rules (engine/
 is what a rule sees (engine/resolver.py); rules/ holds the rules; fit/ searches the batch split
 and memory savers that fit, and what would when nothing does; estimate/ prices a step's memory
 (estimate/memory/) and time (estimate/throughput.py, estimate/step_time/); checks/ checks the
-plan as a whole; types.py and sections.py hold the result. A plan after it is made (its
-fingerprint, drift, the run state) is gpuplan/lifecycle/; docs/architecture.md maps every
+plan as a whole; types.py and sections.py hold the result, fingerprint.py what a saved plan must
+still match. A plan after it is made (drift, the run state) is gpuplan/lifecycle/; docs/architecture.md maps every
 module.
 """
 

@@ -1,9 +1,8 @@
-"""The spec: a TOML file, read, validated, formatted, or written as a starter.
+"""The spec: a TOML file, read, validated or formatted (a starter spec is gpuplan/init/).
 
 load_toml(path) -> LoadedSpec        (load.py: refusals name the file, line and column)
 validate_spec(raw) -> Spec           (validate.py over schema.py: every problem at once)
 format_spec_text(text) -> str        (fmt.py: `gpuplan fmt`)
-starter_spec(config, gpu, ...) -> str (starter.py: `gpuplan init`)
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ _EXPORTS = {
     "Spec": "gpuplan.spec.schema",
     "format_spec_text": "gpuplan.spec.fmt",
     "read_spec_text": "gpuplan.spec.fmt",
-    "starter_spec": "gpuplan.init.starter",
 }
 __all__ = sorted(_EXPORTS)
 
