@@ -85,7 +85,11 @@ def _run_time(r: Mapping[str, Any]) -> str:
     span = _range(r, "run_time_s")
     if run is None or not span:
         return _duration(run)
-    return f"{_duration(run)} ({_duration(span[0])}-{_duration(span[1])})"
+    low, high = _duration(span[0]), _duration(span[1])
+    unit = high.rsplit(" ", 1)[-1]
+    if low.endswith(f" {unit}"):  # one unit for both ends: "3.0-5.6 h"
+        low = low[: -len(unit) - 1]
+    return f"{_duration(run)} ({low}-{high})"
 
 
 def _cost(r: Mapping[str, Any]) -> str:
