@@ -45,27 +45,27 @@ class ArchConstants:
 # GEMM shape ran on that chip). Source rows: "ampere-dc" A100 (Qwen README, fsdp_qlora),
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada" RTX 6000
 # Ada (fsdp_qlora).
-ETA = {"ampere-dc": 0.669, "hopper": 0.4172, "ampere": 0.9308, "ada": 0.8282}
+ETA = {"ampere-dc": 0.6868, "hopper": 0.4213, "ampere": 0.9296, "ada": 0.7114}
 # tokens per micro-batch at which a GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * M / (M + M_HALF) (small M leaves SMs idle: wave
 # quantization and tile under-fill; the roofline's weight-read bound is separate).
-M_HALF_TOKENS = 282.7
+M_HALF_TOKENS = 291.9
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
 # (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
-TRAINER_STEP_S = 0.05856
+TRAINER_STEP_S = 0.0778
 # Achieved fraction of HBM bandwidth of the 4-bit dequantization kernels (bitsandbytes
 # dequantize_4bit, GPTQ/exllama): far below a streaming copy, many small launches.
-DEQUANT_BW_FRACTION = 0.5657
+DEQUANT_BW_FRACTION = 0.3414
 # DeepSpeed ZeRO-3 host cost per parameter tensor per pass (pre/post hooks that fetch,
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds.
-ZERO3_HOOK_S = 2.727e-4
+ZERO3_HOOK_S = 0.0002738
 # Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives and host
 # copies (PCIe protocol overhead ~ 80%; GeForce cards have no PCIe P2P, so NCCL
 # stages through host memory).
-PCIE_FRACTION = 0.1005
+PCIE_FRACTION = 0.1006
 # Host seconds per eager kernel launch (op dispatch, autograd node, the CUDA launch).
-KERNEL_S = 1.704e-5
+KERNEL_S = 1.634e-05
 
 # Fixed (not fitted):
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
@@ -76,7 +76,8 @@ HBM_FRACTION = 0.8
 # 50-73% of A100 peak forward and less backward (Dao 2023, "FlashAttention-2", sec. 4.1)
 # where cuBLAS GEMMs reach ~80%: about 0.75 of the GEMM efficiency.
 FLASH_RELATIVE = 0.75
-# On Hopper, torch's SDPA flash kernel is FlashAttention-2, which does not use the wgmma
+# On Hopper (and Blackwell, priced with Hopper's constants), torch's SDPA flash kernel is
+# FlashAttention-2, which does not use the wgmma
 # tensor-core path: "FlashAttention-2 achieves only 35% utilization on the H100 GPU" (Shah et
 # al. 2024, "FlashAttention-3", abstract), against MAMF's 80%: 0.35 / 0.80 of the GEMM rate.
 FLASH_RELATIVE_HOPPER = 0.35 / 0.80
