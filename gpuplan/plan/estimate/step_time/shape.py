@@ -30,9 +30,10 @@ DEQUANT_KERNELS = 2
 # runs 1 (the 44 above were profiled with SDPA), and dropout on the probabilities when
 # attention_dropout > 0 (torch.nn.functional.dropout, one fused kernel); backward ~2x each.
 EAGER_ATTENTION_KERNELS_FWD = 5
-# gelu_new / "gelu_pytorch"-less GPT-2, GPT-J, Phi (transformers activations.py NewGELUActivation:
-# 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))): 8 eager kernels where
-# SiLU / GELU is 1; their model_type (config activation_function / hidden_act "gelu_new" by default).
+# gelu_new, the default activation of GPT-2, GPT-J, GPT-Neo, CodeGen and Phi configs
+# (activation_function / hidden_act "gelu_new"; transformers activations.py NewGELUActivation:
+# 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))): 8 eager kernels where a
+# SiLU or torch GELU is 1. ModelFacts carries no activation, so their model_type stands for it.
 GELU_NEW_KERNELS_FWD = 7
 GELU_NEW_MODELS = frozenset({"gpt2", "gptj", "phi", "codegen", "gpt_neo"})
 # Residual / embedding dropout (GPT-2 resid_pdrop, embd_pdrop): 2 per layer, one fused kernel each.
