@@ -52,6 +52,15 @@ GPUS = (
     ("H100 SXM-class", "H100-80GB"),
     ("H200", "H200"),
 )
+# Qwen's Int4 rows train on GPTQ checkpoints (auto-gptq's exllama kernels), not on bitsandbytes
+# NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
+# fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
+# bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
+GPTQ_DEQUANT_BW_FRACTION = 0.1143
+# The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
+# (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
+# (the rows' `framework`): their rows are planned without that term.
+HF_TRAINER = ("HF Trainer", "SFTTrainer")
 QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"), "w1": ("gate_proj",), "w2": ("up_proj",)}
 
 
@@ -64,6 +73,8 @@ class Run:
     count: int
     nodes: int
     dtype_note: str
+    gptq: bool = False  # a GPTQ int4 base (GPTQ_DEQUANT_BW_FRACTION), not bitsandbytes NF4
+    hf_trainer: bool = True  # trained through the HF Trainer (HF_TRAINER), not a loop of its own
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -169,14 +180,26 @@ def plan_run(row: dict[str, Any]) -> Run:
     if "2 nodes x 2 GPUs" in sharding or "2 servers x 2 GPUs" in (row.get("other_opts") or ""):
         per_node = 2
     note = "selective AC planned as none" if isinstance(ac, str) and ac.startswith("selective") else ""
-    return Run(row, facts, wl, gpu, per_node, world // per_node, note)
+    gptq = "gptq" in (row.get("quantization") or "").lower()
+    hf = any(k in (row.get("framework") or "") for k in HF_TRAINER)
+    return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf)
 
 
 def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any]:
     """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
+    from gpuplan.plan.estimate.step_time import constants as K
+
     comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects())
     world = run.count * run.nodes
-    return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
+    bnb, trainer = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S
+    if run.gptq:
+        K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
+    if not run.hf_trainer:
+        K.TRAINER_STEP_S = 0.0
+    try:
+        return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
+    finally:
+        K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S = bnb, trainer
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -67,7 +67,8 @@ def main() -> int:
             f"{len(runs)} of {len(runs) + len(left)} published rows planned with their own settings "
             "(benchmarks/published_rows.py); error = plan tokens/s per GPU / measured - 1. The model's free "
             "constants were fitted on these rows (benchmarks/fit_step_time.py; gpuplan/plan/estimate/step_time/constants.py), "
-            "so this is the fit's error, not a hold-out.",
+            "so this is the fit's error (in-sample), not a hold-out: the error on sources left out of the fit is "
+            'the leave-one-source-out table of the "Step-time fit" section below.',
             "",
             f"Targets: median <= {TARGET_MEDIAN:.0%} overall ({overall_median:.1%}), no source median above "
             f"{TARGET_SOURCE:.0%} (worst {worst_source:.1%}): {'met' if met else 'NOT met'}.",

@@ -75,10 +75,30 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def _range(r: Mapping[str, Any], key: str) -> list[float] | None:
+    """The row's low/high `key` (run_time_s, cost_usd) from its time interval (plan/estimate/interval.py)."""
+    return ((r.get("time_interval") or {}).get(key)) or None
+
+
+def _run_time(r: Mapping[str, Any]) -> str:
+    run = r.get("run_time_s")
+    span = _range(r, "run_time_s")
+    if run is None or not span:
+        return _duration(run)
+    low, high = _duration(span[0]), _duration(span[1])
+    unit = high.rsplit(" ", 1)[-1]
+    if low.endswith(f" {unit}"):  # one unit for both ends: "3.0-5.6 h"
+        low = low[: -len(unit) - 1]
+    return f"{_duration(run)} ({low}-{high})"
+
+
 def _cost(r: Mapping[str, Any]) -> str:
-    """The run's cost; without a run time (no max_steps) the price per hour of the row's GPUs."""
+    """The run's cost (and its range); without a run time (no max_steps) the price per hour of the row's GPUs."""
     if r.get("cost_usd") is not None:
-        return "<$0.01" if r["cost_usd"] < 0.005 else f"${r['cost_usd']:,.2f}"
+        if r["cost_usd"] < 0.005:
+            return "<$0.01"
+        span = _range(r, "cost_usd")
+        return f"${r['cost_usd']:,.2f}" + (f" (${span[0]:,.2f}-{span[1]:,.2f})" if span else "")
     if r.get("price_per_hour_usd") is not None:
         return f"${r['price_per_hour_usd']:,.2f}/h"
     return "no price"
@@ -114,7 +134,7 @@ def _cells(r: Mapping[str, Any]) -> list[str]:
         r["sharding"],
         f"{r['reserved_peak_bytes'] / GIB:.1f}/{r['capacity_bytes'] / GIB:.0f}",
         step,
-        _duration(r.get("run_time_s")),
+        _run_time(r),
         cost,
     ]
 
@@ -151,6 +171,13 @@ def render_compare(rows: Sequence[Mapping[str, Any]], spec: str, sort: str) -> l
             warned.setdefault(w, []).append(f"{r['count']} x {r['gpu']}")
     out += [f"warning ({', '.join(where)}): {w}" for w, where in warned.items()]
     out.append("batch: per-device x accumulation steps; GiB/GPU: nvidia-smi peak / capacity; step (c): calibrated from a measured run")
+    if any(_range(r, "run_time_s") or _range(r, "cost_usd") for r in fits):
+        from gpuplan.plan.compare import NEAR_TIE
+
+        out.append(
+            "run time and cost (low-high): the step-time model's 10th-90th percentile error on published runs of sources "
+            f"left out of its fit (benchmarks/RESULTS.md); rows within {NEAR_TIE:.0%} rank by the high end"
+        )
     from gpuplan.hardware.userfiles import prices_path, shown_path
 
     sources = f"catalog sources: gpuplan/hardware/catalog.toml; your prices: {shown_path(prices_path())}"
@@ -175,9 +202,7 @@ def _best_line(best: Mapping[str, Any], sort: str) -> str:
     priced = best.get("cost_usd") is not None or best.get("price_per_hour_usd") is not None
     what = "fastest fit" if sort != "cost" else ("cheapest fit" if priced else "fastest fit (no fitting row has a price)")
     if best.get("run_time_s") is not None:
-        return f"* {what}: {where}, ~{_duration(best['run_time_s'])}" + (
-            f", ~${best['cost_usd']:,.2f}" if best.get("cost_usd") is not None else ""
-        )
+        return f"* {what}: {where}, ~{_run_time(best)}" + (f", ~{_cost(best)}" if best.get("cost_usd") is not None else "")
     line = f"* {what}: {where}, {_duration(best['step_time_s'])} per step"
     if best.get("price_per_hour_usd") is not None:
         line += f" at ${best['price_per_hour_usd']:,.2f}/h (~${best['cost_per_step_usd']:,.4f} per step)"

@@ -30,6 +30,7 @@ from gpuplan.plan.engine.graph import Node, rule_order, writers
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
 from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.interval import time_interval
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fingerprint import fingerprint
@@ -245,6 +246,18 @@ def assemble(
         with_communication(throughput, comm),
         calibration=calibrated[1] if calibrated else None,
         **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices),
+    )
+    throughput = dataclasses.replace(
+        throughput,
+        time_interval=time_interval(
+            step_time_s=throughput.step_time_s,
+            run_time_s=throughput.run_time_s,
+            cost_usd=throughput.cost_usd,
+            bound_by=(throughput.step_time or {}).get("bound_by"),
+            modelled=throughput.step_time is not None,
+            calibrated=bool(calibrated),
+            on_cpu=gpu.is_cpu,
+        ),
     )
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
     advice = [

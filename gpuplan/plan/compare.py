@@ -94,6 +94,7 @@ def compare_row(
         "price_per_gpu_hour": t.price_per_gpu_hour,
         "price_source": t.price_source,
         "cost_usd": t.cost_usd,
+        "time_interval": t.time_interval,  # low/high step time, run time and cost (plan/estimate/interval.py)
         **hourly_cost(t.price_per_gpu_hour, total, t.step_time_s),
     }
 
@@ -108,23 +109,61 @@ def hourly_cost(price_per_gpu_hour: float | None, gpus: int, step_time_s: float 
     return {"price_per_hour_usd": per_hour, "cost_per_step_usd": per_hour * step_time_s / 3600 if step_time_s else None}
 
 
+# Two rows whose ranked figure (cost or time) differs by less than this are a near tie: the
+# model cannot tell them apart (its held-out error is ~10%: benchmarks/RESULTS.md), so the one
+# whose interval ends lower (the smaller worst case) ranks first.
+NEAR_TIE = 0.05
+
+
+def _ranked(r: Mapping[str, Any], by: str) -> tuple[tuple, float | None, float | None, int]:
+    """(sort key, the ranked figure, its interval's high end, the figure's kind) of a fitting row:
+    by cost the kind is 0 run cost, 1 cost per step, 2 none; by time 0."""
+    inf = float("inf")
+    iv = r.get("time_interval") or {}
+    high = iv.get("high_factor")
+    if r.get("cost_usd") is not None:
+        cost: tuple = (0, r["cost_usd"])
+    elif r.get("cost_per_step_usd") is not None:
+        cost = (1, r["cost_per_step_usd"])
+    else:
+        cost = (2, 0.0)
+    time = r.get("run_time_s") if r.get("run_time_s") is not None else (r.get("step_time_s") or inf)
+    if by == "cost" and cost[0] < 2:
+        figure = cost[1]
+    else:
+        figure = time if time != inf else None
+    first = (cost, time) if by == "cost" else (time, cost)
+    kind = cost[0] if by == "cost" else 0
+    return first, figure, (figure * high if figure is not None and high else figure), kind
+
+
 def sort_rows(rows: list[dict[str, Any]], by: str = "cost") -> list[dict[str, Any]]:
     """Fitting rows first, by cost (unknown cost after known, then by time) or by time. Without a
-    run time (no max_steps) the cost is the cost per step: price x GPUs x step time."""
-    inf = float("inf")
+    run time (no max_steps) the cost is the cost per step: price x GPUs x step time. Near ties
+    (NEAR_TIE) go by the high end of the rows' intervals: the smaller worst case first."""
 
     def key(r: Mapping[str, Any]) -> tuple:
-        if r.get("cost_usd") is not None:
-            cost: tuple = (0, r["cost_usd"])
-        elif r.get("cost_per_step_usd") is not None:
-            cost = (1, r["cost_per_step_usd"])
-        else:
-            cost = (2, 0.0)
-        time = r.get("run_time_s") if r.get("run_time_s") is not None else (r.get("step_time_s") or inf)
-        first = (cost, time) if by == "cost" else (time, cost)
-        return (not r["fits"], *first, r["gpu"], r["count"])
+        return (not r["fits"], *_ranked(r, by)[0], r["gpu"], r["count"])
 
-    return sorted(rows, key=key)
+    ordered = sorted(rows, key=key)
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(ordered):  # runs of near-tied fitting rows, each re-ordered by its interval's high end
+        head = ordered[i]
+        j = i + 1
+        if head["fits"]:
+            _, figure, _, kind = _ranked(head, by)
+            while j < len(ordered) and ordered[j]["fits"]:
+                _, f2, _, k2 = _ranked(ordered[j], by)
+                if figure is None or f2 is None or k2 != kind or f2 > figure * (1 + NEAR_TIE):
+                    break
+                j += 1
+        run = ordered[i:j]
+        if len(run) > 1:
+            run = sorted(run, key=lambda r: (_ranked(r, by)[2], key(r)))
+        out += run
+        i = j
+    return out
 
 
 def compare(

@@ -247,6 +247,10 @@ class ThroughputSection:
     price_source: str | None = None
     cost_usd: float | None = None  # run time x GPUs x price
     step_time: Mapping[str, Any] | None = None  # the step-time model's terms, shares and bound (plan/estimate/step_time)
+    # low/high step time, run time and cost from the model's cross-validated spread (plan/estimate/interval.py):
+    # {"low_factor", "high_factor", "step_time_s": [lo, hi], "run_time_s": [lo, hi] | None, "cost_usd": [lo, hi] | None,
+    # "basis"}; factors None (and no ranges) where the plan carries no interval (calibrated, CPU, given utilisation)
+    time_interval: Mapping[str, Any] | None = None
 
     _IN: ClassVar = {"notes": _tuple}
     _OUT: ClassVar = {
@@ -256,6 +260,7 @@ class ThroughputSection:
         "communication": _dict,
         "calibration": _dict,
         "step_time": _dict,
+        "time_interval": _dict,
     }
 
     @property

@@ -115,18 +115,33 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     if t.empty:
         return []
     run = t.run_time_s
+    iv = t.time_interval or {}
+    step_range = f" ({iv['step_time_s'][0]:.2f}-{iv['step_time_s'][1]:.2f} s)" if iv.get("step_time_s") else ""
+    run_range = f" ({_duration_range(*iv['run_time_s'])})" if iv.get("run_time_s") else ""
     out = [
-        f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step, ~{t.tokens_per_second:,.0f} tokens/s"
-        + (f", ~{_duration(run)} for {t.max_steps:,} steps" if run is not None else "")
+        f"Throughput: {t.tokens_per_step:,} tokens/step, ~{t.step_time_s:.2f} s/step{step_range}, ~{t.tokens_per_second:,.0f} tokens/s"
+        + (f", ~{_duration(run)}{run_range} for {t.max_steps:,} steps" if run is not None else "")
     ]
     if t.step_time:
         out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
     for name, seconds in (t.saver_seconds or {}).items():
         out.append(f"  {name}: +{seconds:.3g} s/step (included)")
+    if iv.get("low_factor"):
+        out.append(f"  range: x{iv['low_factor']:.2f} to x{iv['high_factor']:.2f} of the time, the {iv['basis']}")
     if t.cost_usd is not None:
-        out.append(f"Cost: ~${t.cost_usd:,.2f} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")
+        cost_range = f" (${iv['cost_usd'][0]:,.2f}-${iv['cost_usd'][1]:,.2f})" if iv.get("cost_usd") else ""
+        out.append(f"Cost: ~${t.cost_usd:,.2f}{cost_range} at ${t.price_per_gpu_hour:.2f} per GPU-hour ({t.price_source})")
     return out
+
+
+def _duration_range(low: float, high: float) -> str:
+    """'3.2-4.4 h': both ends in the unit `_duration` picks for the high end."""
+    if high < 120:
+        return f"{low:.0f}-{high:.0f} s"
+    if high < 7200:
+        return f"{low / 60:.0f}-{high / 60:.0f} min"
+    return f"{low / 3600:.1f}-{high / 3600:.1f} h"
 
 
 def _duration(seconds: float) -> str:

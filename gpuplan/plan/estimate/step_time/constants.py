@@ -1,15 +1,18 @@
 """The step-time model's constants: fixed ones with their source, fitted ones with their rows.
 
 Fitted constants come from benchmarks/fit_step_time.py over the usable rows of
-benchmarks/data/published-throughput.json (benchmarks/RESULTS.md, "Step-time
-model"). They are per GPU architecture class, never per SKU, model, row or source:
-- `matmul_efficiency`: the fraction of the dtype's dense peak a large GEMM reaches.
-- `kernel_s`: host time of one eager PyTorch kernel launch (op dispatch, autograd).
+benchmarks/data/published-throughput.json; its headline figure is leave-one-source-out
+(each source predicted by a fit without it: benchmarks/RESULTS.md, "Step-time fit"), and
+every fitted constant stays inside a physical bound named there. They are per GPU
+architecture class, never per SKU, model, row or source:
+- `matmul_efficiency` (ETA): the fraction of the dtype's dense peak a large GEMM reaches,
+  at most the class's measured Maximum Achievable Matmul FLOPS (MAMF).
+- `kernel_s` (KERNEL_S): host time of one eager PyTorch kernel launch (op dispatch, autograd).
 The rest are global (the same on every class), fitted over all rows at once.
 
-A class with no published row takes the nearest fitted class's value and says so
-(`ArchConstants.source`). A measured run on this hardware (plan/estimate/calibration.py)
-scales them; the shape of the model stays.
+A class with no published row takes a fitted class's value and says so
+(`ArchConstants.source`, BORROWED). A measured run on this hardware
+(plan/estimate/calibration.py) scales them; the shape of the model stays.
 """
 
 from __future__ import annotations
@@ -30,29 +33,39 @@ class ArchConstants:
     matmul_efficiency: float  # large-GEMM fraction of the dense dtype peak
     kernel_s: float  # host seconds per kernel launch (eager PyTorch)
     source: str
+    flash_relative: float = 0.75  # flash attention's FLOP rate relative to a GEMM's (FLASH_RELATIVE)
 
 
-# Global constants, fitted (benchmarks/fit_step_time.py, all 103 usable rows together;
-# objective 0.0960 = mean over sources of mean |log(plan / measured)|):
+# Fitted (benchmarks/fit_step_time.py over every usable row; its headline error is
+# leave-one-source-out: benchmarks/RESULTS.md, "Step-time fit"). Each has a physical bound
+# (fit_step_time.py PARAMS, with the bound's source) that the fit stays inside.
+#
+# Large-GEMM fraction of the dense dtype peak per architecture class with published rows,
+# at most the class's Maximum Achievable Matmul FLOPS fraction (MAMF below: the fastest any
+# GEMM shape ran on that chip). Source rows: "ampere-dc" A100 (Qwen README, fsdp_qlora),
+# "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada" RTX 6000
+# Ada (fsdp_qlora).
+ETA = {"ampere-dc": 0.6868, "hopper": 0.4213, "ampere": 0.9296, "ada": 0.7114}
 # tokens per micro-batch at which a GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * M / (M + M_HALF) (small M leaves SMs idle: wave
 # quantization and tile under-fill; the roofline's weight-read bound is separate).
-M_HALF_TOKENS = 330.0
+M_HALF_TOKENS = 291.9
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
-# (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging); the fit
-# is bounded at 50 ms (it wanted more, absorbing other terms' error: fit_step_time.py).
-TRAINER_STEP_S = 0.05
+# (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
+TRAINER_STEP_S = 0.0778
 # Achieved fraction of HBM bandwidth of the 4-bit dequantization kernels (bitsandbytes
 # dequantize_4bit, GPTQ/exllama): far below a streaming copy, many small launches.
-DEQUANT_BW_FRACTION = 0.16
+DEQUANT_BW_FRACTION = 0.3414
 # DeepSpeed ZeRO-3 host cost per parameter tensor per pass (pre/post hooks that fetch,
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds.
-ZERO3_HOOK_S = 2.76e-4
+ZERO3_HOOK_S = 0.0002738
 # Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives and host
 # copies (PCIe protocol overhead ~ 80%; GeForce cards have no PCIe P2P, so NCCL
 # stages through host memory).
-PCIE_FRACTION = 0.11
+PCIE_FRACTION = 0.1006
+# Host seconds per eager kernel launch (op dispatch, autograd node, the CUDA launch).
+KERNEL_S = 1.634e-05
 
 # Fixed (not fitted):
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
@@ -63,27 +76,63 @@ HBM_FRACTION = 0.8
 # 50-73% of A100 peak forward and less backward (Dao 2023, "FlashAttention-2", sec. 4.1)
 # where cuBLAS GEMMs reach ~80%: about 0.75 of the GEMM efficiency.
 FLASH_RELATIVE = 0.75
+# On Hopper (and Blackwell, priced with Hopper's constants), torch's SDPA flash kernel is
+# FlashAttention-2, which does not use the wgmma
+# tensor-core path: "FlashAttention-2 achieves only 35% utilization on the H100 GPU" (Shah et
+# al. 2024, "FlashAttention-3", abstract), against MAMF's 80%: 0.35 / 0.80 of the GEMM rate.
+FLASH_RELATIVE_HOPPER = 0.35 / 0.80
 # Overlap of communication with compute (FSDP prefetch, DDP bucketed all-reduce during
 # backward: Li et al. 2020 "PyTorch Distributed", Zhao et al. 2023 "PyTorch FSDP"):
 # a micro-batch takes max(compute, collectives); a CPU-offload copy is serial.
 
-# Per-class fitted values. Source rows: "ampere-dc" A100 (Qwen README, fsdp_qlora),
-# "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada"
-# RTX 6000 Ada (fsdp_qlora).
-FITTED = {
-    "ampere-dc": ArchConstants("ampere-dc", 0.70, 1.68e-5, FIT_SOURCE + " (A100 rows)"),
-    "hopper": ArchConstants("hopper", 0.40, 1.68e-5, FIT_SOURCE + " (H100 rows)"),
-    "ampere": ArchConstants("ampere", 0.90, 1.68e-5, FIT_SOURCE + " (RTX 3090 rows)"),
-    "ada": ArchConstants("ada", 0.80, 1.68e-5, FIT_SOURCE + " (RTX 6000 Ada rows)"),
+# Maximum Achievable Matmul FLOPS as a fraction of the datasheet dense bf16 peak, measured
+# with mamf-finder.py over thousands of shapes (S. Bekman, "Machine Learning Engineering",
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"):
+# A100 SXM 267.9 of 312 TFLOP/s, H100 SXM 792.1 of 989, B200 SXM 1745 of 2250, MI250X 147.0
+# of 191.5 (one GCD), MI300X 781.9 of 1300. They bound the fitted ETA (a training GEMM is
+# no faster than the best shape); a class with no measurement is bounded by MAMF_DEFAULT.
+MAMF = {
+    "ampere-dc": (0.859, "MAMF A100 SXM 267.9/312 TFLOP/s (Bekman, ml-engineering)"),
+    "hopper": (0.801, "MAMF H100 SXM 792.1/989 TFLOP/s (Bekman, ml-engineering)"),
+    "blackwell": (0.776, "MAMF B200 SXM 1745/2250 TFLOP/s (Bekman, ml-engineering)"),
+    "cdna2": (0.767, "MAMF MI250X 147.0/191.5 TFLOP/s per GCD (Bekman, ml-engineering)"),
+    "cdna3": (0.601, "MAMF MI300X 781.9/1300 TFLOP/s (Bekman, ml-engineering)"),
 }
-# Volta: no row in the file; Shoeybi et al. 2019 (Megatron-LM, sec. 5.1) sustain 39 TFLOP/s
-# on one V100 (30% of its 125 TFLOP/s fp16 peak, recompute counted) for a 1.2B model at
-# 8 x 1024 tokens per micro-batch, where the matmuls are ~85% of the step: 0.30 / 0.85.
-VOLTA = ArchConstants(
-    "volta", 0.35, 1.68e-5, "Megatron-LM (Shoeybi et al. 2019) sec. 5.1: 39 TFLOP/s on one V100; per-kernel cost as fitted"
+MAMF_DEFAULT = (
+    1.0,
+    "no MAMF measured for this class: the datasheet peak, at the rated boost clock (GeForce cards run past it while "
+    "power allows: NVIDIA GA102 whitepaper, RTX 3090 rated 1695 MHz)",
 )
-# Other classes without a published row borrow a fitted one (named in the source).
-BORROWED = {"turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ada", "cdna2": "ampere-dc", "cdna3": "hopper"}
+# Classes without a published row take a fitted class's GEMM fraction (named in `source`):
+# Volta and Turing the A100's (tensor-core fp16 HGEMMs of the same cuBLAS tile kernels;
+# Megatron-LM's 39 TFLOP/s per V100, 30% of the fp16 peak for a whole step of a 1.2B model,
+# Shoeybi et al. 2019 sec. 5.1, is checked against the resulting plan in tests/plan/
+# test_step_time.py), Blackwell and CDNA3 Hopper's, consumer Blackwell Ada's, CDNA2 the A100's.
+BORROWED = {
+    "volta": "ampere-dc",
+    "turing": "ampere-dc",
+    "blackwell": "hopper",
+    "blackwell-consumer": "ada",
+    "cdna2": "ampere-dc",
+    "cdna3": "hopper",
+}
+# fp32 matmuls on CUDA cores (no tensor cores: Volta/Turing fp32, or TF32 off on Ampere+):
+# the same GEMM fraction of the datasheet FP32 peak (V100 15.7 TFLOP/s: NVIDIA Tesla V100
+# datasheet; 8x below its 125 TFLOP/s fp16 tensor peak) as the tensor-core one of theirs.
+# Before, Volta carried a whole-step fraction (Megatron's 30%) as its GEMM fraction, so
+# every other term was counted twice and V100 fp32 came out ~2x too slow.
+FP32_CUDA_CORES = "fp32 on CUDA cores (no tensor cores): of the datasheet FP32 peak"
+CPU_KERNEL_S = 3e-5
+
+
+def _gpu_constants(cls: str) -> ArchConstants:
+    flash = FLASH_RELATIVE_HOPPER if cls in ("hopper", "blackwell") else FLASH_RELATIVE
+    if cls in ETA:
+        return ArchConstants(cls, ETA[cls], KERNEL_S, f"{FIT_SOURCE} ({cls} rows)", flash)
+    other = BORROWED[cls]
+    return ArchConstants(cls, ETA[other], KERNEL_S, f"{FIT_SOURCE}; no published row for {cls}, {other}'s used", flash)
+
+
 # CPU: the peak and bandwidth come from hardware/cpu_probe.py (measured on the machine), so
 # the matmul fraction is of a measured 512^3 matmul rate (0.9: larger GEMMs run a little
 # better, small ones worse, not fitted); the per-op cost is an estimate of eager PyTorch's
@@ -92,7 +141,7 @@ BORROWED = {"turing": "ampere", "blackwell": "hopper", "blackwell-consumer": "ad
 CPU = ArchConstants(
     "cpu",
     0.9,
-    3e-5,
+    CPU_KERNEL_S,
     "CPU: peak and bandwidth measured by hardware/cpu_probe.py; 30 us per op, an estimate checked by benchmarks/time_accuracy.py",
 )
 
@@ -119,13 +168,12 @@ def arch_class(gpu: GPUProfile) -> str:
     return "blackwell" if cc < (12, 0) else "blackwell-consumer"
 
 
-def constants_for(gpu: GPUProfile) -> ArchConstants:
+def constants_for(gpu: GPUProfile, dtype: str | None = None) -> ArchConstants:
+    """The class's constants; `dtype` "fp32" on a GPU: the matmuls run on CUDA cores."""
     cls = arch_class(gpu)
     if cls == "cpu":
         return CPU
-    if cls in FITTED:
-        return FITTED[cls]
-    if cls == "volta":
-        return dataclasses.replace(VOLTA, kernel_s=FITTED["ampere-dc"].kernel_s)
-    other = FITTED[BORROWED[cls]]
-    return dataclasses.replace(other, name=cls, source=f"{other.source}; no published row for {cls}, {other.name}'s used")
+    c = _gpu_constants(cls)
+    if dtype == "fp32":
+        return dataclasses.replace(c, source=f"{c.source}; {FP32_CUDA_CORES}")
+    return c

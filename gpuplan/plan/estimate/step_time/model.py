@@ -157,7 +157,7 @@ def step_time(
     """The step time of `wl` on one `gpu`, by term. `comm`: plan/estimate/communication.py's section;
     `constants`: the class's (default: the fitted ones); `scale`: a calibration's
     {"work": x, "fixed": y} multipliers; `extra`: more named terms to combine."""
-    c = constants or K.constants_for(gpu)
+    c = constants or K.constants_for(gpu, compute_dtype)
     s = build_shape(facts, wl, gpu, compute_dtype)
     peak = peak_tflops * 1e12
     bw = gpu.memory_bandwidth_gbps * 1e9 * (1.0 if s.on_cpu else K.HBM_FRACTION)

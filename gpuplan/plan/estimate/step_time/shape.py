@@ -25,6 +25,19 @@ LAYER_KERNELS_FWD = 44
 BACKWARD_KERNEL_RATIO = 1.95
 ADAPTER_KERNELS_FWD, ADAPTER_KERNELS_BWD = 5, 10
 DEQUANT_KERNELS = 2
+# Eager attention (transformers eager_attention_forward, models/llama and models/gpt2): QK^T,
+# the scaling, the mask add, softmax, the cast back from fp32 softmax, PV: 6 kernels where SDPA
+# runs 1 (the 44 above were profiled with SDPA), and dropout on the probabilities when
+# attention_dropout > 0 (torch.nn.functional.dropout, one fused kernel); backward ~2x each.
+EAGER_ATTENTION_KERNELS_FWD = 5
+# gelu_new, the default activation of GPT-2, GPT-J, GPT-Neo, CodeGen and Phi configs
+# (activation_function / hidden_act "gelu_new"; transformers activations.py NewGELUActivation:
+# 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))): 8 eager kernels where a
+# SiLU or torch GELU is 1. ModelFacts carries no activation, so their model_type stands for it.
+GELU_NEW_KERNELS_FWD = 7
+GELU_NEW_MODELS = frozenset({"gpt2", "gptj", "phi", "codegen", "gpt_neo"})
+# Residual / embedding dropout (GPT-2 resid_pdrop, embd_pdrop): 2 per layer, one fused kernel each.
+HIDDEN_DROPOUTS_PER_LAYER = 2
 HEAD_KERNELS = 26  # embedding, final norm, lm_head, fp32 upcast, cross-entropy, forward (profiled); ~ as many backward
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -76,6 +89,9 @@ class StepShape:
     attention: str  # "flash" | "eager"
     param_tensors: int
     on_cpu: bool
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
 
 
 @lru_cache(maxsize=512)
@@ -139,13 +155,21 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         attention=attention,
         param_tensors=max(len(facts.param_shapes), 9 * facts.num_layers + 3),
         on_cpu=on_cpu,
+        attention_dropout=facts.attention_dropout,
+        hidden_dropout=facts.hidden_dropout,
+        gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,
     )
 
 
 def kernels_per_micro_batch(s: StepShape) -> int:
     """Kernel launches of one micro-batch: forward, backward and the recomputed forward."""
-    fwd = LAYER_KERNELS_FWD + s.adapters_per_layer * ADAPTER_KERNELS_FWD
-    bwd = BACKWARD_KERNEL_RATIO * LAYER_KERNELS_FWD + s.adapters_per_layer * ADAPTER_KERNELS_BWD
+    extra = (
+        (EAGER_ATTENTION_KERNELS_FWD + (s.attention_dropout > 0) if s.attention == "eager" else 0)
+        + (GELU_NEW_KERNELS_FWD if s.gelu_new else 0)
+        + (HIDDEN_DROPOUTS_PER_LAYER if s.hidden_dropout > 0 else 0)
+    )
+    fwd = LAYER_KERNELS_FWD + extra + s.adapters_per_layer * ADAPTER_KERNELS_FWD
+    bwd = BACKWARD_KERNEL_RATIO * (LAYER_KERNELS_FWD + extra) + s.adapters_per_layer * ADAPTER_KERNELS_BWD
     passes = 3 if s.checkpointing else 2
     dequant = DEQUANT_KERNELS * passes * (s.linears_per_layer if s.quantized_params else 0)
     per_layer = fwd * (2 if s.checkpointing else 1) + bwd + dequant

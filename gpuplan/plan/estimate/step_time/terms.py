@@ -27,10 +27,29 @@ ELEMENTWISE_H, ELEMENTWISE_F, BACKWARD_BYTES_RATIO = 14, 3, 2.0
 # fp32 (LlamaForCausalLM: logits.float()); log_softmax and nll_loss read and write them:
 # ~16 bytes per vocabulary entry forward and as many backward.
 LOGITS_BYTES_PER_VOCAB = 32
-# Eager attention (transformers eager_attention_forward): the [b, heads, s, s] scores are
-# written by QK^T, read and written by the fp32 softmax, read by PV: ~16 bytes per score
-# forward, ~32 backward. Flash kernels keep them in SRAM (Dao et al. 2022).
-EAGER_SCORE_BYTES_FWD, EAGER_SCORE_BYTES_BWD = 16, 32
+# gelu_new (shape.GELU_NEW_MODELS): 8 eager kernels over the [tokens, f] activation (pow, 2 mul,
+# add, tanh, add, 2 mul: ~18 f elements read + written) where a fused activation moves ~3 f.
+GELU_NEW_F = 15
+# Residual dropout: 2 per layer, each reads and writes h elements and writes a 1-byte mask
+# (torch native_dropout): ~5 h elements at 2 bytes.
+HIDDEN_DROPOUT_H = 5
+
+
+def eager_score_bytes(act: int, dropout: bool) -> tuple[int, int]:
+    """Bytes per attention score, forward and backward, of transformers' eager_attention_forward
+    (models/llama, models/gpt2): QK^T writes the scores (a B each, the compute dtype); `* scaling`
+    and `+ mask` read and write them; softmax runs in fp32 (softmax(dtype=float32), or autocast's
+    fp32 softmax) and writes 4 B; the cast back reads 4 and writes a; dropout reads a, writes a and
+    a 1-byte mask; PV reads a. Backward: PV's writes dP and reads P, dropout's, the cast's, softmax's
+    (reads the fp32 output and gradient, writes one), the scaling's, and QK^T's read. Flash kernels
+    keep the scores in SRAM (Dao et al. 2022). bf16: 29 B forward, 33 backward with dropout."""
+    cast = act < 4
+    a = act
+    fwd = a + 2 * a + 2 * a + (a + 4) + ((4 + a) if cast else 0) + ((2 * a + 1) if dropout else 0) + a
+    bwd = 2 * a + ((2 * a + 1) if dropout else 0) + ((a + 4) if cast else 0) + 12 + 2 * a + a
+    return fwd, bwd
+
+
 # FlashAttention-2's backward runs 5 matmuls to the forward's 2 (Dao 2023, algorithm 2).
 FLASH_BACKWARD_RATIO = 2.5
 
@@ -116,7 +135,7 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
     if s.attention == "flash":
         fwd = per_layer / 2  # causal: the kernel skips the masked half
         flops = s.layers * fwd * (passes + FLASH_BACKWARD_RATIO)
-        t = flops / (gemm_efficiency(c, s.tokens) * K.FLASH_RELATIVE * peak)
+        t = flops / (gemm_efficiency(c, s.tokens) * c.flash_relative * peak)
         return [
             Term(
                 "attention (flash, causal)",
@@ -125,13 +144,14 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
                 "micro-batch",
                 "device",
                 "2 b s^2 heads head_dim per layer forward (half of 4bs^2d: causal), backward 2.5x, "
-                f"at {K.FLASH_RELATIVE:.0%} of the GEMM efficiency",
+                f"at {c.flash_relative:.0%} of the GEMM efficiency",
                 "Dao 2023, FlashAttention-2",
             )
         ]
     flops = s.layers * per_layer * (passes + 2)
     scores = s.layers * s.batch * s.heads * s.seq_len**2
-    traffic = scores * (EAGER_SCORE_BYTES_FWD * passes + EAGER_SCORE_BYTES_BWD)
+    score_fwd, score_bwd = eager_score_bytes(s.act_bytes, s.attention_dropout > 0)
+    traffic = scores * (score_fwd * passes + score_bwd)
     return [
         Term(
             "attention (eager)",
@@ -148,8 +168,8 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
             traffic / bw,
             "micro-batch",
             "device",
-            "b heads s^2 scores x (16 B forward + 32 B backward) per layer / BW",
-            "transformers eager attention",
+            f"b heads s^2 scores x ({score_fwd} B forward + {score_bwd} B backward) per layer / BW",
+            "transformers eager_attention_forward: scale, mask, fp32 softmax, cast, dropout",
         ),
     ]
 
@@ -158,7 +178,9 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
     """Elementwise activations, LoRA's adapter ops, logits/CE, autocast casts, gradient
     accumulation and QLoRA's dequantization, per micro-batch, over the memory bandwidth."""
     passes = (2 if s.checkpointing else 1) + BACKWARD_BYTES_RATIO
-    per_token = s.layers * (ELEMENTWISE_H * s.hidden + ELEMENTWISE_F * s.intermediate + s.adapter_io)
+    per_layer_h = ELEMENTWISE_H + (HIDDEN_DROPOUT_H if s.hidden_dropout > 0 else 0)
+    per_layer_f = ELEMENTWISE_F + (GELU_NEW_F if s.gelu_new else 0)
+    per_token = s.layers * (per_layer_h * s.hidden + per_layer_f * s.intermediate + s.adapter_io)
     out = [
         Term(
             "elementwise activations",
@@ -166,9 +188,8 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
             s.tokens * per_token * s.act_bytes * passes / bw,
             "micro-batch",
             "device",
-            f"m x L x ({ELEMENTWISE_H}h + {ELEMENTWISE_F}f + adapter 2 in + 5 out) "
-            "elements x bytes x (forward + recompute + 2 backward) / BW",
-            "transformers LlamaDecoderLayer, peft",
+            f"m x L x ({per_layer_h}h + {per_layer_f}f + adapter 2 in + 5 out) elements x bytes x (forward + recompute + 2 backward) / BW",
+            "transformers LlamaDecoderLayer; GPT-2's gelu_new and residual dropout; peft",
         )
     ]
     if s.vocab:
