@@ -379,7 +379,7 @@ def test_mixtral_time_counts_active_parameters_and_memory_all(tmp_path):  # item
     import json
 
     from gpuplan.modelinfo import model_facts
-    from gpuplan.plan.estimate.throughput import flops_per_token
+    from gpuplan.plan.estimate.flops import flops_per_token
 
     facts = model_facts(json.loads((MODELS / "mixtral-8x7b-v0.1.json").read_text()), "causal-lm")
     assert facts.n_params == pytest.approx(46.7e9, rel=0.01)

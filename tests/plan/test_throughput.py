@@ -8,8 +8,9 @@ import pytest
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.flops import flops_per_token, matmul_params
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.estimate.throughput import estimate_throughput, flops_per_token, matmul_params
+from gpuplan.plan.estimate.throughput import estimate_throughput
 
 # Llama-3.1-8B (config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads, head_dim
 # 128, intermediate 14336, vocab 128256, untied). Parameters by hand:

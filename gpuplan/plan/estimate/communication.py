@@ -89,7 +89,7 @@ def communication(
     if wl.adapters is not None and wl.zero_stage == 3:
         # a sharded frozen base is all-gathered in forward and backward like any other
         # parameter (4-bit where QLoRA quantized it); only the adapters' gradients are reduced
-        from gpuplan.plan.estimate.throughput import matmul_params
+        from gpuplan.plan.estimate.flops import matmul_params
 
         body = matmul_params(facts)[0] - matmul_params(facts)[1]
         stored = DTYPE_BYTES[wl.weight_dtype]

@@ -75,7 +75,7 @@ EIGHT_BIT_OPTIMIZER = SaverSpec(
 
 def flops_per_token_at(p: FitProblem) -> float:
     """Hardware FLOPs per token without recomputation (estimate/throughput.py): what slowdowns divide."""
-    from gpuplan.plan.estimate.throughput import flops_per_token
+    from gpuplan.plan.estimate.flops import flops_per_token
 
     return flops_per_token(p.facts, p.base.seq_len, False, method_of(p.base.adapters).frozen_base)[1]
 

@@ -109,7 +109,7 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
 
 
 def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
-    from gpuplan.plan.estimate.throughput import matmul_params  # the 6N term's N, one definition
+    from gpuplan.plan.estimate.flops import matmul_params  # the 6N term's N, one definition
 
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
