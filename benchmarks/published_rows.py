@@ -4,7 +4,7 @@ Each usable row is planned with that run's own settings (model shape from its
 config.json, method, LoRA rank and targets, precision, micro-batch, accumulation,
 sequence length, checkpointing, attention, sharding, GPUs and nodes) through the
 plan's own throughput function (plan/estimate/throughput.py estimate_throughput, the step-time
-model, with plan/estimate/communication.py's section). No row, model or source is special-cased:
+model, with plan/estimate/comm_time.py's section). No row, model or source is special-cased:
 the reasons a row is left out are general (see `why_left_out`).
 
 Model shapes (config.json of each Hub repo, as published): Llama-2 7B/70B, Llama-3.1
@@ -23,7 +23,7 @@ from gpuplan.hardware.catalog import load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.count import model_facts
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.throughput import estimate_throughput
 

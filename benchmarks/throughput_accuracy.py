@@ -2,7 +2,7 @@
 
 Every usable row of published-throughput.json is planned with that run's own settings
 (benchmarks/published_rows.py: the plan's estimate_throughput, the step-time model with
-plan/estimate/communication.py's collectives) and its tokens/s per GPU compared with the
+plan/estimate/comm_volumes.py's collectives) and its tokens/s per GPU compared with the
 measured one. Prints plan vs measured per row, the median and max |error| per source
 and overall, and the rows left out with the reason; writes its section of
 benchmarks/RESULTS.md. Targets (issue 21): median <= 20% overall, no source median

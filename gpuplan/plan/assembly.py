@@ -88,7 +88,7 @@ def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: b
 
 def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> ThroughputSection:
     """Attach the data-parallel communication section; the step-time model already priced
-    it (plan/estimate/step_time/links.py), so compute_step_time_s is the step without what of it
+    it (plan/estimate/comm_time.py), so compute_step_time_s is the step without what of it
     compute does not hide."""
     step = throughput.step_time_s
     if step is None:
@@ -104,7 +104,7 @@ def with_communication(throughput: ThroughputSection, comm: dict[str, Any]) -> T
                 f"the step time includes {exposed:.3g} s of data-parallel communication that compute does not hide"
                 if exposed
                 else f"the {comm['time_s']:.3g} s of data-parallel communication per step hide behind compute "
-                "(overlapped: plan/estimate/step_time/links.py)",
+                "(overlapped: plan/estimate/comm_time.py)",
             ),
         )
     return out

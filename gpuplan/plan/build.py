@@ -29,7 +29,7 @@ from gpuplan.plan.checks.data_files import data_file_problems
 from gpuplan.plan.engine.graph import Node, rule_order, writers
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
-from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.interval import time_interval
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput

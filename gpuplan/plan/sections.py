@@ -218,7 +218,7 @@ class MemorySection:
 
 @dataclass(frozen=True)
 class ThroughputSection:
-    """Step time and tokens per second (gpuplan.plan.estimate.throughput, gpuplan.plan.estimate.communication)."""
+    """Step time and tokens per second (gpuplan.plan.estimate.throughput, gpuplan.plan.estimate.comm_time)."""
 
     SECTION: ClassVar[str] = "throughput"
 

@@ -1,4 +1,4 @@
-"""The bytes the data-parallel collectives move (plan/estimate/communication.py), issue 30 item 12:
+"""The bytes the data-parallel collectives move (plan/estimate/comm_volumes.py, their seconds comm_time.py), issue 30 item 12:
 priced in what the collectives carry, and FSDP2 shard_grad_op's gather per micro-batch."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import pytest
 
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts, read_config
-from gpuplan.plan.estimate.communication import communication
+from gpuplan.plan.estimate.comm_time import communication, sharded_step_terms
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.estimate.sharded_time import sharded_step_terms
 from tests.helpers.planning import MODELS
 
 FACTS = model_facts(read_config(str(MODELS / "llama-3.1-8b.json")), "causal-lm", 2)
@@ -55,7 +54,7 @@ def test_fsdp_shard_grad_op_gathers_every_micro_batch():
     comm = _comm(wl)
     assert comm["bytes_per_gpu_per_step"] == int(2 * 7 / 8 * P * 2 * 4)  # (gather + reduce-scatter) x accum 4
     assert "per micro-batch" in comm["formula"] and "accum + 1" not in comm["formula"]
-    # the same volume as the per-collective terms of plan/estimate/sharded_time.py
+    # the same volume as the per-collective terms of plan/estimate/comm_time.py
     terms = sharded_step_terms(FACTS, wl, H100, count=8, nodes=1)
     seconds = terms["all_gather_s"] + terms["reduce_scatter_s"]
     assert seconds * comm["link_gbyte_per_s"] * 1e9 == pytest.approx(comm["bytes_per_gpu_per_step"], rel=1e-6)

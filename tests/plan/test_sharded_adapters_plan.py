@@ -1,6 +1,6 @@
 """LoRA / QLoRA under FSDP and DeepSpeed ZeRO planned part by part, host RAM per node, and the time terms.
 
-Torch-free: the analytic model (memory/adapters_sharded.py, memory/host.py, plan/estimate/sharded_time.py) and
+Torch-free: the analytic model (memory/adapters_sharded.py, memory/host.py, plan/estimate/comm_time.py) and
 whole plans of specs written here.
 """
 
@@ -14,10 +14,10 @@ import pytest
 from gpuplan.hardware.catalog import lookup
 from gpuplan.modelinfo import model_facts, read_config
 from gpuplan.modelinfo.lora_targets import resolve_targets
+from gpuplan.plan.estimate.comm_time import TERMS, sharded_step_terms
 from gpuplan.plan.estimate.memory.adapters_sharded import base_parts, sharded_adapter_states
 from gpuplan.plan.estimate.memory.estimate import estimate_memory
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
-from gpuplan.plan.estimate.sharded_time import TERMS, sharded_step_terms
 from gpuplan.plan.types import PlanError
 from tests.helpers.planning import ENV, MODELS, SPECS, plan_text
 

@@ -112,7 +112,7 @@ def estimate_throughput(
     memory-bound work, optimizer, fixed costs, communication and offload, combined
     phase by phase); `step_time` carries its terms and `utilisation` is what it
     implies (FLOPs / (step time x GPUs x peak)). world_size: data-parallel ranks;
-    comm: plan/estimate/communication.py's section, priced as the model's communication term;
+    comm: plan/estimate/comm_time.py's section, priced as the model's communication term;
     scale: a calibration's multipliers of the model's terms (plan/estimate/calibration.py);
     extra_terms: more named terms (a saver's cost, sharded adapters' gathers).
     utilisation: a GIVEN fraction of the dense peak instead of the model (step time =

@@ -6,7 +6,6 @@ them is plan/checks/fixed_costs.py.
 constants.py  per-architecture-class and global constants (fitted ones name their rows)
 shape.py      the counts one device works through per micro-batch (tokens, params, kernels)
 terms.py      matmuls, attention, memory-bound work, optimizer, fixed costs: cited formulas
-links.py      collectives and CPU offload over the links
 model.py      the terms combined phase by phase (roofline), shares and what bounds the step
 """
 

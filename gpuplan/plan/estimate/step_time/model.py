@@ -7,7 +7,7 @@ the longer of its FLOPs at the achievable rate and its weight reads over the ban
 asynchronously: the host's launch cost overlaps the device's work, so a micro-batch
 takes max(device work, host launch time); small micro-batches of a large layer count
 are launch-bound (Qwen README: "~1.0 s/it" rows). Collectives run on their own stream
-beside compute (plan/estimate/step_time/links.py): max() again. Serial terms (ZeRO-3 hooks,
+beside compute (plan/estimate/comm_time.py): max() again. Serial terms (ZeRO-3 hooks,
 CPU offload copies, the optimizer step, the Trainer's per-step work) add. So
 
     micro-batch = max(device, host, link_per_micro_batch) + serial_per_micro_batch
@@ -31,9 +31,9 @@ from typing import Any
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.comm_time import communication_terms, offload_terms
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.step_time import constants as K
-from gpuplan.plan.estimate.step_time.links import communication_terms, offload_terms
 from gpuplan.plan.estimate.step_time.shape import build_shape
 from gpuplan.plan.estimate.step_time.terms import (
     Term,
@@ -154,7 +154,7 @@ def step_time(
     scale: Mapping[str, float] | None = None,
     extra: Sequence[Term] = (),
 ) -> StepTime:
-    """The step time of `wl` on one `gpu`, by term. `comm`: plan/estimate/communication.py's section;
+    """The step time of `wl` on one `gpu`, by term. `comm`: plan/estimate/comm_time.py's section;
     `constants`: the class's (default: the fitted ones); `scale`: a calibration's
     {"work": x, "fixed": y} multipliers; `extra`: more named terms to combine."""
     c = constants or K.constants_for(gpu, compute_dtype)

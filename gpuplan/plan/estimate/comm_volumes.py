@@ -1,4 +1,4 @@
-"""Data-parallel communication per optimizer step: bytes each GPU sends and the time it takes.
+"""Data-parallel communication per optimizer step: the bytes each GPU moves (their time is comm_time.py).
 
 Ring collectives (Patarasuk & Yuan 2009; NCCL's bus-bandwidth model): an all-reduce
 moves 2(N-1)/N of the buffer per GPU, a reduce-scatter or an all-gather (N-1)/N.
@@ -21,36 +21,28 @@ utils/fsdp_utils.py fsdp2_prepare_model over fp32 master parameters), and DeepSp
 engine holds 16-bit parameters and gradients: 2 bytes for an fp32 master copy too. DDP reduces
 the parameters' own gradients (fp32 under AMP): the stored dtype.
 HYBRID_SHARD: ZeRO-3 inside a node, plus an all-reduce of each GPU's gradient shard
-across nodes. Bandwidth: NVLink (or PCIe) inside one node; across nodes the network,
-assuming one NIC per GPU as on HGX/DGX nodes. The time here assumes no overlap with
-compute; the step-time model (plan/estimate/step_time/links.py) overlaps it as it says.
+across nodes.
+
+Sharded engines collective by collective (sharded_volumes; a LoRA base under FSDP / ZeRO-3), whose
+seconds plan/estimate/comm_time.py prices term by term:
+- FSDP2 (torch fsdp/_fully_shard, what apply runs): each unit is all-gathered in its forward and,
+  under FULL_SHARD (reshard_after_forward=True), again in its backward; the tail unit
+  (reshard_after_forward=False, accelerate fsdp2_prepare_model) and SHARD_GRAD_OP units once per
+  micro-batch. Gradients of trainable tensors are reduce-scattered every micro-batch (apply's
+  sync_each_batch, plan/estimate/memory/sharding.py). Frozen tensors (a LoRA base) are gathered but have
+  no gradient to reduce.
+- DeepSpeed ZeRO-3: each module's partitions are all-gathered for its forward and its backward;
+  the 16-bit gradients are reduce-scattered into the partitions (runtime/zero/stage3.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
-from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.methods import method_of
-
-DEFAULT_NETWORK = "InfiniBand-NDR"
-
-
-def bandwidth_gbps(
-    gpu: GPUProfile, nodes: int, interconnect: str, network: str, networks: Mapping[str, Mapping[str, float]]
-) -> tuple[float, str]:
-    """(GB/s per GPU of the slowest link the collective crosses, its name)."""
-    if nodes > 1:
-        name = next((n for n in networks if n.lower() == network.lower()), DEFAULT_NETWORK) if network != "auto" else DEFAULT_NETWORK
-        return networks[name]["gbyte_per_s"], name
-    links = gpu.interconnect
-    if interconnect == "pcie" or "nvlink" not in links:
-        return links.get("pcie", 16.0), "PCIe"
-    return links["nvlink"], "NVLink"
 
 
 def collective_bytes(wl: Workload) -> int:
@@ -60,22 +52,18 @@ def collective_bytes(wl: Workload) -> int:
     return DTYPE_BYTES[wl.weight_dtype]
 
 
-def communication(
-    facts: ModelFacts,
-    wl: Workload,
-    gpu: GPUProfile,
-    *,
-    count: int,
-    nodes: int,
-    interconnect: str = "auto",
-    network: str = "auto",
-    networks: Mapping[str, Mapping[str, float]] | None = None,
-) -> dict[str, Any]:
-    world = count * nodes
-    if world == 1 or wl.engine == "none":
-        return {"bytes_per_gpu_per_step": 0, "time_s": 0.0, "link": None, "formula": "single device: none"}
-    if wl.adapters is not None and wl.engine in ("fsdp", "deepspeed"):
-        return _sharded_adapters(facts, wl, gpu, count=count, nodes=nodes, interconnect=interconnect, network=network, networks=networks)
+@dataclass(frozen=True)
+class Volume:
+    """What a full fine-tune's (or a DDP / ZeRO LoRA run's) collectives move per GPU per optimizer step."""
+
+    bytes_per_gpu: float
+    formula: str
+    group: int  # the GPUs of one collective: the shard group under ZeRO, else every GPU
+    cross_node_bytes: float = 0.0  # HYBRID_SHARD: each GPU's gradient shard all-reduced across nodes
+
+
+def dense_volume(facts: ModelFacts, wl: Workload, *, world: int, nodes: int) -> Volume:
+    """The bytes of the module docstring's table for `wl` on `world` GPUs over `nodes` nodes."""
     p_bytes = facts.n_params * collective_bytes(wl)
     if method_of(wl.adapters).frozen_base:
         # LoRA/QLoRA: DDP all-reduces only the trainable tensors' gradients (fp32 adapters)
@@ -109,51 +97,34 @@ def communication(
         formula = "reduce-scatter per micro-batch + all-gather per step: (N-1)/N x P x b x (accum + 1)"
     else:
         volume, formula = 3 * ring * p_bytes * accum, "2 all-gathers + reduce-scatter per micro-batch: 3(N-1)/N x P x b x accum"
-    bw, link = bandwidth_gbps(gpu, 1 if n <= count else nodes, interconnect, network, networks or {})
-    time_s = volume / (bw * 1e9)
-    out = {"bytes_per_gpu_per_step": int(volume), "link": link, "link_gbyte_per_s": bw, "formula": formula}
-    if wl.zero_stage == 3 and n < world:  # hybrid: shards replicated across nodes
-        cross = 2 * (nodes - 1) / nodes * p_bytes / n
-        cbw, clink = bandwidth_gbps(gpu, nodes, interconnect, network, networks or {})
-        time_s += cross / (cbw * 1e9)
-        out["cross_node_bytes_per_gpu_per_step"] = int(cross)
-        out["cross_node_link"] = clink
-        out["cross_link_gbyte_per_s"] = cbw
-    if wl.engine == "fsdp" and wl.gradient_checkpointing:
-        out["activation_checkpointing"] = (
-            "FSDP's own (fsdp_config): each unit recomputes inside its backward, whose all-gather is counted above; no extra traffic"
-        )
-    out["time_s"] = time_s
-    out["assumption"] = (
-        "ring collectives at the link's datasheet bandwidth; the step time overlaps them with compute (plan/estimate/step_time/links.py)"
-    )
-    return out
+    cross = 2 * (nodes - 1) / nodes * p_bytes / n if wl.zero_stage == 3 and n < world else 0.0
+    return Volume(volume, formula, n, cross)
 
 
-def _sharded_adapters(facts: ModelFacts, wl: Workload, gpu: GPUProfile, **link: Any) -> dict[str, Any]:
-    """LoRA/QLoRA under FSDP or ZeRO-3: the frozen base is gathered too (estimate/sharded_time.py, named terms)."""
-    from gpuplan.plan.estimate.sharded_time import _volumes, describe, sharded_step_terms
-
-    terms = sharded_step_terms(facts, wl, gpu, **link)
+def sharded_volumes(facts: ModelFacts, wl: Workload) -> tuple[int, int, int, int]:
+    """(bytes all-gathered per micro-batch, gradient bytes reduce-scattered per micro-batch,
+    this rank's shard bytes copied to the GPU per micro-batch, trainable values on this rank)."""
     n = max(wl.shard_world_size, 1)
-    gathered, grads, _, _ = _volumes(facts, wl)
+    cb = 2 if wl.amp is not None or wl.engine == "deepspeed" else {"float32": 4}.get(wl.weight_dtype, 2)
+    if wl.adapters is not None:
+        from gpuplan.plan.estimate.memory.adapters import adapter_layout
+        from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
+        from gpuplan.plan.estimate.memory.states import optimizer_kind
+
+        lay = adapter_layout(facts, wl.adapters)
+        sh = sharded_adapter_states(facts, wl, lay.adapter_params, lay.saved_params, lay.adapter_shapes, optimizer_kind(wl.optim)[0])
+        trainable = lay.adapter_params + lay.saved_params
+        # each all-gather first copies this rank's 1/N of what it gathers to the GPU (with offload)
+        return sh.gathered_per_step, cb * trainable, sh.gathered_per_step // n, -(-trainable // n)
+    p = facts.n_params
+    gathers = 2 if wl.zero_stage >= 3 else (1 if wl.engine == "fsdp" else 0)
+    return gathers * cb * p, cb * p, gathers * cb * p // n, -(-p // n)
+
+
+def sharded_step_volume(facts: ModelFacts, wl: Workload) -> float:
+    """Bytes through each GPU's link per optimizer step of a sharded adapter run: every micro-batch's
+    all-gathers (FSDP, ZeRO-3) and the reduce-scatter of the trainable gradients, (N-1)/N of each."""
+    n = max(wl.shard_world_size, 1)
+    gathered, grads, _, _ = sharded_volumes(facts, wl)
     accum = max(wl.gradient_accumulation_steps, 1)
-    volume = accum * (n - 1) / n * ((gathered if wl.engine == "fsdp" or wl.zero_stage == 3 else 0) + grads)
-    bw, name = bandwidth_gbps(
-        gpu,
-        1 if n <= link["count"] else link["nodes"],
-        link.get("interconnect", "auto"),
-        link.get("network", "auto"),
-        link.get("networks") or {},
-    )
-    return {
-        "bytes_per_gpu_per_step": int(volume),
-        "link": name,
-        "link_gbyte_per_s": bw,
-        "formula": "all-gathers of the frozen base and adapters per unit + reduce-scatter of the adapters' "
-        "gradients, every micro-batch; with offload the host-link copies and the CPU optimizer step",
-        "terms": terms,
-        "time_s": sum(terms.values()),
-        "assumption": "ring collectives at the link's datasheet bandwidth, host copies at the PCIe figure, "
-        f"no overlap (upper bound): {describe(terms) or 'none'}",
-    }
+    return accum * (n - 1) / n * ((gathered if wl.engine == "fsdp" or wl.zero_stage == 3 else 0) + grads)
