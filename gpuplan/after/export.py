@@ -50,9 +50,9 @@ def export_dtype(run: FinishedRun, asked: str | None) -> str:
             raise UserError(f"--dtype {asked!r} is not one of {', '.join(DTYPES)}")
         return asked  # float32 for qlora is a wider copy than 16-bit: fine too, never the 4-bit one
     if run.method == "qlora":
-        compute = run.plan.get("quantization.bnb_4bit_compute_dtype")
+        compute = run.plan.resolved.quantization.bnb_4bit_compute_dtype
         return compute if compute in ("bfloat16", "float16") else "bfloat16"
-    return str(run.plan.value("model.dtype"))
+    return str(run.plan.resolved.model.dtype)
 
 
 def instruction_chat_template(prompt_template: str) -> str:
@@ -73,12 +73,12 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
     from gpuplan.hub.fetch import model_dir
 
     plan = run.plan
-    cls = _auto_class(plan.value("model.task"))
+    cls = _auto_class(plan.resolved.model.task)
     common = {
         "dtype": getattr(torch, dtype),
         "local_files_only": True,
         "use_safetensors": True,
-        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+        "trust_remote_code": plan.resolved.model.trust_remote_code,
     }
     if run.method == "full" or run.merged_dir is not None:
         src = run.merged_dir or run.weights_dir
@@ -101,13 +101,13 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
 
     disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
     tokenizer = load_tokenizer_of(run)
-    fmt = run.plan.get("data.format") or "text"
+    fmt = run.plan.resolved.data.format
     if fmt == "chat":
         from gpuplan.apply.chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(run.plan, tokenizer)
     elif fmt == "instruction":
-        tokenizer.chat_template = instruction_chat_template(run.plan.value("data.prompt_template"))
+        tokenizer.chat_template = instruction_chat_template(run.plan.resolved.data.prompt_template)
     model, source = merged_model(run, dtype)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = True  # serving wants the KV cache (packed training turned it off)

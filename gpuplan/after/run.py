@@ -31,7 +31,7 @@ class FinishedRun:
 
     @property
     def method(self) -> str:
-        return self.plan.get("model.method") or "full"
+        return self.plan.resolved.model.method.name
 
     @property
     def merged_dir(self) -> str | None:
@@ -62,10 +62,11 @@ def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
     writes to this dir; otherwise (the spec moved, or now names another output.dir) the run's own plan
     alone, [eval] keys as they were when it trained."""
     from gpuplan.lifecycle.state import STATE_FILE, load_state
+    from gpuplan.plan.inputs.spec_settings import output_dir
 
     if not os.path.isdir(target):
         settings = spec_settings(target)
-        return target, str(settings["output.dir"].value), settings
+        return target, output_dir(settings), settings
     state = load_state(target)
     if state is None:
         raise _error(
@@ -78,7 +79,7 @@ def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
             current: dict[str, Any] | None = spec_settings(recorded)
         except GpuplanError:  # the spec was edited into one that no longer loads: the run's own plan
             current = None
-        if current is not None and os.path.realpath(str(current["output.dir"].value)) == os.path.realpath(target):
+        if current is not None and os.path.realpath(output_dir(current)) == os.path.realpath(target):
             return recorded, target, current
     return recorded or target, target, None
 
@@ -133,10 +134,7 @@ def finished_run(target: str, checkpoint: int | None = None, *, command: str) ->
 def with_eval_settings(plan: Plan, settings: dict[str, Any]) -> Plan:
     """The trained plan with the spec's [eval] keys as they are now: they score a run, not train it,
     so a task added after the run counts. ([eval] sample_prompts of the run are in metrics.jsonl.)"""
-    import dataclasses
-
-    fresh = {k: v for k, v in settings.items() if k.startswith("eval.")}
-    return dataclasses.replace(plan, settings={**plan.settings, **fresh})
+    return plan.with_settings({k: v for k, v in settings.items() if k.startswith("eval.")})
 
 
 def checkpoints(output_dir: str) -> list[int]:

@@ -31,14 +31,27 @@ from typing import Any
 
 from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
 from gpuplan.plan.checks.preference_rows import report_diagnostics
-from gpuplan.plan.objectives import Objective, computes_kl, objective
+from gpuplan.plan.objectives import Objective, computes_kl
+from gpuplan.plan.resolved import PreferenceRun
 from gpuplan.plan.types import Plan
 
 from .errors import ApplyError
 
 
 def objective_of(plan: Plan) -> Objective:
-    return objective(plan.get("training.objective"))
+    return plan.resolved.training.objective
+
+
+def preference_run(plan: Plan) -> PreferenceRun:
+    """The [preference] settings of a preference plan, every one resolved (plan/resolved.py)."""
+    run = plan.resolved.preference_run
+    if run is None:
+        raise ApplyError(
+            f"training.objective = {plan.resolved.training.objective.name!r} trains no preference objective",
+            key="training.objective",
+            fix='re-run `gpuplan plan` on a spec with training.objective = "dpo" or "kto"',
+        )
+    return run
 
 
 def uses_preference(plan: Plan) -> bool:
@@ -50,7 +63,7 @@ def _prompt_counter(plan: Plan, tokenizer: Any):
     tokens; conversational prompts through the chat template with the generation prompt)."""
     from trl.data_utils import _tokenize
 
-    if plan.get("data.format") == "chat":
+    if plan.resolved.data.format == "chat":
         from .chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(plan, tokenizer)
@@ -97,10 +110,10 @@ def check_rows(plan: Plan, tokenizer: Any) -> None:
 
     obj = objective_of(plan)
     count = _prompt_counter(plan, tokenizer)
-    limit = int(plan.value("preference.max_prompt_length"))
+    limit = preference_run(plan).max_prompt_length
     splits = [("data.train_files", train_paths(plan))]
-    if plan.get("data.eval_files"):
-        splits.append(("data.eval_files", list(plan.value("data.eval_files"))))
+    if plan.resolved.data.eval_files:
+        splits.append(("data.eval_files", list(plan.resolved.data.eval_files)))
     problems = []
     with tempfile.TemporaryDirectory(prefix="gpuplan-rows-") as cache:  # nothing in output.dir yet
         for key, paths in splits:
@@ -122,8 +135,8 @@ def check_before_run(plan: Plan) -> None:
     tokenizer = load_tokenizer(
         model_dir(plan),
         task="causal-lm",
-        from_scratch=bool(plan.value("model.from_scratch")),
-        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+        from_scratch=plan.resolved.model.from_scratch,
+        trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     check_rows(plan, tokenizer)
 
@@ -131,11 +144,12 @@ def check_before_run(plan: Plan) -> None:
 def config_kwargs(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
     """The TrainingArguments kwargs plus the objective's DPOConfig / KTOConfig fields."""
     out = dict(base)
+    pref = preference_run(plan)
     out.update(
-        beta=float(plan.value("preference.beta")),
-        loss_type=plan.value("preference.loss_type"),
-        max_length=int(plan.value("preference.max_length")),
-        precompute_ref_log_probs=plan.value("preference.reference") == "precomputed",
+        beta=pref.beta,
+        loss_type=pref.loss_type,
+        max_length=pref.max_length,
+        precompute_ref_log_probs=pref.reference == "precomputed",
     )
     if objective_of(plan).name == "kto":
         out["train_sampling_strategy"] = train_sampling(plan)
@@ -149,7 +163,7 @@ def train_sampling(plan: Plan) -> str:
     kto_trainer.py `__init__`; `_prepare_dataset` rotates the completions within each per-device batch).
     Those keep it, and their rows are shuffled once before TRL batches them (shuffled_rows). apo_zero_unpaired
     has no KL term: the Trainer's random sampler, seeded by training.seed and reshuffled every epoch, as SFT's."""
-    return "sequential" if computes_kl("kto", plan.value("preference.loss_type")) else "random"
+    return "sequential" if computes_kl("kto", preference_run(plan).loss_type) else "random"
 
 
 def shuffled_rows(plan: Plan, train: Any) -> Any:
@@ -160,7 +174,7 @@ def shuffled_rows(plan: Plan, train: Any) -> Any:
     that order. Other objectives and apo_zero_unpaired: the Trainer's seeded random sampler."""
     if objective_of(plan).name != "kto" or train_sampling(plan) != "sequential":
         return train
-    return train.shuffle(seed=int(plan.value("training.seed"))).flatten_indices()
+    return train.shuffle(seed=plan.resolved.training.seed).flatten_indices()
 
 
 def _compute_dtype(plan: Plan) -> Any:
@@ -168,9 +182,9 @@ def _compute_dtype(plan: Plan) -> Any:
 
     from .convert import torch_dtype
 
-    if plan.value("training.bf16"):
+    if plan.resolved.training.bf16:
         return torch.bfloat16
-    if plan.value("training.fp16"):
+    if plan.resolved.training.fp16:
         return torch.float16
     return torch_dtype(plan)
 
@@ -179,15 +193,15 @@ def reference_model(plan: Plan, model: Any) -> Any | None:
     """The frozen reference the plan chose; None when TRL needs none (adapters off, precomputed)."""
     from . import adapters
 
-    ref = plan.value("preference.reference")
+    ref = preference_run(plan).reference
     dtype = _compute_dtype(plan) if adapters.uses_adapters(plan) else model.dtype  # memory/preference.py reference_element_bytes
     if ref == "copy":
         out = copy.deepcopy(model)  # the starting weights, before the first step, in the policy's dtype
     elif ref == "model":
         from transformers import AutoModelForCausalLM
 
-        path = plan.value("preference.reference_model")
-        if not os.path.isdir(path):
+        path = preference_run(plan).reference_model
+        if path is None or not os.path.isdir(path):
             raise ApplyError(
                 f"preference.reference_model = {path!r}: no such model directory",
                 key="preference.reference_model",
@@ -209,7 +223,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     from .convert import refusal_fix
 
     obj = objective_of(plan)
-    if plan.get("data.format") == "chat":
+    if plan.resolved.data.format == "chat":
         from .chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(plan, tokenizer)  # TRL renders conversational rows with it
@@ -228,7 +242,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     if adapters.uses_adapters(plan):
         # adapters-off needs no reference (TRL disables the adapters); a separate model is loaded
         # as the plan counted it (rules/preference.py), and TRL then uses it instead
-        if plan.value("preference.reference") == "model":
+        if preference_run(plan).reference == "model":
             ref = reference_model(plan, model)
         model = adapters.prepare_base(plan, model)
         peft_config = adapters.lora_config(plan)
@@ -252,7 +266,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
         fp32_adapters(trainer.model)
     if adapters.uses_adapters(plan):
-        adapter_dropout(trainer.model, float(plan.value("lora.lora_dropout")))
+        adapter_dropout(trainer.model, plan.resolved.lora.lora_dropout)
     return trainer
 
 

@@ -23,12 +23,12 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     from trl.data_utils import _tokenize, common_prefix_length, is_conversational
 
     from .data import cache_dir, load_rows, train_paths
-    from .preference import check_rows, objective_of
+    from .preference import check_rows, objective_of, preference_run
 
     obj = objective_of(plan)
     check_rows(plan, tokenizer)  # an unusable row is an error here as in apply
     raw, _ = load_rows(train_paths(plan), "data.train_files", cache_dir(plan))
-    limit = int(plan.value("preference.max_length"))
+    limit = preference_run(plan).max_length
     # kto on pairs: each row's chosen and rejected completions, the two examples TRL unpairs it into
     # (apply/preference.py unpaired), shown row by row
     paired = obj.name == "kto" and {"chosen", "rejected"} <= set(raw.column_names)

@@ -33,7 +33,7 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     from .examples import build
     from .tokenizer import load_tokenizer
 
-    task = plan.value("model.task")
+    task = plan.resolved.model.task
     if task != "causal-lm":
         raise ApplyError(
             f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks drawn at random, nothing to mark"
@@ -45,8 +45,8 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     tokenizer = load_tokenizer(
         local_model_dir(plan),
         task=task,
-        from_scratch=bool(plan.value("model.from_scratch")),
-        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+        from_scratch=plan.resolved.model.from_scratch,
+        trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     from .preference import uses_preference
 
@@ -61,8 +61,8 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
         fmt = text_formatter(_text_field(plan, builder))
     for key, column in fmt.fields:
         _check_field(raw, column, key, paths, builder)
-    seq_len = int(plan.value("data.seq_len"))
-    packing = bool(plan.value("data.packing"))
+    seq_len = plan.resolved.data.seq_len
+    packing = plan.resolved.data.packing
     if fmt.fmt == "text" and packing:
         return _text_packed(raw, fmt, tokenizer, seq_len, n_examples)
     kept, _, stats = build(raw, fmt, tokenizer, seq_len, packing)

@@ -37,6 +37,7 @@ __all__ = [
     "LoraSettings",
     "ModelSettings",
     "OutputSettings",
+    "PreferenceRun",
     "PreferenceSettings",
     "QuantizationSettings",
     "Resolved",
@@ -230,6 +231,28 @@ class PreferenceSettings:
 
 
 @dataclass(frozen=True)
+class PreferenceRun:
+    """[preference] of a plan whose objective is one (dpo, kto): every value the trainer needs, set."""
+
+    beta: float
+    loss_type: str
+    max_length: int
+    max_prompt_length: int
+    reference: Literal["model", "copy", "adapters-off", "precomputed"]
+    reference_model: str | None
+
+
+def _preference_run(p: PreferenceSettings, problems: list[Diagnostic]) -> PreferenceRun | None:
+    """The preference settings a preference objective trains with; a None among them is a problem."""
+    values = {f.name: getattr(p, f.name) for f in fields(PreferenceRun)}
+    unset = [name for name, v in values.items() if v is None and name != "reference_model"]
+    for name in unset:
+        key = f"preference.{name}"
+        problems.append(Diagnostic("error", key, f"{key} is not resolved in the plan of a preference objective", fix=_FIX))
+    return None if unset else PreferenceRun(**values)
+
+
+@dataclass(frozen=True)
 class DistributedSettings:
     SECTION: ClassVar[str] = "distributed"
 
@@ -283,6 +306,7 @@ class Resolved:
     distributed: DistributedSettings
     output: OutputSettings
     eval: EvalSettings
+    preference_run: PreferenceRun | None = None  # set exactly when training.objective is a preference one
 
 
 _SECTIONS: dict[str, Any] = {}  # section name -> its class, filled below
@@ -402,13 +426,17 @@ def resolve_settings(values: Mapping[str, Any], *, warmup_derived: bool = False)
         )
     built = {}
     for f in fields(Resolved):
+        if f.name not in _SECTIONS:
+            continue
         cls = _SECTIONS[f.name]
         section_problems: list[Diagnostic] = []
         built[f.name] = _section(cls, by_section.get(f.name, {}), section_problems)
         problems += section_problems
+    if not problems and built["training"].objective.is_preference:
+        built["preference_run"] = _preference_run(built["preference"], problems)
     if problems:
         raise GpuplanError(problems)
     return Resolved(**built)
 
 
-_SECTIONS.update({name: cls for name, cls in typing.get_type_hints(Resolved).items()})
+_SECTIONS.update({name: cls for name, cls in typing.get_type_hints(Resolved).items() if name != "preference_run"})

@@ -8,7 +8,7 @@ executor must not branch on it, only on `value`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from gpuplan.errors import Diagnostic, GpuplanError, Severity
@@ -99,6 +99,18 @@ class Plan:
     def get(self, key: str, default: Any = None) -> Any:
         s = self.settings.get(key)
         return default if s is None else s.value
+
+    def adjusted(self, values: Mapping[str, Any], *, reason: str, rule: str) -> Plan:
+        """This plan with `values` ({key path: value}) in place of its settings' values, each marked
+        as adjusted by `rule` with `reason` (apply's re-plan after running out of memory)."""
+        settings = dict(self.settings)
+        for key, value in values.items():
+            settings[key] = replace(self.settings[key], value=value, source="adjusted", reason=reason, rule=rule)
+        return replace(self, settings=settings)
+
+    def with_settings(self, values: Mapping[str, Setting]) -> Plan:
+        """This plan with `values` ({key path: Setting}) added or in place of its settings."""
+        return replace(self, settings={**self.settings, **values})
 
     @property
     def world_size(self) -> int:
