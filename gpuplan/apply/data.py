@@ -224,9 +224,7 @@ def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
     if task == "seq-cls":
         label_field = plan.resolved.data.label_field
         if label_field is None:  # the plan refuses this (rules/data.py); a plan written by hand may not
-            raise ApplyError(
-                'model.task = "seq-cls" needs data.label_field', key="data.label_field", fix='set data.label_field = "label" in the spec'
-            )
+            raise ApplyError("data.label_field is not set; seq-cls needs the name of the label column", key="data.label_field")
         _check_field(raw, label_field, "data.label_field", paths, builder)
         if raw_eval is not None and label_field not in raw_eval.column_names:
             _check_field(raw_eval, label_field, "data.label_field", list(plan.resolved.data.eval_files), builder)
