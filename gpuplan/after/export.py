@@ -49,7 +49,7 @@ def export_dtype(run: FinishedRun, asked: str | None) -> str:
         if asked not in DTYPES:
             raise UserError(f"--dtype {asked!r} is not one of {', '.join(DTYPES)}")
         return asked  # float32 for qlora is a wider copy than 16-bit: fine too, never the 4-bit one
-    if run.method == "qlora":
+    if run.trained.quantized_base:
         compute = run.plan.resolved.quantization.bnb_4bit_compute_dtype
         return compute if compute in ("bfloat16", "float16") else "bfloat16"
     return str(run.plan.resolved.model.dtype)
@@ -80,7 +80,7 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
         "use_safetensors": True,
         "trust_remote_code": plan.resolved.model.trust_remote_code,
     }
-    if run.method == "full" or run.merged_dir is not None:
+    if not run.trained.frozen_base or run.merged_dir is not None:
         src = run.merged_dir or run.weights_dir
         return cls.from_pretrained(src, **common), src
     from peft import PeftModel
@@ -120,7 +120,7 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
             "source": source,
             "spec": os.path.abspath(run.spec_path),
             "output_dir": run.output_dir,
-            "method": run.method,
+            "method": run.trained.name,
             "dtype": dtype,
             "checkpoint": run.checkpoint,
             "format": fmt,

@@ -87,7 +87,7 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
         "trust_remote_code": plan.resolved.model.trust_remote_code,
     }
     try:
-        if run.method == "full" or run.merged_dir is not None:
+        if not run.trained.frozen_base or run.merged_dir is not None:
             where = run.merged_dir or run.weights_dir
             model = cls.from_pretrained(where, use_safetensors=True, **common)
             what = f"{'merged model' if run.merged_dir else 'model'} {where}"
@@ -97,16 +97,16 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
             base_dir = model_dir(plan)
             # qlora: load_kwargs' dtype (the compute dtype the base trained in) replaces the plan's weight dtype
             base = cls.from_pretrained(base_dir, **{**common, **load_kwargs(plan, device, cls)})
-            if run.method == "qlora":
+            if run.trained.quantized_base:
                 keep_training_layout(base)  # the 4-bit layout the adapter trained (and apply evaluated) on
             model = PeftModel.from_pretrained(base, run.weights_dir, is_trainable=False)
-            what = f"adapter {run.weights_dir} on the base {base_dir}" + (" (4-bit, as trained)" if run.method == "qlora" else "")
+            what = f"adapter {run.weights_dir} on the base {base_dir}" + (" (4-bit, as trained)" if run.trained.quantized_base else "")
     except (OSError, ValueError) as e:
         raise ApplyError(
             f"cannot load the trained model from {run.weights_dir}: {e}",
             fix="check that the run's files are complete; train again with --restart",
         ) from e
-    if run.method != "qlora":  # a 4-bit model is placed while loading (device_map on CUDA)
+    if not run.trained.quantized_base:  # a 4-bit model is placed while loading (device_map on CUDA)
         model = model.to(device)
     model.eval()
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:

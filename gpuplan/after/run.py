@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.plan.methods import Method
 from gpuplan.plan.types import Plan
 
 FINAL_DIR = "final"  # apply/run.py FINAL_DIR
@@ -30,8 +31,9 @@ class FinishedRun:
     checkpoint: int | None
 
     @property
-    def method(self) -> str:
-        return self.plan.resolved.model.method.name
+    def trained(self) -> Method:
+        """What the run trained, as its descriptor (plan/methods.py)."""
+        return self.plan.resolved.model.method
 
     @property
     def merged_dir(self) -> str | None:
@@ -147,7 +149,7 @@ def checkpoints(output_dir: str) -> list[int]:
 
 def check_base(run: FinishedRun) -> None:
     """An adapter needs the base it was trained on, byte for byte."""
-    if run.method == "full" or run.merged_dir is not None:
+    if not run.trained.frozen_base or run.merged_dir is not None:
         return
     from gpuplan.hub.fetch import model_dir
     from gpuplan.hub.resolve import HubError

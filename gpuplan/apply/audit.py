@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuplan.plan.methods import Method
 from gpuplan.plan.resolved import Resolved
 from gpuplan.plan.types import Plan
 
@@ -117,10 +118,9 @@ class Planned:
         return planned(self.plan.resolved)
 
     @property
-    def method(self) -> str:
-        from .adapters import method
-
-        return method(self.plan)
+    def method(self) -> Method:
+        """What is trained, as its descriptor (plan/methods.py)."""
+        return self.plan.resolved.model.method
 
     @property
     def amp(self) -> str | None:
@@ -362,17 +362,17 @@ def run_checks(
     trainable = [q for q in model.parameters() if q.requires_grad]
     # adapters in fp32 whatever the base dtype (plan/estimate/memory/adapters.py: autocast_adapter_dtype)
     c.add("model.trainable_dtype", _planned_trainable_dtypes(plan, p), lambda: _dtypes(trainable))
-    if method == "lora" or method == "dora":
+    if method.frozen_base and not method.quantized_base:  # adapters on a base in its planned dtype
         frozen = [q for n, q in model.named_parameters() if not q.requires_grad and q.dtype.is_floating_point]
         c.add("model.dtype", [p.weight_dtype], lambda: _dtypes(frozen))
-    if method != "full":
+    if method.frozen_base:
         ad = p.workload.adapters if p.workload is not None else None
         dropout = ad.lora_dropout if ad is not None else plan.resolved.lora.lora_dropout
         c.add("lora.lora_dropout", [float(dropout)], lambda: _adapter_dropouts(model))
         c.add("lora.use_dora", bool(ad.use_dora if ad is not None else plan.resolved.lora.use_dora), lambda: _uses_dora(model))
     four = _four_bit(model)
-    c.add("quantization.4bit_layers", method == "qlora", bool(four))
-    if method == "qlora" and four:
+    c.add("quantization.4bit_layers", method.quantized_base, bool(four))
+    if method.quantized_base and four:
         ad = p.workload.adapters if p.workload is not None else None
         quant = ad.quant_type if ad is not None else plan.resolved.quantization.bnb_4bit_quant_type
         compute = ad.compute_dtype if ad is not None else plan.resolved.quantization.bnb_4bit_compute_dtype
@@ -424,7 +424,7 @@ def run_checks(
     if obj.is_preference:
         c.add("preference.beta", preference.preference_run(plan).beta, lambda: float(trainer.beta))
         c.add("preference.loss_type", [preference.preference_run(plan).loss_type], lambda: _loss_types(trainer))
-        if obj.name == "kto":  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
+        if obj.config_sampling:  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
             c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
         _reference_checks(c, plan, p, trainer)
 
@@ -446,10 +446,10 @@ def _planned_trainable_dtypes(plan: Plan, p: Planned) -> list[str]:
     """Full: the weights' dtype. Adapters: fp32 whatever the base dtype (get_peft_model's
     autocast_adapter_dtype, plan/estimate/memory/adapters.py); saved modules (modules_to_save) train a
     copy in their own dtype, fp32 under qlora (prepare_model_for_kbit_training)."""
-    if p.method == "full":
+    if not p.method.frozen_base:
         return [p.weight_dtype]
     saved = int((plan.model.adapters or {}).get("saved_params") or 0)
-    return sorted({"float32"} | ({p.weight_dtype} if saved and p.method != "qlora" else set()))
+    return sorted({"float32"} | ({p.weight_dtype} if saved and not p.method.quantized_base else set()))
 
 
 def _objective_class(trainer: Any, obj: Any) -> str:
@@ -489,7 +489,7 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
     """(collator name, packed) the plan's data settings mean (data.py, chat.py, examples.py; TRL's own
     collators for the preference objectives: trl/trainer/dpo_trainer.py, kto_trainer.py)."""
     if obj.is_preference:
-        return {"dpo": "DataCollatorForPreference", "kto": "DataCollatorForUnpairedPreference"}.get(obj.name, "?"), False
+        return obj.collator_class or "?", False
     from .flatten import needs_flattening
 
     packing = plan.resolved.data.packing

@@ -86,7 +86,7 @@ def unpaired(plan: Plan, rows: Any) -> Any:
     KTOTrainer would apply itself (trl/trainer/kto_trainer.py `_prepare_dataset`: "Unpair the dataset if
     needed", when the first row has chosen and rejected). Done here so that the run counts and sees the
     examples it trains on. Other rows and objectives: unchanged."""
-    if rows is None or objective_of(plan).name != "kto" or not {"chosen", "rejected"} <= set(rows.column_names):
+    if rows is None or not objective_of(plan).labelled_completions or not {"chosen", "rejected"} <= set(rows.column_names):
         return rows
     from trl.data_utils import unpair_preference_dataset
 
@@ -151,7 +151,7 @@ def config_kwargs(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
         max_length=pref.max_length,
         precompute_ref_log_probs=pref.reference == "precomputed",
     )
-    if objective_of(plan).name == "kto":
+    if objective_of(plan).config_sampling:
         out["train_sampling_strategy"] = train_sampling(plan)
     return out
 
@@ -163,7 +163,7 @@ def train_sampling(plan: Plan) -> str:
     kto_trainer.py `__init__`; `_prepare_dataset` rotates the completions within each per-device batch).
     Those keep it, and their rows are shuffled once before TRL batches them (shuffled_rows). apo_zero_unpaired
     has no KL term: the Trainer's random sampler, seeded by training.seed and reshuffled every epoch, as SFT's."""
-    return "sequential" if computes_kl("kto", preference_run(plan).loss_type) else "random"
+    return "sequential" if computes_kl(objective_of(plan).name, preference_run(plan).loss_type) else "random"
 
 
 def shuffled_rows(plan: Plan, train: Any) -> Any:
@@ -172,7 +172,7 @@ def shuffled_rows(plan: Plan, train: Any) -> Any:
     step sees, and pairs unpaired by TRL (all the chosen completions of 1000 pairs, then all the rejected
     ones: trl/data_utils.py `_unpair_row`) gave batches of one label. Every epoch runs those batches in
     that order. Other objectives and apo_zero_unpaired: the Trainer's seeded random sampler."""
-    if objective_of(plan).name != "kto" or train_sampling(plan) != "sequential":
+    if not objective_of(plan).config_sampling or train_sampling(plan) != "sequential":
         return train
     return train.shuffle(seed=plan.resolved.training.seed).flatten_indices()
 
@@ -263,7 +263,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         if peft_config is not None and "arget modules" in str(e):
             raise adapters.target_error(plan, model, e) from e
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
-    if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
+    if plan.resolved.model.method.quantized_base:  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
         fp32_adapters(trainer.model)
     if adapters.uses_adapters(plan):
         adapter_dropout(trainer.model, plan.resolved.lora.lora_dropout)

@@ -31,8 +31,8 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     limit = preference_run(plan).max_length
     # kto on pairs: each row's chosen and rejected completions, the two examples TRL unpairs it into
     # (apply/preference.py unpaired), shown row by row
-    paired = obj.name == "kto" and {"chosen", "rejected"} <= set(raw.column_names)
-    answers = ("chosen", "rejected") if obj.name == "dpo" or paired else ("completion",)
+    paired = obj.labelled_completions and {"chosen", "rejected"} <= set(raw.column_names)
+    answers = ("chosen", "rejected") if obj.paired or paired else ("completion",)
     unpaired_kind = {"chosen": "desirable", "rejected": "undesirable"}
     examples: list[dict[str, Any]] = []
     tokens = trained = truncated = sequences = 0
@@ -52,7 +52,7 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
             trained += sum(mask)
             truncated += len(full) > limit
             if len(examples) < n_examples * len(answers):
-                if obj.name == "dpo":
+                if obj.paired:
                     kind = field
                 else:
                     kind = unpaired_kind[field] if paired else ("desirable" if row["label"] else "undesirable")

@@ -339,7 +339,7 @@ def execute(
             "base_files": base,
             "audit": audit_log.to_dict(),
         }
-        if adapters.method(plan) == "qlora":
+        if plan.resolved.model.method.quantized_base:
             results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
         if state.enabled and not preference.uses_preference(plan):  # rank 0 measures for the whole run
             # (a dpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)
