@@ -35,7 +35,8 @@ def test_a_fix_is_said_as_its_spec_lines_words_and_reason():
     ]
     fixes = (Fix("dtype", (("model.dtype", "bfloat16"),)), Fix("gpu", (("hardware.gpu", "H100-80GB"),)))
     assert no_fit_fix(fixes, ("lora needs ...",), drop_hardware=True) == (
-        'add the lines of the fitting method above (lora); or any one of these fits (checked with the same memory model): model.dtype = "bfloat16"'
+        "add the lines of the fitting method above (lora); "
+        'or any one of these fits (checked with the same memory model): model.dtype = "bfloat16"'
     )
 
 
