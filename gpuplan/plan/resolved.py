@@ -19,6 +19,7 @@ The sections mirror the spec's (gpuplan/spec/schema.py), with the planner's deri
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -371,14 +372,21 @@ def _convert(value: Any, tp: Any) -> Any:
     raise TypeError(f"resolved.py: no conversion for {tp!r}")
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+@functools.cache
+def _names_of(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[Any, Any], ...]:
+    """(dataclass field, its resolved type) of a section, computed once (get_type_hints evaluates the annotations)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f, hints[f.name]) for f in fields(cls))
 
 
 def _section(cls: Any, values: Mapping[str, Any], problems: list[Diagnostic]) -> Any:
-    hints = _hints(cls)
     kw: dict[str, Any] = {}
-    for f in fields(cls):
+    for f, tp in _fields_of(cls):
         key = f"{cls.SECTION}.{f.name}"
         if f.name not in values:
             if f.default is MISSING:
@@ -392,9 +400,9 @@ def _section(cls: Any, values: Mapping[str, Any], problems: list[Diagnostic]) ->
             if "convert" in f.metadata:
                 kw[f.name] = f.metadata["convert"](value)
             else:
-                kw[f.name] = _convert(value, hints[f.name])
+                kw[f.name] = _convert(value, tp)
         except (_WrongType, TypeError, KeyError):
-            want = "a known name" if "convert" in f.metadata else _expected(hints[f.name])
+            want = "a known name" if "convert" in f.metadata else _expected(tp)
             problems.append(Diagnostic("error", key, f"{key} = {value!r} in the plan is not {want}", fix=_FIX))
     return None if problems else cls(**kw)
 
@@ -407,7 +415,7 @@ def resolve_settings(values: Mapping[str, Any], *, warmup_derived: bool = False)
     for key, value in values.items():
         section, _, name = key.partition(".")
         cls = _SECTIONS.get(section)
-        known = cls is not None and name in {f.name for f in fields(cls)} and name != "warmup_derived"
+        known = cls is not None and name in _names_of(cls) and name != "warmup_derived"
         if not known:
             problems.append(Diagnostic("error", key, f"the plan has an unknown key {key}", fix=_FIX))
             continue
