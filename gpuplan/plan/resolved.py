@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from gpuplan.errors import Diagnostic, GpuplanError
-from gpuplan.plan.methods import Method, method_named
+from gpuplan.plan.methods import METHODS, Method, method_named
 from gpuplan.plan.objectives import OBJECTIVES, Objective
 
 __all__ = [
@@ -54,9 +54,9 @@ def _unused_when_auto(default: Any = MISSING) -> Any:
     return field(default=default, metadata={"auto": None})
 
 
-def _converted(convert: Callable[[Any], Any]) -> Any:
-    """A field whose plan value (a name) `convert` turns into its descriptor."""
-    return field(metadata={"convert": convert})
+def _converted(convert: Callable[[Any], Any], names: Callable[[], Any]) -> Any:
+    """A field whose plan value (one of `names()`) `convert` turns into its descriptor."""
+    return field(metadata={"convert": convert, "names": names})
 
 
 def _absent_as_none() -> Any:
@@ -90,7 +90,7 @@ class ModelSettings:
     trust_remote_code: bool
     allow_pickle_weights: bool
     revision: str
-    method: Method = _converted(_method)  # model.method, as its descriptor (plan/methods.py)
+    method: Method = _converted(_method, lambda: METHODS)  # model.method, as its descriptor (plan/methods.py)
     commit: str | None = _absent_as_none()
 
 
@@ -202,7 +202,7 @@ class TrainingSettings:
     use_liger_kernel: bool
     report_to: str | tuple[str, ...]  # "none", "all", one tracker, or several
     run_name: str | None
-    objective: Objective = _converted(_objective)  # training.objective, as its descriptor (plan/objectives.py)
+    objective: Objective = _converted(_objective, lambda: OBJECTIVES)  # training.objective, as its descriptor (plan/objectives.py)
     warmup_derived: bool = False  # warmup_steps was written by the plan (from warmup_ratio), not the spec
 
     @property
@@ -402,7 +402,7 @@ def _section(cls: Any, values: Mapping[str, Any], problems: list[Diagnostic]) ->
             else:
                 kw[f.name] = _convert(value, tp)
         except (_WrongType, TypeError, KeyError):
-            want = "a known name" if "convert" in f.metadata else _expected(tp)
+            want = " | ".join(repr(n) for n in f.metadata["names"]()) if "convert" in f.metadata else _expected(tp)
             problems.append(Diagnostic("error", key, f"{key} = {value!r} in the plan is not {want}", fix=_FIX))
     return None if problems else cls(**kw)
 

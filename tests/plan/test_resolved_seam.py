@@ -145,7 +145,7 @@ def test_a_missing_key_is_refused_naming_it(plan_dict):
     [
         ("data.seq_len", "512", "data.seq_len = '512' in the plan is not an integer"),
         ("training.gradient_checkpointing", "auto", "training.gradient_checkpointing = 'auto' in the plan is not true or false"),
-        ("model.method", "prefix", "model.method = 'prefix' in the plan is not a known name"),
+        ("model.method", "prefix", "model.method = 'prefix' in the plan is not 'full' | 'lora' | 'qlora'"),
         ("distributed.strategy", "auto", "distributed.strategy = 'auto' in the plan is not 'none' | 'ddp' | 'fsdp' | 'deepspeed'"),
         ("training.seed", True, "training.seed = True in the plan is not an integer"),
     ],
