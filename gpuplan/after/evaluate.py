@@ -11,7 +11,6 @@ the labels that are not -100. So for the final weights and the run's eval data,
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import tempfile
@@ -26,7 +25,7 @@ EVAL_SUFFIXES = (".txt", ".text", ".jsonl", ".json", ".csv", ".parquet")  # appl
 
 
 def with_value(plan: Plan, key: str, value: Any) -> Plan:
-    return dataclasses.replace(plan, settings={**plan.settings, key: Setting(value, "user")})
+    return plan.with_settings({key: Setting(value, "user")})
 
 
 def check_data_flag(path: str | None) -> str | None:
@@ -67,7 +66,7 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
 
     from gpuplan.apply.data.prepare import prepare_data
 
-    set_seed(int(plan.value("training.seed")))
+    set_seed(plan.resolved.training.seed)
     data = prepare_data(plan, loaded.tokenizer)
     assert data.eval is not None, "eval_plan refuses a plan without held-out rows"
     with tempfile.TemporaryDirectory(prefix="gpuplan-eval-") as tmp:
@@ -76,12 +75,12 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
             use_cpu=loaded.device == "cpu",
             report_to="none",
             disable_tqdm=True,
-            per_device_eval_batch_size=int(plan.value("training.per_device_eval_batch_size")),
-            bf16=bool(plan.value("training.bf16")),
-            fp16=bool(plan.value("training.fp16")) and loaded.device == "cuda",
+            per_device_eval_batch_size=plan.resolved.training.per_device_eval_batch_size,
+            bf16=plan.resolved.training.bf16,
+            fp16=plan.resolved.training.fp16 and loaded.device == "cuda",
             dataloader_num_workers=0,
             dataloader_pin_memory=False,
-            seed=int(plan.value("training.seed")),
+            seed=plan.resolved.training.seed,
         )
         trainer = Trainer(
             model=loaded.model, args=args, eval_dataset=data.eval, data_collator=data.collator, processing_class=loaded.tokenizer
@@ -89,7 +88,7 @@ def heldout_loss(plan: Plan, loaded: Loaded) -> dict[str, Any]:
         trainer.remove_callback(PrinterCallback)  # the numbers are printed once, by the command
         metrics = trainer.evaluate()
     loss = float(metrics["eval_loss"])
-    causal = plan.value("model.task") == "causal-lm"
+    causal = plan.resolved.model.task == "causal-lm"
     return {
         "eval_loss": loss,
         "perplexity": _exp(loss) if causal else None,

@@ -48,10 +48,10 @@ def export_dtype(run: FinishedRun, asked: str | None) -> str:
         if asked not in DTYPES:
             raise UserError(f"--dtype {asked!r} is not one of {', '.join(DTYPES)}")
         return asked  # float32 for qlora is a wider copy than 16-bit: fine too, never the 4-bit one
-    if run.method == "qlora":
-        compute = run.plan.get("quantization.bnb_4bit_compute_dtype")
+    if run.trained.quantized_base:
+        compute = run.plan.resolved.quantization.bnb_4bit_compute_dtype
         return compute if compute in ("bfloat16", "float16") else "bfloat16"
-    return str(run.plan.value("model.dtype"))
+    return str(run.plan.resolved.model.dtype)
 
 
 def instruction_chat_template(prompt_template: str) -> str:
@@ -72,14 +72,14 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
     from gpuplan.hub.fetch import model_dir
 
     plan = run.plan
-    cls = auto_class(plan.value("model.task"))
+    cls = auto_class(plan.resolved.model.task)
     common = {
         "dtype": getattr(torch, dtype),
         "local_files_only": True,
         "use_safetensors": True,
-        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+        "trust_remote_code": plan.resolved.model.trust_remote_code,
     }
-    if run.method == "full" or run.merged_dir is not None:
+    if not run.trained.frozen_base or run.merged_dir is not None:
         src = run.merged_dir or run.weights_dir
         return cls.from_pretrained(src, **common), src
     from peft import PeftModel
@@ -99,13 +99,13 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
 
     disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
     tokenizer = load_tokenizer_of(run)
-    fmt = run.plan.get("data.format") or "text"
+    fmt = run.plan.resolved.data.format
     if fmt == "chat":
         from gpuplan.apply.data.chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(run.plan, tokenizer)
     elif fmt == "instruction":
-        tokenizer.chat_template = instruction_chat_template(run.plan.value("data.prompt_template"))
+        tokenizer.chat_template = instruction_chat_template(run.plan.resolved.data.prompt_template)
     model, source = merged_model(run, dtype)
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = True  # serving wants the KV cache (packed training turned it off)
@@ -118,7 +118,7 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
             "source": source,
             "spec": os.path.abspath(run.spec_path),
             "output_dir": run.output_dir,
-            "method": run.method,
+            "method": run.trained.name,
             "dtype": dtype,
             "checkpoint": run.checkpoint,
             "format": fmt,

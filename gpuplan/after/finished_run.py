@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.lifecycle.run_dir import FINAL_DIR, MERGED_DIR, checkpoint_name, checkpoint_step
+from gpuplan.plan.methods import Method
 from gpuplan.plan.types import Plan
 
 
@@ -28,8 +29,9 @@ class FinishedRun:
     checkpoint: int | None
 
     @property
-    def method(self) -> str:
-        return self.plan.get("model.method") or "full"
+    def trained(self) -> Method:
+        """What the run trained, as its descriptor (plan/methods.py)."""
+        return self.plan.resolved.model.method
 
     @property
     def merged_dir(self) -> str | None:
@@ -61,10 +63,11 @@ def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
     alone, [eval] keys as they were when it trained."""
     from gpuplan.lifecycle.run_dir import STATE_FILE
     from gpuplan.lifecycle.state import load_state
+    from gpuplan.plan.inputs.spec_settings import output_dir
 
     if not os.path.isdir(target):
         settings = spec_settings(target)
-        return target, str(settings["output.dir"].value), settings
+        return target, output_dir(settings), settings
     state = load_state(target)
     if state is None:
         raise _error(
@@ -77,7 +80,7 @@ def run_of(target: str, command: str) -> tuple[str, str, dict[str, Any] | None]:
             current: dict[str, Any] | None = spec_settings(recorded)
         except GpuplanError:  # the spec was edited into one that no longer loads: the run's own plan
             current = None
-        if current is not None and os.path.realpath(str(current["output.dir"].value)) == os.path.realpath(target):
+        if current is not None and os.path.realpath(output_dir(current)) == os.path.realpath(target):
             return recorded, target, current
     return recorded or target, target, None
 
@@ -132,10 +135,7 @@ def finished_run(target: str, checkpoint: int | None = None, *, command: str) ->
 def with_eval_settings(plan: Plan, settings: dict[str, Any]) -> Plan:
     """The trained plan with the spec's [eval] keys as they are now: they score a run, not train it,
     so a task added after the run counts. ([eval] sample_prompts of the run are in metrics.jsonl.)"""
-    import dataclasses
-
-    fresh = {k: v for k, v in settings.items() if k.startswith("eval.")}
-    return dataclasses.replace(plan, settings={**plan.settings, **fresh})
+    return plan.with_settings({k: v for k, v in settings.items() if k.startswith("eval.")})
 
 
 def checkpoints(output_dir: str) -> list[int]:
@@ -149,7 +149,7 @@ def checkpoints(output_dir: str) -> list[int]:
 
 def check_base(run: FinishedRun) -> None:
     """An adapter needs the base it was trained on, byte for byte."""
-    if run.method == "full" or run.merged_dir is not None:
+    if not run.trained.frozen_base or run.merged_dir is not None:
         return
     from gpuplan.apply.model.base_files import changed_files
     from gpuplan.hub.fetch import model_dir

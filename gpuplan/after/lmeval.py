@@ -38,7 +38,7 @@ def task_manager(plan: Plan) -> Any:
     """lm-eval's TaskManager: eval.include_path's tasks, and lm-eval's own when a task is not there."""
     from lm_eval.tasks import TaskManager
 
-    include = plan.get("eval.include_path")
+    include = plan.resolved.eval.include_path
     if include is not None and not os.path.isdir(include):
         raise UserError(
             f"eval.include_path = {include!r} is not a folder",
@@ -46,7 +46,7 @@ def task_manager(plan: Plan) -> Any:
             fix="point it at the folder holding the task YAML files",
         )
     local = TaskManager(include_path=include, include_defaults=False, verbosity="ERROR") if include else None
-    tasks = list(plan.value("eval.tasks"))
+    tasks = list(plan.resolved.eval.tasks)
     if local is not None and all(t in local.all_tasks for t in tasks):
         return local
     full = TaskManager(include_path=include, verbosity="ERROR")
@@ -103,7 +103,7 @@ def run_tasks(plan: Plan, loaded: Loaded) -> dict[str, dict[str, Any]]:
     """{task: {metric: value}} (lm-eval's "acc,none" keys shortened to "acc")."""
     os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     check_installed()
-    tasks = list(plan.value("eval.tasks"))
+    tasks = list(plan.resolved.eval.tasks)
     tm = task_manager(plan)
     check_local(tm, tasks)
     from lm_eval import simple_evaluate
@@ -113,18 +113,18 @@ def run_tasks(plan: Plan, loaded: Loaded) -> dict[str, dict[str, Any]]:
         pretrained=loaded.model,
         tokenizer=loaded.tokenizer,
         device=loaded.device,
-        batch_size=int(plan.value("training.per_device_eval_batch_size")),
+        batch_size=plan.resolved.training.per_device_eval_batch_size,
     )
     with loaded.autocast():
         out = simple_evaluate(
             model=lm,
             tasks=tasks,
             task_manager=tm,
-            num_fewshot=plan.get("eval.num_fewshot"),
-            limit=plan.get("eval.limit"),
+            num_fewshot=plan.resolved.eval.num_fewshot,
+            limit=plan.resolved.eval.limit,
             log_samples=False,
             bootstrap_iters=0,
-            random_seed=int(plan.value("training.seed")),
+            random_seed=plan.resolved.training.seed,
         )
     results: dict[str, dict[str, Any]] = {}
     for task, metrics in (out or {}).get("results", {}).items():

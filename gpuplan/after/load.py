@@ -32,14 +32,14 @@ def load_tokenizer_of(run: FinishedRun) -> Any:
     from gpuplan.lifecycle.run_dir import FINAL_DIR
 
     plan = run.plan
-    trust = bool(plan.value("model.trust_remote_code"))
-    task = plan.value("model.task")
+    trust = plan.resolved.model.trust_remote_code
+    task = plan.resolved.model.task
     for d in (run.weights_dir, os.path.join(run.output_dir, FINAL_DIR)):
         if has_tokenizer_files(d):
             return load_tokenizer(d, task=task, from_scratch=False, trust_remote_code=trust)
     from gpuplan.hub.fetch import model_dir
 
-    return load_tokenizer(model_dir(plan), task=task, from_scratch=bool(plan.value("model.from_scratch")), trust_remote_code=trust)
+    return load_tokenizer(model_dir(plan), task=task, from_scratch=plan.resolved.model.from_scratch, trust_remote_code=trust)
 
 
 def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None, device: str | None = None) -> Loaded:
@@ -57,8 +57,8 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
     plan = run.plan
     device = device or pick_device()
     tokenizer = load_tokenizer_of(run)
-    cls = auto_class(plan.value("model.task"))
-    attn = plan.value("model.attn_implementation")
+    cls = auto_class(plan.resolved.model.task)
+    attn = plan.resolved.model.attn_implementation
     if attn == "flash_attention_2" and device != "cuda":
         echo("the run used flash_attention_2, a CUDA kernel; on the CPU the model runs with sdpa")
         attn = "sdpa"
@@ -66,10 +66,10 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
         "dtype": torch_dtype(plan),
         "attn_implementation": attn,
         "local_files_only": True,
-        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+        "trust_remote_code": plan.resolved.model.trust_remote_code,
     }
     try:
-        if run.method == "full" or run.merged_dir is not None:
+        if not run.trained.frozen_base or run.merged_dir is not None:
             where = run.merged_dir or run.weights_dir
             model = cls.from_pretrained(where, use_safetensors=True, **common)
             what = f"{'merged model' if run.merged_dir else 'model'} {where}"
@@ -79,24 +79,24 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
             base_dir = model_dir(plan)
             # qlora: load_kwargs' dtype (the compute dtype the base trained in) replaces the plan's weight dtype
             base = cls.from_pretrained(base_dir, **{**common, **load_kwargs(plan, device, cls)})
-            if run.method == "qlora":
+            if run.trained.quantized_base:
                 keep_training_layout(base)  # the 4-bit layout the adapter trained (and apply evaluated) on
             model = PeftModel.from_pretrained(base, run.weights_dir, is_trainable=False)
-            what = f"adapter {run.weights_dir} on the base {base_dir}" + (" (4-bit, as trained)" if run.method == "qlora" else "")
+            what = f"adapter {run.weights_dir} on the base {base_dir}" + (" (4-bit, as trained)" if run.trained.quantized_base else "")
     except (OSError, ValueError) as e:
         raise ApplyError(
             f"cannot load the trained model from {run.weights_dir}: {e}",
             fix="check that the run's files are complete; train again with --restart",
         ) from e
-    if run.method != "qlora":  # a 4-bit model is placed while loading (device_map on CUDA)
+    if not run.trained.quantized_base:  # a 4-bit model is placed while loading (device_map on CUDA)
         model = model.to(device)
     model.eval()
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     amp = None
-    if device == "cuda" and plan.value("training.bf16"):
+    if device == "cuda" and plan.resolved.training.bf16:
         amp = torch.bfloat16
-    elif device == "cuda" and plan.value("training.fp16"):
+    elif device == "cuda" and plan.resolved.training.fp16:
         amp = torch.float16
     if run.checkpoint is not None:
         what += f" (checkpoint at step {run.checkpoint})"

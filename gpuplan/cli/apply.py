@@ -52,7 +52,7 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
 
 def check_remote_code(plan: Plan, flag: bool) -> None:
     """trust_remote_code runs code from the model directory: it needs the spec AND the flag."""
-    if plan.get("model.trust_remote_code") and not flag:
+    if plan.resolved.model.trust_remote_code and not flag:
         raise GpuplanError(
             [
                 Diagnostic(

@@ -20,7 +20,7 @@ def cmd_data(args) -> int:
     from gpuplan.apply.data.preview import preview
     from gpuplan.render.notices import log_to
 
-    log_to(plan.value("output.dir"), load_libraries=True)
+    log_to(plan.resolved.output.dir, load_libraries=True)
 
     if not sys.stderr.isatty():  # a log or a pipe: no carriage-return bars (as apply)
         from gpuplan.apply.quiet import disable_progress_bars
@@ -30,9 +30,7 @@ def cmd_data(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(
-            render_data(shown, plan.value("data.format") if "data.format" in plan.settings else "text", style_for(args, sys.stdout))
-        )
+        sys.stdout.write(render_data(shown, plan.resolved.data.format, style_for(args, sys.stdout)))
     return 0
 
 

@@ -23,13 +23,12 @@ def cmd_eval(args) -> int:
     from gpuplan.after.finished_run import finished_run
     from gpuplan.apply.train.arguments import has_eval
     from gpuplan.cli.apply import check_remote_code
-    from gpuplan.spec.objectives import objective
 
     data = check_data_flag(args.data)
     run = finished_run(args.spec, args.checkpoint, command="gpuplan eval")
     check_remote_code(run.plan, args.trust_remote_code)
-    tasks = list(run.plan.get("eval.tasks") or [])
-    preference = objective(run.plan.get("training.objective")).is_preference
+    tasks = list(run.plan.resolved.eval.tasks)
+    preference = run.plan.resolved.training.objective.is_preference
     heldout_wanted = data is not None or (has_eval(run.plan) and not preference) or not tasks
     if heldout_wanted and preference:
         raise preference_refusal(run)
@@ -54,7 +53,7 @@ def cmd_eval(args) -> int:
         from gpuplan.after.lmeval import run_tasks
 
         task_results = run_tasks(plan, loaded)
-    files = [data] if data else list(plan.get("data.eval_files") or []) or None
+    files = [data] if data else list(plan.resolved.data.eval_files) or None
     result = entry(run, files, heldout, task_results)
     path = record(run, result)
     if args.json:
@@ -71,7 +70,7 @@ def preference_refusal(run) -> UserError:
     refused, pointing at the eval loss the run logged, or at lm-eval tasks."""
     from gpuplan.apply.train.arguments import has_eval
 
-    name = run.plan.get("training.objective")
+    name = run.plan.resolved.training.objective.name
     metrics = os.path.join(run.output_dir, METRICS_FILE)
     if has_eval(run.plan):
         fix = f'read the {name} eval loss TRL computed at the run\'s eval steps: the "eval" lines of {metrics}'

@@ -31,12 +31,12 @@ def cmd_export(args) -> int:
     run = finished_run(args.spec, args.checkpoint, command="gpuplan export")
     check_remote_code(run.plan, args.trust_remote_code)
     dtype = export_dtype(run, args.dtype)
-    context = args.context or int(run.plan.value("data.seq_len"))
+    context = args.context or run.plan.resolved.data.seq_len
     from gpuplan.render.notices import log_to
 
     log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)
     written = export(run, dest, dtype)
-    task = run.plan.value("model.task")
+    task = run.plan.resolved.model.task
     mem = memory_for(dest, task, dtype, context)
     serve = serve_commands(dest, dtype, context) if task == "causal-lm" else []
     if args.json:

@@ -80,7 +80,7 @@ def _load(args, command: str) -> tuple[Any, Any, Any]:
     check_remote_code(run.plan, args.trust_remote_code)
     from gpuplan.apply.model.generation import check_causal
 
-    check_causal(run.plan.value("model.task"), command)
+    check_causal(run.plan.resolved.model.task, command)
     from gpuplan.render.notices import log_to
 
     log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)

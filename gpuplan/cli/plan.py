@@ -19,7 +19,7 @@ def cmd_plan(args) -> int:
         from gpuplan.render.notices import log_to
         from gpuplan.trace.plan import trace_plan
 
-        log_to(plan.value("output.dir"), load_libraries=True)
+        log_to(plan.resolved.output.dir, load_libraries=True)
 
         plan = trace_plan(plan)
     data = plan.to_dict()
@@ -30,7 +30,7 @@ def cmd_plan(args) -> int:
         sys.stdout.write(dumps({**data, "since_last_apply": drift}))
     else:
         sys.stdout.write(render_plan(data, style_for(args, sys.stdout)))
-        print("\n".join(render_drift(drift, plan.value("output.dir"))))
+        print("\n".join(render_drift(drift, plan.resolved.output.dir)))
         if args.out:
             print(f"Saved the plan to {args.out}; apply it with: gpuplan apply {args.out}")
     if args.detailed_exitcode and (drift is None or drift["changes"]):

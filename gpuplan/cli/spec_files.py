@@ -36,7 +36,7 @@ def cmd_init(args) -> int:
     except OSError as e:
         raise UserError(f"cannot create {out.parent}: {e.strerror or e}", fix="choose a writable --out") from None
     write_atomic(out, starter.text)
-    log_to(starter.plan.value("output.dir"))
+    log_to(starter.plan.resolved.output.dir)
     print("\n".join(next_steps(str(out), source, starter, data is not None)))
     warnings = [d for d in starter.plan.diagnostics if d.severity == "warning"]
     if warnings:

@@ -49,7 +49,7 @@ def check_saved_plan(plan: Plan, detect) -> None:
 
 def drift_since_apply(plan: Plan) -> dict[str, Any] | None:
     """{status, finished_at, changes: [{key, before, after}]} against the last apply, or None."""
-    state = load_state(plan.value("output.dir"))
+    state = load_state(plan.resolved.output.dir)
     if state is None:
         return None
     changes = [{"key": d.key, "before": d.before, "after": d.after} for d in diff_plans(Plan.from_dict(state["plan"]), plan)]
@@ -72,9 +72,10 @@ def show(target: str) -> tuple[dict[str, Any], str, str | None]:
     what = str(path)
     if path.suffix == ".toml" and path.is_file():
         from gpuplan.after.finished_run import spec_settings
+        from gpuplan.plan.inputs.spec_settings import output_dir
 
         what = f"{path} (its output.dir)"
-        path = Path(str(spec_settings(target)["output.dir"].value))
+        path = Path(output_dir(spec_settings(target)))
         if load_state(path) is None:
             raise GpuplanError(
                 [

@@ -65,7 +65,8 @@ def cmd_tune(args) -> int:
     from gpuplan.apply.launch.device import check_device
 
     check_device(base)  # a plan for other hardware than this machine's: apply's own refusal, before anything runs
-    from gpuplan.apply.train.tune import TUNE_DIR, planned_numbers, read_results, result_key, short_run, time_candidate, write_results
+    from gpuplan.apply.train.tune import planned_numbers, read_results, result_key, short_run, time_candidate, write_results
+    from gpuplan.lifecycle.run_dir import TUNE_DIR
     from gpuplan.lifecycle.run_lock import RunLock
 
     out = Path(str(base.value("output.dir")))
@@ -100,7 +101,7 @@ def cmd_tune(args) -> int:
                 )
 
             try:
-                measured = time_candidate(short_run(c.plan, c.settings, replan, args.steps, run_dir), c.settings, print)
+                measured = time_candidate(short_run(c.plan, c.settings, replan, args.steps, run_dir), print)
             except GpuplanError as e:  # this candidate cannot run here (its plan or apply refuses it): the others still can
                 rows.append({**row, "status": f"failed: {e.diagnostics[0].summary}"})
                 continue

@@ -30,34 +30,42 @@ def model_fetch_patterns(repo_id: str, commit: str, allow_pickle: bool, *, local
     return BASE_PATTERNS + weight_patterns(base, allow_pickle)
 
 
-def _commit(plan: Plan, key: str) -> str:
-    commit = plan.get(key)
+def _commit(commit: str | None, key: str) -> str:
     if not commit:
         raise HubError(key, "the plan names a Hub id without its resolved commit (made by an older gpuplan?); plan again")
     return commit
 
 
+def _dataset(plan: Plan) -> str:
+    dataset = plan.resolved.data.dataset
+    if not dataset:
+        raise HubError("data.dataset", "the plan reads no Hub dataset (data.dataset is not set)")
+    return dataset
+
+
 def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
     """model.name_or_path as a local directory (the Hub snapshot at model.commit for a Hub id)."""
-    value = plan.get("model.name_or_path")
-    if not is_hub_value(value):
+    m = plan.resolved.model
+    value = m.name_or_path
+    if value is None or not is_hub_value(value):
         return value
-    commit = _commit(plan, "model.commit")
-    patterns = model_fetch_patterns(value, commit, bool(plan.get("model.allow_pickle_weights")), local_only=local_only)
+    commit = _commit(m.commit, "model.commit")
+    patterns = model_fetch_patterns(value, commit, m.allow_pickle_weights, local_only=local_only)
     return snapshot("model.name_or_path", value, "model", commit, patterns, local_only=local_only)
 
 
 def dataset_split(plan: Plan) -> str:
     from gpuplan.hub.splits import DEFAULT_SPLIT
 
-    return plan.get("data.split") or DEFAULT_SPLIT
+    return plan.resolved.data.split or DEFAULT_SPLIT
 
 
 def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
     """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
     from gpuplan.hub.splits import card_patterns
 
-    folder = snapshot("data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), [README], local_only=local_only)
+    commit = _commit(plan.resolved.data.commit, "data.commit")
+    folder = snapshot("data.dataset", _dataset(plan), "dataset", commit, [README], local_only=local_only)
     readme = os.path.join(folder, README)
     if not os.path.isfile(readme):
         return None
@@ -70,9 +78,8 @@ def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
 
     card = dataset_card_patterns(plan, local_only=local_only)
     patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
-    return snapshot(
-        "data.dataset", plan.value("data.dataset"), "dataset", _commit(plan, "data.commit"), patterns + [README], local_only=local_only
-    )
+    commit = _commit(plan.resolved.data.commit, "data.commit")
+    return snapshot("data.dataset", _dataset(plan), "dataset", commit, patterns + [README], local_only=local_only)
 
 
 def data_files_in(folder: str) -> list[str]:
@@ -96,7 +103,7 @@ def dataset_files(plan: Plan) -> list[str]:
     if not files:
         raise HubError(
             "data.dataset",
-            f"{plan.value('data.dataset')} at {plan.get('data.commit')} holds no data "
+            f"{plan.resolved.data.dataset} at {plan.resolved.data.commit} holds no data "
             f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}",
         )
     return files
@@ -104,7 +111,7 @@ def dataset_files(plan: Plan) -> list[str]:
 
 def fetch_all(plan: Plan) -> None:
     """Download the model and dataset files of the plan's Hub ids (a no-op for local paths)."""
-    if is_hub_value(plan.get("model.name_or_path")):
+    if is_hub_value(plan.resolved.model.name_or_path):
         model_dir(plan, local_only=False)
-    if plan.get("data.dataset"):
+    if plan.resolved.data.dataset:
         dataset_dir(plan, local_only=False)

@@ -12,7 +12,6 @@ each saver comes from the planner's saver table (plan/fit/savers.py).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,13 @@ from typing import Any
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.init.model_source import ModelSource, chat_template_known
 from gpuplan.init.starter import starter_spec
+from gpuplan.plan.fit.fixes import NoFitError
 from gpuplan.spec.data_format import DataFormat
 from gpuplan.spec.objectives import OBJECTIVES
 
 METHODS = ("full", "lora", "qlora", "auto")
 EPOCHS = 3.0  # TrainingArguments.num_train_epochs' default
 SOURCE_KEYS = ("data.train_files", "data.dataset")
-AUTO_PREFIX = 'model.method = "auto": '
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def fitted_starter(
     where = first.hardware.name
     chosen = first.settings["model.method"]
     if method == "auto":
-        reason = (chosen.reason or "").removeprefix(AUTO_PREFIX)
+        reason = chosen.reason or ""  # the method rule's reason (plan/rules/lora.py select_method)
         note = f"Chosen by the plan on {where} (init --method auto): {reason}."
     else:
         reason = f"--method {method}"
@@ -171,7 +170,9 @@ def _plan(plan: Callable[[str], Any], text: str, method: str) -> Any:
         return plan(text)
     except GpuplanError as e:
         kept = [d for d in e.diagnostics if d.severity != "note"]  # the notes are about a spec not written
-        gpus = sorted(set(re.findall(r'hardware\.gpu = "([^"]+)"', " ".join(d.fix or "" for d in kept))))
+        # the GPUs the refusal's fix names, from its record (plan/fit/fixes.py NoFitError), not its words
+        options = e.options if isinstance(e, NoFitError) else ()
+        gpus = sorted({str(o["hardware.gpu"]) for o in options if o.get("hardware.gpu") is not None})
         # the plan's fixes name spec lines of a spec not written: said as init's options
         other_gpu = ("run init again with " + " or ".join(f"--gpu {g}" for g in gpus)) if gpus else None
         fix: str | None

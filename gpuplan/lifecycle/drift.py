@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuplan.plan.methods import method_named
 from gpuplan.plan.types import Plan
 
 # Changing these mid-run changes what is being trained: resuming would silently mix
@@ -89,7 +88,7 @@ def diff_plans(old: Plan, new: Plan) -> list[Drift]:
 
 def resume_conflicts(old: Plan, new: Plan) -> list[str]:
     """Why the new plan cannot continue the old plan's run (empty: it can)."""
-    methods = {method_named(_values(p).get("model.method")) for p in (old, new)}
+    methods = {p.resolved.model.method for p in (old, new)}
     return [
         f"{d.key}: {d.before!r} -> {d.after!r} changes {RESUME_BREAKING[d.key]}"
         for d in diff_plans(old, new)
@@ -128,10 +127,10 @@ def finished_run(state: Mapping[str, Any], new: Plan) -> Finished | None:
         return Finished(step, [], step)
     if resume_conflicts(old, new):
         return None  # a change a resume cannot take: apply refuses it (apply/launch/session.py) or trains anew
-    a, b = _values(old), _values(new)
-    if b.get("training.max_steps") is not None:
-        target = int(b["training.max_steps"])
-    elif a.get("training.max_steps") is None and a.get("training.num_train_epochs") == b.get("training.num_train_epochs"):
+    a, b = old.resolved.training, new.resolved.training
+    if b.max_steps is not None:
+        target = b.max_steps
+    elif a.max_steps is None and a.num_train_epochs == b.num_train_epochs:
         target = int((state.get("progress") or {}).get("max_steps") or step)
     else:
         return None  # other epochs: the Trainer counts the steps they make

@@ -11,6 +11,7 @@ cannot drift apart:
       checkpoint-N/              the Trainer's checkpoints (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR)
       final/                     the trained model, or the adapters (apply/model/final.py)
       final/merged/              the adapters merged into the base (output.merge_adapter)
+      tune/, tune-results.json   `gpuplan tune`'s candidate runs and what each measured (apply/train/tune.py)
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_PREFIX = "checkpoint-"
 FINAL_DIR = "final"
 MERGED_DIR = "merged"  # inside FINAL_DIR
+TUNE_DIR = "tune"
+TUNE_RESULTS_FILE = "tune-results.json"
 
 
 def checkpoint_name(step: int) -> str:

@@ -72,7 +72,7 @@ class RunState:
         self.path = os.path.join(output_dir, STATE_FILE)
         # Under torchrun every rank runs execute(); only rank 0 owns the file.
         self.enabled = int(os.environ.get("RANK", "0")) == 0
-        max_steps = plan.get("training.max_steps")
+        max_steps = plan.resolved.training.max_steps
         self.data: dict[str, Any] = {
             "format_version": STATE_FORMAT_VERSION,
             "plan": plan.to_dict(),

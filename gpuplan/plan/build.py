@@ -34,6 +34,7 @@ from gpuplan.plan.estimate.interval import time_interval
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fingerprint import fingerprint
+from gpuplan.plan.fit.fixes import NoFitError
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.lookup import load_facts, resolve_gpu
@@ -171,12 +172,16 @@ def refusal(
     """The walk's errors, then its warnings; a run that does not fit names the hardware that
     would, each planned in full by `replan` (None: do not look)."""
     errors = [d for d in ctx.diagnostics if d.severity == "error"]
+    others = [d for d in ctx.diagnostics if d.severity != "error"]
     nofit = ctx.internal.get(NO_FIT)
-    if replan is not None and nofit is not None:
+    if nofit is None:
+        return PlanError(errors + others)
+    options: tuple[Mapping[str, Any], ...] = tuple(f.changes for f in nofit.fixes)
+    if replan is not None:
         from gpuplan.plan.fit.hardware_alternatives import with_hardware_alternatives
 
-        errors = with_hardware_alternatives(errors, nofit, loaded, spec, gpu, plan=replan)
-    return PlanError(errors + [d for d in ctx.diagnostics if d.severity != "error"])
+        errors, options = with_hardware_alternatives(errors, nofit, loaded, spec, gpu, plan=replan)
+    return NoFitError(errors + others, nofit, options)
 
 
 def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | None:

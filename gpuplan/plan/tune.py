@@ -28,7 +28,7 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.build import plan_spec, resolve, with_overrides
 from gpuplan.plan.fit.savers import ADAFACTOR_OPTIMIZER, SAVERS, SaverSpec
-from gpuplan.plan.fit.search import FitProblem, Knobs, _fits, divisors, price
+from gpuplan.plan.fit.search import FitProblem, Knobs, divisors, fits_in_memory, price
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.plan.types import Plan, PlanError
 from gpuplan.spec.load import LoadedSpec
@@ -101,7 +101,7 @@ def considered(p: FitProblem, knobs: Knobs) -> list[tuple[int, Knobs, tuple[str,
         names = tuple(s.name for s, flag in zip(savers, on) if flag)
         slowdown = sum(s.slowdown(p) for s, flag in zip(savers, on) if flag)
         for b in batches:
-            if _fits(price(p, b, k), p, b, k):
+            if fits_in_memory(price(p, b, k), p, b, k):
                 out.append((slowdown, -b, b, k, names))
     out.sort(key=lambda c: (c[0], c[1]))
     return [(b, k, names) for _, _, b, k, names in out]

@@ -8,10 +8,11 @@ executor must not branch on it, only on `value`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from gpuplan.errors import Diagnostic, GpuplanError, Severity
+from gpuplan.plan.resolved import Resolved, resolve_settings
 from gpuplan.plan.sections import HardwareSection, MemorySection, ModelSection, ThroughputSection
 
 FORMAT_VERSION = 1
@@ -66,7 +67,10 @@ class Plan:
 
     `settings` maps full key paths ("training.per_device_train_batch_size") to
     Settings. `hardware`, `model`, `memory` and `throughput` are the typed sections
-    of gpuplan.plan.sections, so a saved plan round-trips exactly.
+    of gpuplan.plan.sections, so a saved plan round-trips exactly. `resolved` is the
+    settings' values as typed sections (gpuplan.plan.resolved), built here from `settings`
+    (so a loaded plan.json gets them too) and never serialised: apply, after and trace read
+    `plan.resolved.training.seed`, not `plan.value("training.seed")`.
     """
 
     spec_path: str | None
@@ -80,6 +84,13 @@ class Plan:
     throughput: ThroughputSection = field(default_factory=ThroughputSection)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    resolved: Resolved = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        warmup = self.settings.get("training.warmup_steps")
+        values = {k: s.value for k, s in self.settings.items()}
+        resolved = resolve_settings(values, warmup_derived=warmup is not None and warmup.source == "derived")
+        object.__setattr__(self, "resolved", resolved)
 
     def value(self, key: str) -> Any:
         """The resolved value of a key path; KeyError names the key."""
@@ -89,10 +100,22 @@ class Plan:
         s = self.settings.get(key)
         return default if s is None else s.value
 
+    def adjusted(self, values: Mapping[str, Any], *, reason: str, rule: str) -> Plan:
+        """This plan with `values` ({key path: value}) in place of its settings' values, each marked
+        as adjusted by `rule` with `reason` (apply's re-plan after running out of memory)."""
+        settings = dict(self.settings)
+        for key, value in values.items():
+            settings[key] = replace(self.settings[key], value=value, source="adjusted", reason=reason, rule=rule)
+        return replace(self, settings=settings)
+
+    def with_settings(self, values: Mapping[str, Setting]) -> Plan:
+        """This plan with `values` ({key path: Setting}) added or in place of its settings."""
+        return replace(self, settings={**self.settings, **values})
+
     @property
     def world_size(self) -> int:
         """Processes the plan runs as: hardware.count per node x hardware.nodes (its settings)."""
-        return int(self.value("hardware.count")) * int(self.value("hardware.nodes"))
+        return self.resolved.hardware.world_size
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuplan.plan.methods import method_named
 from gpuplan.plan.sections import MemorySection, ThroughputSection
 from gpuplan.render.sparkline import sparkline
 from gpuplan.render.text import render_plan, shown
@@ -173,7 +174,7 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     if results.get("eval_loss_last") is not None:
         loss += f"; eval loss {results['eval_loss_last']:.4f}"
     out = [mem, thr, loss]
-    if results.get("method", "full") != "full":
+    if method_named(results.get("method")).frozen_base:
         planned = results.get("plan_trainable_params")
         out.append(
             f"trainable: {results['trainable_params']:,} parameters ({results['method']} adapters"

@@ -50,6 +50,8 @@ class Objective:
     default_learning_rate: float | None  # the trainer config's own default, where it differs from the Trainer's
     example_fields: tuple[str, ...]  # the columns a row must have
     metrics: tuple[str, ...] = ()  # the trainer's logged metrics the run records beside the loss
+    collator_class: str | None = None  # the trainer's own collator (TRL's); None: gpuplan's (apply/data/prepare.py)
+    config_sampling: bool = False  # its config has train_sampling_strategy (TRL 1.16 KTOConfig; kto_config.py)
 
     @property
     def needs_reference(self) -> bool:
@@ -58,6 +60,16 @@ class Objective:
     @property
     def is_preference(self) -> bool:
         return self.name != "sft"
+
+    @property
+    def paired(self) -> bool:
+        """A row is a chosen / rejected pair, both through the policy (DPO)."""
+        return "chosen" in self.example_fields
+
+    @property
+    def labelled_completions(self) -> bool:
+        """A row is one completion with a desirable / undesirable label (KTO); TRL unpairs pair rows into two."""
+        return "completion" in self.example_fields
 
     def flops_multiplier(self, reference_forward: bool = True) -> float:
         """Step FLOPs per example over SFT's (one sequence, forward + backward = 3 forwards):
@@ -133,6 +145,7 @@ DPO = Objective(
     default_learning_rate=1e-6,  # dpo_config.py: "`learning_rate`: Defaults to `1e-6` instead of `5e-5`"
     example_fields=("prompt", "chosen", "rejected"),
     metrics=PREFERENCE_METRICS,
+    collator_class="DataCollatorForPreference",  # trl/trainer/dpo_trainer.py
 )
 
 KTO = Objective(
@@ -152,6 +165,8 @@ KTO = Objective(
     default_learning_rate=1e-6,  # kto_config.py: "`learning_rate`: Defaults to `1e-6` instead of `5e-5`"
     example_fields=("prompt", "completion", "label"),
     metrics=PREFERENCE_METRICS,
+    collator_class="DataCollatorForUnpairedPreference",  # trl/trainer/kto_trainer.py
+    config_sampling=True,
 )
 
 OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.methods import method_of
 
 __all__ = ["trace_memory"]
 
@@ -83,7 +84,7 @@ def trace_memory(
     # flash_attention_2 reads packed position ids as varlen boundaries (no mask): traced unpacked
     packed = wl.packed and wl.attn_implementation != "flash_attention_2"
     dequant: AbstractContextManager[Any] = nullcontext()
-    if wl.adapters is not None and wl.adapters.method == "qlora" and wl.adapters.use_dora:
+    if wl.adapters is not None and method_of(wl.adapters).quantized_base and wl.adapters.use_dora:
         from gpuplan.trace.adapters import fake_4bit_dequant
 
         dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward

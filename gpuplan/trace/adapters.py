@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.methods import method_named
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -134,7 +135,7 @@ def apply_adapters(model: PreTrainedModel, wl: Workload) -> torch.nn.Module:
     import peft
 
     a = _adapters(wl)
-    if a.method == "qlora":
+    if method_named(a.method).quantized_base:
         quantize_to_4bit(model, wl)
         model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     else:

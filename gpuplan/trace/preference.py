@@ -107,7 +107,7 @@ def preference_loss(
         logps = _logps(model, _batch(obj.grad_sequences * b, s, vocab))
         ref_logps = None
         if wl.reference != "precomputed":
-            calls = 1 if obj.name == "dpo" else obj.reference_sequences  # KTO: completion, then KL
+            calls = 1 if obj.paired else obj.reference_sequences  # KTO: completion, then KL
             per_call = obj.reference_sequences * b // calls
             with torch.no_grad():
                 if ref is None:  # peft: the same model with its adapters disabled
@@ -121,7 +121,7 @@ def preference_loss(
         else:  # precomputed: a column of the dataset, two fp32 values per example
             ref_logps = torch.zeros(obj.grad_sequences * b)
     ratios = logps - ref_logps[: logps.shape[0]]
-    if obj.name == "dpo":  # loss_type sigmoid: -logsigmoid(beta * (chosen ratio - rejected ratio))
+    if obj.paired:  # DPO, loss_type sigmoid: -logsigmoid(beta * (chosen ratio - rejected ratio))
         chosen, rejected = ratios.chunk(2, dim=0)
         return -F.logsigmoid(beta * (chosen - rejected)).mean()
     # KTO: 1 - sigmoid(beta * (ratio - KL)), the KL estimate clamped at 0 and detached

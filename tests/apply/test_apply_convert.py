@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import torch
 
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.launch.device import check_device
 from gpuplan.apply.train.arguments import torch_dtype, training_arguments, training_arguments_kwargs
+from gpuplan.errors import GpuplanError
 from tests.helpers.apply_plans import H100_PROFILE, cpu_plan
 from tests.helpers.plan_arguments import build_here
 
@@ -96,9 +100,15 @@ def test_torch_dtype(tmp_path, name, expected):
     assert torch_dtype(cpu_plan(tmp_path, **{"model.dtype": name})) is getattr(torch, expected)
 
 
-def test_unknown_dtype_is_an_apply_error(tmp_path):
-    with pytest.raises(ApplyError, match="model.dtype = 'int8'"):
-        torch_dtype(cpu_plan(tmp_path, **{"model.dtype": "int8"}))
+def test_unknown_dtype_is_refused_when_the_plan_is_built(tmp_path):
+    """A plan with a dtype apply cannot load is refused before anything reads it (plan/resolved.py)."""
+    with pytest.raises(GpuplanError, match=re.escape("model.dtype = 'int8' in the plan is not 'float32' | 'bfloat16' | 'float16'")) as e:
+        cpu_plan(tmp_path, **{"model.dtype": "int8"})
+    assert e.value.key == "model.dtype"
+
+
+def test_the_planned_dtype_is_the_torch_dtype(tmp_path):
+    assert torch_dtype(cpu_plan(tmp_path, **{"model.dtype": "bfloat16"})) is torch.bfloat16
 
 
 @pytest.mark.parametrize(
@@ -138,8 +148,9 @@ def test_warmup_ratio_becomes_a_fractional_warmup_steps(tmp_path):
     kw = training_arguments_kwargs(cpu_plan(tmp_path, **{"training.warmup_ratio": 0.1}))
     assert kw["warmup_steps"] == 0.1  # transformers 5.24 reads a float in [0, 1) as a ratio
     assert training_arguments(cpu_plan(tmp_path, **{"training.warmup_ratio": 0.1})).warmup_steps == 0.1
-    with pytest.raises(ApplyError, match="warmup_steps = 3 and training.warmup_ratio = 0.1"):
-        training_arguments_kwargs(cpu_plan(tmp_path, **{"training.warmup_ratio": 0.1, "training.warmup_steps": 3}))
+    with pytest.raises(GpuplanError, match="warmup_steps = 3 and training.warmup_ratio = 0.1 are both set") as e:
+        cpu_plan(tmp_path, **{"training.warmup_ratio": 0.1, "training.warmup_steps": 3})  # refused when the plan is built
+    assert e.value.key == "training.warmup_ratio"
 
 
 def test_compile_mode_only_with_compile(tmp_path):
@@ -175,9 +186,15 @@ def test_deepspeed_strategy_maps_to_a_zero_config(tmp_path):
 
 
 def test_single_process_strategies_add_nothing(tmp_path):
-    for strategy in ("none", "ddp", "auto"):
+    for strategy in ("none", "ddp"):
         kw = training_arguments_kwargs(cpu_plan(tmp_path, **{"distributed.strategy": strategy}))
         assert "fsdp" not in kw and "deepspeed" not in kw
+
+
+def test_an_unresolved_strategy_is_refused_when_the_plan_is_built(tmp_path):
+    with pytest.raises(GpuplanError, match="distributed.strategy = 'auto' in the plan is not") as e:
+        cpu_plan(tmp_path, **{"distributed.strategy": "auto"})
+    assert e.value.key == "distributed.strategy"
 
 
 def test_cpu_plan_with_deepspeed_is_refused_and_fsdp_is_not(tmp_path):

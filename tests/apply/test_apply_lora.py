@@ -9,12 +9,14 @@ QLoRA base really is 4-bit (uint8 Params4bit), and refused settings say how to f
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
 
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.train.execute import build_trainer, execute
+from gpuplan.errors import GpuplanError
 from tests.helpers.apply_plans import cpu_plan, read_jsonl
 from tests.helpers.lora_base import file_hashes, finetune_overrides, other_text, pretrain_base
 
@@ -183,8 +185,6 @@ def test_merging_into_a_4bit_base_is_refused_with_the_fix(tmp_path):
         ("lora.lora_dropout", 1.5, r"lora.lora_dropout = 1.5 must be in \[0, 1\)"),
         ("lora.target_modules", [], "lora.target_modules = \\[\\] must name at least one module"),
         ("quantization.bnb_4bit_compute_dtype", "auto", "quantization.bnb_4bit_compute_dtype = 'auto' .* re-run"),
-        ("quantization.bnb_4bit_quant_type", "int4", "quantization.bnb_4bit_quant_type = 'int4' is not one of"),
-        ("model.method", "prefix", "model.method = 'prefix' is not one of"),
     ],
 )
 def test_bad_adapter_settings_name_the_key_and_write_nothing(tmp_path, key, value, message):
@@ -192,6 +192,21 @@ def test_bad_adapter_settings_name_the_key_and_write_nothing(tmp_path, key, valu
     with pytest.raises(ApplyError, match=message):
         execute(plan, echo=lambda s: None, progress=False)
     assert not os.path.exists(plan.value("output.dir"))
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("quantization.bnb_4bit_quant_type", "int4", "quantization.bnb_4bit_quant_type = 'int4' in the plan is not 'nf4' | 'fp4'"),
+        ("model.method", "prefix", "model.method = 'prefix' in the plan is not 'full' | 'lora' | 'qlora'"),
+    ],
+)
+def test_adapter_values_of_the_wrong_kind_are_refused_with_the_plan(tmp_path, key, value, message):
+    """A value outside its closed set is refused when the Plan is built (plan/resolved.py), before apply starts."""
+    with pytest.raises(GpuplanError, match=re.escape(message)) as e:
+        cpu_plan(tmp_path, **{"model.method": "qlora", "model.from_scratch": False, "model.name_or_path": str(tmp_path), key: value})
+    assert e.value.key == key
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import pytest
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.launch.torchrun import Launch, decide, first_host, launch_command, slurm_context
 from gpuplan.apply.train.arguments import training_arguments_kwargs
-from gpuplan.plan.types import Setting
 from tests.helpers import cli_runs
 from tests.helpers.apply_plans import CORPUS, H100_PROFILE, REPO, cpu_plan, read_jsonl
 
@@ -108,10 +107,9 @@ def test_multi_node_without_a_rendezvous_host_is_a_clear_error(tmp_path):
 
 
 def plan_for(tmp_path, *, count=2, nodes=1, addr=None, port=29500, hardware=None, **kw):
-    plan = cpu_plan(tmp_path, hardware=hardware, **{"hardware.count": count, "hardware.nodes": nodes, "distributed.strategy": "ddp", **kw})
-    plan.settings["distributed.master_addr"] = Setting(addr, "user")
-    plan.settings["distributed.master_port"] = Setting(port, "default")
-    return plan
+    values = {"hardware.count": count, "hardware.nodes": nodes, "distributed.strategy": "ddp"}
+    values |= {"distributed.master_addr": addr, "distributed.master_port": port}
+    return cpu_plan(tmp_path, hardware=hardware, **{**values, **kw})
 
 
 def test_launch_command_single_node(tmp_path):

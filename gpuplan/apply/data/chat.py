@@ -36,7 +36,7 @@ class Formatter:
 
 def chat_template_of(plan: Plan, tokenizer: Any) -> str:
     """data.chat_template (a name or a Jinja file) when set, else the tokenizer's own."""
-    want = plan.get("data.chat_template")
+    want = plan.resolved.data.chat_template
     if want is None:
         own = getattr(tokenizer, "chat_template", None)
         if not own:
@@ -92,10 +92,10 @@ def conversation_segments(messages: list[dict[str, str]], render: Callable[[list
 
 
 def formatter(plan: Plan, tokenizer: Any) -> Formatter:
-    fmt = plan.get("data.format") or "text"
-    on_prompt = bool(plan.get("data.train_on_prompt"))
+    fmt = plan.resolved.data.format
+    on_prompt = plan.resolved.data.train_on_prompt
     if fmt == "chat":
-        field = plan.value("data.messages_field")
+        field = plan.resolved.data.messages_field
         template = chat_template_of(plan, tokenizer)
 
         def render(msgs: list, gen: bool) -> str:
@@ -108,8 +108,8 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
             fmt, lambda row, i: conversation_segments(_messages(row, field, i), render, on_prompt), (("data.messages_field", field),)
         )
     if fmt == "instruction":
-        pf, rf = plan.value("data.prompt_field"), plan.value("data.response_field")
-        template = plan.value("data.prompt_template")
+        pf, rf = plan.resolved.data.prompt_field, plan.resolved.data.response_field
+        template = plan.resolved.data.prompt_template
         eos = tokenizer.eos_token or ""
 
         def instruction(row: dict[str, Any], i: int) -> Segments:
@@ -123,7 +123,7 @@ def formatter(plan: Plan, tokenizer: Any) -> Formatter:
             return [(template.replace("{prompt}", p), on_prompt), (r + eos, True)]
 
         return Formatter(fmt, instruction, (("data.prompt_field", pf), ("data.response_field", rf)))
-    return text_formatter(plan.value("data.text_field"))
+    return text_formatter(plan.resolved.data.text_field)
 
 
 def text_formatter(field: str) -> Formatter:

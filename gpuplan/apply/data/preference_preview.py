@@ -22,16 +22,16 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
     from trl.data_utils import _tokenize, common_prefix_length, is_conversational
 
     from gpuplan.apply.data.prepare import cache_dir, load_rows, train_paths
-    from gpuplan.apply.train.preference import check_rows, objective_of
+    from gpuplan.apply.train.preference import check_rows, objective_of, preference_run
 
     obj = objective_of(plan)
     check_rows(plan, tokenizer)  # an unusable row is an error here as in apply
     raw, _ = load_rows(train_paths(plan), "data.train_files", cache_dir(plan))
-    limit = int(plan.value("preference.max_length"))
+    limit = preference_run(plan).max_length
     # kto on pairs: each row's chosen and rejected completions, the two examples TRL unpairs it into
     # (apply/train/preference.py unpaired), shown row by row
-    paired = obj.name == "kto" and {"chosen", "rejected"} <= set(raw.column_names)
-    answers = ("chosen", "rejected") if obj.name == "dpo" or paired else ("completion",)
+    paired = obj.labelled_completions and {"chosen", "rejected"} <= set(raw.column_names)
+    answers = ("chosen", "rejected") if obj.paired or paired else ("completion",)
     unpaired_kind = {"chosen": "desirable", "rejected": "undesirable"}
     examples: list[dict[str, Any]] = []
     tokens = trained = truncated = sequences = 0
@@ -51,7 +51,7 @@ def preview_preference(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str,
             trained += sum(mask)
             truncated += len(full) > limit
             if len(examples) < n_examples * len(answers):
-                if obj.name == "dpo":
+                if obj.paired:
                     kind = field
                 else:
                     kind = unpaired_kind[field] if paired else ("desirable" if row["label"] else "undesirable")

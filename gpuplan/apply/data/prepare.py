@@ -52,7 +52,7 @@ def builder_for(paths: list[str], key: str) -> str:
 
 def cache_dir(plan: Plan) -> str:
     """The `datasets` cache inside output.dir: apply writes nothing outside it (not ~/.cache)."""
-    return os.path.join(plan.value("output.dir"), ".cache", "datasets")
+    return os.path.join(plan.resolved.output.dir, ".cache", "datasets")
 
 
 def load_rows(paths: list[str], key: str, cache: str | None = None) -> tuple[Any, str]:
@@ -84,7 +84,7 @@ def check_field(ds: Any, field: str | None, key: str, paths: list[str], builder:
 
 def text_field_of(plan: Plan, builder: str) -> str:
     # A text file's rows live in "text" whatever the spec calls them.
-    return "text" if builder == "text" else plan.value("data.text_field")
+    return "text" if builder == "text" else plan.resolved.data.text_field
 
 
 def label_names_of(ds: Any, label_field: str) -> list[str]:
@@ -143,11 +143,11 @@ def _tokenize_cls(ds: Any, tokenizer: Any, field: str, label_field: str, names: 
 
 
 def split_eval(plan: Plan, train: Any) -> tuple[Any, Any | None]:
-    files = list(plan.get("data.eval_files") or [])
+    files = list(plan.resolved.data.eval_files)
     if files:
         ev, _ = load_rows(files, "data.eval_files", cache_dir(plan))
         return train, ev
-    fraction = float(plan.get("data.eval_fraction") or 0.0)
+    fraction = plan.resolved.data.eval_fraction
     if fraction <= 0.0:
         return train, None
     if not 0.0 < fraction <= 0.5:
@@ -158,17 +158,17 @@ def split_eval(plan: Plan, train: Any) -> tuple[Any, Any | None]:
             "add rows, raise the fraction, or list data.eval_files"
         )
     # Split rows before tokenizing so no document lands in both splits.
-    parts = train.train_test_split(test_size=fraction, seed=int(plan.value("training.seed")))
+    parts = train.train_test_split(test_size=fraction, seed=plan.resolved.training.seed)
     return parts["train"], parts["test"]
 
 
 def train_paths(plan: Plan) -> list[str]:
     """data.train_files, or the data files of the data.dataset snapshot (fetched through gpuplan.hub)."""
-    if plan.get("data.dataset"):
+    if plan.resolved.data.dataset:
         from gpuplan.hub.fetch import dataset_files
 
         return dataset_files(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
-    return list(plan.value("data.train_files"))
+    return list(plan.resolved.data.train_files)
 
 
 def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, paths: list[str]) -> PreparedData:
@@ -178,13 +178,13 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
     from gpuplan.apply.data.chat import formatter
     from gpuplan.apply.data.examples import build
 
-    if plan.value("model.task") != "causal-lm":
-        raise ApplyError(f'data.format = {plan.value("data.format")!r} needs model.task = "causal-lm"')
+    if plan.resolved.model.task != "causal-lm":
+        raise ApplyError(f'data.format = {plan.resolved.data.format!r} needs model.task = "causal-lm"')
     fmt = formatter(plan, tokenizer)
     for key, column in fmt.fields:
         check_field(raw, column, key, paths, builder)
     raw_train, raw_eval = split_eval(plan, raw)
-    seq_len, packing = int(plan.value("data.seq_len")), bool(plan.value("data.packing"))
+    seq_len, packing = plan.resolved.data.seq_len, plan.resolved.data.packing
     _, train, stats = build(raw_train, fmt, tokenizer, seq_len, packing)
     if len(train) == 0:
         raise ApplyError(
@@ -193,13 +193,13 @@ def _prepare_supervised(plan: Plan, tokenizer: Any, raw: Any, builder: str, path
     ev = None
     if raw_eval is not None:
         for key, column in fmt.fields:
-            check_field(raw_eval, column, key, list(plan.get("data.eval_files") or paths), builder)
+            check_field(raw_eval, column, key, list(plan.resolved.data.eval_files or paths), builder)
         _, ev, _ = build(raw_eval, fmt, tokenizer, seq_len, packing)
         if len(ev) == 0:
             raise ApplyError("the eval split has no row with a trained token; raise data.eval_fraction")
     from gpuplan.apply.data.flatten import flatten_micro_batch, needs_flattening
 
-    collator = flatten_micro_batch if needs_flattening(plan.get("model.attn_implementation"), packing) else default_data_collator
+    collator = flatten_micro_batch if needs_flattening(plan.resolved.model.attn_implementation, packing) else default_data_collator
     return PreparedData(train, ev, collator, None, stats)
 
 
@@ -207,30 +207,32 @@ def prepare_data(plan: Plan, tokenizer: Any) -> PreparedData:
     """Load, split, tokenize and collate the plan's data for its task."""
     from transformers import DataCollatorForLanguageModeling, default_data_collator
 
-    task = plan.value("model.task")
-    seq_len = int(plan.value("data.seq_len"))
+    task = plan.resolved.model.task
+    seq_len = plan.resolved.data.seq_len
     paths = train_paths(plan)
     raw, builder = load_rows(paths, "data.train_files", cache_dir(plan))
-    if (plan.get("data.format") or "text") != "text":
+    if plan.resolved.data.format != "text":
         return _prepare_supervised(plan, tokenizer, raw, builder, paths)
     field = text_field_of(plan, builder)
     check_field(raw, field, "data.text_field", paths, builder)
     raw_train, raw_eval = split_eval(plan, raw)
     if raw_eval is not None and field not in raw_eval.column_names:
-        check_field(raw_eval, field, "data.text_field", list(plan.get("data.eval_files") or []), builder)
+        check_field(raw_eval, field, "data.text_field", list(plan.resolved.data.eval_files), builder)
 
     label_names = None
     if task == "seq-cls":
-        label_field = plan.get("data.label_field")
+        label_field = plan.resolved.data.label_field
+        if label_field is None:  # the plan refuses this (rules/data.py); a plan written by hand may not
+            raise ApplyError("data.label_field is not set; seq-cls needs the name of the label column", key="data.label_field")
         check_field(raw, label_field, "data.label_field", paths, builder)
         if raw_eval is not None and label_field not in raw_eval.column_names:
-            check_field(raw_eval, label_field, "data.label_field", list(plan.get("data.eval_files") or []), builder)
+            check_field(raw_eval, label_field, "data.label_field", list(plan.resolved.data.eval_files), builder)
         label_names = label_names_of(raw, label_field)
         train = _tokenize_cls(raw_train, tokenizer, field, label_field, label_names, seq_len)
         ev = None if raw_eval is None else _tokenize_cls(raw_eval, tokenizer, field, label_field, label_names, seq_len)
         collator = default_data_collator
     else:
-        packing = bool(plan.value("data.packing"))
+        packing = plan.resolved.data.packing
         train = _tokenize_lm(raw_train, tokenizer, field, seq_len, packing)
         ev = None if raw_eval is None else _tokenize_lm(raw_eval, tokenizer, field, seq_len, packing)
         collator = DataCollatorForLanguageModeling(

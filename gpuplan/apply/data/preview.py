@@ -32,7 +32,7 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     from gpuplan.apply.data.prepare import cache_dir, check_field, load_rows, text_field_of, train_paths
     from gpuplan.apply.data.tokenizer import load_tokenizer
 
-    task = plan.value("model.task")
+    task = plan.resolved.model.task
     if task != "causal-lm":
         raise ApplyError(
             f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks drawn at random, nothing to mark"
@@ -44,8 +44,8 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     tokenizer = load_tokenizer(
         local_model_dir(plan),
         task=task,
-        from_scratch=bool(plan.value("model.from_scratch")),
-        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+        from_scratch=plan.resolved.model.from_scratch,
+        trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     from gpuplan.apply.train.preference import uses_preference
 
@@ -60,8 +60,8 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
         fmt = text_formatter(text_field_of(plan, builder))
     for key, column in fmt.fields:
         check_field(raw, column, key, paths, builder)
-    seq_len = int(plan.value("data.seq_len"))
-    packing = bool(plan.value("data.packing"))
+    seq_len = plan.resolved.data.seq_len
+    packing = plan.resolved.data.packing
     if fmt.fmt == "text" and packing:
         return _text_packed(raw, fmt, tokenizer, seq_len, n_examples)
     kept, _, stats = build(raw, fmt, tokenizer, seq_len, packing)

@@ -50,15 +50,15 @@ class Prompting:
 
 
 def prompting(plan: Plan, tokenizer: Any) -> Prompting:
-    fmt = plan.get("data.format") or "text"
+    fmt = plan.resolved.data.format
     if fmt == "chat":
         from gpuplan.apply.data.chat import chat_template_of
 
         template = chat_template_of(plan, tokenizer)
         return Prompting(fmt, template, end_of_turn(tokenizer, template), False)
     if fmt == "instruction":
-        return Prompting(fmt, plan.value("data.prompt_template"), None, False)
-    return Prompting(fmt, None, None, not bool(plan.get("data.packing")))
+        return Prompting(fmt, plan.resolved.data.prompt_template, None, False)
+    return Prompting(fmt, None, None, not plan.resolved.data.packing)
 
 
 def end_of_turn(tokenizer: Any, template: str) -> str | None:

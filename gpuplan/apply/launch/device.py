@@ -28,15 +28,15 @@ def check_device(plan: Plan) -> str:
     launched = world_size()
     if uses_cpu(plan):
         problems = []
-        if plan.value("training.dataloader_pin_memory"):
+        if plan.resolved.training.dataloader_pin_memory:
             problems.append("training.dataloader_pin_memory = true (pinned memory needs CUDA)")
-        if plan.value("training.tf32"):
+        if plan.resolved.training.tf32:
             problems.append("training.tf32 = true (TF32 is an Ampere tensor-core mode)")
-        if plan.value("training.fp16"):
+        if plan.resolved.training.fp16:
             problems.append("training.fp16 = true (accelerate runs fp16 on CPU without autocast)")
-        if plan.value("model.attn_implementation") == "flash_attention_2":
+        if plan.resolved.model.attn_implementation == "flash_attention_2":
             problems.append('model.attn_implementation = "flash_attention_2" (a CUDA kernel)')
-        if plan.get("distributed.strategy") == "deepspeed":  # FSDP2 runs on CPU ranks over gloo; DeepSpeed needs CUDA
+        if plan.resolved.distributed.strategy == "deepspeed":  # FSDP2 runs on CPU ranks over gloo; DeepSpeed needs CUDA
             problems.append("distributed.strategy = 'deepspeed' (DeepSpeed needs CUDA)")
         if problems:
             raise ApplyError(

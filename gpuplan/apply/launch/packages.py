@@ -22,25 +22,32 @@ from gpuplan.spec.trackers import TRACKERS, requested
 
 def needed_packages(plan: Plan) -> list[tuple[str, str]]:
     """(key path, module) for every package the plan's values need beyond torch/transformers."""
-    out = []
-    if plan.get("distributed.strategy") == "deepspeed":
-        out.append(("distributed.strategy", "deepspeed"))
-    optim = plan.get("training.optim")
+    return [(key, module) for key, _, module in _needs(plan)]
+
+
+def _needs(plan: Plan) -> list[tuple[str, object, str]]:
+    """(key path, its value, module) for every package the plan's values need."""
+    r = plan.resolved
+    out: list[tuple[str, object, str]] = []
+    if r.distributed.strategy == "deepspeed":
+        out.append(("distributed.strategy", r.distributed.strategy, "deepspeed"))
+    optim = r.training.optim
     if optim in BNB_OPTIMIZERS:
-        out.append(("training.optim", "bitsandbytes"))
+        out.append(("training.optim", optim, "bitsandbytes"))
     elif optim in NEEDS_PACKAGE:
-        out.append(("training.optim", NEEDS_PACKAGE[optim]))
-    if plan.get("training.use_liger_kernel"):
-        out.append(("training.use_liger_kernel", "liger_kernel"))
-    if plan.get("model.attn_implementation") == "flash_attention_2":
-        out.append(("model.attn_implementation", "flash_attn"))
-    if (plan.get("training.objective") or "sft") != "sft":  # TRL's DPOTrainer / KTOTrainer
-        out.append(("training.objective", "trl"))
-    backend = plan.get("training.torch_compile_backend") if plan.get("training.torch_compile") else None
+        out.append(("training.optim", optim, NEEDS_PACKAGE[optim]))
+    if r.training.use_liger_kernel:
+        out.append(("training.use_liger_kernel", True, "liger_kernel"))
+    if r.model.attn_implementation == "flash_attention_2":
+        out.append(("model.attn_implementation", r.model.attn_implementation, "flash_attn"))
+    if r.training.objective.is_preference:  # TRL's DPOTrainer / KTOTrainer
+        out.append(("training.objective", r.training.objective.name, "trl"))
+    backend = r.training.torch_compile_backend if r.training.torch_compile else None
     if backend in COMPILE_BACKEND_PACKAGES:
-        out.append(("training.torch_compile_backend", COMPILE_BACKEND_PACKAGES[backend]))
-    for name in requested(plan.get("training.report_to") or "none"):  # the Trainer's tracker integrations
-        out += [("training.report_to", m) for m in TRACKERS.get(name, ((), ""))[0]]
+        out.append(("training.torch_compile_backend", backend, COMPILE_BACKEND_PACKAGES[backend]))
+    report_to = r.training.report_to if isinstance(r.training.report_to, str) else list(r.training.report_to)
+    for name in requested(report_to):  # the Trainer's tracker integrations
+        out += [("training.report_to", report_to, m) for m in TRACKERS.get(name, ((), ""))[0]]
     return out
 
 
@@ -50,11 +57,12 @@ def _pip_names(missing: list[tuple[str, str]]) -> list[str]:
 
 
 def check_packages(plan: Plan) -> None:
-    missing = [(key, mod) for key, mod in needed_packages(plan) if find_spec(mod) is None]
+    needs = [(key, value, mod) for key, value, mod in _needs(plan) if find_spec(mod) is None]
+    missing = [(key, mod) for key, _, mod in needs]
     if missing:
         raise ApplyError(
             "the plan needs packages this machine does not have: "
-            + "; ".join(f"{key} = {plan.get(key)!r} needs {mod}" for key, mod in missing)
+            + "; ".join(f"{key} = {value!r} needs {mod}" for key, value, mod in needs)
             + ". Install them: pip install "
             + " ".join(_pip_names(missing))
         )

@@ -64,7 +64,7 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     from gpuplan.lifecycle.drift import resume_conflicts
     from gpuplan.lifecycle.state import load_state
 
-    out = plan.value("output.dir")
+    out = plan.resolved.output.dir
     state = load_state(out)
     if restart:
         return None, "--restart: training from the start (old checkpoints are moved aside, not deleted)"
@@ -96,7 +96,7 @@ def finished_lines(plan: Plan, restart: bool) -> list[str] | None:
     from gpuplan.lifecycle.state import load_state
     from gpuplan.render.state import render_finished
 
-    out = plan.value("output.dir")
+    out = plan.resolved.output.dir
     state = None if restart else load_state(out)
     done = None if state is None else finished_run(state, plan)
     return None if done is None else render_finished(done, out, find_resumable(out)[0])
@@ -128,7 +128,7 @@ def apply_plan(
         echo(f"{launcher.describes}{what}")
         confirm()
         return launcher.run(plan, resume_from=None if restart else resume_from, echo=echo)
-    out = plan.value("output.dir")
+    out = plan.resolved.output.dir
     with RunLock(out, break_stale=break_lock):
         if (done := finished_lines(plan, restart)) is not None:  # an apply with no changes changes nothing
             echo("\n".join(done))

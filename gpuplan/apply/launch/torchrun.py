@@ -42,7 +42,7 @@ class Launch:
 
 def decide(plan: Plan, node_rank: int | None, env: Mapping[str, str]) -> Launch | None:
     """None: train in this process (one process, or already a torchrun rank: WORLD_SIZE is set)."""
-    nodes = int(plan.value("hardware.nodes"))
+    nodes = plan.resolved.hardware.nodes
     if plan.world_size == 1 or "WORLD_SIZE" in env:
         if node_rank not in (None, 0):
             raise ApplyError(f"--node-rank {node_rank}: the plan runs on one node (hardware.nodes = {nodes})")
@@ -66,7 +66,7 @@ def save_launch_plan(plan: Plan) -> str:
     """Write the plan every rank executes into output.dir (atomically); its path."""
     from gpuplan.lifecycle.state import write_json_atomic
 
-    out = plan.value("output.dir")
+    out = plan.resolved.output.dir
     try:
         os.makedirs(out, exist_ok=True)
         path = os.path.abspath(os.path.join(out, LAUNCH_PLAN_FILE))
@@ -139,7 +139,7 @@ def slurm_context(env: Mapping[str, str]) -> tuple[int, str] | None:
 
 def check_slurm_nodes(plan: Plan, env: Mapping[str, str]) -> None:
     nnodes = env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
-    nodes = int(plan.value("hardware.nodes"))
+    nodes = plan.resolved.hardware.nodes
     if nnodes and nnodes.isdigit() and int(nnodes) != nodes:
         raise ApplyError(
             f"the plan is for hardware.nodes = {nodes} but this SLURM job has {nnodes} node(s) (SLURM_NNODES); "
@@ -149,7 +149,7 @@ def check_slurm_nodes(plan: Plan, env: Mapping[str, str]) -> None:
 
 def master_addr(plan: Plan, env: Mapping[str, str]) -> str:
     """distributed.master_addr, else SLURM's first node, else MASTER_ADDR; an error for several nodes without one."""
-    addr = plan.get("distributed.master_addr")
+    addr = plan.resolved.distributed.master_addr
     if addr:
         return str(addr)
     slurm = slurm_context(env)
@@ -158,7 +158,7 @@ def master_addr(plan: Plan, env: Mapping[str, str]) -> str:
     if env.get("MASTER_ADDR"):
         return env["MASTER_ADDR"]
     raise ApplyError(
-        f"hardware.nodes = {plan.value('hardware.nodes')}: the nodes need a rendezvous host; set "
+        f"hardware.nodes = {plan.resolved.hardware.nodes}: the nodes need a rendezvous host; set "
         'distributed.master_addr = "<node 0\'s hostname>" in the spec (or export MASTER_ADDR), then re-plan'
     )
 
@@ -174,15 +174,15 @@ def launch_command(
     progress: bool = False,
 ) -> list[str]:
     """The torchrun argv that runs the saved plan on this node's hardware.count processes."""
-    nodes = int(plan.value("hardware.nodes"))
-    count = int(plan.value("hardware.count"))
+    nodes = plan.resolved.hardware.nodes
+    count = plan.resolved.hardware.count
     if not 0 <= node_rank < nodes:
         raise ApplyError(f"--node-rank {node_rank}: the plan has hardware.nodes = {nodes}, so it must be 0..{nodes - 1}")
     argv = [python, "-m", "torch.distributed.run", f"--nproc_per_node={count}"]
     if nodes == 1:
         argv += ["--standalone", "--nnodes=1"]
     else:
-        port = int(plan.get("distributed.master_port") or 29500)
+        port = plan.resolved.distributed.master_port
         argv += [f"--nnodes={nodes}", f"--node_rank={node_rank}", f"--master_addr={master_addr(plan, env)}", f"--master_port={port}"]
     argv += ["-m", "gpuplan.apply.launch.worker", plan_path]
     if resume_from:
@@ -194,11 +194,11 @@ def launch_command(
 
 def node_commands(plan: Plan, plan_path: str, target: str, env: Mapping[str, str]) -> list[str]:
     """What to run on each node when there is no SLURM: one block per node rank."""
-    nodes, count = int(plan.value("hardware.nodes")), int(plan.value("hardware.count"))
+    nodes, count = plan.resolved.hardware.nodes, plan.resolved.hardware.count
     addr = master_addr(plan, env)
     lines = [
         f"This plan runs on {nodes} nodes x {count} processes ({nodes * count} ranks); "
-        f"rendezvous at {addr}:{plan.get('distributed.master_port') or 29500} (node 0).",
+        f"rendezvous at {addr}:{plan.resolved.distributed.master_port} (node 0).",
         "Nothing was trained. Run on each node (node 0 first; the same paths on every node):",
     ]
     for r in range(nodes):

@@ -34,47 +34,48 @@ from typing import Any
 
 from gpuplan.apply.errors import ApplyError
 from gpuplan.lifecycle.run_dir import MERGED_DIR
-from gpuplan.plan.methods import METHODS
 from gpuplan.plan.types import Plan
 
-QUANT_TYPES = ("nf4", "fp4")
-COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 # peft TaskType per model.task; masked-lm has none (a plain PeftModel).
 _PEFT_TASK = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS", "masked-lm": None}
 _REPLAN = "re-run `gpuplan plan` to resolve it"
 
 
 def method(plan: Plan) -> str:
-    """The fine-tuning method the plan resolved; ApplyError for anything else."""
-    m = plan.get("model.method") or "full"
-    if m not in METHODS:
-        raise ApplyError(f"model.method = {m!r} is not one of {list(METHODS)}; {_REPLAN}")
-    return m
+    """The name of the fine-tuning method the plan resolved (plan/methods.py), as runs record it."""
+    return plan.resolved.model.method.name
 
 
 def uses_adapters(plan: Plan) -> bool:
-    return method(plan) != "full"
+    """Adapters on a frozen base (lora, qlora)."""
+    return plan.resolved.model.method.frozen_base
+
+
+def merges(plan: Plan) -> bool:
+    """output.merge_adapter on adapters over an unquantized base: final/merged/ is written."""
+    m = plan.resolved.model.method
+    return plan.resolved.output.merge_adapter and m.frozen_base and not m.quantized_base
 
 
 def check(plan: Plan) -> None:
     """Refuse, before anything loads, a plan whose adapter settings apply cannot honour."""
-    m = method(plan)
-    if m == "full":
+    m = plan.resolved.model.method
+    if not m.frozen_base:
         return
-    if plan.value("model.from_scratch"):
+    if plan.resolved.model.from_scratch:
         raise ApplyError(
-            f"model.method = {m!r} trains adapters on a frozen pretrained base, but model.from_scratch = true "
+            f"model.method = {m.name!r} trains adapters on a frozen pretrained base, but model.from_scratch = true "
             'would freeze random weights; set model.method = "full" to train from scratch, or point '
             "model.name_or_path at a pretrained model and set model.from_scratch = false"
         )
-    if plan.get("output.merge_adapter") and m == "qlora":
+    if plan.resolved.output.merge_adapter and m.quantized_base:
         raise ApplyError(
             'output.merge_adapter = true with model.method = "qlora": merging into a 4-bit base would '
             "round the adapter away; set output.merge_adapter = false (load the adapter on the base with peft), "
             'or use model.method = "lora"'
         )
     lora_config(plan)  # every lora.* value checked here, before hours of loading
-    if m == "qlora":
+    if m.quantized_base:
         from gpuplan.apply.model.quant4 import quantization_config
 
         quantization_config(plan)
@@ -84,32 +85,30 @@ def lora_config(plan: Plan) -> Any:
     """peft's LoraConfig with the planned values (names as in peft's LoraConfig)."""
     from peft import LoraConfig
 
-    task = plan.value("model.task")
-    targets = plan.value("lora.target_modules")
-    if isinstance(targets, (list, tuple)):
-        targets = list(targets)
-        if not targets or not all(isinstance(t, str) and t for t in targets):
+    lora = plan.resolved.lora
+    targets: str | list[str] = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    if isinstance(targets, list):
+        if not targets or not all(targets):
             raise ApplyError(f"lora.target_modules = {targets!r} must name at least one module; {_REPLAN}")
     elif targets != "all-linear":
         raise ApplyError(f"lora.target_modules = {targets!r} is not a list of module names; {_REPLAN}")
-    r, alpha, dropout = plan.value("lora.r"), plan.value("lora.lora_alpha"), plan.value("lora.lora_dropout")
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+    r, alpha, dropout = lora.r, lora.lora_alpha, lora.lora_dropout
+    if r < 1:
         raise ApplyError(f"lora.r = {r!r} must be a positive integer (the adapter rank), e.g. lora.r = 16")
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha <= 0:
+    if alpha is None or alpha <= 0:
         raise ApplyError(f"lora.lora_alpha = {alpha!r} must be a positive number, e.g. lora.lora_alpha = {2 * r}")
-    if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+    if not 0.0 <= dropout < 1.0:
         raise ApplyError(f"lora.lora_dropout = {dropout!r} must be in [0, 1), e.g. lora.lora_dropout = 0.05")
-    to_save = plan.get("lora.modules_to_save")
     try:
         return LoraConfig(
             r=r,
-            lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float works (scaling = lora_alpha / r)
-            lora_dropout=float(dropout),
+            lora_alpha=alpha,
+            lora_dropout=dropout,
             target_modules=targets,
-            use_dora=bool(plan.get("lora.use_dora")),
-            modules_to_save=list(to_save) if to_save else None,  # a copy: peft extends it for seq-cls
+            use_dora=lora.use_dora,
+            modules_to_save=list(lora.modules_to_save) if lora.modules_to_save else None,  # a copy: peft extends it for seq-cls
             bias="none",
-            task_type=_PEFT_TASK.get(task),
+            task_type=_PEFT_TASK.get(plan.resolved.model.task),
         )
     except (ValueError, TypeError) as e:
         raise ApplyError(f"the plan's [lora] settings were refused by peft: {e}") from e
@@ -133,9 +132,14 @@ def wrap(plan: Plan, model: Any) -> Any:
 def target_error(plan: Plan, model: Any, e: Exception) -> ApplyError:
     names = sorted({n.rsplit(".", 1)[-1] for n, mod in model.named_modules() if _is_linear(mod)})
     return ApplyError(
-        f"lora.target_modules = {plan.value('lora.target_modules')!r} does not fit this model: {e}. "
+        f"lora.target_modules = {_listed(plan.resolved.lora.target_modules)!r} does not fit this model: {e}. "
         f"Its linear layers are named: {', '.join(names)}"
     )
+
+
+def _listed(targets: str | tuple[str, ...]) -> str | list[str]:
+    """lora.target_modules as the spec writes it (a list, not the plan's tuple)."""
+    return targets if isinstance(targets, str) else list(targets)
 
 
 def prepare_base(plan: Plan, model: Any) -> Any:
@@ -143,9 +147,8 @@ def prepare_base(plan: Plan, model: Any) -> Any:
     (TRL's preference trainers wrap it themselves from lora_config, apply/train/preference.py.)"""
     from peft import prepare_model_for_kbit_training
 
-    m = method(plan)
-    checkpointing = bool(plan.value("training.gradient_checkpointing"))
-    if m == "qlora":
+    checkpointing = plan.resolved.training.gradient_checkpointing
+    if plan.resolved.model.method.quantized_base:
         from gpuplan.apply.model.quant4 import place_quant_states
 
         place_quant_states(plan, model, "cpu" if plan.hardware.is_cpu else "cuda")
@@ -207,7 +210,7 @@ def save_final(plan: Plan, trainer: Any, final_dir: str) -> str | None:
     from gpuplan.apply.model.final import save_final_model
 
     save_final_model(trainer, final_dir)  # safetensors and JSON only
-    if not plan.get("output.merge_adapter") or method(plan) != "lora":
+    if not merges(plan):
         return None
     if not trainer.is_world_process_zero():
         return None

@@ -58,7 +58,7 @@ def changed_files(recorded: Mapping[str, Mapping[str, Any]], model_dir: str) -> 
 
 def base_files(plan: Any) -> dict[str, dict[str, Any]] | None:
     """The fingerprint of the pretrained base a plan reads; None when it trains from scratch."""
-    if plan.value("model.from_scratch") or not plan.get("model.name_or_path"):
+    if plan.resolved.model.from_scratch or not plan.resolved.model.name_or_path:
         return None
     from gpuplan.hub.fetch import model_dir
 

@@ -20,7 +20,6 @@ from gpuplan.apply.model.quant4 import load_kwargs
 from gpuplan.apply.train.arguments import refusal_fix, torch_dtype, uses_cpu
 from gpuplan.plan.types import Plan
 
-TASKS = ("causal-lm", "seq-cls", "masked-lm")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
@@ -59,7 +58,7 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
     """The config for a model built from scratch (model.config, or the model dir's config.json)."""
     from transformers import AutoConfig
 
-    path, key = plan.get("model.config"), "model.config"
+    path, key = plan.resolved.model.config, "model.config"
     if path is None:
         model_dir = local_model_dir(plan)
         if model_dir is None:
@@ -88,12 +87,11 @@ def _set_labels(config: Any, label_names: list[str] | None) -> None:
 
 def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None) -> Any:
     """The model in `model.dtype` with `model.attn_implementation`, checked after loading."""
-    task = plan.value("model.task")
-    if task not in TASKS:
-        raise ApplyError(f"model.task = {task!r} is not one of {list(TASKS)}", key="model.task")
+    m = plan.resolved.model
+    task = m.task
     if task == "seq-cls":
-        num_labels = plan.get("model.num_labels")  # None: as many as the training data has
-        if label_names is None or (num_labels is not None and len(label_names) != int(num_labels)):
+        num_labels = m.num_labels  # None: as many as the training data has
+        if label_names is None or (num_labels is not None and len(label_names) != num_labels):
             found = "none" if label_names is None else f"{len(label_names)} ({', '.join(label_names)})"
             raise ApplyError(
                 f"model.num_labels = {num_labels} but the training data has {found} distinct labels; "
@@ -103,12 +101,12 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
         label_names = None
     cls = auto_class(task)
     common = {
-        "attn_implementation": plan.value("model.attn_implementation"),
+        "attn_implementation": m.attn_implementation,
         "dtype": torch_dtype(plan),
-        "trust_remote_code": bool(plan.value("model.trust_remote_code")),
+        "trust_remote_code": m.trust_remote_code,
     }
     try:
-        if plan.value("model.from_scratch"):
+        if m.from_scratch:
             config = build_config(plan, label_names)
             _check_vocab(plan, getattr(config, "vocab_size", None), tokenizer)  # before padding_idx asserts
             model = cls.from_config(config, **common)
@@ -139,7 +137,7 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise ApplyError(f"model.name_or_path: {model_dir} has no config.json", key="model.name_or_path")
     safe, pickled = weight_files(model_dir)
-    allow_pickle = bool(plan.value("model.allow_pickle_weights"))
+    allow_pickle = plan.resolved.model.allow_pickle_weights
     if not safe and not pickled:
         raise ApplyError(
             f"model.name_or_path: {model_dir} holds no weights (*.safetensors); set model.from_scratch = true to train from its config.json"
@@ -172,7 +170,7 @@ def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common
 
 
 def _check_loaded(plan: Plan, model: Any, tokenizer: Any) -> None:
-    planned = plan.value("model.attn_implementation")
+    planned = plan.resolved.model.attn_implementation
     actual = getattr(model.config, "_attn_implementation", None)
     if actual != planned:
         raise ApplyError(
@@ -189,7 +187,7 @@ def _check_vocab(plan: Plan, vocab: int | None, tokenizer: Any) -> None:
             f'set "vocab_size": {len(tokenizer)} (or more) in the model config'
             + (
                 " (masked-lm with the byte-level tokenizer needs 261: 256 bytes, 4 specials, <mask>)"
-                if plan.value("model.task") == "masked-lm"
+                if plan.resolved.model.task == "masked-lm"
                 else ""
             )
         )

@@ -8,21 +8,22 @@ import os
 from typing import Any
 
 from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.model.adapters import _REPLAN, COMPUTE_DTYPES, QUANT_TYPES, method
+from gpuplan.apply.model.adapters import _REPLAN
 from gpuplan.plan.types import Plan
 
 
 def sharded(plan: Plan) -> bool:
     """FSDP or DeepSpeed over several ranks: the frozen base is sharded with the adapters."""
-    return plan.world_size > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed")
+    return plan.world_size > 1 and plan.resolved.distributed.sharded
 
 
 def loads_on_host(plan: Plan, device: str) -> bool:
     """QLoRA under FSDP with CPU offload on GPUs: the 4-bit base loads into host RAM (bitsandbytes quantizes
     there), never whole on one GPU; plan/estimate/memory/host.py counts it. Under DeepSpeed the base loads
     onto each GPU as without sharding (device_map), and the plan counts that load on the GPU."""
-    fsdp_offload = plan.get("distributed.strategy") == "fsdp" and plan.get("distributed.fsdp_cpu_offload")
-    return device == "cuda" and method(plan) == "qlora" and sharded(plan) and bool(fsdp_offload)
+    d = plan.resolved.distributed
+    fsdp_offload = d.strategy == "fsdp" and d.fsdp_cpu_offload
+    return device == "cuda" and plan.resolved.model.method.quantized_base and sharded(plan) and fsdp_offload
 
 
 def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any:
@@ -34,21 +35,18 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
     import torch
     from transformers import BitsAndBytesConfig
 
-    quant = plan.value("quantization.bnb_4bit_quant_type")
-    double = plan.value("quantization.bnb_4bit_use_double_quant")
-    compute = plan.value("quantization.bnb_4bit_compute_dtype")
-    if quant not in QUANT_TYPES:
-        raise ApplyError(f"quantization.bnb_4bit_quant_type = {quant!r} is not one of {list(QUANT_TYPES)}")
-    if compute not in COMPUTE_DTYPES:
-        raise ApplyError(f"quantization.bnb_4bit_compute_dtype = {compute!r} is not one of {list(COMPUTE_DTYPES)}; {_REPLAN}")
+    q = plan.resolved.quantization
+    compute = q.bnb_4bit_compute_dtype
+    if compute is None:  # the plan resolves "auto" for a 4-bit base (plan/rules/quantization.py)
+        raise ApplyError(f"quantization.bnb_4bit_compute_dtype = 'auto' was not resolved by the plan; {_REPLAN}")
     # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
     # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
     # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
     storage = {"bnb_4bit_quant_storage": getattr(torch, compute)} if sharded(plan) else {}
     return BitsAndBytesConfig(
         load_in_4bit=True,
-        bnb_4bit_quant_type=quant,
-        bnb_4bit_use_double_quant=bool(double),
+        bnb_4bit_quant_type=q.bnb_4bit_quant_type,
+        bnb_4bit_use_double_quant=q.bnb_4bit_use_double_quant,
         bnb_4bit_compute_dtype=getattr(torch, compute),
         llm_int8_skip_modules=unquantized,
         **storage,
@@ -58,8 +56,8 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
 def trained_in_full(plan: Plan) -> list[str]:
     """Modules that train in full beside the adapters: lora.modules_to_save, and for seq-cls
     the head names peft adds itself (peft_model.py PeftModelForSequenceClassification)."""
-    names = list(plan.get("lora.modules_to_save") or [])
-    if plan.value("model.task") == "seq-cls":
+    names = list(plan.resolved.lora.modules_to_save or ())
+    if plan.resolved.model.task == "seq-cls":
         names += ["classifier", "score"]
     return sorted(set(names))
 
@@ -79,9 +77,10 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
     model_dir = local_model_dir(plan)
     if model_dir is None:  # model._from_pretrained refuses this before the 4-bit arguments are built
         raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
-    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=bool(plan.value("model.trust_remote_code")))
+    trust = plan.resolved.model.trust_remote_code
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True, trust_remote_code=trust)
     with torch.device("meta"):
-        meta = cls.from_config(config, trust_remote_code=bool(plan.value("model.trust_remote_code")))
+        meta = cls.from_config(config, trust_remote_code=trust)
     return get_keys_to_not_convert(meta)
 
 
@@ -94,7 +93,7 @@ def load_kwargs(plan: Plan, device: str, cls: Any) -> dict[str, Any]:
     get_keys_to_not_convert strips only ".weight". A skip list replaces transformers'
     defaults (base.py get_modules_to_not_convert), so the defaults are added back.
     """
-    if method(plan) != "qlora":
+    if not plan.resolved.model.method.quantized_base:
         return {}
     keep = trained_in_full(plan)
     unquantized = sorted(set(default_unquantized(plan, cls)) | set(keep)) if keep else None

@@ -32,19 +32,14 @@ def uses_cpu(plan: Plan) -> bool:
 
 
 def has_eval(plan: Plan) -> bool:
-    return bool(plan.get("data.eval_files")) or float(plan.get("data.eval_fraction") or 0.0) > 0.0
+    return plan.resolved.data.has_eval
 
 
 def torch_dtype(plan: Plan) -> Any:
     """The torch dtype to load the weights in (`model.dtype`)."""
     import torch
 
-    name = plan.value("model.dtype")
-    if name not in _TORCH_DTYPES:
-        raise ApplyError(
-            f"model.dtype = {name!r} is not one of {sorted(_TORCH_DTYPES)}", key="model.dtype", fix="re-run `gpuplan plan` to resolve it"
-        )
-    return getattr(torch, _TORCH_DTYPES[name])
+    return getattr(torch, _TORCH_DTYPES[plan.resolved.model.dtype])
 
 
 def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str, Any]:
@@ -53,53 +48,51 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
     `progress` is an execution option (the terminal), not a plan value; the Trainer's
     tqdm bar is off either way (on a terminal apply draws its own line, progress_line.py).
     """
-    v = plan.value
-    max_steps = v("training.max_steps")
-    empty_cache = v("training.torch_empty_cache_steps")
-    compile_on = bool(v("training.torch_compile"))
+    t = plan.resolved.training
+    compile_on = t.torch_compile
     eval_on = has_eval(plan)
     kwargs: dict[str, Any] = {
-        "output_dir": v("output.dir"),
+        "output_dir": plan.resolved.output.dir,
         "use_cpu": uses_cpu(plan),
         # batch (effective = per-device x accumulation x GPUs x nodes, resolved by the plan)
-        "per_device_train_batch_size": int(v("training.per_device_train_batch_size")),
-        "per_device_eval_batch_size": int(v("training.per_device_eval_batch_size")),
-        "gradient_accumulation_steps": int(v("training.gradient_accumulation_steps")),
+        "per_device_train_batch_size": t.per_device_train_batch_size,
+        "per_device_eval_batch_size": t.per_device_eval_batch_size,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
         # memory savers
-        "activation_checkpointing": bool(v("training.gradient_checkpointing")),
-        "torch_empty_cache_steps": int(empty_cache) if empty_cache else None,
-        "use_liger_kernel": bool(plan.get("training.use_liger_kernel")),  # plan/estimate/memory/liger.py
+        "activation_checkpointing": t.gradient_checkpointing,
+        "torch_empty_cache_steps": t.torch_empty_cache_steps or None,
+        "use_liger_kernel": t.use_liger_kernel,  # plan/estimate/memory/liger.py
         # precision
-        "bf16": bool(v("training.bf16")),
-        "fp16": bool(v("training.fp16")),
-        "tf32": bool(v("training.tf32")),
+        "bf16": t.bf16,
+        "fp16": t.fp16,
+        "tf32": t.tf32,
         # optimizer and schedule
-        "optim": v("training.optim"),
-        "learning_rate": float(v("training.learning_rate")),
-        "weight_decay": float(v("training.weight_decay")),
-        "max_grad_norm": float(v("training.max_grad_norm")),
-        "lr_scheduler_type": v("training.lr_scheduler_type"),
-        "warmup_steps": _warmup(plan),
-        "max_steps": int(max_steps) if max_steps is not None else -1,
-        "num_train_epochs": float(v("training.num_train_epochs")),
-        "seed": int(v("training.seed")),
+        "optim": t.optim,
+        "learning_rate": t.learning_rate,
+        "weight_decay": t.weight_decay,
+        "max_grad_norm": t.max_grad_norm,
+        "lr_scheduler_type": t.lr_scheduler_type,
+        "warmup_steps": t.warmup,  # the steps, or warmup_ratio as the float in [0, 1) that 5.24 reads as a ratio
+        "max_steps": t.max_steps if t.max_steps is not None else -1,
+        "num_train_epochs": t.num_train_epochs,
+        "seed": t.seed,
         # data preloading
-        "dataloader_pin_memory": bool(v("training.dataloader_pin_memory")),
-        "dataloader_num_workers": int(v("training.dataloader_num_workers")),
+        "dataloader_pin_memory": t.dataloader_pin_memory,
+        "dataloader_num_workers": t.dataloader_num_workers,
         # compile
         "torch_compile": compile_on,
-        "torch_compile_backend": v("training.torch_compile_backend") if compile_on else None,
-        "torch_compile_mode": plan.get("training.torch_compile_mode") if compile_on else None,
+        "torch_compile_backend": t.torch_compile_backend if compile_on else None,
+        "torch_compile_mode": t.torch_compile_mode if compile_on else None,
         # logging, checkpoints, eval
-        "logging_steps": int(v("training.logging_steps")),
+        "logging_steps": t.logging_steps,
         "logging_first_step": True,  # the first loss is the baseline the summary compares against
-        "save_steps": int(v("training.save_steps")),
-        "save_total_limit": v("training.save_total_limit"),
+        "save_steps": t.save_steps,
+        "save_total_limit": t.save_total_limit,
         "eval_strategy": "steps" if eval_on else "no",
-        "eval_steps": (v("training.eval_steps") or int(v("training.logging_steps"))) if eval_on else None,
+        "eval_steps": (t.eval_steps or t.logging_steps) if eval_on else None,
         # experiment trackers: the Trainer's own integrations (tracking_environment says where they write)
-        "report_to": plan.get("training.report_to") or "none",
-        "run_name": plan.get("training.run_name"),
+        "report_to": t.report_to if isinstance(t.report_to, str) else list(t.report_to),
+        "run_name": t.run_name,
         "disable_tqdm": True,  # on a terminal apply draws its own progress line (progress_line.py)
     }
     kwargs.update(distributed_kwargs(plan))
@@ -128,9 +121,8 @@ def tracking_environment(plan: Plan, environ: Mapping[str, str]) -> dict[str, st
 
     from gpuplan.spec.trackers import MLFLOW_DIR, TENSORBOARD_DIR
 
-    want = plan.get("training.report_to") or "none"
-    names = [want] if isinstance(want, str) else list(want)
-    out_dir = os.path.abspath(plan.value("output.dir"))
+    names = plan.resolved.training.trackers
+    out_dir = os.path.abspath(plan.resolved.output.dir)
     env: dict[str, str] = {}
     if "tensorboard" in names or "all" in names:
         env["TENSORBOARD_LOGGING_DIR"] = os.path.join(out_dir, TENSORBOARD_DIR)
@@ -138,24 +130,6 @@ def tracking_environment(plan: Plan, environ: Mapping[str, str]) -> dict[str, st
         env["MLFLOW_TRACKING_URI"] = "file:" + os.path.join(out_dir, MLFLOW_DIR)
         env["MLFLOW_ALLOW_FILE_STORE"] = environ.get("MLFLOW_ALLOW_FILE_STORE", "true")
     return env
-
-
-def _warmup(plan: Plan) -> int | float:
-    """warmup_steps, or warmup_ratio as the float in [0, 1) that 5.24's warmup_steps reads as a ratio."""
-    ratio = plan.get("training.warmup_ratio")
-    setting = plan.settings["training.warmup_steps"]
-    if setting.source == "derived":  # the plan turned the ratio into steps (or a fraction below 1)
-        return float(setting.value) if isinstance(setting.value, float) else int(setting.value)
-    steps = int(setting.value)
-    if ratio is None:
-        return steps
-    if steps:
-        raise ApplyError(
-            f"training.warmup_steps = {steps} and training.warmup_ratio = {ratio} are both set",
-            key="training.warmup_ratio",
-            fix="keep one of them in the spec and re-run `gpuplan plan`",
-        )
-    return float(ratio)
 
 
 def distributed_kwargs(plan: Plan) -> dict[str, Any]:
@@ -183,14 +157,14 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
       DeepSpeed 0.19 refuses a client optimizer with offload unless zero_force_ds_cpu_optimizer
       is false (runtime/engine.py), so training.optim is then DeepSpeed's AdamW.
     """
-    strategy = plan.get("distributed.strategy") or "none"
+    strategy = plan.resolved.distributed.strategy
     world = plan.world_size
     kwargs: dict[str, Any] = {}
     if world > 1:
         kwargs["include_num_input_tokens_seen"] = "all"
         if uses_cpu(plan):
             kwargs["ddp_backend"] = "gloo"
-    if strategy in ("none", "ddp", "auto"):
+    if strategy in ("none", "ddp"):
         if world > 1:
             kwargs["ddp_find_unused_parameters"] = False
         return kwargs
@@ -198,8 +172,9 @@ def distributed_kwargs(plan: Plan) -> dict[str, Any]:
 
 
 def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
+    d = plan.resolved.distributed
     if strategy == "fsdp":
-        sharding = plan.get("distributed.fsdp_sharding") or "full_shard"
+        sharding = d.fsdp_sharding
         if sharding not in ("full_shard", "shard_grad_op"):
             raise ApplyError(
                 f"distributed.fsdp_sharding = {sharding!r} is not applied by gpuplan yet",
@@ -211,27 +186,27 @@ def _sharded_kwargs(plan: Plan, strategy: str) -> dict[str, Any]:
             "fsdp_config": {
                 "version": 2,
                 "reshard_after_forward": sharding == "full_shard",
-                "cpu_offload": bool(plan.get("distributed.fsdp_cpu_offload")),
+                "cpu_offload": d.fsdp_cpu_offload,
             },
         }
-        if int(plan.value("training.gradient_accumulation_steps")) > 1:
+        if plan.resolved.training.gradient_accumulation_steps > 1:
             out["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
         return out
     if strategy == "deepspeed":
-        stage = plan.get("distributed.zero_stage")
-        if stage not in (1, 2, 3):
+        stage = d.zero_stage
+        if stage is None:
             raise ApplyError(
-                f"distributed.zero_stage = {stage!r}: the plan must resolve it to 1, 2 or 3",
+                "distributed.zero_stage = 'auto': the plan must resolve it to 1, 2 or 3",
                 key="distributed.zero_stage",
                 fix="re-run `gpuplan plan` to resolve it",
             )
         zero: dict[str, Any] = {"stage": stage}
-        if plan.get("distributed.offload_optimizer"):
+        if d.offload_optimizer:
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-        if plan.get("distributed.offload_params"):
+        if d.offload_params:
             zero["offload_param"] = {"device": "cpu", "pin_memory": True}
         config: dict[str, Any] = {}
-        if plan.get("distributed.offload_optimizer"):
+        if d.offload_optimizer:
             config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
         return {
             "deepspeed": {

@@ -63,7 +63,7 @@ def train_within_memory(
     from gpuplan.apply.train.checkpoints import checkpoint_step, find_resumable, trim_metrics
     from gpuplan.apply.train.oom import OOMRetry
 
-    output_dir = plan.value("output.dir")
+    output_dir = plan.resolved.output.dir
     while True:
         attempt.prepared = build(plan, resume_from)
         retry = None
@@ -109,8 +109,8 @@ def run_results(plan: Plan, prepared: Prepared, output: Any, started: float) -> 
         "train_runtime_s": output.metrics.get("train_runtime"),
         "plan_allocated_peak_bytes": plan.memory.allocated_peak_bytes,
         "plan_tokens_per_second": plan.throughput.tokens_per_second,
-        "per_device_train_batch_size": int(plan.value("training.per_device_train_batch_size")),
-        "gradient_accumulation_steps": int(plan.value("training.gradient_accumulation_steps")),
+        "per_device_train_batch_size": plan.resolved.training.per_device_train_batch_size,
+        "gradient_accumulation_steps": plan.resolved.training.gradient_accumulation_steps,
     }
 
 

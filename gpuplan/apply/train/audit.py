@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplan.apply.errors import ApplyError
+from gpuplan.plan.methods import Method
+from gpuplan.plan.resolved import Resolved
 from gpuplan.plan.types import Plan
 
 BUILD, TRAIN_BEGIN = "build", "train-begin"
@@ -106,28 +108,28 @@ class Planned:
         self.plan = plan
         self.workload = plan.memory.workload
 
-    def wl(self, attr: str, key: str | None = None, convert: Callable[[Any], Any] = lambda v: v) -> Any:
+    def wl(self, attr: str, planned: Callable[[Resolved], Any] | None = None) -> Any:
+        """The workload's `attr`; without a workload (a plan built by hand), `planned` of the settings."""
         if self.workload is not None:
             return getattr(self.workload, attr)
-        if key is None or key not in self.plan.settings:
+        if planned is None:
             return _SKIP
-        return convert(self.plan.value(key))
+        return planned(self.plan.resolved)
 
     @property
-    def method(self) -> str:
-        from gpuplan.apply.model.adapters import method
-
-        return method(self.plan)
+    def method(self) -> Method:
+        """What is trained, as its descriptor (plan/methods.py)."""
+        return self.plan.resolved.model.method
 
     @property
     def amp(self) -> str | None:
         if self.workload is not None:
             return self.workload.amp
-        return "bf16" if self.plan.value("training.bf16") else "fp16" if self.plan.value("training.fp16") else None
+        return "bf16" if self.plan.resolved.training.bf16 else "fp16" if self.plan.resolved.training.fp16 else None
 
     @property
     def weight_dtype(self) -> str:
-        return str(self.wl("weight_dtype", "model.dtype"))
+        return str(self.wl("weight_dtype", lambda r: r.model.dtype))
 
     @property
     def compute_dtype(self) -> str:
@@ -147,11 +149,11 @@ class Planned:
     def engine(self) -> str:
         """What wraps the model, as engine.engine_of names it."""
         world = self.plan.world_size
-        strategy = self.plan.get("distributed.strategy") or "none"
+        strategy = self.plan.resolved.distributed.strategy
         if strategy == "fsdp":
-            return f"fsdp2 {self.plan.get('distributed.fsdp_sharding') or 'full_shard'}"
+            return f"fsdp2 {self.plan.resolved.distributed.fsdp_sharding}"
         if strategy == "deepspeed":
-            return f"deepspeed zero-{self.plan.get('distributed.zero_stage')}"
+            return f"deepspeed zero-{self.plan.resolved.distributed.zero_stage}"
         return "ddp" if world > 1 else "none"
 
 
@@ -359,47 +361,48 @@ def run_checks(
     trainable = [q for q in model.parameters() if q.requires_grad]
     # adapters in fp32 whatever the base dtype (plan/estimate/memory/adapters.py: autocast_adapter_dtype)
     c.add("model.trainable_dtype", _planned_trainable_dtypes(plan, p), lambda: _dtypes(trainable))
-    if method == "lora" or method == "dora":
+    if method.frozen_base and not method.quantized_base:  # adapters on a base in its planned dtype
         frozen = [q for n, q in model.named_parameters() if not q.requires_grad and q.dtype.is_floating_point]
         c.add("model.dtype", [p.weight_dtype], lambda: _dtypes(frozen))
-    if method != "full":
+    if method.frozen_base:
         ad = p.workload.adapters if p.workload is not None else None
-        dropout = ad.lora_dropout if ad is not None else plan.value("lora.lora_dropout")
+        dropout = ad.lora_dropout if ad is not None else plan.resolved.lora.lora_dropout
         c.add("lora.lora_dropout", [float(dropout)], lambda: _adapter_dropouts(model))
-        c.add("lora.use_dora", bool(ad.use_dora if ad is not None else plan.get("lora.use_dora")), lambda: _uses_dora(model))
+        c.add("lora.use_dora", bool(ad.use_dora if ad is not None else plan.resolved.lora.use_dora), lambda: _uses_dora(model))
     four = _four_bit(model)
-    c.add("quantization.4bit_layers", method == "qlora", bool(four))
-    if method == "qlora" and four:
+    c.add("quantization.4bit_layers", method.quantized_base, bool(four))
+    if method.quantized_base and four:
         ad = p.workload.adapters if p.workload is not None else None
-        quant = ad.quant_type if ad is not None else plan.value("quantization.bnb_4bit_quant_type")
-        compute = ad.compute_dtype if ad is not None else plan.value("quantization.bnb_4bit_compute_dtype")
-        double = ad.double_quant if ad is not None else plan.value("quantization.bnb_4bit_use_double_quant")
+        quant = ad.quant_type if ad is not None else plan.resolved.quantization.bnb_4bit_quant_type
+        compute = ad.compute_dtype if ad is not None else plan.resolved.quantization.bnb_4bit_compute_dtype
+        double = ad.double_quant if ad is not None else plan.resolved.quantization.bnb_4bit_use_double_quant
         c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({_quant_state(m).quant_type for m in four}))
         c.add("quantization.bnb_4bit_compute_dtype", [compute], lambda: sorted({str(m.compute_dtype).removeprefix("torch.") for m in four}))
         c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(_quant_state(m).nested) for m in four}))
-    c.add("model.attn_implementation", p.wl("attn_implementation", "model.attn_implementation"), lambda: base.config._attn_implementation)
+    attn = p.wl("attn_implementation", lambda r: r.model.attn_implementation)
+    c.add("model.attn_implementation", attn, lambda: base.config._attn_implementation)
 
     # the batch
     batch = _batch_size(dataloader) if dataloader is not None else trainer._train_batch_size
-    c.add("training.per_device_train_batch_size", p.wl("per_device_batch", "training.per_device_train_batch_size", int), batch)
+    c.add("training.per_device_train_batch_size", p.wl("per_device_batch", lambda r: r.training.per_device_train_batch_size), batch)
     c.add(
         "training.gradient_accumulation_steps",
-        p.wl("gradient_accumulation_steps", "training.gradient_accumulation_steps", int),
+        p.wl("gradient_accumulation_steps", lambda r: r.training.gradient_accumulation_steps),
         trainer.args.gradient_accumulation_steps,
     )
     c.add("hardware.world_size", plan.world_size, trainer.args.world_size)
     c.add("training.autocast", p.amp or "no", lambda: trainer.accelerator.mixed_precision)
 
     # forward wrappers the plan installs
-    chunk = int(p.wl("loss_chunk_size", "training.loss_chunk_size", lambda v: int(v or 0)))
-    offload = bool(p.wl("offload_activations", "training.activation_offloading", bool))
+    chunk = int(p.wl("loss_chunk_size", lambda r: r.training.loss_chunk_size))
+    offload = bool(p.wl("offload_activations", lambda r: r.training.activation_offloading))
     wrappers = [w for w, on in (("activation_offload", offload), ("loss_chunk", chunk > 0)) if on]
     c.add("model.forward_wrappers", wrappers, lambda: _forward_wrappers(model))
     if chunk:
         c.add("training.loss_chunk_size", chunk, lambda: _chunk_of(model))
     # Liger is applied by Trainer.train() itself, `if self.args.use_liger_kernel: apply_liger_kernel(...)` at the
     # top of train() (transformers trainer.py): at build the live state is that flag, at train-begin the model
-    liger = bool(p.wl("liger_kernel", "training.use_liger_kernel", bool))
+    liger = bool(p.wl("liger_kernel", lambda r: r.training.use_liger_kernel))
     if stage == TRAIN_BEGIN:
         c.add("training.use_liger_kernel", liger, lambda: _liger(model))
     else:
@@ -418,16 +421,16 @@ def run_checks(
 
     # the objective
     if obj.is_preference:
-        c.add("preference.beta", float(plan.value("preference.beta")), lambda: float(trainer.beta))
-        c.add("preference.loss_type", [plan.value("preference.loss_type")], lambda: _loss_types(trainer))
-        if obj.name == "kto":  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
+        c.add("preference.beta", preference.preference_run(plan).beta, lambda: float(trainer.beta))
+        c.add("preference.loss_type", [preference.preference_run(plan).loss_type], lambda: _loss_types(trainer))
+        if obj.config_sampling:  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
             c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
         _reference_checks(c, plan, p, trainer)
 
     if stage == TRAIN_BEGIN:
         ckpt_on, reentrant = _checkpointing(model)
-        planned_ckpt = bool(p.wl("gradient_checkpointing", "training.gradient_checkpointing", bool))
-        fsdp_ckpt = plan.get("distributed.strategy") == "fsdp" and planned_ckpt  # FSDP's own (convert.py)
+        planned_ckpt = bool(p.wl("gradient_checkpointing", lambda r: r.training.gradient_checkpointing))
+        fsdp_ckpt = plan.resolved.distributed.strategy == "fsdp" and planned_ckpt  # FSDP's own (convert.py)
         if not fsdp_ckpt:
             c.add("training.gradient_checkpointing", planned_ckpt, ckpt_on)
             if planned_ckpt:
@@ -442,10 +445,10 @@ def _planned_trainable_dtypes(plan: Plan, p: Planned) -> list[str]:
     """Full: the weights' dtype. Adapters: fp32 whatever the base dtype (get_peft_model's
     autocast_adapter_dtype, plan/estimate/memory/adapters.py); saved modules (modules_to_save) train a
     copy in their own dtype, fp32 under qlora (prepare_model_for_kbit_training)."""
-    if p.method == "full":
+    if not p.method.frozen_base:
         return [p.weight_dtype]
     saved = int((plan.model.adapters or {}).get("saved_params") or 0)
-    return sorted({"float32"} | ({p.weight_dtype} if saved and p.method != "qlora" else set()))
+    return sorted({"float32"} | ({p.weight_dtype} if saved and not p.method.quantized_base else set()))
 
 
 def _objective_class(trainer: Any, obj: Any) -> str:
@@ -485,15 +488,15 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
     """(collator name, packed) the plan's data settings mean (data.py, chat.py, examples.py; TRL's own
     collators for the preference objectives: trl/trainer/dpo_trainer.py, kto_trainer.py)."""
     if obj.is_preference:
-        return {"dpo": "DataCollatorForPreference", "kto": "DataCollatorForUnpairedPreference"}.get(obj.name, "?"), False
+        return obj.collator_class or "?", False
     from gpuplan.apply.data.flatten import needs_flattening
 
-    packing = bool(plan.value("data.packing"))
-    task, fmt = plan.value("model.task"), plan.get("data.format") or "text"
+    packing = plan.resolved.data.packing
+    task, fmt = plan.resolved.model.task, plan.resolved.data.format
     if task == "masked-lm":
         return "DataCollatorForLanguageModeling", packing
     if fmt in ("chat", "instruction"):
-        flat = needs_flattening(plan.get("model.attn_implementation"), packing)
+        flat = needs_flattening(plan.resolved.model.attn_implementation, packing)
         return ("flatten_micro_batch" if flat else "default_data_collator"), packing
     if task == "seq-cls":
         return "default_data_collator", False
@@ -510,7 +513,10 @@ def _engine(trainer: Any) -> str:
 
 
 def _reference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any) -> None:
-    planned = plan.value("preference.reference")
+    from gpuplan.apply.train.preference import preference_run
+
+    pref = preference_run(plan)
+    planned = pref.reference
     ref = getattr(trainer, "ref_model", None)
     precomputed = bool(getattr(trainer.args, "precompute_ref_log_probs", False))
     is_peft = hasattr(trainer.model, "peft_config")
@@ -520,12 +526,12 @@ def _reference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any) -> None:
         live = "adapters-off" if is_peft else "none"
     else:
         path = getattr(ref.config, "_name_or_path", None)
-        live = "model" if path and path == plan.get("preference.reference_model") else "copy"
+        live = "model" if path and path == pref.reference_model else "copy"
     c.add("preference.reference", planned, live)
     if ref is not None:
         c.add("preference.reference_dtype", [p.reference_dtype], lambda: _dtypes(ref.parameters()))
         c.add("preference.reference_frozen", True, lambda: not any(q.requires_grad for q in ref.parameters()))
-        if plan.get("distributed.strategy") == "fsdp" and plan.world_size > 1:
+        if plan.resolved.distributed.strategy == "fsdp" and plan.world_size > 1:
             # TRL fully_shards the reference with the policy's plugin when FSDP is on (trl/models/utils.py
             # prepare_fsdp), as memory/preference.py counts it; under a DDP fallback it stays whole
             c.add("preference.reference_engine", p.engine(), lambda: _reference_engine(ref))
@@ -551,10 +557,10 @@ def _optimizer_checks(c: _Checks, plan: Plan, trainer: Any, kwargs: dict[str, An
     c.add("training.optim", [cls.__name__, bool(okw.get("fused", False))], [type(opt).__name__, bool(groups[0].get("fused", False))])
     # LambdaLR sets every step's lr from base_lrs (torch/optim/lr_scheduler.py): they are the live peak lr
     base_lrs = getattr(trainer.lr_scheduler, "base_lrs", None) or [g.get("initial_lr", g["lr"]) for g in groups]
-    c.add("training.learning_rate", [float(plan.value("training.learning_rate"))], sorted({float(x) for x in base_lrs}))
+    c.add("training.learning_rate", [plan.resolved.training.learning_rate], sorted({float(x) for x in base_lrs}))
     if "betas" in okw:
         c.add("training.adam_betas", [list(okw["betas"])], sorted({tuple(g.get("betas", ())) for g in groups}))
-    wd = float(plan.value("training.weight_decay"))
+    wd = plan.resolved.training.weight_decay
     c.add("training.weight_decay", wd, max(float(g.get("weight_decay", 0.0)) for g in groups))
     trainable = {id(q) for q in trainer.model.parameters() if q.requires_grad}
     in_groups = [q for g in groups for q in g["params"]]
@@ -564,7 +570,7 @@ def _optimizer_checks(c: _Checks, plan: Plan, trainer: Any, kwargs: dict[str, An
         [len({id(q) for q in in_groups} & trainable), sum(id(q) not in trainable for q in in_groups)],
     )
     steps = trainer.state.max_steps
-    dummy = _dummy_optimizer(float(plan.value("training.learning_rate")))
+    dummy = _dummy_optimizer(plan.resolved.training.learning_rate)
     sched = get_scheduler(args.lr_scheduler_type, dummy, num_warmup_steps=args.get_warmup_steps(steps), num_training_steps=steps)
     at = sorted({0, 1, max(steps // 2, 0), max(steps - 1, 0)})
     c.add("training.lr_scheduler_type", _multipliers(sched, at), lambda: _multipliers(trainer.lr_scheduler, at))

@@ -53,14 +53,14 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
             "modelled_s": modelled_parts(t.step_time),
             "key": calibration_key(
                 t.peak_dtype or "fp32",  # the key plan/build.py looks calibrations up by
-                plan.value("model.method"),
-                plan.value("training.gradient_checkpointing"),
+                plan.resolved.model.method.name,
+                plan.resolved.training.gradient_checkpointing,
                 [s.name for s in plan.memory.savers],
             ),
             "arch_class": t.step_time.get("arch_class"),
         }
     return {
-        "run": plan.value("output.dir"),
+        "run": plan.resolved.output.dir,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "spec_path": plan.spec_path,
         "spec_sha256": plan.spec_sha256,
@@ -68,7 +68,7 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
         "count": hw.count,
         "nodes": hw.nodes,
         "n_params": plan.model.n_params,
-        "seq_len": plan.value("data.seq_len"),
+        "seq_len": plan.resolved.data.seq_len,
         "per_device_train_batch_size": results.get("per_device_train_batch_size"),
         "tokens_per_step": t.tokens_per_step,
         "tokens_per_second": tps,

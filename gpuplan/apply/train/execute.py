@@ -49,7 +49,7 @@ class Prepared:
 def samples_per_step(plan: Plan) -> int:
     """Sequences per optimizer step on all ranks: per-device batch x accumulation x GPUs x nodes."""
     ranks = plan.world_size
-    return int(plan.value("training.per_device_train_batch_size")) * int(plan.value("training.gradient_accumulation_steps")) * ranks
+    return plan.resolved.training.per_device_train_batch_size * plan.resolved.training.gradient_accumulation_steps * ranks
 
 
 def build_trainer(
@@ -84,12 +84,12 @@ def build_trainer(
     from gpuplan.apply.train.progress_line import ProgressLine
     from gpuplan.hub.fetch import model_dir
 
-    set_seed(int(plan.value("training.seed")))  # model init from scratch is seeded too (and the adapters)
+    set_seed(plan.resolved.training.seed)  # model init from scratch is seeded too (and the adapters)
     tokenizer = load_tokenizer(
         model_dir(plan),
-        task=plan.value("model.task"),
-        from_scratch=bool(plan.value("model.from_scratch")),
-        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+        task=plan.resolved.model.task,
+        from_scratch=plan.resolved.model.from_scratch,
+        trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     tokens = audit.tokens_of(tokenizer)  # what the live tokenizer is held to (audit.py)
     log = audit_log if audit_log is not None else audit.AuditLog()
@@ -97,16 +97,17 @@ def build_trainer(
     pref = preference.objective_of(plan)
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/train/preference.py)
         data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
-        seq_len = int(plan.value("preference.max_length")) * pref.grad_sequences  # tokens per example, at most
+        max_length = preference.preference_run(plan).max_length
+        seq_len = max_length * pref.grad_sequences  # tokens per example, at most
         if plan.throughput.tokens_per_step:  # TRL pads to the longest in the batch: the plan's expected tokens
             seq_len = min(seq_len, plan.throughput.tokens_per_step // samples_per_step(plan))  # (plan/estimate/padding.py)
         say(
             f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
-            f"{plan.value('preference.max_length')} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
+            f"{max_length} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
         )
     else:
         data = prepare_data(plan, tokenizer)
-        seq_len = int(plan.value("data.seq_len"))
+        seq_len = plan.resolved.data.seq_len
         say(
             f"data: {len(data.train):,} training sequences of {seq_len} tokens"
             + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
@@ -115,7 +116,7 @@ def build_trainer(
     if resuming:  # the Trainer loads the checkpoint's weights over these before the first step
         weights = "its weights from the checkpoint it resumes from"
     else:
-        weights = "initialised at random" if plan.value("model.from_scratch") else "weights loaded"
+        weights = "initialised at random" if plan.resolved.model.from_scratch else "weights loaded"
     say(f"model: {model.config.model_type} with {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M parameters, {weights}")
     from gpuplan.render.notices import tied_weights
 
@@ -124,12 +125,12 @@ def build_trainer(
         no_cache_while_training(model)
     if adapters.uses_adapters(plan) and not pref.is_preference:  # TRL wraps it for dpo / kto
         model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
-    if chunk := int(plan.get("training.loss_chunk_size") or 0):
+    if chunk := plan.resolved.training.loss_chunk_size:
         from gpuplan.apply.model.chunked_loss import install
 
         install(model, chunk)  # the head + loss over chunks of tokens (plan/estimate/memory/loss_chunking.py)
     keep_offload = None
-    if plan.get("training.activation_offloading"):
+    if plan.resolved.training.activation_offloading:
         from gpuplan.apply.model.activation_offload import install as offload
         from gpuplan.apply.model.activation_offload import keep_installed_callback
 
@@ -139,7 +140,7 @@ def build_trainer(
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
-        plan.value("output.dir"),
+        plan.resolved.output.dir,
         samples_per_step=per_step,
         seq_len=seq_len,
         on_progress=on_progress,
@@ -247,7 +248,7 @@ def execute(
     from gpuplan.apply.train.interrupt import ApplyInterrupted, GracefulStop
 
     check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
-    output_dir = plan.value("output.dir")
+    output_dir = plan.resolved.output.dir
     adapters.check(plan)  # adapter settings refused before anything is written or loaded
     if preference.uses_preference(plan):  # every preference row usable, before anything is written
         preference.check_before_run(plan)
@@ -336,7 +337,7 @@ def execute(
             "base_files": base,
             "audit": audit_log.to_dict(),
         }
-        if adapters.method(plan) == "qlora":
+        if plan.resolved.model.method.quantized_base:
             results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
         if state.enabled and not preference.uses_preference(plan):  # rank 0 measures for the whole run
             # (a dpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)

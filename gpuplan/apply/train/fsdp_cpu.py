@@ -72,6 +72,6 @@ def trainer_for(plan: Plan, base: type[T]) -> type[T]:
     """The class to build the run's trainer from: `base`, or its FSDPOnCPU subclass for FSDP on CPU ranks."""
     from gpuplan.apply.train.arguments import uses_cpu
 
-    if uses_cpu(plan) and plan.get("distributed.strategy") == "fsdp":
+    if uses_cpu(plan) and plan.resolved.distributed.strategy == "fsdp":
         return trainer_class(base)
     return base

@@ -8,7 +8,6 @@ the latest). Also holds the test-only OOM injection (GPUPLAN_TEST_INJECT_OOM).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -23,7 +22,8 @@ INJECT_ENV = "GPUPLAN_TEST_INJECT_OOM"  # tests only: "STEP:MAX_BATCH"
 
 def next_smaller_batch(plan: Plan) -> tuple[int, int] | None:
     """(batch, accumulation) one rung down with the same samples per step, or None at batch 1."""
-    b, acc = int(plan.value(BATCH)), int(plan.value(ACCUM))
+    t = plan.resolved.training
+    b, acc = t.per_device_train_batch_size, t.gradient_accumulation_steps
     samples = b * acc
     for d in range(b - 1, 0, -1):
         if samples % d == 0:
@@ -33,10 +33,7 @@ def next_smaller_batch(plan: Plan) -> tuple[int, int] | None:
 
 def with_batch(plan: Plan, batch: int, accumulation: int, why: str) -> Plan:
     """The plan with a new per-device batch and accumulation, each marked as re-planned."""
-    settings = dict(plan.settings)
-    for key, value in ((BATCH, batch), (ACCUM, accumulation)):
-        settings[key] = dataclasses.replace(plan.settings[key], value=value, source="adjusted", reason=why, rule="apply.oom_replan")
-    return dataclasses.replace(plan, settings=settings)
+    return plan.adjusted({BATCH: batch, ACCUM: accumulation}, reason=why, rule="apply.oom_replan")
 
 
 def estimate_error(plan: Plan) -> dict[str, Any]:
@@ -70,7 +67,8 @@ class OOMRetry(Exception):
 def replan_after_oom(plan: Plan, step: int, error: BaseException) -> Exception:
     """The OOMRetry to raise after `error` at `step`, or an ApplyError when no smaller batch is left
     (or several processes run: the other ranks wait inside a collective, no rank may retry alone)."""
-    b, acc = int(plan.value(BATCH)), int(plan.value(ACCUM))
+    t = plan.resolved.training
+    b, acc = t.per_device_train_batch_size, t.gradient_accumulation_steps
     smaller = next_smaller_batch(plan) if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
     err = estimate_error(plan)
     if smaller is None:

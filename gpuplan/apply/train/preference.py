@@ -32,12 +32,25 @@ from typing import Any
 from gpuplan.apply.errors import ApplyError
 from gpuplan.plan.checks.preference_rows import check_rows as count_unusable
 from gpuplan.plan.checks.preference_rows import report_diagnostics
+from gpuplan.plan.resolved import PreferenceRun
 from gpuplan.plan.types import Plan
-from gpuplan.spec.objectives import Objective, computes_kl, objective
+from gpuplan.spec.objectives import Objective, computes_kl
 
 
 def objective_of(plan: Plan) -> Objective:
-    return objective(plan.get("training.objective"))
+    return plan.resolved.training.objective
+
+
+def preference_run(plan: Plan) -> PreferenceRun:
+    """The [preference] settings of a preference plan, every one resolved (plan/resolved.py)."""
+    run = plan.resolved.preference_run
+    if run is None:
+        raise ApplyError(
+            f"training.objective = {plan.resolved.training.objective.name!r} trains no preference objective",
+            key="training.objective",
+            fix='re-run `gpuplan plan` on a spec with training.objective = "dpo" or "kto"',
+        )
+    return run
 
 
 def uses_preference(plan: Plan) -> bool:
@@ -49,7 +62,7 @@ def _prompt_counter(plan: Plan, tokenizer: Any):
     tokens; conversational prompts through the chat template with the generation prompt)."""
     from trl.data_utils import _tokenize
 
-    if plan.get("data.format") == "chat":
+    if plan.resolved.data.format == "chat":
         from gpuplan.apply.data.chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(plan, tokenizer)
@@ -72,7 +85,7 @@ def unpaired(plan: Plan, rows: Any) -> Any:
     KTOTrainer would apply itself (trl/trainer/kto_trainer.py `_prepare_dataset`: "Unpair the dataset if
     needed", when the first row has chosen and rejected). Done here so that the run counts and sees the
     examples it trains on. Other rows and objectives: unchanged."""
-    if rows is None or objective_of(plan).name != "kto" or not {"chosen", "rejected"} <= set(rows.column_names):
+    if rows is None or not objective_of(plan).labelled_completions or not {"chosen", "rejected"} <= set(rows.column_names):
         return rows
     from trl.data_utils import unpair_preference_dataset
 
@@ -96,10 +109,10 @@ def check_rows(plan: Plan, tokenizer: Any) -> None:
 
     obj = objective_of(plan)
     count = _prompt_counter(plan, tokenizer)
-    limit = int(plan.value("preference.max_prompt_length"))
+    limit = preference_run(plan).max_prompt_length
     splits = [("data.train_files", train_paths(plan))]
-    if plan.get("data.eval_files"):
-        splits.append(("data.eval_files", list(plan.value("data.eval_files"))))
+    if plan.resolved.data.eval_files:
+        splits.append(("data.eval_files", list(plan.resolved.data.eval_files)))
     problems = []
     with tempfile.TemporaryDirectory(prefix="gpuplan-rows-") as cache:  # nothing in output.dir yet
         for key, paths in splits:
@@ -120,8 +133,8 @@ def check_before_run(plan: Plan) -> None:
     tokenizer = load_tokenizer(
         model_dir(plan),
         task="causal-lm",
-        from_scratch=bool(plan.value("model.from_scratch")),
-        trust_remote_code=bool(plan.value("model.trust_remote_code")),
+        from_scratch=plan.resolved.model.from_scratch,
+        trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     check_rows(plan, tokenizer)
 
@@ -129,13 +142,14 @@ def check_before_run(plan: Plan) -> None:
 def config_kwargs(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
     """The TrainingArguments kwargs plus the objective's DPOConfig / KTOConfig fields."""
     out = dict(base)
+    pref = preference_run(plan)
     out.update(
-        beta=float(plan.value("preference.beta")),
-        loss_type=plan.value("preference.loss_type"),
-        max_length=int(plan.value("preference.max_length")),
-        precompute_ref_log_probs=plan.value("preference.reference") == "precomputed",
+        beta=pref.beta,
+        loss_type=pref.loss_type,
+        max_length=pref.max_length,
+        precompute_ref_log_probs=pref.reference == "precomputed",
     )
-    if objective_of(plan).name == "kto":
+    if objective_of(plan).config_sampling:
         out["train_sampling_strategy"] = train_sampling(plan)
     return out
 
@@ -147,7 +161,7 @@ def train_sampling(plan: Plan) -> str:
     kto_trainer.py `__init__`; `_prepare_dataset` rotates the completions within each per-device batch).
     Those keep it, and their rows are shuffled once before TRL batches them (shuffled_rows). apo_zero_unpaired
     has no KL term: the Trainer's random sampler, seeded by training.seed and reshuffled every epoch, as SFT's."""
-    return "sequential" if computes_kl("kto", plan.value("preference.loss_type")) else "random"
+    return "sequential" if computes_kl(objective_of(plan).name, preference_run(plan).loss_type) else "random"
 
 
 def shuffled_rows(plan: Plan, train: Any) -> Any:
@@ -156,9 +170,9 @@ def shuffled_rows(plan: Plan, train: Any) -> Any:
     step sees, and pairs unpaired by TRL (all the chosen completions of 1000 pairs, then all the rejected
     ones: trl/data_utils.py `_unpair_row`) gave batches of one label. Every epoch runs those batches in
     that order. Other objectives and apo_zero_unpaired: the Trainer's seeded random sampler."""
-    if objective_of(plan).name != "kto" or train_sampling(plan) != "sequential":
+    if not objective_of(plan).config_sampling or train_sampling(plan) != "sequential":
         return train
-    return train.shuffle(seed=int(plan.value("training.seed"))).flatten_indices()
+    return train.shuffle(seed=plan.resolved.training.seed).flatten_indices()
 
 
 def _compute_dtype(plan: Plan) -> Any:
@@ -166,9 +180,9 @@ def _compute_dtype(plan: Plan) -> Any:
 
     from gpuplan.apply.train.arguments import torch_dtype
 
-    if plan.value("training.bf16"):
+    if plan.resolved.training.bf16:
         return torch.bfloat16
-    if plan.value("training.fp16"):
+    if plan.resolved.training.fp16:
         return torch.float16
     return torch_dtype(plan)
 
@@ -177,15 +191,15 @@ def reference_model(plan: Plan, model: Any) -> Any | None:
     """The frozen reference the plan chose; None when TRL needs none (adapters off, precomputed)."""
     from gpuplan.apply.model import adapters
 
-    ref = plan.value("preference.reference")
+    ref = preference_run(plan).reference
     dtype = _compute_dtype(plan) if adapters.uses_adapters(plan) else model.dtype  # memory/preference.py reference_element_bytes
     if ref == "copy":
         out = copy.deepcopy(model)  # the starting weights, before the first step, in the policy's dtype
     elif ref == "model":
         from transformers import AutoModelForCausalLM
 
-        path = plan.value("preference.reference_model")
-        if not os.path.isdir(path):
+        path = preference_run(plan).reference_model
+        if path is None or not os.path.isdir(path):
             raise ApplyError(
                 f"preference.reference_model = {path!r}: no such model directory",
                 key="preference.reference_model",
@@ -207,7 +221,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     from gpuplan.apply.train.arguments import refusal_fix
 
     obj = objective_of(plan)
-    if plan.get("data.format") == "chat":
+    if plan.resolved.data.format == "chat":
         from gpuplan.apply.data.chat import chat_template_of
 
         tokenizer.chat_template = chat_template_of(plan, tokenizer)  # TRL renders conversational rows with it
@@ -226,7 +240,7 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
     if adapters.uses_adapters(plan):
         # adapters-off needs no reference (TRL disables the adapters); a separate model is loaded
         # as the plan counted it (rules/preference.py), and TRL then uses it instead
-        if plan.value("preference.reference") == "model":
+        if preference_run(plan).reference == "model":
             ref = reference_model(plan, model)
         model = adapters.prepare_base(plan, model)
         peft_config = adapters.lora_config(plan)
@@ -247,10 +261,10 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         if peft_config is not None and "arget modules" in str(e):
             raise adapters.target_error(plan, model, e) from e
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
-    if adapters.method(plan) == "qlora":  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
+    if plan.resolved.model.method.quantized_base:  # (lora keeps peft's fp32 adapters; TRL casts only over a quantized base)
         fp32_adapters(trainer.model)
     if adapters.uses_adapters(plan):
-        adapter_dropout(trainer.model, float(plan.value("lora.lora_dropout")))
+        adapter_dropout(trainer.model, plan.resolved.lora.lora_dropout)
     return trainer
 
 

@@ -25,23 +25,23 @@ def check(plan: Plan) -> None:
     from gpuplan.apply.errors import ApplyError
     from gpuplan.apply.train.arguments import has_eval
 
-    if not plan.get("eval.sample_prompts"):
+    if not plan.resolved.eval.sample_prompts:
         return
-    if plan.value("model.task") != "causal-lm":
+    if plan.resolved.model.task != "causal-lm":
         raise ApplyError(
             f'eval.sample_prompts generates text, which needs model.task = "causal-lm" '
-            f"(this run: {plan.value('model.task')!r}); remove eval.sample_prompts",
+            f"(this run: {plan.resolved.model.task!r}); remove eval.sample_prompts",
             key="eval.sample_prompts",
         )
     world = plan.world_size
-    if world > 1 and plan.get("distributed.strategy") in ("fsdp", "deepspeed"):
+    if world > 1 and plan.resolved.distributed.strategy in ("fsdp", "deepspeed"):
         raise ApplyError(
-            f"eval.sample_prompts with distributed.strategy = {plan.get('distributed.strategy')!r} on "
+            f"eval.sample_prompts with distributed.strategy = {plan.resolved.distributed.strategy!r} on "
             f"{world} processes: the weights are sharded and rank 0 cannot generate alone",
             key="eval.sample_prompts",
             fix="remove eval.sample_prompts and run `gpuplan generate SPEC` after the run",
         )
-    if plan.get("eval.sample_at_eval") and not has_eval(plan):
+    if plan.resolved.eval.sample_at_eval and not has_eval(plan):
         raise ApplyError(
             "eval.sample_at_eval = true but the run never evaluates (no data.eval_files or data.eval_fraction)",
             key="eval.sample_at_eval",
@@ -64,9 +64,9 @@ def write_samples(
 
     device = next(model.parameters()).device.type
     amp = None
-    if device == "cuda" and plan.value("training.bf16"):
+    if device == "cuda" and plan.resolved.training.bf16:
         amp = torch.bfloat16
-    elif device == "cuda" and plan.value("training.fp16"):
+    elif device == "cuda" and plan.resolved.training.fp16:
         amp = torch.float16
     was_training = model.training
     model.eval()
@@ -74,13 +74,13 @@ def write_samples(
     how = prompting(plan, tokenizer)
     records = []
     try:
-        for p in plan.value("eval.sample_prompts"):
-            g = generate(loaded, how, [{"role": "user", "content": p}], max_new_tokens=int(plan.value("eval.sample_max_new_tokens")))
+        for p in plan.resolved.eval.sample_prompts:
+            g = generate(loaded, how, [{"role": "user", "content": p}], max_new_tokens=plan.resolved.eval.sample_max_new_tokens)
             records.append({"event": "sample", "step": step, "at": at, "prompt": p, "completion": g.completion})
     finally:
         if was_training:
             model.train()
-    with open(os.path.join(plan.value("output.dir"), METRICS_FILE), "a", encoding="utf-8") as f:
+    with open(os.path.join(plan.resolved.output.dir, METRICS_FILE), "a", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     if echo is not None:
@@ -90,13 +90,13 @@ def write_samples(
 
 
 def at_end(plan: Plan, model: Any, tokenizer: Any, step: int, echo: Callable[[str], None]) -> None:
-    if plan.get("eval.sample_prompts") and _rank0():
+    if plan.resolved.eval.sample_prompts and _rank0():
         write_samples(plan, model, tokenizer, step, "end", echo)
 
 
 def callbacks(plan: Plan, echo: Callable[[str], None]) -> list[Any]:
     """With eval.sample_at_eval: a TrainerCallback that generates after every evaluation."""
-    if not (plan.get("eval.sample_prompts") and plan.get("eval.sample_at_eval")):
+    if not (plan.resolved.eval.sample_prompts and plan.resolved.eval.sample_at_eval):
         return []
     from transformers import TrainerCallback
 

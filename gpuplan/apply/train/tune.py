@@ -22,17 +22,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuplan.lifecycle.run_dir import TUNE_RESULTS_FILE
 from gpuplan.plan.types import Plan
 
-RESULTS_FILE = "tune-results.json"
-TUNE_DIR = "tune"
 VERSION = 1
 
 
 def read_results(output_dir: str | Path) -> dict[str, Any]:
     """{key: result} from an earlier tune of this output dir; {} when there is none or it is unreadable."""
     try:
-        data = json.loads((Path(output_dir) / RESULTS_FILE).read_text())
+        data = json.loads((Path(output_dir) / TUNE_RESULTS_FILE).read_text())
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("results"), dict):
@@ -43,7 +42,7 @@ def read_results(output_dir: str | Path) -> dict[str, Any]:
 def write_results(output_dir: str | Path, results: Mapping[str, Any]) -> None:
     from gpuplan.fsutil import write_text_atomic
 
-    write_text_atomic(Path(output_dir) / RESULTS_FILE, json.dumps({"version": VERSION, "results": dict(results)}, indent=1) + "\n")
+    write_text_atomic(Path(output_dir) / TUNE_RESULTS_FILE, json.dumps({"version": VERSION, "results": dict(results)}, indent=1) + "\n")
 
 
 def result_key(fingerprint: str, steps: int) -> str:
@@ -67,11 +66,11 @@ def short_run(
     return replan(overrides)
 
 
-def time_candidate(short: Plan, settings: Mapping[str, Any], echo: Callable[[str], None]) -> dict[str, Any]:
+def time_candidate(short: Plan, echo: Callable[[str], None]) -> dict[str, Any]:
     """Train the short run; what it measured (steady tokens/s and step, start-up, memory)."""
-    from .run import execute
+    from gpuplan.apply.train.execute import execute
 
-    run_dir = Path(short.value("output.dir"))
+    run_dir = Path(short.resolved.output.dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a candidate interrupted before: start it over
     started = time.monotonic()
@@ -90,8 +89,8 @@ def time_candidate(short: Plan, settings: Mapping[str, Any], echo: Callable[[str
     for entry in run_dir.iterdir():  # the weights of a few steps are of no use: the state and metrics stay
         if entry.is_dir():
             shutil.rmtree(entry)
-    asked = settings.get("training.per_device_train_batch_size")
-    if asked is not None and ran["per_device_train_batch_size"] != asked:
+    asked = short.resolved.training.per_device_train_batch_size  # the candidate's, as its short run planned it
+    if ran["per_device_train_batch_size"] != asked:
         out["error"] = f"ran out of memory: apply re-planned to per-device batch {ran['per_device_train_batch_size']} (not this candidate)"
     return out
 

@@ -14,30 +14,38 @@ already has. Each candidate changes one thing:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from gpuplan.errors import Diagnostic
+from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.plan.fit.savers import KNOBS, SAVERS, user_saver_label
 from gpuplan.plan.fit.search import FitProblem, FitSolution, Sharding, solve
 from gpuplan.units import GIB
 
 MAX_GPUS_PER_NODE = 8  # HGX/DGX nodes
-ONE_KEY_HEAD = "any one of these fits (checked with the same memory model): "
 VERIFIED = "re-solved by the fit search with this one change"
 
 
 @dataclass(frozen=True)
 class Fix:
-    """One change that makes the run fit, as spec lines."""
+    """One change that makes the run fit, as data: the spec values it sets and why; its words are
+    rendered by gpuplan/plan/fit/fix_words.py (fix_line)."""
 
     kind: str  # "saver" | "dtype" | "seq_len" | "gpus" | "gpu" | "host" (fit/host_memory.py)
-    text: str  # the lines to set: 'training.optim = "auto"'
+    values: tuple[tuple[str, Any], ...]  # (spec key, value) in the order said: (("training.optim", "auto"),)
+    why: str | None = None  # said after the lines, in parentheses
+    qualifier: str | None = None  # words right after the value ("or more, if the training hosts have that RAM")
     verified: str = VERIFIED  # how the fit was checked
 
     @property
     def hardware(self) -> bool:
         return self.kind in ("gpus", "gpu")
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
 @dataclass(frozen=True)
@@ -51,20 +59,20 @@ class NoFit:
     method_alternatives: tuple[str, ...]  # adapter methods that fit (full fine-tuning only)
     diagnostic: Diagnostic  # the error as reported
 
-    def fix_text(self, *, drop_hardware: bool = False) -> str | None:
-        return no_fit_fix(self.fixes, self.method_alternatives, drop_hardware=drop_hardware)
+    def shown_fixes(self, *, drop_hardware: bool = False) -> tuple[Fix, ...]:
+        """The one-key fixes fix_text says, as records."""
+        return tuple(f for f in self.fixes if not (drop_hardware and f.hardware))
 
 
-def no_fit_fix(fixes: tuple[Fix, ...], method_alternatives: tuple[str, ...], *, drop_hardware: bool = False) -> str | None:
-    """The no-fit error's fix: the fitting methods, then the one-key fixes (without the hardware
-    ones when the caller lists the hardware that fits, each planned in full)."""
-    names = [a.split(" ", 1)[0] for a in method_alternatives]  # each line starts with its method (method_alternatives.py)
-    which = "the fitting method above" if len(names) == 1 else "one of the fitting methods above"
-    parts = [f"add the lines of {which} ({' or '.join(names)})"] if names else []
-    kept = [f.text for f in fixes if not (drop_hardware and f.hardware)]
-    if kept:
-        parts.append(ONE_KEY_HEAD + "; ".join(kept))
-    return "; or ".join(parts) or None
+class NoFitError(GpuplanError):
+    """The refusal of a plan that does not fit, with what would fit as data: `options`, each the spec
+    values one fix sets (the one-key fixes its text names, the hardware planned in full), read by init
+    (init/starter_fit.py) instead of the fix's words."""
+
+    def __init__(self, diagnostics: list[Diagnostic], no_fit: NoFit, options: tuple[Mapping[str, Any], ...]):
+        super().__init__(diagnostics)
+        self.no_fit = no_fit
+        self.options = options
 
 
 def savers_on(sol: FitSolution, user_set: set[str]) -> str:
@@ -97,7 +105,9 @@ def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
             fixed=dataclasses.replace(p.fixed, loss_chunk_size=0),
         )
         if _fits(q):
-            fixes.append(Fix("saver", "training.use_liger_kernel = true (Liger's fused linear cross-entropy; pip install liger-kernel)"))
+            fixes.append(
+                Fix("saver", (("training.use_liger_kernel", True),), "Liger's fused linear cross-entropy; pip install liger-kernel")
+            )
     ckpt_fixed = "gradient_checkpointing" in user_set and p.fixed.gradient_checkpointing
     link = gpu.interconnect.get("pcie") or 0.0
     if not base.offload_activations and not offload_activations.unavailable(base.device, ckpt_fixed, link):
@@ -113,8 +123,8 @@ def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
             fixes.append(
                 Fix(
                     "saver",
-                    f"training.activation_offloading = true ({moved / GIB:.0f} GiB of host RAM "
-                    f"per GPU, {seconds:.2g} s per step over the host link)",
+                    (("training.activation_offloading", True),),
+                    f"{moved / GIB:.0f} GiB of host RAM per GPU, {seconds:.2g} s per step over the host link",
                 )
             )
     return fixes
@@ -132,18 +142,18 @@ def verified_fixes(
     # savers the spec fixed
     for knob, key in dict((s.knob, s.setting) for s in SAVERS).items():
         if knob in user_set and _fits(dataclasses.replace(p, auto=p.auto | {knob})):
-            fixes.append(Fix("saver", f'{key} = "auto"'))
+            fixes.append(Fix("saver", ((key, "auto"),)))
     fixes += saver_fixes(p, user_set)
     # bf16 weights
     if p.base.weight_dtype == "float32" and p.gpu.bf16 and p.base.device == "cuda":
         base = dataclasses.replace(p.base, weight_dtype="bfloat16", amp="bf16" if p.base.amp else None)
         if _fits(dataclasses.replace(p, base=base)):
-            fixes.append(Fix("dtype", 'model.dtype = "bfloat16"'))
+            fixes.append(Fix("dtype", (("model.dtype", "bfloat16"),)))
     # a shorter sequence
     seq = p.base.seq_len // 2
     while seq >= 128:
         if _fits(dataclasses.replace(p, base=dataclasses.replace(p.base, seq_len=seq))):
-            fixes.append(Fix("seq_len", f"data.seq_len = {seq}"))
+            fixes.append(Fix("seq_len", (("data.seq_len", seq),)))
             break
         seq //= 2
     # more GPUs, fully sharded
@@ -166,8 +176,10 @@ def verified_fixes(
             sh = Sharding("fsdp", 3, new_world, False, False, "full_shard")
             q = dataclasses.replace(p, world_size=new_world, samples_per_device=samples, shardings=(sh,))
             if _fits(q):
-                where = f"hardware.count = {per_node}" + (f", hardware.nodes = {new_world // per_node}" if new_world > per_node else "")
-                fixes.append(Fix("gpus", f"{where} (FSDP full_shard over {new_world} GPUs)"))
+                where: tuple[tuple[str, Any], ...] = (("hardware.count", per_node),)
+                if new_world > per_node:
+                    where += (("hardware.nodes", new_world // per_node),)
+                fixes.append(Fix("gpus", where, f"FSDP full_shard over {new_world} GPUs"))
                 break
     # a larger GPU
     bigger = sorted(
@@ -176,6 +188,6 @@ def verified_fixes(
     )
     for gpu in bigger:
         if _fits(dataclasses.replace(p, gpu=gpu, usable_bytes=int(gpu.memory_bytes * (1 - headroom)))):
-            fixes.append(Fix("gpu", f'hardware.gpu = "{gpu.name}"'))
+            fixes.append(Fix("gpu", (("hardware.gpu", gpu.name),)))
             break
     return fixes

@@ -23,7 +23,6 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.fit.fixes import NoFit
 from gpuplan.plan.types import Diagnostic, Plan
 from gpuplan.spec.load import table
-from gpuplan.units import GIB, gib
 
 MAX_GPUS = 64
 
@@ -32,24 +31,15 @@ PlanFn = Callable[[Mapping[str, Any]], "Plan | None"]
 
 @dataclasses.dataclass(frozen=True)
 class Alternative:
+    """Other hardware the spec fits on, planned in full; plan/fit/fix_words.py alternative_line says it."""
+
     what: str  # "a larger GPU" | "more GPUs"
-    lines: tuple[str, ...]  # the exact spec lines to change
+    values: tuple[tuple[str, Any], ...]  # the spec values to change, in the order said; None removes the key
     plan: Plan
 
-    def describe(self) -> str:
-        mem = self.plan.memory
-        hw = self.plan.hardware
-        world = hw.world_size
-        s = self.plan.settings
-        batch = (
-            f"batch {s['training.per_device_train_batch_size'].value} x {s['training.gradient_accumulation_steps'].value} x {world} GPU(s)"
-        )
-        host = mem.host_ram_needed_bytes  # offload or a 4-bit base per rank: a requirement, said beside the GPUs
-        return (
-            f"{self.what}: {'; '.join(self.lines)}  -> {gib(mem.reserved_peak_bytes)} of "
-            f"{gib(mem.capacity_bytes, 0)} per GPU, {mem.layout}, {batch}"
-            + (f", and {host / GIB:,.0f} GiB of host RAM per node" if host else "")
-        )
+    @property
+    def changes(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
 def _hardware_raw(raw: Mapping[str, Any], **values: Any) -> dict[str, Any]:
@@ -72,11 +62,11 @@ def larger_gpu(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, 
                 changes[key] = None
         p = plan(_hardware_raw(raw, **changes))
         if p is not None and p.memory.fits:
-            lines = [f'hardware.gpu = "{g.name}"']
-            lines += [f"hardware.count = {per_node}"] if per_node != hw.get("count", 1) else []
-            lines += [f"hardware.nodes = {n}"] if n != hw.get("nodes", 1) else []
-            lines += [f"remove hardware.{k}" for k in ("memory_gib", "price_per_hour") if k in changes]
-            return Alternative("a larger GPU", tuple(lines), p)
+            values: list[tuple[str, Any]] = [("hardware.gpu", g.name)]
+            values += [("hardware.count", per_node)] if per_node != hw.get("count", 1) else []
+            values += [("hardware.nodes", n)] if n != hw.get("nodes", 1) else []
+            values += [(f"hardware.{k}", None) for k in ("memory_gib", "price_per_hour") if k in changes]
+            return Alternative("a larger GPU", tuple(values), p)
     return None
 
 
@@ -90,15 +80,15 @@ def more_gpus(raw: Mapping[str, Any], gpu: GPUProfile, count: int, nodes: int, p
             per_node, n = split
             candidate = _hardware_raw(raw, count=per_node, nodes=n)
             p = plan(candidate)
-            extra: list[str] = []
+            extra: list[tuple[str, Any]] = []
             if (p is None or not p.memory.fits) and dist.get("strategy", "auto") != "auto":
                 candidate = {**candidate, "distributed": {**dist, "strategy": "auto"}}
                 p = plan(candidate)
-                extra = ['distributed.strategy = "auto"']
+                extra = [("distributed.strategy", "auto")]
             if p is not None and p.memory.fits:
-                lines = [f"hardware.count = {per_node}"]
-                lines += [f"hardware.nodes = {n}"] if n != hw.get("nodes", 1) else []
-                return Alternative(f"{total} x {gpu.name}", tuple(lines + extra), p)
+                values: list[tuple[str, Any]] = [("hardware.count", per_node)]
+                values += [("hardware.nodes", n)] if n != hw.get("nodes", 1) else []
+                return Alternative(f"{total} x {gpu.name}", tuple(values + extra), p)
         total *= 2
     return None
 
@@ -109,17 +99,23 @@ def hardware_alternatives(raw: Mapping[str, Any], gpu: GPUProfile, count: int, n
     return [a for a in (larger_gpu(raw, gpu, count, nodes, plan), more_gpus(raw, gpu, count, nodes, plan)) if a]
 
 
-def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loaded, spec, gpu: GPUProfile, plan: PlanFn) -> list[Diagnostic]:
+def with_hardware_alternatives(
+    errors: Sequence[Diagnostic], nofit: NoFit, loaded, spec, gpu: GPUProfile, plan: PlanFn
+) -> tuple[list[Diagnostic], tuple[Mapping[str, Any], ...]]:
     """`errors` with the no-fit error's fix naming the hardware that fits (or saying none does);
     the memory fit's own one-key fixes follow, without the hardware ones when the hardware
-    above is planned in full. The error is the one the no-fit record made, whatever its method."""
+    above is planned in full. The error is the one the no-fit record made, whatever its method.
+    Also the fix's options as data: the spec values of each alternative and one-key fix it names."""
+    from gpuplan.plan.fit.fix_words import alternative_line, no_fit_fix
+
     out = list(errors)
+    options: tuple[Mapping[str, Any], ...] = tuple(f.changes for f in nofit.fixes)
     for i, d in enumerate(out):
         if d == nofit.diagnostic:
             alts = hardware_alternatives(loaded.raw, gpu, spec.hardware.count, spec.hardware.nodes, plan)
             others = len(out) - 1  # the spec's other errors: every full plan of other hardware has them too
             if alts:
-                found = "what fits (each planned in full):\n" + "\n".join(f"    {a.describe()}" for a in alts)
+                found = "what fits (each planned in full):\n" + "\n".join(f"    {alternative_line(a)}" for a in alts)
             elif others:  # a full plan that fails says nothing of its memory: the search found nothing, not "none fits"
                 errs, them = ("error", "it") if others == 1 else (f"{others} errors", "them")
                 found = (
@@ -130,7 +126,9 @@ def with_hardware_alternatives(errors: Sequence[Diagnostic], nofit: NoFit, loade
                 found = f"no catalog GPU fits at {spec.hardware.world_size} GPU(s), nor up to {MAX_GPUS} x {gpu.name}"
             # The memory fit's one-key hardware fixes are checked on memory alone; planned in full above,
             # none fitted, so they are dropped unless the other errors kept those full plans from running.
-            rest = nofit.fix_text(drop_hardware=bool(alts) or not others)
+            drop = bool(alts) or not others
+            rest = no_fit_fix(nofit.fixes, nofit.method_alternatives, drop_hardware=drop)
             out[i] = dataclasses.replace(d, fix=f"{found}\n  or: {rest}" if rest else found)
+            options = tuple(a.changes for a in alts) + tuple(f.changes for f in nofit.shown_fixes(drop_hardware=drop))
             break
-    return out
+    return out, options

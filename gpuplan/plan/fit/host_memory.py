@@ -14,6 +14,8 @@ import math
 
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.host import HostMemory, host_memory
+from gpuplan.plan.fit.fix_words import fix_line
+from gpuplan.plan.fit.fixes import Fix
 from gpuplan.plan.fit.search import workload
 from gpuplan.plan.inputs.target import is_local
 from gpuplan.plan.rules.common import FIT_PROBLEM
@@ -78,11 +80,11 @@ def check_host_memory(ctx: Resolver, sol) -> None:
         "hardware.host_memory_gib",
         f"the plan needs {hm.describe(count)}; the host has {have / GIB:.0f} GiB "
         f"({HOST_LIMIT:.0%} usable: {HOST_LIMIT * have / GIB:.0f} GiB)",
-        fix="; or ".join(host_fixes(ctx, sol)),
+        fix="; or ".join(fix_line(f) for f in host_fixes(ctx, sol)),
     )
 
 
-def host_fixes(ctx: Resolver, sol, problem=None) -> list[str]:
+def host_fixes(ctx: Resolver, sol, problem=None) -> list[Fix]:
     """What brings the host RAM per node under the limit: the same GPUs with fewer per node (loading and
     offload are per rank), checked with the same arithmetic; or the RAM the hosts would need."""
     count, nodes = ctx.spec("hardware.count"), ctx.spec("hardware.nodes")
@@ -91,13 +93,19 @@ def host_fixes(ctx: Resolver, sol, problem=None) -> list[str]:
     for fewer in range(count // 2, 0, -1):
         hm = plan_host_memory(ctx, sol, fewer, problem)
         if hm is not None and (count * nodes) % fewer == 0 and hm.peak <= limit:
-            fixes.append(
-                f"hardware.count = {fewer}, hardware.nodes = {count * nodes // fewer} (the same GPUs, {hm.peak / GIB:.0f} GiB per node)"
-            )
+            fewer_per_node = (("hardware.count", fewer), ("hardware.nodes", count * nodes // fewer))
+            fixes.append(Fix("host", fewer_per_node, f"the same GPUs, {hm.peak / GIB:.0f} GiB per node", verified=HOST_VERIFIED))
             break
     hm = plan_host_memory(ctx, sol, None, problem)
     if hm is not None:
-        fixes.append(f"hardware.host_memory_gib = {_need_gib(hm)} or more, if the training hosts have that RAM")
+        fixes.append(
+            Fix(
+                "host",
+                (("hardware.host_memory_gib", _need_gib(hm)),),
+                qualifier="or more, if the training hosts have that RAM",
+                verified=HOST_VERIFIED,
+            )
+        )
     return fixes
 
 

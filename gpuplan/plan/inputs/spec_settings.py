@@ -6,6 +6,7 @@ stays as written (gpuplan/hub resolves it, plan/inputs/sources.py pins it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpuplan.hub.ids import is_hub_id
@@ -42,3 +43,8 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
     if out["training.run_name"].value is None:  # trackers name the run after the spec
         out["training.run_name"] = Setting(spec_stem, "default")
     return out
+
+
+def output_dir(settings: Mapping[str, Setting]) -> str:
+    """output.dir of flattened spec settings (always set: flatten gives it a default)."""
+    return str(settings["output.dir"].value)

@@ -16,8 +16,9 @@ from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.loss_chunking import unavailable as chunking_unavailable
 from gpuplan.plan.estimate.memory.types import Workload
-from gpuplan.plan.fit.fixes import Fix, NoFit, no_fit_fix, savers_on, verified_fixes
-from gpuplan.plan.fit.host_memory import HOST_VERIFIED, host_fixes, host_limit, host_needs
+from gpuplan.plan.fit.fix_words import no_fit_fix
+from gpuplan.plan.fit.fixes import NoFit, savers_on, verified_fixes
+from gpuplan.plan.fit.host_memory import host_fixes, host_limit, host_needs
 from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.fit.savers import SAVERS
 from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
@@ -270,7 +271,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
             f"; {savers_on(sol, user_set)} fits the GPU ({need:.1f} GiB) but its host RAM does not: "
             f"{host_needs(ctx, sol, p)}, {p.host_limit_bytes / GIB:.0f} GiB usable (hardware.host_memory_gib)"
         ) + hint
-        fixes = [Fix("host", f, HOST_VERIFIED) for f in host_fixes(ctx, sol, p)] + list(fixes)
+        fixes = host_fixes(ctx, sol, p) + list(fixes)
     error = Diagnostic(
         "error",
         "hardware.gpu",
@@ -285,7 +286,7 @@ def _report_no_fit(ctx: Resolver, p: FitProblem, sol, method: str) -> None:
             if fixes or alternatives
             else "; no single change gpuplan can check (savers, bf16 weights, a shorter seq_len, more GPUs, a larger GPU) makes it fit"
         ),
-        fix=no_fit_fix(tuple(fixes), tuple(alternatives)),
+        fix=no_fit_fix(fixes, alternatives),
     )
     ctx.diagnostics.append(error)
     ctx.set_internal(NO_FIT, NoFit(method, sol, tuple(fixes), tuple(alternatives), error))

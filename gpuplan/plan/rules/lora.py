@@ -19,6 +19,7 @@ from gpuplan.modelinfo.lora_targets import TargetError, check_saved, count_adapt
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.types import Adapters
+from gpuplan.plan.methods import METHODS
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
 from gpuplan.units import gib
 
@@ -168,12 +169,11 @@ def select_method(ctx: Resolver) -> None:
     for method, sol in tried:
         need = sol.estimate.reserved_peak_bytes if sol.fits else sol.smallest_bytes
         why.append(f"{method} {'fits' if sol.fits else 'does not fit'} ({gib(need)})")
+    # the reason says why, as every rule's does; "auto" is the change's `before` (a "+" line), not its words
     ctx.resolve(
         "model.method",
         chosen,
-        'model.method = "auto": '
-        + ", ".join(why)
-        + ("" if chosen == "full" else f"; {chosen} trains adapters on a frozen base, not every weight"),
+        ", ".join(why) + ("" if not METHODS[chosen].frozen_base else f"; {chosen} trains adapters on a frozen base, not every weight"),
     )
 
 
