@@ -84,7 +84,7 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
         return cls.from_pretrained(src, **common), src
     from peft import PeftModel
 
-    base_dir = model_dir(plan)
+    base_dir = model_dir(plan.resolved.model.hub)
     base = cls.from_pretrained(base_dir, **common)  # no quantization_config: the 16-bit (or wider) base
     with warnings.catch_warnings():  # peft 0.21 calls transformers' deprecated is_gradient_checkpointing
         warnings.simplefilter("ignore", FutureWarning)

@@ -156,7 +156,7 @@ def check_base(run: FinishedRun) -> None:
     from gpuplan.hub.resolve import HubError
 
     try:
-        base = model_dir(run.plan)
+        base = model_dir(run.plan.resolved.model.hub)
     except HubError as e:
         raise GpuplanError(
             [Diagnostic("error", e.key, e.message, fix=e.fix or "fetch it again: gpuplan apply downloads the commit the run used")]

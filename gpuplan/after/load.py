@@ -39,7 +39,9 @@ def load_tokenizer_of(run: FinishedRun) -> Any:
             return load_tokenizer(d, task=task, from_scratch=False, trust_remote_code=trust)
     from gpuplan.hub.fetch import model_dir
 
-    return load_tokenizer(model_dir(plan), task=task, from_scratch=plan.resolved.model.from_scratch, trust_remote_code=trust)
+    return load_tokenizer(
+        model_dir(plan.resolved.model.hub), task=task, from_scratch=plan.resolved.model.from_scratch, trust_remote_code=trust
+    )
 
 
 def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None, device: str | None = None) -> Loaded:
@@ -76,7 +78,7 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
         else:
             from peft import PeftModel
 
-            base_dir = model_dir(plan)
+            base_dir = model_dir(plan.resolved.model.hub)
             # qlora: load_kwargs' dtype (the compute dtype the base trained in) replaces the plan's weight dtype
             base = cls.from_pretrained(base_dir, **{**common, **load_kwargs(plan, device, cls)})
             if run.trained.quantized_base:

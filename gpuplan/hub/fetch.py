@@ -1,7 +1,8 @@
 """apply's side of Hub ids: download what the run needs at the planned commit, then find it locally.
 
 A plan keeps Hub ids as written (local paths are absolute), with the commit in
-model.commit / data.commit. `fetch_all` runs once at the start of apply (with progress
+model.commit / data.commit; this module takes them as a ModelRef / DatasetRef (plan.resolved.model.hub,
+plan.resolved.data.hub) and knows ids and commits, not plans. `fetch_all` runs once at the start of apply (with progress
 bars, into the standard cache); afterwards everything is read with local_files_only.
 Weights: safetensors only, unless model.allow_pickle_weights; with an index, only the shards
 it names (weights.py).
@@ -10,13 +11,31 @@ it names (weights.py).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from gpuplan.hub.resolve import README, HubError, snapshot
 from gpuplan.hub.weights import BASE_PATTERNS, weight_patterns
-from gpuplan.plan.types import Plan
 
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")
 DATA_PATTERNS = [f"*{s}" for s in DATA_SUFFIXES]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """model.name_or_path (a Hub id, or an absolute local path) and the commit planning resolved."""
+
+    name_or_path: str | None
+    commit: str | None
+    allow_pickle_weights: bool = False
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """data.dataset (a Hub id), its commit and data.split (None: the default split)."""
+
+    dataset: str | None
+    commit: str | None
+    split: str | None = None
 
 
 def is_hub_value(value: str | None) -> bool:
@@ -36,16 +55,15 @@ def _commit(commit: str | None, key: str) -> str:
     return commit
 
 
-def _dataset(plan: Plan) -> str:
-    dataset = plan.resolved.data.dataset
+def _dataset(ref: DatasetRef) -> str:
+    dataset = ref.dataset
     if not dataset:
         raise HubError("data.dataset", "the plan reads no Hub dataset (data.dataset is not set)")
     return dataset
 
 
-def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
+def model_dir(m: ModelRef, *, local_only: bool = True) -> str | None:
     """model.name_or_path as a local directory (the Hub snapshot at model.commit for a Hub id)."""
-    m = plan.resolved.model
     value = m.name_or_path
     if value is None or not is_hub_value(value):
         return value
@@ -54,32 +72,32 @@ def model_dir(plan: Plan, *, local_only: bool = True) -> str | None:
     return snapshot("model.name_or_path", value, "model", commit, patterns, local_only=local_only)
 
 
-def dataset_split(plan: Plan) -> str:
+def dataset_split(ref: DatasetRef) -> str:
     from gpuplan.hub.splits import DEFAULT_SPLIT
 
-    return plan.resolved.data.split or DEFAULT_SPLIT
+    return ref.split or DEFAULT_SPLIT
 
 
-def dataset_card_patterns(plan: Plan, *, local_only: bool = True) -> list[str] | None:
+def dataset_card_patterns(ref: DatasetRef, *, local_only: bool = True) -> list[str] | None:
     """The card's file patterns for data.split (splits.py); None when the card maps no splits."""
     from gpuplan.hub.splits import card_patterns
 
-    commit = _commit(plan.resolved.data.commit, "data.commit")
-    folder = snapshot("data.dataset", _dataset(plan), "dataset", commit, [README], local_only=local_only)
+    commit = _commit(ref.commit, "data.commit")
+    folder = snapshot("data.dataset", _dataset(ref), "dataset", commit, [README], local_only=local_only)
     readme = os.path.join(folder, README)
     if not os.path.isfile(readme):
         return None
-    return card_patterns(readme, dataset_split(plan))  # a SplitError names data.split and the fix
+    return card_patterns(readme, dataset_split(ref))  # a SplitError names data.split and the fix
 
 
-def dataset_dir(plan: Plan, *, local_only: bool = True) -> str:
+def dataset_dir(ref: DatasetRef, *, local_only: bool = True) -> str:
     """The dataset snapshot with the files of data.split (all data files when the card maps no splits)."""
     from gpuplan.hub.splits import fetch_patterns
 
-    card = dataset_card_patterns(plan, local_only=local_only)
+    card = dataset_card_patterns(ref, local_only=local_only)
     patterns = fetch_patterns(card) if card is not None else DATA_PATTERNS
-    commit = _commit(plan.resolved.data.commit, "data.commit")
-    return snapshot("data.dataset", _dataset(plan), "dataset", commit, patterns + [README], local_only=local_only)
+    commit = _commit(ref.commit, "data.commit")
+    return snapshot("data.dataset", _dataset(ref), "dataset", commit, patterns + [README], local_only=local_only)
 
 
 def data_files_in(folder: str) -> list[str]:
@@ -91,27 +109,26 @@ def data_files_in(folder: str) -> list[str]:
     return found
 
 
-def dataset_files(plan: Plan) -> list[str]:
+def dataset_files(ref: DatasetRef) -> list[str]:
     """The data files of data.split: by the card's configs, else by datasets' split keywords in file names."""
     from gpuplan.hub.splits import by_file_names, matching
 
-    folder = dataset_dir(plan)
+    folder = dataset_dir(ref)
     found = data_files_in(folder)
-    card = dataset_card_patterns(plan)
-    split = dataset_split(plan)
+    card = dataset_card_patterns(ref)
+    split = dataset_split(ref)
     files = [] if not found else matching(folder, found, card) if card is not None else by_file_names(folder, found, split)
     if not files:
         raise HubError(
             "data.dataset",
-            f"{plan.resolved.data.dataset} at {plan.resolved.data.commit} holds no data "
-            f"files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}",
+            f"{ref.dataset} at {ref.commit} holds no data files ({', '.join(DATA_SUFFIXES)}) of split {split!r} in {folder}",
         )
     return files
 
 
-def fetch_all(plan: Plan) -> None:
-    """Download the model and dataset files of the plan's Hub ids (a no-op for local paths)."""
-    if is_hub_value(plan.resolved.model.name_or_path):
-        model_dir(plan, local_only=False)
-    if plan.resolved.data.dataset:
-        dataset_dir(plan, local_only=False)
+def fetch_all(model: ModelRef, data: DatasetRef) -> None:
+    """Download the model and dataset files of a run's Hub ids (a no-op for local paths)."""
+    if is_hub_value(model.name_or_path):
+        model_dir(model, local_only=False)
+    if data.dataset:
+        dataset_dir(data, local_only=False)

@@ -27,6 +27,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from gpuplan.errors import Diagnostic, GpuplanError
+from gpuplan.hub.fetch import DatasetRef, ModelRef
 from gpuplan.plan.methods import METHODS, Method, method_named
 from gpuplan.spec.objectives import OBJECTIVES, Objective
 
@@ -93,6 +94,11 @@ class ModelSettings:
     method: Method = _converted(_method, lambda: METHODS)  # model.method, as its descriptor (plan/methods.py)
     commit: str | None = _absent_as_none()
 
+    @property
+    def hub(self) -> ModelRef:
+        """model.name_or_path with its resolved commit, as gpuplan.hub.fetch takes it."""
+        return ModelRef(self.name_or_path, self.commit, self.allow_pickle_weights)
+
 
 @dataclass(frozen=True)
 class LoraSettings:
@@ -158,6 +164,11 @@ class DataSettings:
     prompt_template: str
     train_on_prompt: bool
     commit: str | None = _absent_as_none()
+
+    @property
+    def hub(self) -> DatasetRef:
+        """data.dataset with its resolved commit and split, as gpuplan.hub.fetch takes it."""
+        return DatasetRef(self.dataset, self.commit, self.split)
 
     @property
     def has_eval(self) -> bool:

@@ -16,7 +16,7 @@ def trace_plan(plan: Plan) -> Plan:
     from gpuplan.hub.fetch import model_dir  # a Hub id: its cached snapshot, where planning put config.json
     from gpuplan.trace import trace_memory  # imports torch
 
-    source = plan.resolved.model.config or model_dir(plan)
+    source = plan.resolved.model.config or model_dir(plan.resolved.model.hub)
     wl, analytic = plan.memory.workload, plan.memory.allocated_peak_bytes
     # a plan that was made read its model's config and priced a workload (plan/build.py assemble)
     assert source is not None and wl is not None and analytic is not None, "a plan made by the planner"

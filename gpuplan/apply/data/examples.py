@@ -132,3 +132,14 @@ def build(ds: Any, fmt: Formatter, tokenizer: Any, seq_len: int, packing: bool) 
         packing=packing,
     )
     return kept, seqs, stats
+
+
+def segments_of(ids: list[int], trained: list[bool], tokenizer: Any) -> list[dict[str, Any]]:
+    """Runs of trained / masked tokens, each decoded to text."""
+    out: list[dict[str, Any]] = []
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or trained[i] != trained[start]:
+            out.append({"text": tokenizer.decode(ids[start:i]), "trained": bool(trained[start])})
+            start = i
+    return out

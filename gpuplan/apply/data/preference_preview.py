@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplan.apply.data.preview import segments_of
+from gpuplan.apply.data.examples import segments_of
 from gpuplan.plan.types import Plan
 
 

@@ -167,7 +167,7 @@ def train_paths(plan: Plan) -> list[str]:
     if plan.resolved.data.dataset:
         from gpuplan.hub.fetch import dataset_files
 
-        return dataset_files(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
+        return dataset_files(plan.resolved.data.hub)  # a HubError is a GpuplanError: the CLI reports it with its fix
     return list(plan.resolved.data.train_files)
 
 

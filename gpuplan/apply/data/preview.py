@@ -15,20 +15,9 @@ from gpuplan.apply.errors import ApplyError
 from gpuplan.plan.types import Plan
 
 
-def segments_of(ids: list[int], trained: list[bool], tokenizer: Any) -> list[dict[str, Any]]:
-    """Runs of trained / masked tokens, each decoded to text."""
-    out: list[dict[str, Any]] = []
-    start = 0
-    for i in range(1, len(ids) + 1):
-        if i == len(ids) or trained[i] != trained[start]:
-            out.append({"text": tokenizer.decode(ids[start:i]), "trained": bool(trained[start])})
-            start = i
-    return out
-
-
 def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     from gpuplan.apply.data.chat import formatter, text_formatter
-    from gpuplan.apply.data.examples import build
+    from gpuplan.apply.data.examples import build, segments_of
     from gpuplan.apply.data.prepare import cache_dir, check_field, load_rows, text_field_of, train_paths
     from gpuplan.apply.data.tokenizer import load_tokenizer
 
@@ -37,12 +26,12 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
         raise ApplyError(
             f"gpuplan data shows causal-lm data; model.task = {task!r} trains on labels or masks drawn at random, nothing to mark"
         )
-    from gpuplan.apply.model.load import local_model_dir
     from gpuplan.apply.train.execute import fetch_hub_files
+    from gpuplan.hub.fetch import model_dir as hub_model_dir
 
     fetch_hub_files(plan)
     tokenizer = load_tokenizer(
-        local_model_dir(plan),
+        hub_model_dir(plan.resolved.model.hub),
         task=task,
         from_scratch=plan.resolved.model.from_scratch,
         trust_remote_code=plan.resolved.model.trust_remote_code,
@@ -74,7 +63,7 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
 
 def _text_packed(raw: Any, fmt: Any, tokenizer: Any, seq_len: int, n_examples: int) -> dict[str, Any]:
     """Plain text, packed: documents (BOS + each + eos) concatenated and cut into seq_len blocks, all trained."""
-    from gpuplan.apply.data.examples import tokenize_rows
+    from gpuplan.apply.data.examples import segments_of, tokenize_rows
     from gpuplan.apply.data.specials import affixes, document_tail
 
     tok = tokenize_rows(raw, fmt, tokenizer, 1 << 62)  # each row led by the tokenizer's BOS, as data.py packs it

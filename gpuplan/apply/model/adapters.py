@@ -32,13 +32,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuplan.apply.errors import ApplyError
+from gpuplan.apply.errors import REPLAN, ApplyError
 from gpuplan.lifecycle.run_dir import MERGED_DIR
 from gpuplan.plan.types import Plan
 
 # peft TaskType per model.task; masked-lm has none (a plain PeftModel).
 _PEFT_TASK = {"causal-lm": "CAUSAL_LM", "seq-cls": "SEQ_CLS", "masked-lm": None}
-_REPLAN = "re-run `gpuplan plan` to resolve it"
 
 
 def method(plan: Plan) -> str:
@@ -89,9 +88,9 @@ def lora_config(plan: Plan) -> Any:
     targets: str | list[str] = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
     if isinstance(targets, list):
         if not targets or not all(targets):
-            raise ApplyError(f"lora.target_modules = {targets!r} must name at least one module; {_REPLAN}")
+            raise ApplyError(f"lora.target_modules = {targets!r} must name at least one module; {REPLAN}")
     elif targets != "all-linear":
-        raise ApplyError(f"lora.target_modules = {targets!r} is not a list of module names; {_REPLAN}")
+        raise ApplyError(f"lora.target_modules = {targets!r} is not a list of module names; {REPLAN}")
     r, alpha, dropout = lora.r, lora.lora_alpha, lora.lora_dropout
     if r < 1:
         raise ApplyError(f"lora.r = {r!r} must be a positive integer (the adapter rank), e.g. lora.r = 16")

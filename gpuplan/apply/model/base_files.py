@@ -62,5 +62,5 @@ def base_files(plan: Any) -> dict[str, dict[str, Any]] | None:
         return None
     from gpuplan.hub.fetch import model_dir
 
-    path = model_dir(plan)
+    path = model_dir(plan.resolved.model.hub)
     return base_fingerprint(path) if path and os.path.isdir(path) else None

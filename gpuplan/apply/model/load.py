@@ -18,6 +18,7 @@ from typing import Any
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.model.quant4 import load_kwargs
 from gpuplan.apply.train.arguments import refusal_fix, torch_dtype, uses_cpu
+from gpuplan.hub.fetch import model_dir as hub_model_dir  # a HubError is a GpuplanError: the CLI reports it with its fix
 from gpuplan.plan.types import Plan
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -60,7 +61,7 @@ def build_config(plan: Plan, label_names: list[str] | None) -> Any:
 
     path, key = plan.resolved.model.config, "model.config"
     if path is None:
-        model_dir = local_model_dir(plan)
+        model_dir = hub_model_dir(plan.resolved.model.hub)
         if model_dir is None:
             raise ApplyError("model.from_scratch = true needs model.config or model.name_or_path (a config.json)", key="model.from_scratch")
         path, key = os.path.join(model_dir, "config.json"), "model.name_or_path"
@@ -121,15 +122,8 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
     return model
 
 
-def local_model_dir(plan: Plan) -> str | None:
-    """model.name_or_path, or for a Hub id its snapshot in the cache at model.commit (gpuplan.hub.fetch)."""
-    from gpuplan.hub.fetch import model_dir
-
-    return model_dir(plan)  # a HubError is a GpuplanError: the CLI reports it with its fix
-
-
 def _from_pretrained(plan: Plan, cls: Any, label_names: list[str] | None, common: Mapping[str, Any]) -> Any:
-    model_dir = local_model_dir(plan)
+    model_dir = hub_model_dir(plan.resolved.model.hub)
     if model_dir is None:
         raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
     if not os.path.isdir(model_dir):

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpuplan.apply.errors import ApplyError
-from gpuplan.apply.model.adapters import _REPLAN
+from gpuplan.apply.errors import REPLAN, ApplyError
 from gpuplan.plan.types import Plan
 
 
@@ -38,7 +37,7 @@ def quantization_config(plan: Plan, unquantized: list[str] | None = None) -> Any
     q = plan.resolved.quantization
     compute = q.bnb_4bit_compute_dtype
     if compute is None:  # the plan resolves "auto" for a 4-bit base (plan/rules/quantization.py)
-        raise ApplyError(f"quantization.bnb_4bit_compute_dtype = 'auto' was not resolved by the plan; {_REPLAN}")
+        raise ApplyError(f"quantization.bnb_4bit_compute_dtype = 'auto' was not resolved by the plan; {REPLAN}")
     # sharded: the packed weights stored in the compute dtype, so FSDP2 shards them (accelerate
     # fsdp_utils.py fsdp2_prepare_model leaves a uint8 Params4bit whole on every rank) and ZeRO-3
     # partitions them (peft's DeepSpeed + QLoRA guide); the bytes are the same
@@ -70,11 +69,11 @@ def default_unquantized(plan: Plan, cls: Any) -> list[str]:
     from transformers import AutoConfig
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    from gpuplan.apply.model.load import local_model_dir
+    from gpuplan.hub.fetch import model_dir as hub_model_dir
 
     # The model directory the weights load from: for a Hub id its snapshot at the planned
     # model.commit, not the id itself (that would read whatever main points at in the cache).
-    model_dir = local_model_dir(plan)
+    model_dir = hub_model_dir(plan.resolved.model.hub)
     if model_dir is None:  # model._from_pretrained refuses this before the 4-bit arguments are built
         raise ApplyError("model.name_or_path is not set: fine-tuning needs a local model directory", key="model.name_or_path")
     trust = plan.resolved.model.trust_remote_code

@@ -86,7 +86,7 @@ def build_trainer(
 
     set_seed(plan.resolved.training.seed)  # model init from scratch is seeded too (and the adapters)
     tokenizer = load_tokenizer(
-        model_dir(plan),
+        model_dir(plan.resolved.model.hub),
         task=plan.resolved.model.task,
         from_scratch=plan.resolved.model.from_scratch,
         trust_remote_code=plan.resolved.model.trust_remote_code,
@@ -202,7 +202,7 @@ def tied_names(model: Any) -> dict[str, str]:
 def fetch_hub_files(plan: Plan) -> None:
     from gpuplan.hub.fetch import fetch_all
 
-    fetch_all(plan)  # a HubError is a GpuplanError: state "failed", reported with its fix
+    fetch_all(plan.resolved.model.hub, plan.resolved.data.hub)  # a HubError is a GpuplanError: state "failed", reported with its fix
 
 
 def no_cache_while_training(model: Any) -> None:

@@ -131,7 +131,7 @@ def check_before_run(plan: Plan) -> None:
     from gpuplan.hub.fetch import model_dir
 
     tokenizer = load_tokenizer(
-        model_dir(plan),
+        model_dir(plan.resolved.model.hub),
         task="causal-lm",
         from_scratch=plan.resolved.model.from_scratch,
         trust_remote_code=plan.resolved.model.trust_remote_code,
