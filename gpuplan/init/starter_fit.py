@@ -1,7 +1,7 @@
 """`gpuplan init`: a starter spec that plans cleanly, its method and memory savers chosen by the planner.
 
 The starter is planned as written with model.method = "auto" (or the --method given). The
-planner (plan/rules/fit.py, rules/lora.py) tries full, then lora, then qlora, and turns
+planner (plan/rules/memory.py, rules/lora.py) tries full, then lora, then qlora, and turns
 on the memory savers the spec leaves "auto"; no second copy of that logic lives here. The
 method it chose, and each saver it turned on, are written into the spec as values with the
 planner's reason as the comment above them, and the result is planned again: init writes

@@ -158,7 +158,7 @@ def test_ddp_replicates_adapters_and_all_reduces_only_their_gradients(tmp_path):
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
 def test_no_fit_error_lists_the_hardware_planned_in_full_for_every_method(tmp_path, method):
     # issue 19: the alternatives found the no-fit error by its summary's first words, and
-    # rules/fit.py prefixes the method ("lora does not fit"), so adapter plans lost the
+    # rules/memory.py prefixes the method ("lora does not fit"), so adapter plans lost the
     # hardware planned in full; the error is now found through the no-fit record
     text = spec(
         "llama-3.1-8b",

@@ -1,6 +1,6 @@
 """When full fine-tuning does not fit: which of lora and qlora would, priced by the same model.
 
-Called by the memory.fit error (plan/rules/fit.py). Each method is solved exactly as the
+Called by the memory.fit error (plan/rules/memory.py). Each method is solved exactly as the
 plan would solve it with those lines added (same batch, savers and hardware; the [lora]
 and [quantization] tables as the spec gives them, their defaults when absent), and listed
 only when it fits, with its memory and the exact spec lines to add. A frozen fp32 base

@@ -91,7 +91,7 @@ CHUNKED_LOSS = SaverSpec(
     loss_chunking.KEY,
     loss_chunking.CHUNK_TOKENS,
     "the output head's forward runs once more per chunk in backward",
-    # "loss_chunk_size" is in `auto` only where the model's forward can take it (rules/fit.py)
+    # "loss_chunk_size" is in `auto` only where the model's forward can take it (rules/memory.py)
     # dpo / kto: TRL's fused log-prob head never builds the logits, so there is nothing to chunk
     lambda p, sh: p.base.task == "causal-lm" and p.base.objective == "sft",
     slowdown=_chunk_slowdown,

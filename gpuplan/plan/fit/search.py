@@ -132,7 +132,7 @@ def batch_candidates(p: FitProblem) -> list[int]:
     if p.user_accumulation is not None:
         return [s // p.user_accumulation]
     runnable = [b for b in divisors(s) if b >= p.min_batch]
-    return runnable or divisors(s)  # none: the fit rule refuses the batch (rules/fit.py)
+    return runnable or divisors(s)  # none: the fit rule refuses the batch (rules/memory.py)
 
 
 def divisors(n: int) -> list[int]:

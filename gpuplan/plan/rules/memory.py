@@ -1,5 +1,8 @@
 """memory.fit: check the batch arithmetic, then search the fastest split that fits.
 
+The rule lives in the module its id names (tests/plan/test_plan_graph.py); the search it runs is
+plan/fit/ (search.py, savers.py, fixes.py ...), this module only asks it and says what it chose.
+
 Effective batch = per-device batch x accumulation x GPUs x nodes; any two given
 derive the third (axolotl, Ludwig); values that do not divide are an error with the
 nearest fixes. Without an effective batch the Trainer's default of 8 sequences per
