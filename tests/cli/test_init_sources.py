@@ -70,6 +70,7 @@ def test_init_hub_errors_are_the_plans_errors(hub, tmp_path):
     assert first and first[0] in plan.stderr.splitlines()  # the same error line, word for word
 
 
+@pytest.mark.slow  # trains: init -> plan -> apply
 def test_init_plan_apply_with_no_edit_from_a_hub_model_and_a_hub_dataset(hub, tmp_path):
     out = tmp_path / "ds.toml"
     r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", "acme/chat", "--out", str(out)], hub["cache"])
@@ -86,6 +87,7 @@ def test_init_plan_apply_with_no_edit_from_a_hub_model_and_a_hub_dataset(hub, tm
     assert foreign_lines(applied.stdout + applied.stderr) == []
 
 
+@pytest.mark.slow  # trains: init -> plan -> apply
 def test_init_plan_data_apply_with_no_edit_from_a_local_directory_and_only_gpuplan_on_screen(hub, tmp_path):
     """The micro Llama saved to a directory, a chat file, --method lora: init, plan, apply as written.
     peft 0.21 reads transformers' deprecated is_gradient_checkpointing in get_peft_model: the
