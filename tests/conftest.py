@@ -59,6 +59,7 @@ def _fixed_cpu_probe() -> None:
 _private_session_files()
 _fixed_cpu_probe()
 
+
 def pytest_addoption(parser):
     parser.addoption(
         "--record-file-costs",

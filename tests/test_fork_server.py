@@ -121,7 +121,17 @@ def test_the_shim_serves_the_module_apply_launches_on_every_rank(tmp_path):
 def _torchrun(*worker_args: str) -> list[str]:
     from tests.helpers.boot.sitecustomize import RANK_MODULE
 
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m", RANK_MODULE, *worker_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        RANK_MODULE,
+        *worker_args,
+    ]
 
 
 def _served(server) -> list[dict]:
@@ -177,7 +187,12 @@ def test_a_rank_whose_shim_is_killed_dies_with_it_and_fails_the_run(tmp_path):
     os.mkfifo(fifo)  # each rank blocks opening it: alive until killed
     start = len(_served(server))
     proc = subprocess.Popen(
-        _torchrun(str(fifo)), env={**e, forked.SOCKET_VAR: server.path}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _torchrun(str(fifo)),
+        env={**e, forked.SOCKET_VAR: server.path},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     while len(ranks := [s for s in _served(server)[start:] if s["module"] != "torch.distributed.run"]) < 2:

@@ -65,7 +65,12 @@ class _Server:
         self.dir = tempfile.mkdtemp(prefix="gpuplan-fork-")
         self.path = os.path.join(self.dir, "s")
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), self.path], env=server_env(env), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+            [sys.executable, str(SERVER), self.path],
+            env=server_env(env),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
         # the server must have imported this checkout's gpuplan (a fresh `python -m gpuplan.cli` would)
