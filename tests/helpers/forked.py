@@ -8,10 +8,11 @@ env, and `pid` is the command's own pid. The exit status is the server's waitpid
 the connection, since the child is the server's and not ours.
 
 A server serves one import-time environment: the environment minus the variables the code reads
-only when it runs (tests/helpers/fork_env.py, the rule the server applies too). A command is forked when a server for its environment is running, or
-when it is the first torch command in that environment or the environment is seen for the second
-time (then a server is started for it; past MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test
-Hugging Face cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
+only when it runs (tests/helpers/fork_env.py, the rule the server applies too). A command is forked
+when a server for its environment is running, or when it is the first torch command in that
+environment or the environment is seen for the second time (then a server is started for it; past
+MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test Hugging Face
+cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
 Besides `python -m gpuplan[.cli]`, the scripts of benchmarks/ (`python SCRIPT --quick`) are served.
 The torchrun agent and ranks a forked command starts are served by the same server through the boot
 shim (tests/helpers/boot/sitecustomize.py; the command's environment names the server's socket in
