@@ -11,10 +11,11 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import write_guard
+from tests.helpers import file_costs, write_guard
 from tests.helpers.planning import ENV, SPECS
 
 # The session's own folder: the user files gpuplan reads and writes (calibration, prices, the CPU
@@ -57,6 +58,27 @@ def _fixed_cpu_probe() -> None:
 
 _private_session_files()
 _fixed_cpu_probe()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-file-costs",
+        metavar="PATH",
+        help="add up each test file's durations and merge them into PATH (tests/file_costs.json; tests/helpers/file_costs.py)",
+    )
+
+
+def pytest_configure(config):
+    path = config.getoption("--record-file-costs")
+    if path:
+        config.pluginmanager.register(file_costs.Recorder(Path(path)), "gpuplan-file-costs")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Longest test files first (tests/file_costs.json), each file's tests together and in their
+    order: `--dist loadfile` hands out files in this order, so no long file is left for the end."""
+    file_costs.order(items, file_costs.load())
+
 
 CANNOT_FIT = frozenset({"mistral-7b-24gb.toml"})  # shipped to show the no-fit error
 

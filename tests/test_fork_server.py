@@ -4,6 +4,8 @@ signals delivered to the command itself. If it did not, every CLI test would pro
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -96,3 +98,130 @@ def test_loading_the_libraries_says_nothing_a_command_would_have_seen():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout
     assert r.stderr == "", r.stderr  # nor straight to stderr (transformers' own handler)
+
+
+# torchrun's agent and ranks, forked by the boot shim (tests/helpers/boot/sitecustomize.py)
+
+
+def test_the_shim_serves_the_module_apply_launches_on_every_rank(tmp_path):
+    """The rank module is named once in the shim; if apply launched another, the ranks would quietly
+    go back to fresh 9-second interpreters."""
+    from gpuplan.apply.launch import launch_command
+    from tests.helpers.apply_plans import cpu_plan
+    from tests.helpers.boot import sitecustomize as boot
+
+    plan = cpu_plan(tmp_path, **{"hardware.count": 2, "distributed.strategy": "ddp"})
+    argv = launch_command(plan, str(tmp_path / "plan.json"), node_rank=0, env={}, python=sys.executable)
+    assert boot._target(argv) is not None and boot._target(argv)[0] == "torch.distributed.run"
+    module = argv[argv.index("-m", 2) + 1]
+    assert boot._target([sys.executable, "-u", "-m", module, "plan.json"]) == (boot.RANK_MODULE, ["plan.json"], True)
+    assert boot.SOCKET_VAR == forked.SOCKET_VAR
+    assert boot._target([sys.executable, "-X", "dev", "-m", module]) is None  # an option the child would not have
+
+
+def _torchrun(*worker_args: str) -> list[str]:
+    from tests.helpers.boot.sitecustomize import RANK_MODULE
+
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        "-m",
+        RANK_MODULE,
+        *worker_args,
+    ]
+
+
+def _served(server) -> list[dict]:
+    import json
+    import os
+
+    return [json.loads(line) for line in open(server.served)] if os.path.exists(server.served) else []
+
+
+def _root_cause(stderr: str) -> str:
+    """The exit code torchrun's report gives for the first rank that failed."""
+    m = re.search(r"Root Cause.*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
+    assert m, stderr[-3000:]
+    return m.group(1)
+
+
+@pytest.mark.slow
+def test_torchruns_agent_and_ranks_are_forked_and_a_failing_rank_fails_the_run_as_fresh_ones_do(tmp_path):
+    """Each rank exits 2 (the worker's usage error: no plan); torchrun reports it and exits 1, the
+    same with fresh interpreters and with the shim, whose log shows the agent and both ranks forked."""
+    e = env()
+    server = forked._server_for(e, ["apply"])
+    assert server is not None
+    start = len(_served(server))
+    proc = subprocess.Popen(
+        _torchrun(), env={**e, forked.SOCKET_VAR: server.path}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = proc.communicate(timeout=180)
+    fresh = _fresh(_torchrun(), env=e, cwd=tmp_path)
+    assert proc.returncode == fresh.returncode == 1, err[-3000:]
+    assert _root_cause(err) == _root_cause(fresh.stderr) == "2"
+    assert "the following arguments are required: plan" in err and "the following arguments are required: plan" in fresh.stderr
+    served = _served(server)[start:]
+    agent = [s for s in served if s["module"] == "torch.distributed.run"]
+    ranks = [s for s in served if s["module"] != "torch.distributed.run"]
+    assert [s["client"] for s in agent] == [proc.pid], served  # the agent is the process we started, forked
+    assert len(ranks) == 2, served
+    # the pids torchrun reports for the failed ranks are the shims it started, whose commands were forked
+    reported = {int(p) for p in re.findall(r"exitcode\s*:\s*2 \(pid: (\d+)\)", err)}
+    assert reported and reported <= {s["client"] for s in ranks}, err[-3000:]
+
+
+@pytest.mark.slow
+def test_a_rank_whose_shim_is_killed_dies_with_it_and_fails_the_run(tmp_path):
+    """SIGKILL reaches only the shim (torchrun's last resort); the server then kills the forked rank,
+    and torchrun reports the rank killed by SIGKILL, as for a fresh rank."""
+    import os
+
+    e = env()
+    server = forked._server_for(e, ["apply"])
+    assert server is not None
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)  # each rank blocks opening it: alive until killed
+    start = len(_served(server))
+    proc = subprocess.Popen(
+        _torchrun(str(fifo)),
+        env={**e, forked.SOCKET_VAR: server.path},
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(ranks := [s for s in _served(server)[start:] if s["module"] != "torch.distributed.run"]) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, _served(server)[start:]
+            time.sleep(0.2)
+        victim = ranks[0]
+        os.kill(victim["client"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+        gone = time.monotonic() + 10
+        while _alive(victim["pid"]) and time.monotonic() < gone:
+            time.sleep(0.1)
+        assert not _alive(victim["pid"]), "the forked rank outlived its shim"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(OSError):  # a rank still opening the plan reads nothing and exits
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert proc.returncode == 1, err[-3000:]
+    assert "SIGKILL" in err and f"pid: {victim['client']}" in err, err[-3000:]
+
+
+def _alive(pid: int) -> bool:
+    """The process exists (the server's watcher reaps its own children, so a dead one is gone)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

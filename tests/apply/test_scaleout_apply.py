@@ -64,9 +64,11 @@ def gpuplan(*args, env_extra=None):
 
 @pytest.mark.slow
 def test_two_process_ddp_run_sees_the_effective_batch_per_step(tmp_path):
-    """The must-show: `gpuplan apply` starts torchrun, two gloo ranks train the tiny Llama."""
+    """The must-show: `gpuplan apply` starts torchrun, two gloo ranks train the tiny Llama. The true entry
+    points: apply, torchrun's agent and both ranks are fresh interpreters here (GPUPLAN_TEST_FORK=0); the
+    other multi-rank tests fork them from the test worker's server (tests/helpers/boot/sitecustomize.py)."""
     t0 = time.perf_counter()
-    r = gpuplan("apply", spec(tmp_path), "--yes")
+    r = gpuplan("apply", spec(tmp_path), "--yes", env_extra={"GPUPLAN_TEST_FORK": "0"})
     elapsed = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "torch.distributed.run --nproc_per_node=2 --standalone --nnodes=1 -m gpuplan.apply.launch.worker" in r.stdout

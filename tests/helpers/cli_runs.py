@@ -15,6 +15,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 MODEL_CONFIG = REPO / "specs" / "models" / "tiny-llama-cpu.json"
 CORPUS = REPO / "specs" / "data" / "tiny-corpus.txt"
+# On the commands' PYTHONPATH after the checkout: its sitecustomize.py lets the torchrun agent and
+# ranks a forked command starts be forked by the same server (inert in any other process).
+BOOT = Path(__file__).resolve().with_name("boot")
 
 SPEC = """\
 [model]
@@ -92,7 +95,7 @@ def env(**extra: str) -> dict[str, str]:
     """This process's environment for a gpuplan subprocess, without what a launcher around the test
     run would leave there (SLURM_*, WORLD_SIZE, MASTER_ADDR: apply would take itself for a rank)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
-    e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "NO_COLOR": "1", "TMPDIR": child_tmp()}
+    e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}", "NO_COLOR": "1", "TMPDIR": child_tmp()}
     e.pop("GPUPLAN_TEST_INJECT_OOM", None)
     return {**e, **extra}
 

@@ -28,7 +28,16 @@ notices are what a fresh process's would be.
 Protocol, one connection per command: the client sends an 8-byte length with three file descriptors
 (stdin, stdout, stderr) attached, then that many bytes of JSON {module or path, argv, cwd, env}; the server
 answers `pid N\\n` once the child runs and `status S\\n` (the raw waitpid status) when it ends.
-Run: python -m tests.helpers.fork_server SOCKET_PATH   (prints `ready` on stdout when it serves).
+A request may also carry (the boot shim's do, boot/sitecustomize.py, for torchrun's agent and ranks):
+- "check": true: the server itself checks the request's environment and interpreter against its own
+  (fork_env.py) and answers `refused WHY\\n` for one it cannot serve (the shim then runs as a fresh
+  interpreter);
+- "hangup_kills": true: the client going away before the child ends (the shim killed by SIGKILL) kills
+  the child with SIGKILL, as the process the client stands for would have been;
+- "unbuffered": true: stdout and stderr unbuffered, as `python -u` makes them (torchrun starts ranks so).
+Each command served is logged as a line of JSON {module, client (the client's pid), pid} in
+`served.jsonl` beside the socket (how tests/test_fork_server.py sees that a rank was forked).
+Run: python tests/helpers/fork_server.py SOCKET_PATH   (prints `ready` on stdout when it serves).
 """
 
 from __future__ import annotations
@@ -38,11 +47,22 @@ import io
 import json
 import os
 import pkgutil
+import select
 import signal
 import socket
 import struct
 import sys
 import tempfile
+
+try:
+    from tests.helpers import fork_env
+except ImportError:  # the repository is not on sys.path: this script's folder is sys.path[0]
+    import fork_env  # type: ignore[no-redef]
+
+# The import-time environment this server serves, as it was given (before the libraries' imports,
+# which may set variables of their own) and the interpreter it runs.
+OWN_SIGNATURE = fork_env.signature(os.environ)
+OWN_THREADS = {k: os.environ.get(k) for k in fork_env.THREAD_VARS}
 
 # What gpuplan's commands import (apply, the after-run commands, plan --trace): loaded once here.
 PRELOAD = (
@@ -111,12 +131,23 @@ def serve(path: str) -> tuple[socket.socket, list[int], dict] | None:
                 os._exit(0)
             continue
         conn.settimeout(None)
+        fds = []
         try:
             head, fds, _, _ = socket.recv_fds(conn, 8, 3)
             (size,) = struct.unpack("!Q", head)
             request = json.loads(_read_exact(conn, size))
-        except (OSError, ValueError, struct.error):
+            refusal = _refusal(request) if request.get("check") else None
+            if refusal is not None:
+                conn.sendall(f"refused {refusal}\n".encode())
+        except (OSError, ValueError, struct.error, AttributeError, TypeError):
             conn.close()
+            for fd in fds:
+                os.close(fd)
+            continue
+        if refusal is not None or len(fds) != 3:
+            conn.close()
+            for fd in fds:
+                os.close(fd)
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -128,9 +159,13 @@ def serve(path: str) -> tuple[socket.socket, list[int], dict] | None:
                 return conn, fds, request
             for fd in fds:
                 os.close(fd)
+            _log(path, conn, request, child)
             try:
                 conn.sendall(f"pid {child}\n".encode())
-                _, status = os.waitpid(child, 0)
+            except OSError:
+                pass
+            status = _wait(child, conn, kill_on_hangup=bool(request.get("hangup_kills")))
+            try:
                 conn.sendall(f"status {status}\n".encode())
             except OSError:
                 pass
@@ -140,11 +175,85 @@ def serve(path: str) -> tuple[socket.socket, list[int], dict] | None:
             os.close(fd)
 
 
-def _std_streams() -> None:
+def _refusal(request: dict) -> str | None:
+    """Why this server cannot serve a checked request as a fresh interpreter would run it; None if it can."""
+    env = request.get("env")
+    if not isinstance(env, dict):
+        return "no environment"
+    if request.get("executable") != sys.executable:
+        return f"another interpreter ({request.get('executable')})"
+    if fork_env.signature(env) != OWN_SIGNATURE:
+        keys = sorted({k for k, _ in fork_env.signature(env) ^ OWN_SIGNATURE})
+        return "an import-time environment of its own: " + ",".join(keys)
+    if not fork_env.threads_applicable(env) or any(v is not None and env.get(k) != v for k, v in OWN_THREADS.items()):
+        return "a thread count the child cannot apply: " + ",".join(fork_env.THREAD_VARS)
+    return None
+
+
+def _log(path: str, conn: socket.socket, request: dict, child: int) -> None:
+    """One line of served.jsonl beside the socket: what ran, for which client, as which pid."""
+    try:
+        client, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        line = json.dumps({"module": request.get("module") or request.get("path"), "client": client, "pid": child})
+        with open(os.path.join(os.path.dirname(path), "served.jsonl"), "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+def _wait(child: int, conn: socket.socket, kill_on_hangup: bool) -> int:
+    """The child's raw waitpid status; with kill_on_hangup, the client hanging up first kills it (SIGKILL)."""
+    if kill_on_hangup:
+        pidfd = os.pidfd_open(child)
+        try:
+            while True:
+                ready, _, _ = select.select([conn, pidfd], [], [])
+                if pidfd in ready:
+                    break
+                try:
+                    hung_up = not conn.recv(64)
+                except OSError:
+                    hung_up = True
+                if hung_up:
+                    os.kill(child, signal.SIGKILL)
+                    break
+        finally:
+            os.close(pidfd)
+    while True:
+        try:
+            return os.waitpid(child, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def apply_threads(env: dict) -> None:
+    """What a fresh process gets from OMP_NUM_THREADS at import, in a child whose libraries were loaded
+    without it (fork_env.THREAD_VARS): torch's intra-op threads, and the OpenMP and BLAS pools."""
+    value = env.get("OMP_NUM_THREADS")
+    if value is None:
+        return
+    n = int(value)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    import threadpoolctl
+
+    threadpoolctl.threadpool_limits(limits=n)
+
+
+def _std_streams(unbuffered: bool = False) -> None:
     """sys.stdin/stdout/stderr on fds 0-2 as Python's start-up makes them (stderr line-buffered and
-    backslashreplace; stdout line-buffered only on a terminal)."""
+    backslashreplace; stdout line-buffered only on a terminal; with `-u`, both straight on the file
+    descriptor and written through, create_stdio in CPython's Python/pylifecycle.c)."""
     enc = sys.stdout.encoding
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc)
+    if unbuffered:
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding=enc, line_buffering=os.isatty(1), write_through=True
+        )
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding=enc, errors="backslashreplace", line_buffering=True, write_through=True
+        )
+        return
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding=enc, line_buffering=os.isatty(1)
     )
@@ -170,7 +279,8 @@ def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
     tempfile.tempdir = None
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()  # a fresh process seeds numpy's global state from the OS
-    _std_streams()
+    apply_threads(request["env"])
+    _std_streams(unbuffered=bool(request.get("unbuffered")))
     import runpy
 
     try:

@@ -8,12 +8,16 @@ env, and `pid` is the command's own pid. The exit status is the server's waitpid
 the connection, since the child is the server's and not ours.
 
 A server serves one import-time environment: the environment minus the variables the code reads
-only when it runs (IMPORT_FREE). A command is forked when a server for its environment is running, or
-when it is the first torch command in that environment or the environment is seen for the second
-time (then a server is started for it; past MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test
-Hugging Face cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
+only when it runs (tests/helpers/fork_env.py, the rule the server applies too). A command is forked
+when a server for its environment is running, or when it is the first torch command in that
+environment or the environment is seen for the second time (then a server is started for it; past
+MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test Hugging Face
+cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
 Besides `python -m gpuplan[.cli]`, the scripts of benchmarks/ (`python SCRIPT --quick`) are served.
-GPUPLAN_TEST_FORK=0 turns forking off.
+The torchrun agent and ranks a forked command starts are served by the same server through the boot
+shim (tests/helpers/boot/sitecustomize.py; the command's environment names the server's socket in
+SOCKET_VAR). GPUPLAN_TEST_FORK=0, in this process's environment or the command's, turns forking off
+for that command and everything it starts.
 """
 
 from __future__ import annotations
@@ -33,29 +37,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.fork_env import server_env, signature, threads_applicable
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("fork_server.py")
 MAX_SERVERS = 3
-# Read by gpuplan or torch.distributed when the command runs, never at import: a server started under
-# other values serves these correctly (tests/test_fork_server.py checks gpuplan reads its own at run time).
-IMPORT_FREE_PREFIXES = ("GPUPLAN_", "PYTEST_")
-IMPORT_FREE = frozenset(
-    {
-        "NO_COLOR",
-        "COLUMNS",
-        "LINES",
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "PWD",
-        "OLDPWD",
-        "TMPDIR",  # tempfile reads it at its first use, and the child's tempfile.tempdir is reset (fork_server.py)
-        "_",
-    }
-)
 # Popen options a forked child cannot take; with any of them set the command is exec'd as before.
 UNFORKABLE = (
     "executable",
@@ -71,8 +57,8 @@ UNFORKABLE = (
 )
 
 
-def _signature(env: dict[str, str]) -> frozenset[tuple[str, str]]:
-    return frozenset((k, v) for k, v in env.items() if k not in IMPORT_FREE and not k.startswith(IMPORT_FREE_PREFIXES))
+_signature = signature  # the rule is tests/helpers/fork_env.py's
+SOCKET_VAR = "GPUPLAN_TEST_FORK_SOCKET"  # tests/helpers/boot/sitecustomize.py: where torchrun's agent and ranks ask to be forked
 
 
 class _Server:
@@ -80,10 +66,16 @@ class _Server:
         self.dir = tempfile.mkdtemp(prefix="gpuplan-fork-")
         self.path = os.path.join(self.dir, "s")
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), self.path], env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+            [sys.executable, str(SERVER), self.path],
+            env=server_env(env),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         ready = self.proc.stdout.readline().split()  # type: ignore[union-attr]
         # the server must have imported this checkout's gpuplan (a fresh `python -m gpuplan.cli` would)
+        self.served = os.path.join(self.dir, "served.jsonl")  # what it forked (fork_server.py _log)
         self.ok = len(ready) == 2 and ready[0] == "ready" and Path(ready[1]).resolve() == (REPO / "gpuplan").resolve()
 
     def close(self) -> None:
@@ -105,7 +97,7 @@ NEEDS_TORCH = frozenset({"apply", "generate", "chat", "eval", "export", "data"})
 
 
 def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
-    if os.environ.get("GPUPLAN_TEST_FORK", "1") == "0":
+    if "0" in (os.environ.get("GPUPLAN_TEST_FORK"), env.get("GPUPLAN_TEST_FORK")) or not threads_applicable(env):
         return None
     sig = _signature(env)
     server = _servers.get(sig)
@@ -156,6 +148,7 @@ def forked_popen(args: list[str], **kwargs: Any) -> subprocess.Popen | None:
     server = _server_for(env, args[3:] if module else ["--script"])
     if server is None:
         return None
+    env[SOCKET_VAR] = server.path  # the agent and ranks of a torchrun it starts are forked too
     kwargs = {**kwargs, "env": env, "cwd": os.path.abspath(kwargs.get("cwd") or os.getcwd())}
     if module is not None:
         return ForkedPopen(args, server=server.path, target={"module": module, "argv": args[3:]}, **kwargs)
