@@ -1,7 +1,7 @@
 """Serve torchrun's agent and ranks from the test worker's fork server (tests/helpers/fork_server.py).
 
 `gpuplan apply` of a multi-process plan starts `python -m torch.distributed.run ... -m RANK_MODULE
-PLAN.json` (gpuplan/apply/launch.py), and the agent starts each rank as `python -u -m RANK_MODULE ...`
+PLAN.json` (gpuplan/apply/launch/torchrun.py), and the agent starts each rank as `python -u -m RANK_MODULE ...`
 (torch/distributed/run.py, config_from_args): fresh interpreters that each pay about 9 s of imports.
 The tests put this folder on PYTHONPATH (tests/helpers/cli_runs.py env()) and, for a command the
 fork server runs, its socket in SOCKET_VAR (tests/helpers/forked.py), so every Python process that
@@ -26,9 +26,9 @@ import os
 import sys
 
 SOCKET_VAR = "GPUPLAN_TEST_FORK_SOCKET"
-# The module every rank runs (gpuplan/apply/launch.py launch_command; tests/test_fork_server.py checks
+# The module every rank runs (gpuplan/apply/launch/torchrun.py launch_command; tests/test_fork_server.py checks
 # that they agree) and torchrun's own.
-RANK_MODULE = "gpuplan.apply.worker"
+RANK_MODULE = "gpuplan.apply.launch.worker"
 SERVED_MODULES = frozenset({"torch.distributed.run", RANK_MODULE})
 SERVED_OPTIONS = frozenset({"-u"})  # interpreter options the forked child reproduces (fork_server.py)
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
