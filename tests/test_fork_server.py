@@ -106,7 +106,7 @@ def test_loading_the_libraries_says_nothing_a_command_would_have_seen():
 def test_the_shim_serves_the_module_apply_launches_on_every_rank(tmp_path):
     """The rank module is named once in the shim; if apply launched another, the ranks would quietly
     go back to fresh 9-second interpreters."""
-    from gpuplan.apply.launch import launch_command
+    from gpuplan.apply.launch.torchrun import launch_command
     from tests.helpers.apply_plans import cpu_plan
     from tests.helpers.boot import sitecustomize as boot
 
