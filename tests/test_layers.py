@@ -13,13 +13,12 @@ holds the rules between the plan's own rooms.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import networkx as nx
 import pytest
 
-from tests.plan.test_plan_layering import _is_type_checking, imports_of
+from tests.plan.test_plan_layering import imports_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "gpuplan"
@@ -69,27 +68,7 @@ def module_imports(name: str) -> set[str]:
     pkg.sub; `from pkg import NAME` of anything else is the package pkg (its __init__)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    out: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                out.update(a.name for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    up = package.rsplit(".", child.level - 1)[0] if child.level > 1 else package
-                    base = f"{up}.{child.module}" if child.module else up
-                for a in child.names:
-                    out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
-            visit(child)
-
-    visit(ast.parse(path.read_text()))
-    return {m for m in out if m in MODULES and m != name}
+    return {m for m in imports_of(path.read_text(), package, MODULES) if m in MODULES and m != name}
 
 
 def test_every_module_has_a_room():
