@@ -199,37 +199,30 @@ def test_the_cpu_figures_are_measured_once_and_cached(tmp_path, monkeypatch):
 
 # --- regimes the published rows do not cover (issue 31): from the datasheets and per-kernel costs ---
 
-GPT2_124M = model_facts(  # openai-community/gpt2 config.json: dropout 0.1 everywhere, gelu_new
-    {
-        "model_type": "gpt2",
-        "n_embd": 768,
-        "n_layer": 12,
-        "n_head": 12,
-        "vocab_size": 50257,
-        "n_positions": 1024,
-        "resid_pdrop": 0.1,
-        "embd_pdrop": 0.1,
-        "attn_pdrop": 0.1,
-        "tie_word_embeddings": True,
-    }
-)
+
+def _gpt2(hidden: int, layers: int, heads: int):
+    """A GPT-2 config as openai-community/gpt2's config.json has it: dropout 0.1 everywhere, gelu_new, tied head."""
+    return model_facts(
+        {
+            "model_type": "gpt2",
+            "n_embd": hidden,
+            "n_layer": layers,
+            "n_head": heads,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+            "resid_pdrop": 0.1,
+            "embd_pdrop": 0.1,
+            "attn_pdrop": 0.1,
+            "tie_word_embeddings": True,
+        }
+    )
+
+
+GPT2_124M = _gpt2(768, 12, 12)
 # Megatron-LM's single-GPU baseline (Shoeybi et al. 2019, sec. 5.1 and table 1): 1.2B parameters,
 # hidden 1536, 40 layers, 16 heads, sequence 1024, batch 8 per GPU, fp16 mixed precision with
 # activation checkpointing: "39 TeraFLOPs ... sustained ... 30% of the theoretical peak" of a V100.
-MEGATRON_1_2B = model_facts(
-    {
-        "model_type": "gpt2",
-        "n_embd": 1536,
-        "n_layer": 40,
-        "n_head": 16,
-        "vocab_size": 50257,
-        "n_positions": 1024,
-        "resid_pdrop": 0.1,
-        "embd_pdrop": 0.1,
-        "attn_pdrop": 0.1,
-        "tie_word_embeddings": True,
-    }
-)
+MEGATRON_1_2B = _gpt2(1536, 40, 16)
 
 
 def _plan(facts, gpu, **wl):
