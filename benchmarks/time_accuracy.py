@@ -58,8 +58,16 @@ dir = "{out}"
 """
 
 
+def python_path() -> str:
+    """PYTHONPATH for the gpuplan commands: this checkout first, unless the caller's path already has it."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if any(Path(e).resolve() == ROOT for e in entries):
+        return os.pathsep.join(entries)
+    return os.pathsep.join([str(ROOT), *entries])
+
+
 def gpuplan(args: list[str], store: Path) -> str:
-    env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": str(ROOT), "GPUPLAN_CPU_PROBE_FILE": PROBE}
+    env = {**os.environ, "GPUPLAN_CALIBRATION_FILE": str(store), "PYTHONPATH": python_path(), "GPUPLAN_CPU_PROBE_FILE": PROBE}
     return subprocess.run([sys.executable, "-m", "gpuplan", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
 
 

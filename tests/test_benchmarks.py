@@ -4,7 +4,9 @@ A script is a benchmarks/*.py file with a `__main__` block, found by glob: a new
 covered without touching this file (it then fails until RESULT names the line its quick run
 prints). Each runs as users run it (`python benchmarks/<script> --quick`) in a process of its own,
 forked from the worker's pre-imported fork server (tests/helpers/fork_server.py: the script runs as
-`__main__` with its argv, cwd, environment and stdio; a plain subprocess when no server can serve it),
+`__main__` with its argv, cwd, environment and stdio; a plain subprocess when no server can serve it;
+the `python -m gpuplan ...` and benchmark scripts it starts in turn are forked by the same server through
+tests/helpers/boot/sitecustomize.py),
 with TMPDIR set to the test's own directory so the temporary files it makes are the test's.
 The others (results.py, published_rows.py) are modules the scripts import.
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli_runs import run
+from tests.helpers.cli_runs import BOOT, run
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
@@ -91,7 +93,8 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
     env = {
         **os.environ,
         "TMPDIR": str(tmp_path),
-        "PYTHONPATH": str(REPO),
+        # the boot shim serves the gpuplan commands and scripts a benchmark starts from the same fork server
+        "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -112,11 +113,26 @@ def test_the_shim_serves_the_module_apply_launches_on_every_rank(tmp_path):
 
     plan = cpu_plan(tmp_path, **{"hardware.count": 2, "distributed.strategy": "ddp"})
     argv = launch_command(plan, str(tmp_path / "plan.json"), node_rank=0, env={}, python=sys.executable)
-    assert boot._target(argv) is not None and boot._target(argv)[0] == "torch.distributed.run"
+    target = boot._target(argv)
+    assert target is not None and target[0]["module"] == "torch.distributed.run"
     module = argv[argv.index("-m", 2) + 1]
-    assert boot._target([sys.executable, "-u", "-m", module, "plan.json"]) == (boot.RANK_MODULE, ["plan.json"], True)
+    assert boot._target([sys.executable, "-u", "-m", module, "plan.json"]) == ({"module": boot.RANK_MODULE, "argv": ["plan.json"]}, True)
     assert boot.SOCKET_VAR == forked.SOCKET_VAR
     assert boot._target([sys.executable, "-X", "dev", "-m", module]) is None  # an option the child would not have
+
+
+def test_the_shim_serves_gpuplan_and_the_benchmark_scripts_a_benchmark_starts():
+    """benchmarks/time_accuracy.py runs `python -m gpuplan apply`, gpu_check.py and apply_overhead.py run
+    themselves again: served too, and nothing outside benchmarks/ by path."""
+    from tests.helpers.boot import sitecustomize as boot
+
+    repo = Path(__file__).resolve().parents[1]
+    assert boot._target([sys.executable, "-m", "gpuplan", "plan", "x.toml"]) == ({"module": "gpuplan", "argv": ["plan", "x.toml"]}, False)
+    script = repo / "benchmarks" / "gpu_check.py"
+    assert boot._target([sys.executable, str(script), "--run-case", "{}"]) == ({"path": str(script), "argv": ["--run-case", "{}"]}, False)
+    assert boot._target([sys.executable, str(repo / "tests" / "conftest.py")]) is None
+    assert boot._target([sys.executable, str(repo / "benchmarks" / "no-such.py")]) is None
+    assert boot._target([sys.executable, "-m", "pytest"]) is None
 
 
 def _torchrun(*worker_args: str) -> list[str]:

@@ -7,7 +7,13 @@ The tests put this folder on PYTHONPATH (tests/helpers/cli_runs.py env()) and, f
 fork server runs, its socket in SOCKET_VAR (tests/helpers/forked.py), so every Python process that
 command starts imports this module at start-up (site.py), before anything else is imported.
 
-In a process whose command line (sys.orig_argv) is one of SERVED_MODULES, the process becomes a shim:
+The same goes for the `gpuplan` commands and the benchmarks/ scripts that a forked command starts in turn
+(`python -m gpuplan apply ...` from benchmarks/time_accuracy.py, `python benchmarks/gpu_check.py --run-case`
+from its own CPU mode, `python benchmarks/apply_overhead.py --one ...`): the fork server serves those as it
+serves a test's own (tests/helpers/forked.py), so a benchmark's quick run does not pay the imports again.
+
+In a process whose command line (sys.orig_argv) is one of SERVED_MODULES or a SERVED_SCRIPTS script, the
+process becomes a shim:
 it sends the fork server the module, argv, cwd, environment, interpreter and its own stdin/stdout/stderr
 (SCM_RIGHTS), as tests/helpers/forked.py ForkedPopen does; the server checks that it serves that
 import-time environment (tests/helpers/fork_env.py) and forks the command. The shim then stands for
@@ -29,20 +35,28 @@ SOCKET_VAR = "GPUPLAN_TEST_FORK_SOCKET"
 # The module every rank runs (gpuplan/apply/launch/torchrun.py launch_command; tests/test_fork_server.py checks
 # that they agree) and torchrun's own.
 RANK_MODULE = "gpuplan.apply.launch.worker"
-SERVED_MODULES = frozenset({"torch.distributed.run", RANK_MODULE})
+SERVED_MODULES = frozenset({"torch.distributed.run", RANK_MODULE, "gpuplan", "gpuplan.cli"})
+# The .py files directly in this checkout's benchmarks/ folder (as tests/helpers/forked.py serves them).
+SERVED_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "benchmarks")
 SERVED_OPTIONS = frozenset({"-u"})  # interpreter options the forked child reproduces (fork_server.py)
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
-def _target(argv: list[str]) -> tuple[str, list[str], bool] | None:
-    """(module, its argv, unbuffered) for `python [-u] -m MODULE ARGS` of a served module, else None."""
+def _target(argv: list[str]) -> tuple[dict[str, object], bool] | None:
+    """({"module": MODULE, "argv": ARGS} or {"path": SCRIPT, "argv": ARGS}, unbuffered) for
+    `python [-u] -m MODULE ARGS` of a served module or `python [-u] SCRIPT ARGS` of a served script, else None."""
     rest = argv[1:]
     options = []
     while rest and rest[0] in SERVED_OPTIONS:
         options.append(rest.pop(0))
-    if len(rest) < 2 or rest[0] != "-m" or rest[1] not in SERVED_MODULES:
-        return None
-    return rest[1], rest[2:], "-u" in options
+    unbuffered = "-u" in options
+    if len(rest) >= 2 and rest[0] == "-m" and rest[1] in SERVED_MODULES:
+        return {"module": rest[1], "argv": rest[2:]}, unbuffered
+    if rest and rest[0].endswith(".py") and not rest[0].startswith("-"):
+        path = os.path.realpath(rest[0])
+        if os.path.dirname(path) == os.path.realpath(SERVED_SCRIPTS) and os.path.isfile(path):
+            return {"path": path, "argv": rest[1:]}, unbuffered
+    return None
 
 
 def _shim() -> None:
@@ -57,11 +71,10 @@ def _shim() -> None:
     import socket
     import struct
 
-    module, argv, unbuffered = target
+    command, unbuffered = target
     try:
         request = {
-            "module": module,
-            "argv": argv,
+            **command,
             "cwd": os.getcwd(),
             "env": dict(os.environ),
             "executable": sys.executable,
