@@ -35,7 +35,7 @@ TESTS = {
     "bytes": "random bytes",
     "paths": "hostile paths in model.config / name_or_path / output.dir / train_files, --gpu overrides, "
     "a directory or absurd name as the spec",
-    "huge": "files of several MB (a comment, a string, a list of up to 1M items, up to 260k keys) and one over the 16 MiB limit",
+    "huge": "files of up to 1,000 KiB (a comment, a string, a list of up to 256k items, up to 64k keys) and one over the 1 MiB limit",
     "cli": "the real `gpuplan plan` command (subprocess)",
 }
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,12 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import gpu_check  # noqa: E402
+
+from tests.helpers.cli_runs import env, run  # noqa: E402
+
+# The script and each case it runs in a process of its own (`gpu_check.py --run-case`) are forked from the
+# worker's pre-imported fork server (tests/helpers/forked.py, boot/sitecustomize.py): real processes
+# running the real script, without 9 s of imports each.
 
 
 def test_matrix_crosses_methods_families_precisions_and_checkpointing():
@@ -30,7 +35,7 @@ def test_matrix_crosses_methods_families_precisions_and_checkpointing():
 @pytest.mark.slow
 def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
     out = tmp_path / "rows.json"
-    r = subprocess.run(
+    r = run(
         [
             sys.executable,
             str(BENCH / "gpu_check.py"),
@@ -51,6 +56,7 @@ def test_cpu_mode_trains_one_case_and_records_what_a_cpu_measures(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=env(),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -75,7 +81,7 @@ def test_adapter_rows_fine_tune_a_saved_base_not_a_from_scratch_model():
 @pytest.mark.slow
 def test_cpu_mode_trains_lora_and_qlora_rows_on_a_saved_base(tmp_path):
     out = tmp_path / "rows.json"
-    r = subprocess.run(
+    r = run(
         [
             sys.executable,
             str(BENCH / "gpu_check.py"),
@@ -96,6 +102,7 @@ def test_cpu_mode_trains_lora_and_qlora_rows_on_a_saved_base(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
+        env=env(),
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     data = json.loads(out.read_text())
