@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.apply_plans import MICRO_LLAMA
+from tests.helpers.cli_runs import run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +71,7 @@ def run_cli(args: list[str], cache: Path, *, offline: bool = True, timeout: int 
     env.pop("HF_TOKEN", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    # in the test's own folder: a spec without [output] trains into runs/<name> under the working directory
-    return subprocess.run(
-        [sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cache.parent
-    )
+    # in the test's own folder: a spec without [output] trains into runs/<name> under the working directory.
+    # A command that imports torch (apply, data) is forked from a fork server of this environment (one per
+    # cache: huggingface_hub reads HF_HUB_CACHE at import), tests/helpers/forked.py; the others run fresh.
+    return run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cache.parent)
