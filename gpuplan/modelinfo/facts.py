@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 
@@ -43,6 +44,31 @@ class ModelFacts:
     # mixture of experts (Mixtral: num_local_experts, num_experts_per_tok); 0 for a dense MLP
     num_experts: int = 0
     experts_per_token: int = 0
+
+    # Derived once per record (a plan asks for them for every candidate the fit search prices); cached in the
+    # instance's __dict__, outside the fields, so equality, replace() and the summary are unchanged.
+    @cached_property
+    def module_names(self) -> tuple[str, ...]:
+        """Every module that holds a parameter (each dotted prefix of a parameter name); a tied
+        causal-lm head is a module too, though its weight is listed once, as the embedding."""
+        seen: dict[str, None] = {}
+        for name, _ in self.param_shapes:
+            parts = name.split(".")[:-1]
+            for i in range(1, len(parts) + 1):
+                seen.setdefault(".".join(parts[:i]), None)
+        if self.task == "causal-lm" and self.tie_word_embeddings:
+            seen.setdefault("lm_head", None)
+        return tuple(seen)
+
+    @cached_property
+    def first_layer_linears(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, in_features, out_features) of the linear layers of the first block (the first number in a
+        name is its layer's; every block has the same)."""
+        out = []
+        for name, _, fan_in, fan_out in self.linear_layers:
+            if next((p for p in name.split(".") if p.isdigit()), None) == "0":
+                out.append((name, fan_in, fan_out))
+        return tuple(out)
 
     @property
     def active_params(self) -> int:

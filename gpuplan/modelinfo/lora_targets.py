@@ -40,16 +40,8 @@ def peft_matches(module: str, target: str) -> bool:
 
 
 def module_names(facts: ModelFacts) -> list[str]:
-    """Every module that holds a parameter (each dotted prefix of a parameter name); a tied
-    causal-lm head is a module too, though its weight is listed once, as the embedding."""
-    seen: dict[str, None] = {}
-    for name, _ in facts.param_shapes:
-        parts = name.split(".")[:-1]
-        for i in range(1, len(parts) + 1):
-            seen.setdefault(".".join(parts[:i]), None)
-    if facts.task == "causal-lm" and facts.tie_word_embeddings:
-        seen.setdefault("lm_head", None)
-    return list(seen)
+    """Every module that holds a parameter (ModelFacts.module_names)."""
+    return list(facts.module_names)
 
 
 def module_params(facts: ModelFacts, module: str) -> int:

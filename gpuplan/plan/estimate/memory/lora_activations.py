@@ -152,14 +152,7 @@ def lora_mode(wl: Workload) -> str:
 
 def targets_of_layer(facts: ModelFacts, target_modules: tuple[str, ...]) -> list[tuple[str, int, int]]:
     """(name, in_features, out_features) of the targets in the first layer (every layer has the same)."""
-    out = []
-    for name, _, fan_in, fan_out in facts.linear_layers:
-        index = next((p for p in name.split(".") if p.isdigit()), None)
-        if index != "0":  # the first number in the name is the layer's
-            continue
-        if any(peft_matches(name, t) for t in target_modules):
-            out.append((name, fan_in, fan_out))
-    return out
+    return [layer for layer in facts.first_layer_linears if any(peft_matches(layer[0], t) for t in target_modules)]
 
 
 def reads_attention(name: str) -> bool:
