@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,14 @@ _signature = signature  # the rule is tests/helpers/fork_env.py's
 SOCKET_VAR = "GPUPLAN_TEST_FORK_SOCKET"  # tests/helpers/boot/sitecustomize.py: where torchrun's agent and ranks ask to be forked
 
 
+# GPUPLAN_TEST_FORK_LOG=PATH (in the test run's environment): one JSON line per server started, with the
+# seconds it took to get ready and the test that asked for it, to see what the servers cost a run.
+LOG_VAR = "GPUPLAN_TEST_FORK_LOG"
+
+
 class _Server:
     def __init__(self, env: dict[str, str]):
+        started = time.perf_counter()
         self.dir = tempfile.mkdtemp(prefix="gpuplan-fork-")
         self.path = os.path.join(self.dir, "s")
         self.proc = subprocess.Popen(
@@ -77,6 +84,10 @@ class _Server:
         # the server must have imported this checkout's gpuplan (a fresh `python -m gpuplan.cli` would)
         self.served = os.path.join(self.dir, "served.jsonl")  # what it forked (fork_server.py _log)
         self.ok = len(ready) == 2 and ready[0] == "ready" and Path(ready[1]).resolve() == (REPO / "gpuplan").resolve()
+        if os.environ.get(LOG_VAR):
+            line = {"test": os.environ.get("PYTEST_CURRENT_TEST"), "seconds": round(time.perf_counter() - started, 2), "ok": self.ok}
+            with open(os.environ[LOG_VAR], "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
