@@ -145,11 +145,13 @@ def main() -> None:
             f"{a['step_time_s']:.3f} | {mb:.3f} | {err(r['self'], mb)} | {err(r['cross'], mb)} | {err(r['fit'], mb)} | "
             f"{a['utilisation']:.1%} / {b['utilisation']:.1%} | {a['mfu']:.1%} |"
         )
+    load, cpus = os.getloadavg()[2], os.cpu_count() or 1
+    busy = "; the machine is busy, so runs of the same spec can differ by tens of percent" if load > cpus else ""
     body = (
-        f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step, whole-loop time "
-        "per step) on this machine's 2 cores, SHARED with 7 other helpers' jobs (load average "
-        f"{os.getloadavg()[2]:.0f} over the last 15 minutes): runs of the same spec differ by tens of percent "
-        "here, so run B, which no calibration saw, is the reference. Percentages: the estimate against run B. "
+        f"CPU runs of `gpuplan apply` ({args.steps} steps, 16 x 128 tokens per step; the step time is the steady "
+        "one, after the first step, as apply records it for calibration: apply/train/calibrate.py) on this "
+        f"machine's {cpus} cores (load average {load:.1f} over the last 15 minutes{busy}). Run B, which no "
+        "calibration saw, is the reference. Percentages: the estimate against run B. "
         f'"default" is the uncalibrated step-time model (plan/estimate/step_time, cpu constants) with this CPU\'s '
         f"figures measured by hardware/cpu_probe.py at the start ({probe}); "
         '"same size" the plan after run A of that spec; "of size S" the plan after run A of the smallest '
