@@ -31,6 +31,7 @@ from gpuplan.plan.checks.rl_rows import PromptReport, _rows, check_prompts
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.generation import vllm_plan
+from gpuplan.plan.estimate.memory.preference import reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
@@ -427,9 +428,10 @@ def generation(ctx: Resolver) -> None:
             "(TRL's peft path), no second copy of the weights"
         )
     else:
+        gib = ctx.facts.n_params * reference_element_bytes(run) / GIB
         why = (
-            f"full fine-tuning with rl.beta = {beta:g}: a frozen copy of the starting weights "
-            f"({ctx.facts.n_params * 2 / GIB:.1f} GiB in 16-bit) for the reference log-probs"
+            f"full fine-tuning with rl.beta = {beta:g}: a frozen copy of the starting weights in the policy's dtype "
+            f"({gib:.1f} GiB, as TRL builds it: grpo_trainer.py dtype=self.model.dtype) for the reference log-probs"
         )
     ctx.resolve("rl.reference", ref, why)
     world = world_size(ctx)
