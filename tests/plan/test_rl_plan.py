@@ -251,3 +251,24 @@ def test_a_vllm_server_is_paid_beside_the_training_gpus(tmp_path):
     t = plan.throughput
     assert plan.resolved.rl.vllm_server_gpus == 2 and plan.memory.components["generation"] < 2**30  # no vLLM on the training GPU
     assert t.cost_usd == pytest.approx(t.run_time_s / 3600 * 3 * t.price_per_gpu_hour)  # 1 training + 2 server GPUs
+
+
+def test_an_rl_plan_survives_its_json(tmp_path):
+    from gpuplan.plan.types import Plan
+
+    plan = plan_file(_spec(tmp_path, gpu="H100-80GB", rl='generation_backend = "vllm-colocate"'), environment=ENV)
+    again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again.resolved.rl == plan.resolved.rl and again.memory.workload == plan.memory.workload
+    assert again.memory.components["generation"] == plan.memory.components["generation"] > 0
+
+
+def test_a_full_grpo_that_does_not_fit_keeps_its_reference_copy_and_its_fixes_plan(tmp_path):
+    path = _spec(
+        tmp_path, gpu="A100-40GB", method="full", rl="beta = 0.04\nmax_completion_length = 1024", training="effective_batch_size = 16"
+    )
+    path.write_text(path.read_text().replace("max_completion_length = 256\n", ""))
+    (e,) = _errors(path)  # TRL's online trainers cannot precompute the reference: no "precomputed" saver
+    assert e.key == "hardware.gpu" and "does not fit" in e.summary and "hardware.count = 2" in e.fix
+    path.write_text(path.read_text().replace('gpu = "A100-40GB"', 'gpu = "A100-40GB"\ncount = 2'))
+    plan = plan_file(path, environment=ENV)  # the fix, followed, plans
+    assert plan.memory.fits and plan.resolved.rl.reference == "copy" and plan.memory.workload.generation_sequences == 8
