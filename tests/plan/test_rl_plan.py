@@ -272,3 +272,21 @@ def test_a_full_grpo_that_does_not_fit_keeps_its_reference_copy_and_its_fixes_pl
     path.write_text(path.read_text().replace('gpu = "A100-40GB"', 'gpu = "A100-40GB"\ncount = 2'))
     plan = plan_file(path, environment=ENV)  # the fix, followed, plans
     assert plan.memory.fits and plan.resolved.rl.reference == "copy" and plan.memory.workload.generation_sequences == 8
+
+
+def test_a_vllm_server_too_small_for_the_model_is_refused(tmp_path):
+    big = str(SPECS / "models" / "llama-3.1-70b.json")
+    (e,) = [
+        e
+        for e in _errors(_spec(tmp_path, config=big, method="full", gpu="H100-80GB", rl='generation_backend = "vllm-server"'))
+        if e.key == "rl.vllm_tensor_parallel_size"
+    ]
+    assert "does not hold the model" in e.summary and e.fix == "set rl.vllm_tensor_parallel_size = 2 and rl.vllm_server_gpus = 2"
+    # the fix, followed: the server holds it (the 70B's full fine-tune still needs more training GPUs)
+    path = tmp_path / "grpo.toml"
+    path.write_text(
+        path.read_text().replace(
+            'generation_backend = "vllm-server"', 'generation_backend = "vllm-server"\nvllm_tensor_parallel_size = 2\nvllm_server_gpus = 2'
+        )
+    )
+    assert not [e for e in _errors(path) if e.key.startswith("rl.")]
