@@ -141,12 +141,15 @@ def transformers_generation(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
     return mem.kv_cache_bytes, prefill.activation_bytes
 
 
-def with_generation(facts: ModelFacts, wl: Workload, est: MemoryEstimate, gpu: GPUProfile | None) -> MemoryEstimate:
-    """The training step's estimate with the generation part and the generation moment (see above)."""
+def with_generation(
+    facts: ModelFacts, wl: Workload, est: MemoryEstimate, gpu: GPUProfile | None, *, rollout_counted: bool = False
+) -> MemoryEstimate:
+    """The training step's estimate with the generation part and the generation moment (see above);
+    `rollout_counted`: `est` holds the round's tensors already (a traced step: gpuplan/trace/rl.py)."""
     if wl.generation == "none":
         return est
     c = dict(est.components)
-    rollout = rollout_bytes(wl)
+    rollout = 0 if rollout_counted else rollout_bytes(wl)
     notes = list(est.notes)
     gen_moment: dict[str, int] | None = None
     during_training = rollout
