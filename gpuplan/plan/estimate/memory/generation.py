@@ -156,7 +156,13 @@ def with_generation(
     # alive at generation: the weights and optimizer states, no gradients (zeroed by the last step), no activations
     if wl.generation == "transformers":
         kv, work = transformers_generation(facts, wl)
-        gen_moment = {"weights": c["weights"], "optimizer_states": c["optimizer_states"], "activations": work, "generation": rollout + kv}
+        weights = c["weights"]
+        if wl.engine == "deepspeed" and wl.zero_stage == 3 and wl.shard_world_size > 1:
+            # GRPOConfig.ds3_gather_for_generation (default True): trl/models/utils.py unwrap_model_for_generation
+            # gathers every ZeRO-3 partition for generate, so each GPU holds the whole model then
+            weights = max(weights, facts.n_params * (2 if wl.weight_dtype != "float32" or wl.amp else 4))
+            notes.append("generation under ZeRO-3: TRL gathers the whole model on each GPU (ds3_gather_for_generation)")
+        gen_moment = {"weights": weights, "optimizer_states": c["optimizer_states"], "activations": work, "generation": rollout + kv}
         notes.append(
             f"generation (transformers): KV cache {kv / GIB:.2f} GiB for {wl.generation_sequences} sequences x {wl.seq_len} tokens, "
             f"beside the weights and optimizer states"
