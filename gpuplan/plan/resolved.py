@@ -43,6 +43,8 @@ __all__ = [
     "PreferenceSettings",
     "QuantizationSettings",
     "Resolved",
+    "RewardEntry",
+    "RlSettings",
     "TrainingSettings",
     "resolve_settings",
 ]
@@ -264,6 +266,112 @@ def _preference_run(p: PreferenceSettings, problems: list[Diagnostic]) -> Prefer
     return None if unset else PreferenceRun(**values)
 
 
+REWARD_KINDS = ("exact-match", "regex", "length", "function")
+
+
+@dataclass(frozen=True)
+class RewardEntry:
+    """One [[rl.rewards]] table of the plan (spec/schema.py RewardSpec), every key present.
+
+    kind "exact-match": 1.0 when the completion's answer (the first group of `pattern` searched in it, else the
+    whole completion, stripped) equals str(row[column]).strip(), else 0.0; "regex": 1.0 when re.search(pattern,
+    completion), else 0.0; "length": -max(0, completion tokens - target_length) / target_length; "function": the
+    user function `function` ("/abs/path/file.py:name"), called with TRL's reward signature."""
+
+    kind: Literal["exact-match", "regex", "length", "function"]
+    weight: float
+    name: str  # the metric's name (rewards/<name>/mean): the spec's, else the kind with - as _, or the function's name
+    column: str | None = None
+    pattern: str | None = None
+    target_length: int | None = None
+    function: str | None = None
+
+    @property
+    def function_file(self) -> str | None:
+        """The Python file of a function reward (absolute), or None."""
+        return None if self.function is None else self.function.rpartition(":")[0]
+
+    @property
+    def function_name(self) -> str | None:
+        return None if self.function is None else self.function.rpartition(":")[2]
+
+
+def _rewards(value: Any) -> tuple[RewardEntry, ...]:
+    """rl.rewards of a plan: a list of tables -> RewardEntry, names defaulted and unique."""
+    if not isinstance(value, list | tuple):
+        raise TypeError
+    out: list[RewardEntry] = []
+    for d in value:
+        if not isinstance(d, Mapping) or d.get("kind") not in REWARD_KINDS:
+            raise TypeError
+        name = d.get("name") or (str(d["function"]).rpartition(":")[2] if d.get("function") else d["kind"].replace("-", "_"))
+        weight, target = d.get("weight", 1.0), d.get("target_length")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or (target is not None and type(target) is not int):
+            raise TypeError
+        for key in ("column", "pattern", "function"):
+            if d.get(key) is not None and not isinstance(d[key], str):
+                raise TypeError
+        out.append(RewardEntry(d["kind"], float(weight), name, d.get("column"), d.get("pattern"), target, d.get("function")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RlSettings:
+    """[rl] of a plan (TRL GRPOConfig / RLOOConfig names, trl 1.16). Under an sft / dpo / kto plan every "auto"
+    reads as None and nothing here is used; under grpo / rloo the rules resolve every one."""
+
+    SECTION: ClassVar[str] = "rl"
+
+    max_prompt_length: int | None  # None: not an RL plan
+    max_completion_length: int
+    temperature: float
+    top_p: float
+    beta: float | None  # None: not an RL plan
+    generation_backend: Literal["transformers", "vllm-colocate", "vllm-server"]
+    vllm_tensor_parallel_size: int
+    vllm_enable_sleep_mode: bool
+    vllm_server_gpus: int | None  # vllm-server: the server's GPUs besides hardware.count; else None
+    rewards: tuple[RewardEntry, ...] = field(metadata={"convert": _rewards, "names": lambda: ("a list of reward tables",)})
+    num_generations: int | None = _unused_when_auto()
+    loss_type: str | None = _unused_when_auto()  # rloo: None (RLOOConfig has no loss_type)
+    generation_batch_size: int | None = _unused_when_auto()  # completions per generation round, all GPUs
+    vllm_gpu_memory_utilization: float | None = _unused_when_auto()  # vllm-colocate only
+    reference: Literal["none", "copy", "adapters-off"] | None = _unused_when_auto()
+
+    @property
+    def use_vllm(self) -> bool:
+        return self.generation_backend != "transformers"
+
+    @property
+    def vllm_mode(self) -> Literal["colocate", "server"] | None:
+        """GRPOConfig.vllm_mode, or None with transformers generation."""
+        return {"vllm-colocate": "colocate", "vllm-server": "server"}.get(self.generation_backend)  # type: ignore[return-value]
+
+    @property
+    def sequence_length(self) -> int | None:
+        """Prompt + completion tokens of the longest sequence the step runs."""
+        return None if self.max_prompt_length is None else self.max_prompt_length + self.max_completion_length
+
+    @property
+    def reward_weights(self) -> list[float]:
+        return [r.weight for r in self.rewards]
+
+
+def _rl_complete(rl: RlSettings, objective: Objective, problems: list[Diagnostic]) -> None:
+    """Under grpo / rloo every value the trainer reads is resolved."""
+    need = ["num_generations", "generation_batch_size", "beta", "max_prompt_length", "reference"]
+    if objective.loss_types:
+        need.append("loss_type")
+    if rl.generation_backend == "vllm-colocate":
+        need.append("vllm_gpu_memory_utilization")
+    for name in need:
+        if getattr(rl, name) is None:
+            key = f"rl.{name}"
+            problems.append(Diagnostic("error", key, f"{key} is not resolved in the plan of an RL objective", fix=_FIX))
+    if not rl.rewards:
+        problems.append(Diagnostic("error", "rl.rewards", "the plan of an RL objective has no rl.rewards", fix=_FIX))
+
+
 @dataclass(frozen=True)
 class DistributedSettings:
     SECTION: ClassVar[str] = "distributed"
@@ -315,6 +423,7 @@ class Resolved:
     data: DataSettings
     training: TrainingSettings
     preference: PreferenceSettings
+    rl: RlSettings
     distributed: DistributedSettings
     output: OutputSettings
     eval: EvalSettings
@@ -453,6 +562,8 @@ def resolve_settings(values: Mapping[str, Any], *, warmup_derived: bool = False)
         problems += section_problems
     if not problems and built["training"].objective.is_preference:
         built["preference_run"] = _preference_run(built["preference"], problems)
+    if not problems and built["training"].objective.is_rl:
+        _rl_complete(built["rl"], built["training"].objective, problems)
     if problems:
         raise GpuplanError(problems)
     return Resolved(**built)

@@ -6,8 +6,9 @@ what else the step runs (a frozen reference model, a no-grad KL forward), and wh
 trainer applies it. Rules, the memory model and the step-time model read these fields
 instead of branching on the objective's name.
 
-The objectives are those TRL 1.16 ships as stable trainers (`trl.DPOTrainer`, `trl.KTOTrainer`;
-trl/__init__.py). ORPO is only under `trl.experimental.orpo` there (trl/experimental/orpo), so it
+The objectives are those TRL 1.16 ships as stable trainers (`trl.DPOTrainer`, `trl.KTOTrainer`,
+and for online RL `trl.GRPOTrainer`, `trl.RLOOTrainer`; trl/__init__.py). ORPO is only under
+`trl.experimental.orpo` there (trl/experimental/orpo), so it
 is refused with that reason (spec/validate.py) rather than planned on an API TRL may change.
 
 Sources, TRL 1.16:
@@ -29,7 +30,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["Objective", "OBJECTIVES", "EXPERIMENTAL_IN_TRL", "computes_kl", "min_per_device_batch", "objective"]
+__all__ = [
+    "Objective",
+    "OBJECTIVES",
+    "EXPERIMENTAL_IN_TRL",
+    "GRPO_LOSSES",
+    "computes_kl",
+    "min_per_device_batch",
+    "objective",
+    "rl_objective",
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,9 @@ class Objective:
     metrics: tuple[str, ...] = ()  # the trainer's logged metrics the run records beside the loss
     collator_class: str | None = None  # the trainer's own collator (TRL's); None: gpuplan's (apply/data/prepare.py)
     config_sampling: bool = False  # its config has train_sampling_strategy (TRL 1.16 KTOConfig; kto_config.py)
+    # online RL (grpo, rloo): the examples are completions the policy generates in the run, scored by rewards
+    online: bool = False
+    default_num_generations: int | None = None  # completions per prompt (the group), the config's default
 
     @property
     def needs_reference(self) -> bool:
@@ -59,7 +72,13 @@ class Objective:
 
     @property
     def is_preference(self) -> bool:
-        return self.name != "sft"
+        """Offline preference tuning on given completions (dpo, kto)."""
+        return self.name != "sft" and not self.online
+
+    @property
+    def is_rl(self) -> bool:
+        """Online RL (grpo, rloo): [rl] applies, the rows are prompts."""
+        return self.online
 
     @property
     def paired(self) -> bool:
@@ -169,7 +188,82 @@ KTO = Objective(
     config_sampling=True,
 )
 
-OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO)}
+# grpo_config.py GRPOConfig.loss_type help: "Supported values are 'grpo', 'dr_grpo', 'dapo', 'bnpo', 'cispo',
+# 'sapo', 'luspo', and 'vespo'"; default "dapo"
+GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+# Losses of GRPO_LOSSES that TRL 1.16 runs only with settings no [rl] key sets: the plan refuses them with the
+# reason (plan/rules/rl.py) and the schema's enum leaves them out (spec/value_types.py rl_loss_names).
+GRPO_NEEDS_SETTINGS = {
+    "luspo": 'needs importance_sampling_level = "sequence" (grpo_config.py loss_type help: luspo "requires '
+    "`importance_sampling_level='sequence'`\"), which no [rl] key sets (TRL's default is \"token\")",
+    "vespo": 'needs vLLM importance sampling in a token mode (grpo_trainer.py __init__: "VESPO loss requires '
+    "`vllm_importance_sampling_mode` to be either 'token_truncate' or 'token_mask'\"; the default is \"sequence_mask\"), "
+    "which no [rl] key sets",
+}
+RL_METRICS = ("reward", "reward_std", "kl", "completions/mean_length", "completions/clipped_ratio")
+
+# TRL 1.16 GRPOTrainer (trainer/grpo_trainer.py): each row of a micro-batch is one completion (prompt +
+# completion ids), its loss over the completion tokens through the fused log-prob head (add_fused_lm_head,
+# outputs log_probs and entropy). Without gradients, in _generate_and_score_completions: the policy's "old"
+# log-probs when generation and optimization are misaligned or vLLM's importance-sampling correction is on
+# (vllm_importance_sampling_correction, default True), and the reference's when beta != 0. rl_objective gives
+# the descriptor of a planned run; these are the defaults (grpo: beta 0.0, no reference; rloo: beta 0.05).
+GRPO = Objective(
+    name="grpo",
+    summary="group relative policy optimization (Shao et al. 2024): completions sampled per prompt, scored by rewards",
+    grad_sequences=1,
+    nograd_policy_sequences=0,
+    reference_sequences=0,
+    fused_head=True,
+    logprob_tensors=("log_probs", "entropy"),
+    trainer_class="GRPOTrainer",
+    config_class="GRPOConfig",
+    trl_module="trl",
+    loss_types=GRPO_LOSSES,
+    default_loss="dapo",  # grpo_config.py loss_type default
+    default_beta=0.0,  # grpo_config.py beta: "If `0.0` (default), the reference model is not loaded"
+    default_learning_rate=1e-6,  # grpo_config.py learning_rate default
+    example_fields=("prompt",),
+    metrics=RL_METRICS,
+    online=True,
+    default_num_generations=8,  # grpo_config.py num_generations
+)
+# TRL 1.16 RLOOTrainer (trainer/rloo_trainer.py): the same step, with the policy's old log-probs always computed
+# without gradients (_generate_and_score_completions), the REINFORCE leave-one-out baseline, no loss_type.
+RLOO = Objective(
+    name="rloo",
+    summary="REINFORCE leave-one-out (Ahmadian et al. 2024): completions sampled per prompt, scored by rewards",
+    grad_sequences=1,
+    nograd_policy_sequences=1,
+    reference_sequences=1,
+    fused_head=True,
+    logprob_tensors=("log_probs", "entropy"),
+    trainer_class="RLOOTrainer",
+    config_class="RLOOConfig",
+    trl_module="trl",
+    loss_types=(),
+    default_loss=None,
+    default_beta=0.05,  # rloo_config.py beta
+    default_learning_rate=1e-6,  # rloo_config.py learning_rate default
+    example_fields=("prompt",),
+    metrics=RL_METRICS,
+    online=True,
+    default_num_generations=2,  # rloo_config.py num_generations
+)
+
+OBJECTIVES = {o.name: o for o in (SFT, DPO, KTO, GRPO, RLOO)}
+
+
+def rl_objective(name: str, beta: float, old_logprobs: bool) -> Objective:
+    """The descriptor of a planned grpo / rloo step: the reference forward runs when beta != 0 (both trainers
+    skip it at 0.0), the policy's no-grad forward for the old log-probs when `old_logprobs` (rloo: always)."""
+    base = OBJECTIVES[name]
+    return replace(
+        base,
+        reference_sequences=1 if beta != 0 else 0,
+        nograd_policy_sequences=1 if (old_logprobs or name == "rloo") else 0,
+    )
+
 
 # KTO losses without the KL term: trl/trainer/kto_trainer.py `__init__`, calculate_kl = args.loss_type not in
 # ["apo_zero_unpaired"]; without it `_compute_kl_logps` returns None before any forward (policy and reference)
@@ -188,8 +282,8 @@ PRECOMPUTED_REFERENCE_COST = (
 # Objectives TRL 1.16 has only under trl.experimental: why gpuplan does not plan them yet.
 EXPERIMENTAL_IN_TRL = {
     "orpo": "TRL 1.16 ships ORPO only as trl.experimental.orpo.ORPOTrainer (an experimental API, no "
-    "stability promise); gpuplan plans the stable trainers: dpo and kto",
-    "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo and kto",
+    "stability promise); gpuplan plans the stable trainers: dpo, kto, grpo and rloo",
+    "cpo": "TRL 1.16 ships CPO only under trl.experimental; gpuplan plans the stable trainers: dpo, kto, grpo and rloo",
 }
 
 

@@ -6,6 +6,7 @@ job, where every change gets a reason). "auto" asks gpuplan to decide.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
@@ -25,6 +26,7 @@ from gpuplan.spec.value_types import (
     objective_names,
     optimizer_names,
     preference_loss_names,
+    rl_loss_names,
 )
 
 
@@ -217,8 +219,9 @@ class TrainingSpec(_Section):
     )
     objective: Annotated[str, AfterValidator(_known_objective)] = Field(
         "sft",
-        description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs) or kto "
-        "(labelled completions), with TRL's trainers; independent of model.method.",
+        description="What the loss is: sft (next-token cross-entropy), dpo (chosen/rejected pairs), kto "
+        "(labelled completions), or online RL on prompts scored by [[rl.rewards]]: grpo or rloo; with TRL's "
+        "trainers; independent of model.method.",
         json_schema_extra=closed_set(objective_names),
     )
 
@@ -259,6 +262,138 @@ class PreferenceSpec(_Section):
                 "starting weights, not preference.reference_model; remove one of the two"
             )
         return self
+
+
+REWARD_KINDS = ("exact-match", "regex", "length", "function")
+# what each reward kind reads besides kind, weight and name, and what it must not be given
+_REWARD_NEEDS = {"exact-match": ("column",), "regex": ("pattern",), "length": (), "function": ("function",)}
+_REWARD_TAKES = {
+    "exact-match": ("column", "pattern"),
+    "regex": ("pattern",),
+    "length": ("target_length",),
+    "function": ("function",),
+}
+_WHAT = {
+    "column": "the dataset column holding the reference answer",
+    "pattern": "a Python regular expression",
+    "function": '"file.py:function", a Python file beside the spec',
+    "target_length": "completion tokens at which the penalty starts",
+}
+
+
+class RewardSpec(_Section):
+    """One reward of [[rl.rewards]]: a built-in or a Python function, with its weight (GRPOConfig.reward_weights)."""
+
+    kind: Literal["exact-match", "regex", "length", "function"] = Field(
+        description="exact-match: 1 when the completion's answer equals the row's `column` (the first group of "
+        "`pattern` if given, else the whole completion, stripped); regex: 1 when `pattern` matches the completion "
+        "(re.search); length: -max(0, tokens - target_length) / target_length; function: a user function "
+        "(`function`) with TRL's reward signature."
+    )
+    weight: float = Field(1.0, ge=-1000, le=1000, description="Weight of this reward in the sum (GRPOConfig.reward_weights).")
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Name of the reward in the metrics (rewards/<name>/mean); default: the kind, or the function's name.",
+    )
+    column: str | None = Field(None, min_length=1, max_length=200, description="exact-match: the dataset column with the reference answer.")
+    pattern: str | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="regex: the pattern the completion must match; exact-match: a pattern whose first group is the answer.",
+    )
+    target_length: int | None = Field(
+        None, ge=1, le=1_048_576, description="length: completion tokens allowed before the penalty; default rl.max_completion_length / 2."
+    )
+    function: PathStr | None = Field(
+        None, min_length=4, max_length=4096, description='function: "file.py:function", the file relative to the spec.'
+    )
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self):
+        for key in _REWARD_NEEDS[self.kind]:
+            if getattr(self, key) is None:
+                raise ValueError(f'kind = "{self.kind}" needs {key} ({_WHAT[key]}); set it in this [[rl.rewards]] table')
+        for key in ("column", "pattern", "target_length", "function"):
+            if getattr(self, key) is not None and key not in _REWARD_TAKES[self.kind]:
+                raise ValueError(f'kind = "{self.kind}" does not read {key}; remove it from this [[rl.rewards]] table')
+        if self.pattern is not None:
+            try:
+                compiled = re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"pattern = {self.pattern!r} is not a Python regular expression ({e}); fix the pattern") from None
+            if self.kind == "exact-match" and compiled.groups < 1:
+                raise ValueError(
+                    f"pattern = {self.pattern!r} has no group: exact-match compares the first group with the column; "
+                    "put the answer in parentheses"
+                )
+        if self.function is not None:
+            path, sep, name = self.function.rpartition(":")
+            if not sep or not path.endswith(".py") or not name.isidentifier():
+                raise ValueError(
+                    f'function = {self.function!r} is not "file.py:function"; write the Python file, a colon and the function\'s name'
+                )
+        return self
+
+
+class RlSpec(_Section):
+    """TRL GRPOConfig / RLOOConfig names (trl 1.16) for training.objective = "grpo" or "rloo"."""
+
+    num_generations: Annotated[int, Field(ge=2, le=4096)] | Auto = Field(
+        "auto", description="Completions sampled per prompt (the group); auto: TRL's default, 8 for grpo, 2 for rloo."
+    )
+    max_prompt_length: int | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="Longest prompt in tokens the plan sizes for; longer rows are reported unusable; default: data.seq_len.",
+    )
+    max_completion_length: int = Field(512, ge=1, le=1_048_576, description="Tokens generated per completion at most (TRL's default 512).")
+    temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: the smallest token set with this much probability.")
+    beta: float | None = Field(
+        None, ge=0, le=100, description="KL coefficient towards the reference; 0 loads no reference; default: TRL's (grpo 0.0, rloo 0.05)."
+    )
+    loss_type: str = Field(
+        "auto",
+        min_length=1,
+        max_length=100,
+        description="grpo: a GRPOConfig loss_type (dapo, grpo, dr_grpo, bnpo, cispo, sapo); auto: TRL's dapo. rloo has none.",
+        json_schema_extra=closed_set(rl_loss_names),
+    )
+    generation_batch_size: Annotated[int, Field(ge=2, le=2**24)] | Auto = Field(
+        "auto",
+        description="Completions generated per round, all GPUs; a multiple of num_generations and of the global "
+        "micro-batch; auto: the effective batch (one round per optimizer step).",
+    )
+    generation_backend: Literal["transformers", "vllm-colocate", "vllm-server"] = Field(
+        "transformers",
+        description="Who generates: transformers (model.generate), vllm-colocate (vLLM inside each "
+        "training process, on the training GPUs) or vllm-server (`trl vllm-serve` on GPUs of its own).",
+    )
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] | Auto = Field(
+        "auto", description="vllm-colocate: the share of each GPU's memory vLLM takes (weights + KV cache); auto: the fit chooses it."
+    )
+    vllm_tensor_parallel_size: int = Field(
+        1, ge=1, le=1024, description="vLLM tensor parallelism (colocate: over the training GPUs; server: its GPUs)."
+    )
+    vllm_enable_sleep_mode: bool = Field(
+        False, description="vllm-colocate: vLLM frees its weights and KV cache while training runs, woken for each generation."
+    )
+    vllm_server_gpus: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="vllm-server: GPUs the server holds besides hardware.count (the training GPUs); default: vllm_tensor_parallel_size.",
+    )
+    rewards: list[RewardSpec] = Field(
+        default_factory=list,
+        max_length=100,
+        description="The rewards, each a [[rl.rewards]] table; their weighted sum scores a completion.",
+    )
 
 
 class DistributedSpec(_Section):
@@ -313,6 +448,7 @@ class Spec(_Section):
     data: DataSpec = Field(default_factory=DataSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     preference: PreferenceSpec = Field(default_factory=PreferenceSpec)
+    rl: RlSpec = Field(default_factory=RlSpec)
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
@@ -326,6 +462,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "data": DataSpec,
     "training": TrainingSpec,
     "preference": PreferenceSpec,
+    "rl": RlSpec,
     "distributed": DistributedSpec,
     "output": OutputSpec,
     "eval": EvalSpec,

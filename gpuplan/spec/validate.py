@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -79,13 +79,22 @@ def _clean_loc(loc: tuple) -> tuple[tuple, type[BaseModel] | None, bool]:
         if model is not None and part in model.model_fields:
             path.append(part)
             holder = model
-            model = SECTIONS.get(part) if holder is Spec else None
+            model = SECTIONS.get(part) if holder is Spec else _table_model(holder, part)
             continue
         if i == len(loc) - 1 and model is not None:  # an unknown key at the end
             path.append(part)
             return tuple(path), model, True
         return tuple(path), None, False
     return tuple(path), None, True
+
+
+def _table_model(holder: type[BaseModel], name: str) -> type[BaseModel] | None:
+    """The model of a key holding tables ([[rl.rewards]]: list[RewardSpec]), so keys inside them get did-you-mean."""
+    ann = holder.model_fields[name].annotation
+    for arg in (*get_args(ann), ann):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

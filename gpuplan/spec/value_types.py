@@ -59,7 +59,18 @@ def preference_loss_names() -> tuple[str, ...]:
     so the schema does not offer them."""
     from gpuplan.spec.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 
-    return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING))
+    return (
+        "auto",
+        *(loss for o in OBJECTIVES.values() if o.is_preference for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING),
+    )
+
+
+def rl_loss_names() -> tuple[str, ...]:
+    """rl.loss_type: "auto" and GRPOConfig's losses that plan (plan/rules/rl.py refuses those that need settings
+    no [rl] key sets, with the reason); rloo has no loss_type."""
+    from gpuplan.spec.objectives import GRPO_LOSSES, GRPO_NEEDS_SETTINGS
+
+    return ("auto", *(loss for loss in GRPO_LOSSES if loss not in GRPO_NEEDS_SETTINGS))
 
 
 def _known_objective(name: str) -> str:

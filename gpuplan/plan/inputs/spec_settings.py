@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gpuplan.hub.ids import is_hub_id
 from gpuplan.plan.types import Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
-from gpuplan.spec.schema import SECTIONS, Spec
+from gpuplan.spec.schema import SECTIONS, RewardSpec, Spec
 
 PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "preference.reference_model", "eval.include_path")
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
@@ -37,12 +38,26 @@ def flatten(spec: Spec, spec_dir: Path, spec_stem: str) -> dict[str, Setting]:
                 value = str((spec_dir / value).resolve())
             elif key in PATH_LIST_KEYS:
                 value = [str((spec_dir / v).resolve()) for v in value]
+            elif key == "rl.rewards":
+                value = [reward_setting(r, spec_dir) for r in value]
             out[key] = Setting(value, "user" if name in obj.model_fields_set else "default")
+    # derived: the RL run's reference (plan/rules/rl.py resolves it from rl.beta and the method)
+    out["rl.reference"] = Setting("auto", "default")
     if out["output.dir"].value is None:
         out["output.dir"] = Setting(str((Path.cwd() / "runs" / spec_stem).resolve()), "default")
     if out["training.run_name"].value is None:  # trackers name the run after the spec
         out["training.run_name"] = Setting(spec_stem, "default")
     return out
+
+
+def reward_setting(reward: RewardSpec, spec_dir: Path) -> dict[str, Any]:
+    """One [[rl.rewards]] table as the plan keeps it: every key, the function's file made absolute
+    ("file.py:function" relative to the spec -> "/abs/file.py:function")."""
+    d = reward.model_dump()
+    if d["function"] is not None:
+        path, _, name = d["function"].rpartition(":")
+        d["function"] = f"{(spec_dir / path).resolve()}:{name}"
+    return d
 
 
 def output_dir(settings: Mapping[str, Setting]) -> str:
