@@ -7,7 +7,8 @@ trainer applies it. Rules, the memory model and the step-time model read these f
 instead of branching on the objective's name.
 
 The objectives are those TRL 1.16 ships as stable trainers (`trl.DPOTrainer`, `trl.KTOTrainer`,
-and for online RL `trl.GRPOTrainer`, `trl.RLOOTrainer`; trl/__init__.py). ORPO is only under `trl.experimental.orpo` there (trl/experimental/orpo), so it
+and for online RL `trl.GRPOTrainer`, `trl.RLOOTrainer`; trl/__init__.py). ORPO is only under
+`trl.experimental.orpo` there (trl/experimental/orpo), so it
 is refused with that reason (spec/validate.py) rather than planned on an API TRL may change.
 
 Sources, TRL 1.16:
@@ -193,9 +194,9 @@ GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "ves
 # Losses of GRPO_LOSSES that TRL 1.16 runs only with settings no [rl] key sets: the plan refuses them with the
 # reason (plan/rules/rl.py) and the schema's enum leaves them out (spec/value_types.py rl_loss_names).
 GRPO_NEEDS_SETTINGS = {
-    "luspo": "needs importance_sampling_level = \"sequence\" (grpo_config.py loss_type help: luspo \"requires "
+    "luspo": 'needs importance_sampling_level = "sequence" (grpo_config.py loss_type help: luspo "requires '
     "`importance_sampling_level='sequence'`\"), which no [rl] key sets (TRL's default is \"token\")",
-    "vespo": "needs vLLM importance sampling in a token mode (grpo_trainer.py __init__: \"VESPO loss requires "
+    "vespo": 'needs vLLM importance sampling in a token mode (grpo_trainer.py __init__: "VESPO loss requires '
     "`vllm_importance_sampling_mode` to be either 'token_truncate' or 'token_mask'\"; the default is \"sequence_mask\"), "
     "which no [rl] key sets",
 }
@@ -262,6 +263,7 @@ def rl_objective(name: str, beta: float, old_logprobs: bool) -> Objective:
         reference_sequences=1 if beta != 0 else 0,
         nograd_policy_sequences=1 if (old_logprobs or name == "rloo") else 0,
     )
+
 
 # KTO losses without the KL term: trl/trainer/kto_trainer.py `__init__`, calculate_kl = args.loss_type not in
 # ["apo_zero_unpaired"]; without it `_compute_kl_logps` returns None before any forward (policy and reference)

@@ -292,15 +292,22 @@ class RewardSpec(_Section):
     )
     weight: float = Field(1.0, ge=-1000, le=1000, description="Weight of this reward in the sum (GRPOConfig.reward_weights).")
     name: str | None = Field(
-        None, min_length=1, max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="Name of the reward in the metrics (rewards/<name>/mean); default: the kind, or the function's name.",
     )
     column: str | None = Field(None, min_length=1, max_length=200, description="exact-match: the dataset column with the reference answer.")
     pattern: str | None = Field(
-        None, min_length=1, max_length=10_000, description="regex: the pattern the completion must match; exact-match: "
-        "a pattern whose first group is the answer."
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="regex: the pattern the completion must match; exact-match: a pattern whose first group is the answer.",
     )
-    target_length: int | None = Field(None, ge=1, le=1_048_576, description="length: completion tokens allowed before the penalty; default rl.max_completion_length / 2.")
+    target_length: int | None = Field(
+        None, ge=1, le=1_048_576, description="length: completion tokens allowed before the penalty; default rl.max_completion_length / 2."
+    )
     function: PathStr | None = Field(
         None, min_length=4, max_length=4096, description='function: "file.py:function", the file relative to the spec.'
     )
@@ -326,7 +333,9 @@ class RewardSpec(_Section):
         if self.function is not None:
             path, sep, name = self.function.rpartition(":")
             if not sep or not path.endswith(".py") or not name.isidentifier():
-                raise ValueError(f'function = {self.function!r} is not "file.py:function"; write the Python file, a colon and the function\'s name')
+                raise ValueError(
+                    f'function = {self.function!r} is not "file.py:function"; write the Python file, a colon and the function\'s name'
+                )
         return self
 
 
@@ -337,7 +346,10 @@ class RlSpec(_Section):
         "auto", description="Completions sampled per prompt (the group); auto: TRL's default, 8 for grpo, 2 for rloo."
     )
     max_prompt_length: int | None = Field(
-        None, ge=1, le=1_048_576, description="Longest prompt in tokens the plan sizes for; longer rows are reported unusable; default: data.seq_len."
+        None,
+        ge=1,
+        le=1_048_576,
+        description="Longest prompt in tokens the plan sizes for; longer rows are reported unusable; default: data.seq_len.",
     )
     max_completion_length: int = Field(512, ge=1, le=1_048_576, description="Tokens generated per completion at most (TRL's default 512).")
     temperature: float = Field(1.0, gt=0, le=100, description="Sampling temperature.")
@@ -346,28 +358,41 @@ class RlSpec(_Section):
         None, ge=0, le=100, description="KL coefficient towards the reference; 0 loads no reference; default: TRL's (grpo 0.0, rloo 0.05)."
     )
     loss_type: str = Field(
-        "auto", min_length=1, max_length=100,
+        "auto",
+        min_length=1,
+        max_length=100,
         description="grpo: a GRPOConfig loss_type (dapo, grpo, dr_grpo, bnpo, cispo, sapo); auto: TRL's dapo. rloo has none.",
         json_schema_extra=closed_set(rl_loss_names),
     )
     generation_batch_size: Annotated[int, Field(ge=2, le=2**24)] | Auto = Field(
-        "auto", description="Completions generated per round, all GPUs; a multiple of num_generations and of the global "
-        "micro-batch; auto: the effective batch (one round per optimizer step)."
+        "auto",
+        description="Completions generated per round, all GPUs; a multiple of num_generations and of the global "
+        "micro-batch; auto: the effective batch (one round per optimizer step).",
     )
     generation_backend: Literal["transformers", "vllm-colocate", "vllm-server"] = Field(
-        "transformers", description="Who generates: transformers (model.generate), vllm-colocate (vLLM inside each "
-        "training process, on the training GPUs) or vllm-server (`trl vllm-serve` on GPUs of its own)."
+        "transformers",
+        description="Who generates: transformers (model.generate), vllm-colocate (vLLM inside each "
+        "training process, on the training GPUs) or vllm-server (`trl vllm-serve` on GPUs of its own).",
     )
     vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] | Auto = Field(
         "auto", description="vllm-colocate: the share of each GPU's memory vLLM takes (weights + KV cache); auto: the fit chooses it."
     )
-    vllm_tensor_parallel_size: int = Field(1, ge=1, le=1024, description="vLLM tensor parallelism (colocate: over the training GPUs; server: its GPUs).")
-    vllm_enable_sleep_mode: bool = Field(False, description="vllm-colocate: vLLM frees its weights and KV cache while training runs, woken for each generation.")
+    vllm_tensor_parallel_size: int = Field(
+        1, ge=1, le=1024, description="vLLM tensor parallelism (colocate: over the training GPUs; server: its GPUs)."
+    )
+    vllm_enable_sleep_mode: bool = Field(
+        False, description="vllm-colocate: vLLM frees its weights and KV cache while training runs, woken for each generation."
+    )
     vllm_server_gpus: int | None = Field(
-        None, ge=1, le=4096, description="vllm-server: GPUs the server holds besides hardware.count (the training GPUs); default: vllm_tensor_parallel_size."
+        None,
+        ge=1,
+        le=4096,
+        description="vllm-server: GPUs the server holds besides hardware.count (the training GPUs); default: vllm_tensor_parallel_size.",
     )
     rewards: list[RewardSpec] = Field(
-        default_factory=list, max_length=100, description="The rewards, each a [[rl.rewards]] table; their weighted sum scores a completion."
+        default_factory=list,
+        max_length=100,
+        description="The rewards, each a [[rl.rewards]] table; their weighted sum scores a completion.",
     )
 
 

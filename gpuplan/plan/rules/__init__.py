@@ -23,6 +23,7 @@ from gpuplan.plan.rules import (
     precision,
     preference,
     quantization,
+    rl,
     schedule,
     tracking,
 )
@@ -47,6 +48,7 @@ ALL_RULES = (
     *lora.RULES,
     *quantization.RULES,
     *preference.RULES,
+    *rl.RULES,
 )
 
 __all__ = ["ALL_RULES", "find_rule"]

@@ -42,6 +42,7 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.rules.preference import fit_with_reference, reference_for
+from gpuplan.plan.rules.rl import rl_workload
 from gpuplan.spec.objectives import min_per_device_batch, objective
 from gpuplan.units import GIB
 
@@ -144,10 +145,15 @@ def fit(ctx: Resolver) -> None:
         loss_chunk_size=0 if chunk == "auto" else chunk,
     )
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
-    preferred = objective(ctx.spec("training.objective")).is_preference  # dpo / kto (rules/preference.py)
+    obj = objective(ctx.spec("training.objective"))
+    preferred = obj.is_preference  # dpo / kto (rules/preference.py)
+    if obj.is_rl:  # grpo / rloo (rules/rl.py): prompt + completion tokens per completion
+        seq_len = ctx.get("rl.max_prompt_length") + ctx.get("rl.max_completion_length")
+    else:
+        seq_len = ctx.get("preference.max_length") if preferred else ctx.spec("data.seq_len")
     base = Workload(
         per_device_batch=1,
-        seq_len=ctx.get("preference.max_length") if preferred else ctx.spec("data.seq_len"),
+        seq_len=seq_len,
         weight_dtype=ctx.spec("model.dtype"),
         amp="bf16" if bf16 else ("fp16" if fp16 else None),
         attn_implementation=ctx.get("model.attn_implementation"),
@@ -163,6 +169,8 @@ def fit(ctx: Resolver) -> None:
         # transformers builds a (b, 1, s, s) mask (estimate/memory/packed_mask.py); text packing does not
         packed=bool(ctx.get("data.packing")) and ctx.spec("data.format") != "text",
     )
+    if obj.is_rl:
+        base = rl_workload(ctx, base, s)
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
     gemm = tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32"))
@@ -343,6 +351,14 @@ RULES = (
             "spec:preference.reference",
             "spec:preference.reference_model",
             "preference.max_length",
+            "rl.max_prompt_length",
+            "rl.max_completion_length",
+            "rl.generation_backend",
+            "rl.generation_batch_size",
+            "rl.vllm_tensor_parallel_size",
+            "rl.vllm_enable_sleep_mode",
+            "rl.beta",
+            "spec:rl.vllm_gpu_memory_utilization",
             "data.packing",
             "spec:data.format",
         ),

@@ -38,20 +38,21 @@ _WRITES = (*_KEYS, "training.learning_rate", "data.format")
 
 def settings(ctx: Resolver) -> None:
     obj = objective(ctx.spec("training.objective"))
+    if obj.is_rl:  # grpo / rloo: [rl] is rules/rl.py's; the learning rate and the prompts' format are read here
+        for key in _KEYS:
+            ctx.keep(key)
+        _learning_rate(ctx, obj)
+        conversational = _conversational_prompts(ctx)
+        if conversational and ctx.spec("data.format") == "text":
+            _conversational_format(ctx, obj, conversational)
+        else:
+            ctx.keep("data.format")
+        return
     if not obj.is_preference:
         for key in _WRITES:
             ctx.keep(key)
         return
-    if ctx.is_user("training.learning_rate"):
-        ctx.keep("training.learning_rate")
-    else:
-        ctx.resolve(
-            "training.learning_rate",
-            obj.default_learning_rate,
-            f"{obj.name}: TRL's default learning rate (trl {obj.config_class}: {obj.default_learning_rate:g}); "
-            f"the SFT default {ctx.spec('training.learning_rate'):g} moves the policy away from the reference "
-            f"{ctx.spec('training.learning_rate') / obj.default_learning_rate:.0f}x faster",
-        )
+    _learning_rate(ctx, obj)
     beta = ctx.spec("preference.beta")
     if beta is None:
         ctx.resolve(
@@ -145,6 +146,32 @@ def settings(ctx: Resolver) -> None:
         _conversational_format(ctx, obj, conversational)
     else:
         ctx.keep("data.format")
+
+
+def _learning_rate(ctx: Resolver, obj) -> None:
+    if ctx.is_user("training.learning_rate"):
+        ctx.keep("training.learning_rate")
+        return
+    moves = "away from the reference" if obj.is_preference else "per step"
+    ctx.resolve(
+        "training.learning_rate",
+        obj.default_learning_rate,
+        f"{obj.name}: TRL's default learning rate (trl {obj.config_class}: {obj.default_learning_rate:g}); "
+        f"the SFT default {ctx.spec('training.learning_rate'):g} moves the policy {moves} "
+        f"{ctx.spec('training.learning_rate') / obj.default_learning_rate:.0f}x faster",
+    )
+
+
+def _conversational_prompts(ctx: Resolver) -> int:
+    """Rows of the local files whose prompt is a list of messages (grpo / rloo: TRL renders them with the chat template)."""
+    from gpuplan.plan.checks.preference_rows import _is_messages
+
+    n = 0
+    for key in ("data.train_files", "data.eval_files"):
+        for path in ctx.spec(key) or []:
+            rows = read_json_rows(path) if os.path.isfile(path) else None
+            n += sum(1 for r in rows or [] if isinstance(r, dict) and _is_messages(r.get("prompt")))
+    return n
 
 
 def _conversational_format(ctx: Resolver, obj, rows: int) -> None:
@@ -249,6 +276,10 @@ def paired_note(report: RowReport, path: str) -> str:
 def reference_for(ctx: Resolver, method: str) -> Reference:
     """The Workload's reference for `method` before any saver: none, adapters-off, copy or precomputed."""
     obj = objective(ctx.spec("training.objective"))
+    if obj.is_rl:  # rules/rl.py: the reference exists when beta != 0 (both trainers skip it at 0.0)
+        if ctx.get("rl.beta") == 0:
+            return "none"
+        return "adapters-off" if method in ("lora", "qlora") else "copy"
     if not obj.needs_reference:
         return "none"
     want = ctx.spec("preference.reference")

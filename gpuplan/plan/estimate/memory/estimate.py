@@ -24,6 +24,7 @@ from __future__ import annotations
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.activations import activation_parts, mode_of
+from gpuplan.plan.estimate.memory.generation import with_generation
 from gpuplan.plan.estimate.memory.layout import model_layout
 from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.offload_activations import offloaded_bytes
@@ -38,7 +39,12 @@ __all__ = ["estimate_memory"]
 
 
 def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None = None) -> MemoryEstimate:
-    """Peak memory of one device for `workload` on the model `facts` describes."""
+    """Peak memory of one device for `workload` on the model `facts` describes; online RL adds its
+    generation (memory/generation.py)."""
+    return with_generation(facts, workload, _training_step(facts, workload, gpu), gpu)
+
+
+def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None) -> MemoryEstimate:
     workload = policy_workload(workload)  # DPO: per_device_batch examples = 2x the sequences
     if method_of(workload.adapters).frozen_base:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
         from gpuplan.plan.estimate.memory.adapters import estimate_adapter_memory

@@ -120,7 +120,8 @@ def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tupl
     # (fp32, masked copies) and the top-1 flag; the label mask (bool)
     saved = n * (h * hidden_bytes + 8 + 4 + 4 + 3 * 4 + 1 + 1)
     stats = n * (7 * 4 + 8 + 1)  # the seven running statistics, clamped targets, mask
-    if wl.reference == "precomputed":
+    if wl.reference == "precomputed" or wl.generation != "none":
+        # online RL computes the reference log-probs with the round, before the policy's step (memory/generation.py)
         forward = saved + tile + stats
     else:
         # the reference's forward: its last hidden state, its flattened copy, its tile and statistics

@@ -25,8 +25,12 @@ COMPONENTS = (
     "activations",
     "logits_loss",
     "temporaries",
+    "generation",
     "overhead",
 )
+# generation (online RL: memory/generation.py) is left out of a plan's JSON where it is 0, so the plans
+# of other objectives read as before it existed
+OMITTED_WHEN_ZERO = ("generation",)
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,16 @@ class Adapters:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Adapters:
         return cls(**{**d, "target_modules": tuple(d["target_modules"]), "modules_to_save": tuple(d.get("modules_to_save") or ())})
+
+
+RL_FIELDS = (
+    "generation",
+    "rl_completion_len",
+    "generation_sequences",
+    "vllm_gpu_memory_utilization",
+    "vllm_tensor_parallel_size",
+    "vllm_sleep",
+)
 
 
 @dataclass(frozen=True)
@@ -87,9 +101,20 @@ class Workload:
     # the KTO loss (preference.loss_type), set for kto only: apo_zero_unpaired runs no KL forwards
     # (spec/objectives.py objective); None: the objective's default loss
     loss_type: str | None = None
+    # online RL (grpo / rloo; memory/generation.py): seq_len is prompt + completion tokens, per_device_batch
+    # counts completions; who generates, how many sequences a round generates on this GPU, vLLM's settings
+    generation: Literal["none", "transformers", "vllm-colocate", "vllm-server"] = "none"
+    rl_completion_len: int = 0
+    generation_sequences: int = 0
+    vllm_gpu_memory_utilization: float | None = None  # None: the smallest share that holds a round (vllm_plan)
+    vllm_tensor_parallel_size: int = 1
+    vllm_sleep: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.generation == "none":  # nor any plan but an online RL one's
+            for k in RL_FIELDS:
+                del d[k]
         if self.objective == "sft":  # an SFT plan's JSON stays what it was before objectives existed
             del d["objective"], d["reference"]
         if self.loss_type is None:  # nor a DPO plan's
@@ -125,7 +150,7 @@ class MemoryEstimate:
         return {
             "allocated_peak_bytes": self.allocated_peak_bytes,
             "reserved_peak_bytes": self.reserved_peak_bytes,
-            "components": {k: int(self.components.get(k, 0)) for k in COMPONENTS},
+            "components": {k: int(self.components.get(k, 0)) for k in COMPONENTS if k not in OMITTED_WHEN_ZERO or self.components.get(k)},
             "method": self.method,
             "notes": list(self.notes),
             "host_bytes": self.host_bytes,
