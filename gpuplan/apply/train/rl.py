@@ -296,3 +296,51 @@ def _check_reference_source(plan: Plan, model: Any) -> None:
             key="rl.beta",
             fix="set rl.beta = 0 (no reference), or fine-tune a saved model (model.name_or_path)",
         )
+
+
+def preview_prompts(plan: Plan, tokenizer: Any, n_examples: int) -> dict[str, Any]:
+    """`gpuplan data` for grpo / rloo rows: each prompt as the trainer tokenizes it (masked: the loss covers only
+    the completions it generates), after the same row check as apply, in apply/data/preview.py's shape."""
+    from gpuplan.apply.data.examples import segments_of
+    from gpuplan.apply.data.prepare import cache_dir, load_rows, train_paths
+
+    rl = rl_run(plan)
+    count = prompt_counter(plan, tokenizer)
+    paths = train_paths(plan)
+    with tempfile.TemporaryDirectory(prefix="gpuplan-rows-") as cache:
+        rows, _ = load_rows(paths, "data.train_files", cache)
+        _conversational_needs_template(rows, tokenizer, "data.train_files", ", ".join(paths))
+        check_split(plan, rows, "data.train_files", ", ".join(paths), count)
+    raw, _ = load_rows(paths, "data.train_files", cache_dir(plan))
+    examples: list[dict[str, Any]] = []
+    tokens = 0
+    for i, prompt in enumerate(raw["prompt"]):
+        if isinstance(prompt, list):
+            ids = tokenizer.apply_chat_template(conversation=[prompt], add_generation_prompt=True, tokenize=True, return_dict=True)
+            ids = list(ids["input_ids"][0])
+        else:
+            ids = list(tokenizer(text=[prompt])["input_ids"][0])
+        tokens += len(ids)
+        if len(examples) < n_examples:
+            examples.append(
+                {
+                    "row": i,
+                    "kind": "prompt",
+                    "tokens": len(ids),
+                    "truncated": False,
+                    "segments": segments_of(ids, [False] * len(ids), tokenizer),
+                }
+            )
+    stats = {
+        "rows": len(raw),
+        "examples": len(raw),
+        "dropped_rows": 0,
+        "truncated_rows": 0,
+        "tokens": tokens,
+        "trained_tokens": 0,  # the completions, generated in the run: rl.num_generations x up to rl.max_completion_length each
+        "sequences": len(raw) * int(rl.num_generations or 0),
+        "seq_len": rl.sequence_length,
+        "packing": False,
+        "packing_efficiency": None,
+    }
+    return {"examples": examples, "stats": stats}
