@@ -141,6 +141,20 @@ EXAMPLES: dict[str, Example] = {
             ("Note: dpo:", 1),
         ),
     ),
+    "grpo-7b": Example(
+        ("plan", "specs/qwen2.5-7b-grpo-vllm.toml"),
+        prompt=True,
+        select=excerpt(
+            ("  + rl.loss_type", 4),  # and rl.generation_batch_size
+            ("  + rl.vllm_gpu_memory_utilization", 2),
+            ("  + rl.reference", 2),
+            ("Memory per GPU", 11),
+            ("Throughput:", 4),  # with the generation line: prefill, decode, weight sync
+        ),
+    ),
+    "compare-grpo": Example(
+        ("compare", "specs/qwen2.5-7b-grpo-vllm.toml", "--gpus", "H100-80GB,A100-80GB,L40S", "--counts", "1,2"), prompt=True
+    ),
     "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
     "qlora-70b": Example(
         ("plan", "specs/llama-70b-qlora-2x4090.toml"),

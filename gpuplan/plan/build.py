@@ -192,6 +192,13 @@ def _try_plan(raw: Mapping[str, Any], loaded: LoadedSpec, **kw: Any) -> Plan | N
         return None
 
 
+def _server_gpus(resolved: Mapping[str, Setting]) -> int:
+    """GPUs a vLLM server holds besides the training GPUs (rules/rl.py resolves rl.vllm_server_gpus)."""
+    s = resolved.get("rl.vllm_server_gpus")
+    backend = resolved.get("rl.generation_backend")
+    return int(s.value) if s is not None and backend is not None and backend.value == "vllm-server" and s.value else 0
+
+
 def assemble(
     loaded: LoadedSpec,
     spec: Spec,
@@ -234,6 +241,8 @@ def assemble(
         comm=comm,
         extra_terms=extra_terms,
         example_lengths=lengths,
+        rl_server_gpus=spec.rl.vllm_server_gpus
+        or (spec.rl.vllm_tensor_parallel_size if spec.rl.generation_backend == "vllm-server" else None),
     )
     throughput = estimate()
     calibrated = None
@@ -250,7 +259,8 @@ def assemble(
     throughput = dataclasses.replace(
         with_communication(throughput, comm),
         calibration=calibrated[1] if calibrated else None,
-        **cost_section(throughput, gpu.name, world, spec_price=hw.price_per_hour, user_prices=prices),
+        # a vLLM server's GPUs (rl.vllm_server_gpus) are paid beside the training GPUs
+        **cost_section(throughput, gpu.name, world + _server_gpus(resolved), spec_price=hw.price_per_hour, user_prices=prices),
     )
     throughput = dataclasses.replace(
         throughput,

@@ -125,6 +125,10 @@ def render_throughput(t: ThroughputSection) -> list[str]:
     if t.step_time:
         out.append(f"  step time by term: {t.step_time['summary']}; bound by {t.step_time['bound_by']}")
     out.append(f"  assumption: {t.assumption}")
+    gen = [x for x in (t.step_time or {}).get("terms", []) if x["group"] == "generation"]
+    if gen:  # grpo / rloo: the completions' generation (plan/estimate/step_time/generation.py)
+        parts = ", ".join(f"{x['name'].removeprefix('generation ')} {x['exposed_s']:.2f} s" for x in gen)
+        out.append(f"  generation: {sum(x['exposed_s'] for x in gen):.2f} s/step ({parts}; every completion at its maximum length)")
     for name, seconds in (t.saver_seconds or {}).items():
         out.append(f"  {name}: +{seconds:.3g} s/step (included)")
     if iv.get("low_factor"):

@@ -59,7 +59,10 @@ def preference_loss_names() -> tuple[str, ...]:
     so the schema does not offer them."""
     from gpuplan.spec.objectives import NEEDS_LABEL_SMOOTHING, OBJECTIVES
 
-    return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING))
+    return (
+        "auto",
+        *(loss for o in OBJECTIVES.values() if o.is_preference for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING),
+    )
 
 
 def rl_loss_names() -> tuple[str, ...]:

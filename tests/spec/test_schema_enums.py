@@ -31,7 +31,8 @@ MADE_UP = "zz-not-a-value"
 BASE: dict[str, Any] = {"model": {"config": "config.json"}}
 LLAMA_8B = str(SPECS / "models" / "llama-3.1-8b.json")
 # keys a rule checks after validation, planned with the objective whose rule reads them
-RULE_CHECKED = {"preference.loss_type"}
+# (rl.loss_type under grpo: tests/plan/test_rl_plan.py test_rl_loss_type_enum_is_every_loss_grpo_plans)
+RULE_CHECKED = {"preference.loss_type", "rl.loss_type"}
 
 
 def _cli_schema() -> dict:

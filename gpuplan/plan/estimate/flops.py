@@ -25,9 +25,9 @@ vocab_size x hidden_size is taken off n_params unless it is tied to an output he
 from __future__ import annotations
 
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.generation import step_objective
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.methods import FULL, LORA
-from gpuplan.spec.objectives import objective
 
 
 def matmul_params(facts: ModelFacts) -> tuple[int, int]:
@@ -65,8 +65,8 @@ def nograd_forward_flops(facts: ModelFacts, workload: Workload, tokens: int) -> 
     """(FLOPs of the step's forwards without gradients, FLOPs of the reference forwards when they are
     precomputed instead, per step). `tokens` are the policy's graded tokens per step. A forward is
     2N + 4LHQT per token, a third of training's 6N + 12LHQT (Kaplan et al. 2020; PaLM appendix B)."""
-    obj = objective(workload.objective, workload.loss_type)
-    if not obj.is_preference:
+    obj = step_objective(workload)
+    if not (obj.is_preference or obj.is_rl):
         return 0, 0
     n, _ = matmul_params(facts)
     forward = 2 * n + 4 * facts.num_layers * facts.num_attention_heads * facts.head_dim * workload.seq_len

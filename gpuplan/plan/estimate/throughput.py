@@ -17,16 +17,18 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.flops import flops_per_token, nograd_forward_flops
 from gpuplan.plan.estimate.memory import liger
+from gpuplan.plan.estimate.memory.generation import step_objective
 from gpuplan.plan.estimate.memory.preference import policy_workload
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.padding import ExampleLengths
+from gpuplan.plan.estimate.step_time.constants import constants_for
+from gpuplan.plan.estimate.step_time.generation import generation_terms, generation_time
 from gpuplan.plan.estimate.step_time.model import scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
 from gpuplan.plan.methods import method_of
 from gpuplan.plan.sections import ThroughputSection
-from gpuplan.spec.objectives import objective
 
 # The HF guide (docs/references.md; section "torch.empty_cache_steps"): emptying the
 # cache costs "~10% slower training".
@@ -38,7 +40,7 @@ def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tupl
     the policy's matmul and attention terms: a forward is 2 of the 2 + 4 (frozen base: 2 + 2, + 2 recomputed
     under checkpointing) units of a training pass (matmul_flops, step_time/terms.py); the no-grad
     sequences per graded sequence scale it."""
-    if not obj.is_preference:
+    if not (obj.is_preference or obj.is_rl):
         return None, None
     frozen = method_of(workload.adapters).frozen_base
     units = 2 + (2 if frozen else 4) + (2 if workload.gradient_checkpointing else 0)
@@ -62,6 +64,13 @@ def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tupl
     if workload.reference == "precomputed":
         return term(f"{obj.name} forwards without gradients", obj.nograd_policy_sequences), term("reference", ref)
     return term(f"{obj.name} forwards without gradients", obj.nograd_policy_sequences + ref), None
+
+
+def _server_link_gbps(gpu: GPUProfile) -> float:
+    """GB/s of the link a vLLM server's weight broadcast crosses, the server on GPUs of the same node
+    (`trl vllm-serve` beside the trainer): NVLink where the GPU has it, else PCIe (comm_time.py bandwidth_gbps)."""
+    links = gpu.interconnect or {}
+    return float(links.get("nvlink") or links.get("pcie", 16.0))
 
 
 def compute_dtype(workload: Workload, gpu: GPUProfile, tf32: bool) -> str:
@@ -104,6 +113,7 @@ def estimate_throughput(
     scale: Mapping[str, float] | None = None,
     extra_terms: Sequence[Term] = (),
     example_lengths: ExampleLengths | None = None,
+    rl_server_gpus: int | None = None,
 ) -> ThroughputSection:
     """Tokens per optimizer step, step time and run time: the plan's throughput section
     (build adds communication, calibration and cost to it with dataclasses.replace).
@@ -127,7 +137,7 @@ def estimate_throughput(
     if utilisation is not None and not 0 < utilisation <= 1:
         raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
     notes: list[str] = []
-    obj = objective(workload.objective, workload.loss_type)  # dpo: 2 sequences per example (spec/objectives.py)
+    obj = step_objective(workload)  # dpo: 2 sequences per example; grpo / rloo: the round's no-grad forwards (spec/objectives.py)
     workload, padded_note = _padded(workload, obj, example_lengths)
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     method = method_of(workload.adapters)
@@ -169,6 +179,26 @@ def estimate_throughput(
     model = None
     precompute_s: float | None = None
     saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
+    gen = None
+    if peak and workload.generation != "none":  # grpo / rloo: the rounds' generation (step_time/generation.py)
+        gen = generation_time(
+            facts,
+            workload,
+            gpu,
+            peak * 1e12,
+            constants_for(gpu, dtype),
+            world_size=world_size,
+            server_gpus=rl_server_gpus,
+            link_gbps=_server_link_gbps(gpu),
+        )
+        extra_terms = [*extra_terms, *generation_terms(gen, workload)]
+        notes.append(
+            f"generation ({workload.generation}): {gen.round_s:.3g} s per round of {gen.sequences} sequences per engine "
+            f"(prefill {gen.prefill_s:.3g} s, decode {gen.decode_s:.3g} s"
+            + (f", weight sync {gen.sync_s:.3g} s" if gen.sync_s else "")
+            + f"), {gen.rounds_per_step:g} round(s) per step; every completion counted at rl.max_completion_length "
+            f"= {workload.rl_completion_len} tokens (an upper bound)"
+        )
     if peak:
         savers = saver_terms(facts, workload, gpu, peak * 1e12)
         if utilisation is None:

@@ -41,6 +41,7 @@ from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.memory.inference import inference_memory
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
+from gpuplan.spec.objectives import Objective, objective, rl_objective
 from gpuplan.units import GIB
 
 VLLM_BATCHED_TOKENS = 4096  # vllm_generation.py LLM(max_num_batched_tokens=4096): the profile run's token count
@@ -70,6 +71,19 @@ class VllmPlan:
     @property
     def needed_bytes(self) -> int:
         return self.weight_bytes + self.workspace_bytes + self.sequences * self.one_sequence_kv
+
+
+def step_objective(wl: Workload) -> Objective:
+    """The objective descriptor of `wl`'s step: for grpo / rloo the forwards without gradients it runs
+    (spec/objectives.py rl_objective): the reference's when one is planned (beta != 0), the policy's old
+    log-probs with vLLM (TRL's importance-sampling correction, vllm_importance_sampling_correction = True
+    by default) or when generation and optimization are misaligned (grpo_trainer.py
+    `_generate_and_score_completions`: gradient_accumulation_steps % steps_per_generation != 0); rloo always."""
+    if wl.generation == "none":
+        return objective(wl.objective, wl.loss_type)
+    steps = max(1, wl.generation_sequences // max(wl.per_device_batch, 1))
+    old = wl.generation != "transformers" or wl.gradient_accumulation_steps % steps != 0
+    return rl_objective(wl.objective, 1.0 if wl.reference != "none" else 0.0, old)
 
 
 def rollout_bytes(wl: Workload) -> int:
