@@ -49,8 +49,8 @@ def _checked(results) -> dict[str, dict]:
 
 
 def _reward_rose(out, name: str = "lower") -> list[dict]:
-    """The mean reward of the last steps is far above the first steps': 8 completions x 4 characters a step,
-    a base that opens ~1 in 4 characters with a lowercase letter; no run that did not learn gets there."""
+    """The mean reward of the last steps is far above the first steps': 8 completions x 4 characters a step
+    from a base that writes ~1 lowercase letter in 5 characters; no run that did not learn gets there."""
     lines = _train_lines(out)
     means = [r[f"rewards/{name}/mean"] for r in lines]
     assert _mean(means[-3:]) > _mean(means[:2]) + 0.35, means
@@ -58,7 +58,7 @@ def _reward_rose(out, name: str = "lower") -> list[dict]:
 
 
 def test_grpo_full_fine_tune_raises_the_reward(base, tmp_path):
-    plan = _plan(tmp_path, base)
+    plan = _plan(tmp_path, base, steps=6)
     rl = plan.resolved.rl
     assert (rl.num_generations, rl.generation_batch_size, rl.beta, rl.reference) == (4, 8, 0.0, "none")
     results = execute(plan, echo=lambda s: None, progress=False)
@@ -67,7 +67,7 @@ def test_grpo_full_fine_tune_raises_the_reward(base, tmp_path):
     for key in ("rewards/lower/mean", "rewards/lower/std", "rewards/answer/mean", "reward", "reward_std", "completions/mean_length"):
         assert key in lines[-1], sorted(lines[-1])
     assert "clip_ratio/region_mean" in lines[-1] and "kl" not in lines[-1]  # beta 0: no KL term
-    assert [r["step"] for r in lines] == list(range(1, 9)) and results["global_step"] == 8
+    assert [r["step"] for r in lines] == list(range(1, 7)) and results["global_step"] == 6
     assert "model.safetensors" in os.listdir(results["final_model_dir"])
     checked = _checked(results)
     for key, want in {
@@ -90,7 +90,11 @@ def test_grpo_full_fine_tune_raises_the_reward(base, tmp_path):
 def test_grpo_lora_with_a_kl_term_raises_the_reward_and_leaves_the_base_untouched(base, tmp_path):
     base_dir, _ = base
     before = file_hashes(base_dir)
-    plan = _plan(tmp_path, base, method="lora", lr="5e-2", rl="beta = 0.04")
+    spec = rl_spec(
+        tmp_path / "grpo.toml", base=base_dir, data=base[1], out=tmp_path / "run", method="lora", lr="5e-2", steps=12, rl="beta = 0.04"
+    )
+    spec.write_text(spec.read_text() + "merge_adapter = true\n")  # [output] is the spec's last table
+    plan = plan_file(spec, environment=ENV)
     assert plan.resolved.rl.reference == "adapters-off"
     results = execute(plan, echo=lambda s: None, progress=False)
     lines = _reward_rose(plan.value("output.dir"))
@@ -98,6 +102,7 @@ def test_grpo_lora_with_a_kl_term_raises_the_reward_and_leaves_the_base_untouche
     assert file_hashes(base_dir) == before
     final = os.listdir(results["final_model_dir"])
     assert {"adapter_model.safetensors", "adapter_config.json"} <= set(final) and "model.safetensors" not in final
+    assert "model.safetensors" in os.listdir(results["merged_model_dir"])  # output.merge_adapter, as for SFT
     checked = _checked(results)
     assert checked["rl.reference"]["live"] == "adapters-off" and checked["rl.adapters"]["live"] == ["default"]
     assert checked["rl.beta"]["live"] == 0.04
@@ -141,3 +146,21 @@ def test_a_grpo_run_resumes_after_sigkill_at_the_right_step(base, tmp_path):
     assert s["status"] == "completed" and s["resumed_from"] is not None
     assert s["results"]["start_step"] >= killed_at and s["progress"]["global_step"] == 6
     assert train_steps(out) == list(range(1, 7))  # no step lost or logged twice
+
+
+def test_the_audit_reads_the_rl_settings_off_the_live_trainer(base, tmp_path):
+    """Each RL check compares the plan with the live trainer, so a trainer that samples or scores otherwise than
+    planned is caught (audit.py _rl_checks): changed on the built trainer here, as a library update could."""
+    from gpuplan.apply.train import audit
+    from gpuplan.apply.train.execute import build_trainer
+
+    plan = _plan(tmp_path, base, steps=1, rl="temperature = 0.9")
+    trainer = build_trainer(plan, progress=False).trainer
+    checks, _ = audit.run_checks(plan, trainer, audit.BUILD)
+    assert all(c.ok for c in checks) and {"rl.generation_config", "rl.logprob_temperature", "rl.rewards"} <= {c.key for c in checks}
+    trainer.generation_config.temperature = 1.0  # sampling no longer at the planned temperature
+    trainer.reward_weights[1] = 2.0
+    bad = {c.key: c for c in audit.run_checks(plan, trainer, audit.BUILD)[0] if not c.ok}
+    assert set(bad) == {"rl.generation_config", "rl.rewards"}
+    assert bad["rl.generation_config"].planned == [4, True, 0.9, 1.0] and bad["rl.generation_config"].live == [4, True, 1.0, 1.0]
+    assert bad["rl.rewards"].live == [["lower", 1.0], ["answer", 2.0]]

@@ -70,8 +70,9 @@ def test_rows_changed_since_the_plan_are_refused_at_apply(base, tmp_path):
     assert e.key == "rl.rewards[1].column"
     rows[3]["prompt"] = "zig " * 40 + "-> 1 ="
     write_jsonl(tmp_path / "prompts.jsonl", rows)
-    e = _refused(plan, r"1 of 16 grpo rows in .*prompts.jsonl has a prompt longer than rl.max_prompt_length = 24 tokens \(rows 3\)")
-    assert "raise rl.max_prompt_length" in e.fix
+    too_long = r"1 of 16 prompts in .*prompts.jsonl are longer than rl.max_prompt_length = 24 tokens \(row 4; the longest has \d+\)"
+    e = _refused(plan, too_long)
+    assert e.fix.startswith("set rl.max_prompt_length = ")
 
 
 def test_a_vllm_backend_on_a_cpu_plan_is_refused_not_replaced(base, tmp_path):

@@ -1,9 +1,11 @@
 """Prompt rows and specs for the grpo / rloo apply tests: "word word word -> D =" prompts whose answer column
 is the digit D, and rewards beside the spec. Seeded, so every run trains on the same prompts.
 
-The dense reward the runs learn (`lower`: the share of the completion's first four characters that are
-lowercase letters) gives the tiny base a signal at every step: its first completions are a mix of letters,
-spaces and other bytes, so every group of num_generations completions differs."""
+The dense reward the runs learn (`lower`: the share of the completion's four characters, one byte token each,
+that are lowercase letters) gives the tiny base a signal at every step: its first completions are a mix of
+letters, spaces and other bytes (about 1 in 5 a lowercase letter), so the completions of a group differ.
+Measured on this base: full fine-tuning at lr 1e-2 goes from 0.19 to 0.97 in 5 steps; LoRA on every linear
+layer at lr 5e-2 from 0.19 to 0.94 in 12."""
 
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ method = "{method}"
 
 [lora]
 r = 8
-target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+target_modules = {targets}
 
 [hardware]
 gpu = "cpu"
@@ -71,7 +73,7 @@ seed = 0
 [rl]
 num_generations = 4
 max_prompt_length = 24
-max_completion_length = 8
+max_completion_length = 4
 {rl}
 {rewards}
 [output]
@@ -95,6 +97,7 @@ def rl_spec(
     save_steps: int = 1000,
     rl: str = "",
     rewards: str = LOWER + "\n" + ANSWER,
+    targets: str = '"all-linear"',
 ) -> Path:
     """A CPU grpo / rloo spec at `path`, its rewards file beside it."""
     (path.parent / "my_rewards.py").write_text(REWARDS_PY)
@@ -110,6 +113,7 @@ def rl_spec(
             save_steps=save_steps,
             rl=rl,
             rewards=rewards,
+            targets=targets,
         )
     )
     return path

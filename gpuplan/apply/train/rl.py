@@ -102,7 +102,9 @@ def prompt_counter(plan: Plan, tokenizer: Any):
 
 
 def _rows_named(rows: list[int], n: int) -> str:
-    return ", ".join(map(str, rows[:SHOWN_ROWS])) + (", ..." if n > SHOWN_ROWS else "")
+    """ "row 4" / "rows 1, 2, ...": 1-based, as the plan's own row check names them (plan/rules/rl.py)."""
+    shown = ", ".join(str(i + 1) for i in rows[:SHOWN_ROWS])
+    return f"row{'s' if n > 1 else ''} {shown}" + (", ..." if n > SHOWN_ROWS else "")
 
 
 def check_split(plan: Plan, rows: Any, key: str, where: str, count: Any) -> None:
@@ -131,30 +133,33 @@ def check_split(plan: Plan, rows: Any, key: str, where: str, count: Any) -> None
     for i, prompt in enumerate(prompts):
         if isinstance(prompt, str):
             if not prompt.strip():
-                bad.setdefault("has an empty prompt", []).append(i)
-                continue
+                bad.setdefault("have an empty prompt", []).append(i)
         elif _is_messages(prompt):
             conversational += 1
         else:
-            bad.setdefault("has a prompt that is neither text nor a list of {role, content} messages", []).append(i)
+            bad.setdefault("have a prompt that is neither text nor a list of {role, content} messages", []).append(i)
     if conversational and conversational < len(prompts):
-        bad.setdefault("mixes plain and conversational prompts (TRL reads the first row's kind for the batch)", []).append(0)
-    if not bad:
-        limit = int(rl.max_prompt_length or 0)
-        for i, prompt in enumerate(prompts):
-            if count(prompt) > limit:
-                bad.setdefault(f"has a prompt longer than rl.max_prompt_length = {limit} tokens", []).append(i)
+        plain = [i for i, p in enumerate(prompts) if not isinstance(p, list)]
+        bad.setdefault("have a plain prompt among conversational ones (TRL renders a batch by its first row's kind)", []).extend(plain)
     for problem, at in bad.items():
-        fix = (
-            "raise rl.max_prompt_length (TRL 1.16 never truncates a prompt), or shorten or remove those rows"
-            if "max_prompt_length" in problem
-            else f"fix or remove those rows: a {name} row has a prompt, text or a list of {{role, content}} messages"
-        )
         raise ApplyError(
-            f"{key}: {len(at)} of {len(prompts)} {name} rows in {where} {problem} (rows {_rows_named(at, len(at))})",
+            f"{key}: {len(at)} of {len(prompts)} {name} rows in {where} {problem} ({_rows_named(at, len(at))})",
             key=key,
             detail="gpuplan drops no row silently: every row is trained on or reported",
-            fix=fix,
+            fix='give every row a "prompt": text, or a list of {role, content} messages (one kind for the whole file)',
+        )
+    limit = int(rl.max_prompt_length or 0)
+    lengths = [count(p) for p in prompts]
+    long = [i for i, n in enumerate(lengths) if n > limit]
+    if long:
+        longest = max(lengths)
+        raise ApplyError(
+            f"{key}: {len(long)} of {len(prompts)} prompts in {where} are longer than rl.max_prompt_length = {limit} tokens "
+            f"({_rows_named(long, len(long))}; the longest has {longest}), counted as {plan.resolved.training.objective.trainer_class} "
+            "tokenizes them: TRL does not truncate them, so the step would run longer sequences than planned",
+            key=key,
+            detail="gpuplan drops no row silently: every row is trained on or reported",
+            fix=f"set rl.max_prompt_length = {longest} and re-run `gpuplan plan`, or shorten those prompts",
         )
 
 
