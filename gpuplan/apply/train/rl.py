@@ -14,7 +14,8 @@ the audit (audit.py):
   back in fp32 as the plan prices them (preference.fp32_adapters).
 - full fine-tune with beta > 0: TRL loads the reference itself from the model's path
   (create_model_from_path(get_config_model_id(model.config)), in the policy's dtype and attention kernel):
-  the base's weights, also when a run resumes;
+  the base's weights, also when a run resumes. Its parameters come trainable (TRL runs it under no_grad):
+  apply freezes them, as the plan counts the reference;
 - dropout: GRPOConfig / RLOOConfig disable_dropout defaults to False, so the model's own dropout and
   lora_dropout run as planned (unlike DPO / KTO, preference.adapter_dropout);
 - generation: use_vllm False is model.generate on the training device; a vLLM backend runs only on GPUs
@@ -285,6 +286,12 @@ def build(plan: Plan, model: Any, tokenizer: Any, train: Any, ev: Any, args_kwar
         raise ApplyError(f"trl {obj.trainer_class} refused the plan: {e}", fix=refusal_fix(plan, "trl", trl.__version__, e)) from e
     if plan.resolved.model.method.quantized_base:  # TRL casts the adapters to bf16 over a 4-bit base
         fp32_adapters(trainer.model)
+    ref = getattr(trainer, "ref_model", None)
+    if ref is not None:
+        # TRL loads the reference with trainable parameters (create_model_from_path; accelerate's
+        # prepare_model(evaluation_mode=True) leaves requires_grad as it is) and runs it under torch.no_grad:
+        # frozen here, as the plan counts it (no gradients, outside the optimizer), whatever a later TRL does
+        ref.requires_grad_(False)
     return trainer
 
 
