@@ -75,7 +75,7 @@ def trace_memory(
 
     obj = objective(wl.objective, wl.loss_type)
     head_kernels: AbstractContextManager[Any]
-    if obj.is_preference:
+    if obj.fused_head:
         from gpuplan.trace import preference
 
         head_kernels = preference.cuda_head_kernels(wl.device == "cuda")
@@ -92,7 +92,12 @@ def trace_memory(
         model = build_model(config, wl)
         ref = None
         if obj.fused_head:
-            preference.add_head(model)
+            if obj.is_rl:
+                from gpuplan.trace import rl
+
+                preference.add_head(model, rl.RL_HEAD_OUTPUTS)
+            else:
+                preference.add_head(model)
             ref = preference.build_reference(config, wl)
         cfg = model.config
         vocab = getattr(cfg, "vocab_size", 0) or 0
@@ -110,13 +115,22 @@ def trace_memory(
             tracker.track_fused_head(model, ref)
         try:
             with tracker:
+                rounds: list[dict[str, Any]] = []  # TRL keeps a round's micro-batches until the next round
+                used = 0
                 for step in range(steps):
                     tracker.step_index = step
                     for _ in range(wl.gradient_accumulation_steps):
-                        batch = None if obj.is_preference else make_batch(wl, vocab)
+                        if obj.is_rl and used == len(rounds):  # a generation round's tensors (trace/rl.py)
+                            tracker.phase = "generation"
+                            rounds, used = [], 0  # the last round's freed first, as TRL replaces its buffer
+                            rounds = rl.make_round(model, ref, wl, vocab, amp_dtype)
+                        batch = None if (obj.is_preference or obj.is_rl) else make_batch(wl, vocab)
                         tracker.phase = "forward"
                         tracker.in_head = False
-                        if batch is None:
+                        if obj.is_rl:
+                            loss = rl.rl_loss(model, rounds[used], amp_dtype)
+                            used += 1
+                        elif batch is None:
                             loss = preference.preference_loss(model, ref, wl, vocab, amp_dtype)
                         else:
                             if amp_dtype is not None:

@@ -54,13 +54,14 @@ def cuda_head_kernels(cuda: bool):
         ck._forward_tile, ck._backward_tile, ck._addmm_fp32 = saved
 
 
-def add_head(model: torch.nn.Module) -> None:
-    """TRL's fused LM head on the model (under peft: on its base model, as the trainers do)."""
+def add_head(model: torch.nn.Module, outputs: tuple[str, ...] = _HEAD_OUTPUTS) -> None:
+    """TRL's fused LM head on the model (under peft: on its base model, as the trainers do); `outputs`:
+    the per-token tensors it returns (dpo / kto: the metrics' four; grpo / rloo: log_probs, entropy)."""
     from trl.trainer.utils import add_fused_lm_head
 
     get_base = getattr(model, "get_base_model", None)  # a PeftModel's
     base = cast("PreTrainedModel", get_base() if get_base is not None else model)  # build_model's model
-    add_fused_lm_head(base, outputs=_HEAD_OUTPUTS)
+    add_fused_lm_head(base, outputs=outputs)
 
 
 def build_reference(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module | None:
@@ -76,7 +77,7 @@ def build_reference(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module 
     ref = build_model(config, dataclasses.replace(wl, weight_dtype=dtype, adapters=None, gradient_checkpointing=False))
     ref.eval()
     ref.requires_grad_(False)
-    add_head(ref)
+    add_head(ref, ("log_probs",) if wl.generation != "none" else _HEAD_OUTPUTS)  # grpo_trainer.py: the reference's head returns log_probs
     return ref
 
 

@@ -102,6 +102,8 @@ class StorageTracker(TorchDispatchMode):
             return "temporaries"
         if self.phase == "optimizer":
             return _PENDING
+        if self.phase == "generation":  # online RL: the round's tensors and its no-grad forwards (trace/rl.py)
+            return "generation"
         return "temporaries"
 
     # -- dispatch ---------------------------------------------------------

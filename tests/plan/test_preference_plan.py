@@ -66,11 +66,13 @@ def _errors(exc) -> list:
 def test_stable_trl_trainers_only_and_sft_is_the_default():
     import trl
 
-    assert set(OBJECTIVES) == {"sft", "dpo", "kto"}
+    assert set(OBJECTIVES) == {"sft", "dpo", "kto", "grpo", "rloo"}  # grpo / rloo: tests/plan/test_rl_plan.py
     for o in OBJECTIVES.values():
         if o.trl_module:  # the classes the descriptor names exist in the installed TRL's stable API
             assert hasattr(trl, o.trainer_class) and hasattr(trl, o.config_class)
-    assert Workload(1, 8).to_dict().keys().isdisjoint({"objective", "reference"})  # SFT plans' JSON unchanged
+    assert (
+        Workload(1, 8).to_dict().keys().isdisjoint({"objective", "reference", "generation", "generation_sequences"})
+    )  # SFT JSON unchanged
 
 
 def test_sft_plans_read_no_preference_key(shipped_plans):

@@ -251,3 +251,42 @@ def test_a_vllm_server_is_paid_beside_the_training_gpus(tmp_path):
     t = plan.throughput
     assert plan.resolved.rl.vllm_server_gpus == 2 and plan.memory.components["generation"] < 2**30  # no vLLM on the training GPU
     assert t.cost_usd == pytest.approx(t.run_time_s / 3600 * 3 * t.price_per_gpu_hour)  # 1 training + 2 server GPUs
+
+
+def test_an_rl_plan_survives_its_json(tmp_path):
+    from gpuplan.plan.types import Plan
+
+    plan = plan_file(_spec(tmp_path, gpu="H100-80GB", rl='generation_backend = "vllm-colocate"'), environment=ENV)
+    again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again.resolved.rl == plan.resolved.rl and again.memory.workload == plan.memory.workload
+    assert again.memory.components["generation"] == plan.memory.components["generation"] > 0
+
+
+def test_a_full_grpo_that_does_not_fit_keeps_its_reference_copy_and_its_fixes_plan(tmp_path):
+    path = _spec(
+        tmp_path, gpu="A100-40GB", method="full", rl="beta = 0.04\nmax_completion_length = 1024", training="effective_batch_size = 16"
+    )
+    path.write_text(path.read_text().replace("max_completion_length = 256\n", ""))
+    (e,) = _errors(path)  # TRL's online trainers cannot precompute the reference: no "precomputed" saver
+    assert e.key == "hardware.gpu" and "does not fit" in e.summary and "hardware.count = 2" in e.fix
+    path.write_text(path.read_text().replace('gpu = "A100-40GB"', 'gpu = "A100-40GB"\ncount = 2'))
+    plan = plan_file(path, environment=ENV)  # the fix, followed, plans
+    assert plan.memory.fits and plan.resolved.rl.reference == "copy" and plan.memory.workload.generation_sequences == 8
+
+
+def test_a_vllm_server_too_small_for_the_model_is_refused(tmp_path):
+    big = str(SPECS / "models" / "llama-3.1-70b.json")
+    (e,) = [
+        e
+        for e in _errors(_spec(tmp_path, config=big, method="full", gpu="H100-80GB", rl='generation_backend = "vllm-server"'))
+        if e.key == "rl.vllm_tensor_parallel_size"
+    ]
+    assert "does not hold the model" in e.summary and e.fix == "set rl.vllm_tensor_parallel_size = 2 and rl.vllm_server_gpus = 2"
+    # the fix, followed: the server holds it (the 70B's full fine-tune still needs more training GPUs)
+    path = tmp_path / "grpo.toml"
+    path.write_text(
+        path.read_text().replace(
+            'generation_backend = "vllm-server"', 'generation_backend = "vllm-server"\nvllm_tensor_parallel_size = 2\nvllm_server_gpus = 2'
+        )
+    )
+    assert not [e for e in _errors(path) if e.key.startswith("rl.")]

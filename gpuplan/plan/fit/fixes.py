@@ -149,9 +149,17 @@ def verified_fixes(
         base = dataclasses.replace(p.base, weight_dtype="bfloat16", amp="bf16" if p.base.amp else None)
         if _fits(dataclasses.replace(p, base=base)):
             fixes.append(Fix("dtype", (("model.dtype", "bfloat16"),)))
-    # a shorter sequence
+    # a shorter sequence; online RL (grpo / rloo): shorter completions, the prompts are the data's
+    if p.base.generation != "none":
+        prompt, completion = p.base.seq_len - p.base.rl_completion_len, p.base.rl_completion_len // 2
+        while completion >= 64:
+            shorter = dataclasses.replace(p.base, seq_len=prompt + completion, rl_completion_len=completion)
+            if _fits(dataclasses.replace(p, base=shorter)):
+                fixes.append(Fix("seq_len", (("rl.max_completion_length", completion),)))
+                break
+            completion //= 2
     seq = p.base.seq_len // 2
-    while seq >= 128:
+    while seq >= 128 and p.base.generation == "none":
         if _fits(dataclasses.replace(p, base=dataclasses.replace(p.base, seq_len=seq))):
             fixes.append(Fix("seq_len", (("data.seq_len", seq),)))
             break
@@ -174,7 +182,10 @@ def verified_fixes(
             if new_world % per_node:
                 continue
             sh = Sharding("fsdp", 3, new_world, False, False, "full_shard")
-            q = dataclasses.replace(p, world_size=new_world, samples_per_device=samples, shardings=(sh,))
+            # online RL: a round's sequences per GPU shrink with the samples per GPU (rl.generation_batch_size / world)
+            gen = p.base.generation_sequences * samples // max(p.samples_per_device, 1)
+            base = dataclasses.replace(p.base, generation_sequences=gen) if p.base.generation != "none" else p.base
+            q = dataclasses.replace(p, base=base, world_size=new_world, samples_per_device=samples, shardings=(sh,))
             if _fits(q):
                 where: tuple[tuple[str, Any], ...] = (("hardware.count", per_node),)
                 if new_world > per_node:

@@ -298,7 +298,8 @@ def fit_with_reference(ctx: Resolver, problem: Any, solve: Callable[[Any], Any])
     sol = solve(problem)
     base = problem.base
     chosen = ctx.spec("preference.reference") != "auto" or ctx.spec("preference.reference_model") is not None
-    if base.reference != "copy" or chosen or (sol.fits and not sol.savers):
+    # grpo / rloo: TRL 1.16's online trainers have no precomputed reference (the policy changes every round)
+    if base.reference != "copy" or chosen or (sol.fits and not sol.savers) or base.generation != "none":
         return problem, sol
     other = dataclasses.replace(problem, base=dataclasses.replace(base, reference="precomputed"))
     alt = solve(other)

@@ -31,6 +31,7 @@ from gpuplan.plan.checks.rl_rows import PromptReport, _rows, check_prompts
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.generation import vllm_plan
+from gpuplan.plan.estimate.memory.preference import reference_element_bytes
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.rules.common import FIT_METHOD, FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
@@ -427,9 +428,10 @@ def generation(ctx: Resolver) -> None:
             "(TRL's peft path), no second copy of the weights"
         )
     else:
+        gib = ctx.facts.n_params * reference_element_bytes(run) / GIB
         why = (
-            f"full fine-tuning with rl.beta = {beta:g}: a frozen copy of the starting weights "
-            f"({ctx.facts.n_params * 2 / GIB:.1f} GiB in 16-bit) for the reference log-probs"
+            f"full fine-tuning with rl.beta = {beta:g}: a frozen copy of the starting weights in the policy's dtype "
+            f"({gib:.1f} GiB, as TRL builds it: grpo_trainer.py dtype=self.model.dtype) for the reference log-probs"
         )
     ctx.resolve("rl.reference", ref, why)
     world = world_size(ctx)
@@ -442,6 +444,8 @@ def generation(ctx: Resolver) -> None:
             f"(per-device batch {sol.per_device_batch} x {world} GPU(s)), as TRL 1.16 requires",
             fix=f"set rl.generation_batch_size = {max(micro, gbs // micro * micro)}",
         )
+    if ctx.get("rl.generation_backend") == "vllm-server":
+        _server(ctx, run, gbs)
     if ctx.get("rl.generation_backend") != "vllm-colocate":
         ctx.keep("rl.vllm_gpu_memory_utilization")
         return
@@ -472,6 +476,35 @@ def generation(ctx: Resolver) -> None:
         f"{vp.weight_bytes / GIB:.1f} GiB + workspace {vp.workspace_bytes / GIB:.1f} GiB + KV cache {vp.kv_bytes / GIB:.1f} GiB "
         f"for all {vp.sequences} sequences of a generation round at {run.seq_len} tokens at once (TRL's max_num_seqs); "
         "the smallest share in steps of 0.05 that holds them, so training keeps the rest",
+    )
+
+
+SERVER_SHARE = 0.9  # `trl vllm-serve --gpu_memory_utilization` default (trl/scripts/vllm_serve.py ScriptArguments)
+
+
+def _server(ctx: Resolver, run: Workload, gbs: int) -> None:
+    """A vLLM server on GPUs like the training ones (the plan knows no other): its weights and a round's KV cache
+    at `trl vllm-serve`'s default share, per replica of vllm_tensor_parallel_size GPUs."""
+    tp = max(run.vllm_tensor_parallel_size, 1)
+    replicas = max(1, (ctx.get("rl.vllm_server_gpus") or tp) // tp)
+    seqs = -(-gbs // replicas)
+    # per GPU of a replica: vllm_plan splits the weights and each sequence's KV over tp; it holds seqs / tp of them
+    server = dataclasses.replace(run, vllm_gpu_memory_utilization=SERVER_SHARE, generation_sequences=-(-seqs // tp))
+    vp = vllm_plan(ctx.facts, server, ctx.gpu)
+    where = f"each of the {replicas} server replica(s) ({tp} x {ctx.gpu.a_name} at vLLM's share {SERVER_SHARE:g})"
+    if vp.kv_bytes < vp.one_sequence_kv:
+        ctx.error(
+            "rl.vllm_tensor_parallel_size",
+            f"the vLLM server does not hold the model: {where} has {vp.share_bytes / GIB:.1f} GiB per GPU for "
+            f"{vp.weight_bytes / GIB:.1f} GiB of weights, {vp.workspace_bytes / GIB:.1f} GiB of workspace and the KV cache",
+            fix=f"set rl.vllm_tensor_parallel_size = {tp * 2} and rl.vllm_server_gpus = {tp * 2 * replicas}",
+        )
+        return
+    ctx.note(
+        "rl.vllm_server_gpus",
+        f"vllm-server: {where} holds {vp.weight_bytes / GIB:.1f} GiB of weights per GPU and KV cache for {vp.concurrent * tp} "
+        f"of the {seqs} sequences it generates per round at full length"
+        + ("" if vp.concurrent * tp >= seqs else " (the rest wait for a slot)"),
     )
 
 
@@ -514,6 +547,7 @@ RULES = (
             "rl.beta",
             "rl.generation_batch_size",
             "rl.generation_backend",
+            "rl.vllm_server_gpus",
             "spec:hardware.count",
             "spec:hardware.nodes",
         ),

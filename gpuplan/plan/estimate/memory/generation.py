@@ -87,9 +87,14 @@ def step_objective(wl: Workload) -> Objective:
 
 
 def rollout_bytes(wl: Workload) -> int:
-    """The round's tensors TRL keeps on each GPU until its micro-batches are trained (see above)."""
+    """The round's tensors TRL keeps on each GPU until its micro-batches are trained (see above): ids and
+    attention masks of prompt + completion (int64), the advantages, and per completion token the old-policy
+    log-probs (when computed) and the reference's (when planned), fp32. vLLM's importance-sampling ratio is one
+    value per sequence in TRL's default "sequence_mask" mode: left out (n x 4 bytes)."""
     n, s, c = wl.generation_sequences, wl.seq_len, wl.rl_completion_len
-    return n * s * (8 + 8) + n * c * (8 + 4 + 4 + 4)
+    obj = step_objective(wl)
+    per_token = obj.nograd_policy_sequences + (wl.reference != "none")
+    return n * s * (8 + 8) + n * 4 + n * c * 4 * per_token
 
 
 def kv_per_token(facts: ModelFacts, dtype_bytes: int) -> int:

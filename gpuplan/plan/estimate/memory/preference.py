@@ -118,7 +118,9 @@ def fused_head_parts(facts: ModelFacts, wl: Workload, hidden_bytes: int) -> tupl
     # saved for backward: flattened hidden (a copy: the [:, :-1] slice is not contiguous), int64
     # targets, log-sum-exp and entropy (fp32); the trainer's outputs: log-prob, entropy, mean logit
     # (fp32, masked copies) and the top-1 flag; the label mask (bool)
-    saved = n * (h * hidden_bytes + 8 + 4 + 4 + 3 * 4 + 1 + 1)
+    # (grpo / rloo: log-prob and entropy only, grpo_trainer.py add_fused_lm_head outputs)
+    outputs = 2 * 4 if wl.generation != "none" else 3 * 4 + 1
+    saved = n * (h * hidden_bytes + 8 + 4 + 4 + outputs + 1)
     stats = n * (7 * 4 + 8 + 1)  # the seven running statistics, clamped targets, mask
     if wl.reference == "precomputed" or wl.generation != "none":
         # online RL computes the reference log-probs with the round, before the policy's step (memory/generation.py)
