@@ -12,6 +12,22 @@ from gpuplan.modelinfo import read_config
 from gpuplan.plan.types import Plan
 
 
+def _with_generation(plan: Plan, config, wl, traced):
+    """grpo / rloo: the trace runs the training step and holds the round's tensors; the generation moment
+    (transformers' KV cache, vLLM's share) cannot run on fake tensors, so its analytic part is added
+    (plan/estimate/memory/generation.py), and the note says so."""
+    from gpuplan.hardware.profile import GPUProfile
+    from gpuplan.modelinfo import model_facts
+    from gpuplan.plan.estimate.memory.generation import with_generation
+
+    hw = {k: v for k, v in plan.hardware.to_dict().items() if k not in ("count", "nodes")}
+    gpu = GPUProfile.from_dict(hw) if hw.get("name") and hw.get("peak_tflops") is not None else None
+    facts = model_facts(config, wl.task)
+    out = with_generation(facts, wl, traced, gpu, rollout_counted=True)
+    note = f"{wl.generation} generation: its memory is the analytic model's (fake tensors cannot sample), added to the traced step"
+    return dataclasses.replace(out, method="traced", notes=(*out.notes, note))
+
+
 def trace_plan(plan: Plan) -> Plan:
     from gpuplan.hub.fetch import model_dir  # a Hub id: its cached snapshot, where planning put config.json
     from gpuplan.trace import trace_memory  # imports torch
@@ -41,6 +57,8 @@ def trace_plan(plan: Plan) -> Plan:
                 "layers (the plan counts Liger's fused loss)",
             ),
         )
+    if wl.generation != "none":
+        traced = _with_generation(plan, config, wl, traced)
     diff = (analytic - traced.allocated_peak_bytes) / traced.allocated_peak_bytes
     memory = dataclasses.replace(plan.memory, traced={**traced.to_dict(), "analytic_minus_traced_fraction": diff})
     return dataclasses.replace(plan, memory=memory)

@@ -290,3 +290,15 @@ def test_a_vllm_server_too_small_for_the_model_is_refused(tmp_path):
         )
     )
     assert not [e for e in _errors(path) if e.key.startswith("rl.")]
+
+
+def test_zero3_generation_gathers_the_whole_model():
+    facts = model_facts(read_config(QWEN_7B), "causal-lm")
+    gpu = lookup("H100-80GB")
+    wl = Workload(
+        per_device_batch=1, seq_len=1024, weight_dtype="bfloat16", amp="bf16", objective="grpo", engine="deepspeed", zero_stage=3,
+        shard_world_size=8, generation="transformers", rl_completion_len=512, generation_sequences=64,
+    )  # fmt: skip
+    est = estimate_memory(facts, wl, gpu)
+    assert "the peak is the generation moment" in " ".join(est.notes)  # 64 sequences' KV cache beside the weights
+    assert est.components["weights"] >= facts.n_params * 2  # trl/models/utils.py: GatheredParameters(model.parameters())

@@ -66,3 +66,29 @@ def test_the_round_is_in_the_trace_and_the_reference_copy_only_with_beta():
     # micro-batch trains, as the analytic model counts them
     wl = Workload(4, 256, amp="bf16", **ROUND)
     assert off.components["generation"] == pytest.approx(rollout_bytes(wl), rel=0.05)
+
+
+@pytest.mark.parametrize(("method", "backend"), [("full", "transformers"), ("lora", "vllm-colocate")])
+def test_plan_trace_traces_the_grpo_step(tmp_path, method, backend):
+    import json
+
+    from gpuplan.plan.build import plan_file
+    from gpuplan.trace.plan import trace_plan
+    from tests.helpers.planning import ENV
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"prompt": f"{i} ->", "answer": str(i)}) + "\n" for i in range(8)))
+    spec = tmp_path / "grpo.toml"
+    spec.write_text(
+        f'[model]\nconfig = "config.json"\nmethod = "{method}"\n[hardware]\ngpu = "H100-80GB"\n'
+        '[data]\ntrain_files = ["p.jsonl"]\n[training]\nobjective = "grpo"\nper_device_train_batch_size = 4\n'
+        "gradient_accumulation_steps = 2\nmax_steps = 10\n"
+        f'[rl]\nnum_generations = 4\nmax_prompt_length = 64\nmax_completion_length = 192\nbeta = 0.04\ngeneration_backend = "{backend}"\n'
+        '[[rl.rewards]]\nkind = "exact-match"\ncolumn = "answer"\n'
+    )
+    plan = trace_plan(plan_file(spec, environment=ENV))
+    wl = plan.memory.workload
+    assert wl.objective == "grpo" and wl.reference == ("copy" if method == "full" else "adapters-off") and wl.generation == backend
+    traced = plan.memory.traced
+    assert abs(traced["analytic_minus_traced_fraction"]) < 0.03, traced
+    assert any("generation: its memory is the analytic model's" in n for n in traced["notes"])

@@ -141,19 +141,28 @@ def transformers_generation(facts: ModelFacts, wl: Workload) -> tuple[int, int]:
     return mem.kv_cache_bytes, prefill.activation_bytes
 
 
-def with_generation(facts: ModelFacts, wl: Workload, est: MemoryEstimate, gpu: GPUProfile | None) -> MemoryEstimate:
-    """The training step's estimate with the generation part and the generation moment (see above)."""
+def with_generation(
+    facts: ModelFacts, wl: Workload, est: MemoryEstimate, gpu: GPUProfile | None, *, rollout_counted: bool = False
+) -> MemoryEstimate:
+    """The training step's estimate with the generation part and the generation moment (see above);
+    `rollout_counted`: `est` holds the round's tensors already (a traced step: gpuplan/trace/rl.py)."""
     if wl.generation == "none":
         return est
     c = dict(est.components)
-    rollout = rollout_bytes(wl)
+    rollout = 0 if rollout_counted else rollout_bytes(wl)
     notes = list(est.notes)
     gen_moment: dict[str, int] | None = None
     during_training = rollout
     # alive at generation: the weights and optimizer states, no gradients (zeroed by the last step), no activations
     if wl.generation == "transformers":
         kv, work = transformers_generation(facts, wl)
-        gen_moment = {"weights": c["weights"], "optimizer_states": c["optimizer_states"], "activations": work, "generation": rollout + kv}
+        weights = c["weights"]
+        if wl.engine == "deepspeed" and wl.zero_stage == 3 and wl.shard_world_size > 1:
+            # GRPOConfig.ds3_gather_for_generation (default True): trl/models/utils.py unwrap_model_for_generation
+            # gathers every ZeRO-3 partition for generate, so each GPU holds the whole model then
+            weights = max(weights, facts.n_params * (2 if wl.weight_dtype != "float32" or wl.amp else 4))
+            notes.append("generation under ZeRO-3: TRL gathers the whole model on each GPU (ds3_gather_for_generation)")
+        gen_moment = {"weights": weights, "optimizer_states": c["optimizer_states"], "activations": work, "generation": rollout + kv}
         notes.append(
             f"generation (transformers): KV cache {kv / GIB:.2f} GiB for {wl.generation_sequences} sequences x {wl.seq_len} tokens, "
             f"beside the weights and optimizer states"
