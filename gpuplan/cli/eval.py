@@ -29,9 +29,12 @@ def cmd_eval(args) -> int:
     check_remote_code(run.plan, args.trust_remote_code)
     tasks = list(run.plan.resolved.eval.tasks)
     preference = run.plan.resolved.training.objective.is_preference
-    heldout_wanted = data is not None or (has_eval(run.plan) and not preference) or not tasks
+    rl = run.plan.resolved.training.objective.is_rl
+    heldout_wanted = data is not None or (has_eval(run.plan) and not (preference or rl)) or not tasks
     if heldout_wanted and preference:
         raise preference_refusal(run)
+    if heldout_wanted and rl and data is None:  # its rows are prompts, not text: --data names held-out text
+        raise rl_refusal(run)
     plan = eval_plan(run, data) if heldout_wanted else run.plan
     if tasks:
         from gpuplan.after import lmeval
@@ -84,6 +87,27 @@ def preference_refusal(run) -> UserError:
         f"whose eval loss is TRL's {name} loss against the reference model, which gpuplan eval does not compute",
         key="training.objective",
         fix=fix,
+    )
+
+
+def rl_refusal(run) -> UserError:
+    """A grpo / rloo run's rows are prompts scored by its rewards (TRL's GRPOTrainer / RLOOTrainer evaluate
+    by generating and scoring, the "eval" lines of metrics.jsonl): no held-out text for the next-token loss
+    `gpuplan eval` scores unless --data names some."""
+    from gpuplan.apply.train.arguments import has_eval
+
+    name = run.plan.resolved.training.objective.name
+    metrics = os.path.join(run.output_dir, METRICS_FILE)
+    seen = (
+        f'TRL\'s eval rewards are the "eval" lines of {metrics}'
+        if has_eval(run.plan)
+        else "hold out prompt rows (data.eval_files or data.eval_fraction) for TRL's eval rewards"
+    )
+    return UserError(
+        f'gpuplan eval scores the next-token loss of held-out text; this run trained training.objective = "{name}" '
+        "on prompts scored by its rewards, and has no held-out text",
+        key="training.objective",
+        fix=f"pass --data FILE (text to score the trained model's next-token loss on), or set [eval] tasks for lm-eval; {seen}",
     )
 
 

@@ -101,7 +101,7 @@ def show(target: str) -> tuple[dict[str, Any], str, str | None]:
                 ]
             )
         metrics = read_metrics(path)
-        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples), str(path)
+        return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples, metrics.rl), str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         Plan.from_dict(data)

@@ -1,6 +1,7 @@
 """A picture of a run for `gpuplan show OUTPUT_DIR --plot FILE.png` (matplotlib, the `plot` extra).
 
-Four panels: training and eval loss against step (with `gpuplan eval` results as stars); tokens/s against step with the
+Four panels: training and eval loss against step (with `gpuplan eval` results as stars; a dpo / kto run's reward
+margin and a grpo / rloo run's mean reward per reward function on a second axis); tokens/s against step with the
 plan's estimate as a line; peak memory measured beside the plan's estimate; mean
 throughput measured beside the plan's. matplotlib is imported here only, through its
 object API (Figure + the Agg canvas): no pyplot state, no display needed.
@@ -55,6 +56,22 @@ def _loss(ax, m: RunMetrics, evaluations: list) -> None:
                 steps, values = zip(*m.rewards[name])
                 twin.plot(steps, values, color=color, linestyle=":", label=f"reward {name}")
         twin.set(ylabel="reward margin / accuracy")
+        twin.legend(loc="center right", fontsize=8)
+    means = {k.removesuffix("/mean"): v for k, v in m.rewards.items() if k.endswith("/mean") and v}
+    if means or m.rl.get("reward"):  # grpo / rloo: each reward's mean (its std as a band) and the weighted sum
+        twin = ax.twinx()
+        for name, points in means.items():
+            steps, values = zip(*points)
+            line = twin.plot(steps, values, linestyle=":", label=f"reward {name}")[0]
+            std = dict(m.rewards.get(f"{name}/std") or [])
+            if std:
+                lo = [v - std.get(s, 0.0) for s, v in points]
+                hi = [v + std.get(s, 0.0) for s, v in points]
+                twin.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15)
+        if m.rl.get("reward") and len(means) != 1:
+            steps, values = zip(*m.rl["reward"])
+            twin.plot(steps, values, color=PLANNED, label="reward (weighted sum)")
+        twin.set(ylabel="reward (mean per completion)")
         twin.legend(loc="center right", fontsize=8)
 
 

@@ -48,12 +48,15 @@ def render_run_state(
     losses: Sequence[float] = (),
     rewards: Mapping[str, Sequence[tuple[int, float]]] | None = None,
     samples: Sequence[Mapping[str, Any]] = (),
+    rl: Mapping[str, Sequence[tuple[int, float]]] | None = None,
 ) -> str:
     """A run's gpuplan-state.json as text: status, progress, measured against planned, then its plan.
 
     `losses` (the logged training losses, metrics.jsonl) add a one-line sparkline of the loss;
     `rewards` (dpo / kto: TRL's rewards/margins and rewards/accuracies by step) one line each;
-    `samples` (its [eval] sample_prompts lines) the last generation of each prompt."""
+    `samples` (its [eval] sample_prompts lines) the last generation of each prompt; `rl` (grpo / rloo: TRL's
+    reward, kl, completion length and clip ratio by step, render/run_metrics.py RL_METRICS) with `rewards`
+    ("<name>/mean" of each reward) one line each (rl_lines)."""
     p, r = state.get("progress", {}), state.get("results", {}) or {}
     plan = state["plan"]
     lines = [
@@ -81,10 +84,36 @@ def render_run_state(
         values = [v for _, v in (rewards or {}).get(name, ())]
         if len(values) > 1:
             lines.append(f"  reward {name} {sparkline(values)} {values[0]:.3f} -> {values[-1]:.3f}")
+    lines += rl_lines(rl or {}, rewards or {})
     lines += evaluation_lines(state.get("evaluations") or [])
     last = {s.get("prompt"): s for s in samples}  # the newest generation of each prompt
     lines += [f"  sample at step {s.get('step')}: {s.get('prompt')!r} -> {s.get('completion')!r}" for s in last.values()]
     return "\n".join(lines) + "\n\n" + render_plan(plan)
+
+
+# (TRL's name, how the line names it) for the RL metrics `gpuplan show` draws, in this order
+RL_LINES = (
+    ("reward", "reward (weighted sum)"),
+    ("kl", "kl to the reference"),
+    ("completions/mean_length", "completion length"),
+    ("completions/clipped_ratio", "completions cut at max length"),
+    ("clip_ratio/region_mean", "clipped ratio (PPO clip)"),
+)
+
+
+def rl_lines(rl: Mapping[str, Sequence[tuple[int, float]]], rewards: Mapping[str, Sequence[tuple[int, float]]]) -> list[str]:
+    """A grpo / rloo run's reward per reward function and its RL metrics, a sparkline each: first -> last."""
+    out = []
+    series = [(f"reward {name.removesuffix('/mean')}", v) for name, v in rewards.items() if name.endswith("/mean")]
+    series += [(label, rl[key]) for key, label in RL_LINES if key in rl]
+    for label, points in series:
+        values = [v for _, v in points]
+        if len(values) > 1:
+            out.append(
+                f"  {label} {sparkline(values)} {values[0]:.3f} -> {values[-1]:.3f} (mean of the last {min(5, len(values))}: "
+                f"{sum(values[-5:]) / len(values[-5:]):.3f})"
+            )
+    return out
 
 
 def measured_time_lines(r: Mapping[str, Any], t: ThroughputSection) -> list[str]:

@@ -37,7 +37,10 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
         trust_remote_code=plan.resolved.model.trust_remote_code,
     )
     from gpuplan.apply.train.preference import uses_preference
+    from gpuplan.apply.train.rl import preview_prompts, uses_rl
 
+    if uses_rl(plan):  # prompts as TRL renders them; the completions are what the run generates (rl.py)
+        return preview_prompts(plan, tokenizer, n_examples)
     if uses_preference(plan):  # chosen and rejected, as TRL tokenizes them (preference_preview.py)
         from gpuplan.apply.data.preference_preview import preview_preference
 

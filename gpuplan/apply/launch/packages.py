@@ -40,8 +40,10 @@ def _needs(plan: Plan) -> list[tuple[str, object, str]]:
         out.append(("training.use_liger_kernel", True, "liger_kernel"))
     if r.model.attn_implementation == "flash_attention_2":
         out.append(("model.attn_implementation", r.model.attn_implementation, "flash_attn"))
-    if r.training.objective.is_preference:  # TRL's DPOTrainer / KTOTrainer
+    if r.training.objective.is_preference or r.training.objective.is_rl:  # TRL's DPO / KTO / GRPO / RLOO trainers
         out.append(("training.objective", r.training.objective.name, "trl"))
+    if r.training.objective.is_rl and r.rl.use_vllm:  # TRL's vLLM generation (trl/generation/vllm_generation.py)
+        out.append(("rl.generation_backend", r.rl.generation_backend, "vllm"))
     backend = r.training.torch_compile_backend if r.training.torch_compile else None
     if backend in COMPILE_BACKEND_PACKAGES:
         out.append(("training.torch_compile_backend", backend, COMPILE_BACKEND_PACKAGES[backend]))

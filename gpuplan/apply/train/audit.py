@@ -352,7 +352,7 @@ def run_checks(
     obj = preference.objective_of(plan)
 
     # what is trained
-    c.add("training.objective", obj.trainer_class if obj.is_preference else "Trainer", _objective_class(trainer, obj))
+    c.add("training.objective", obj.trainer_class if obj.is_preference or obj.is_rl else "Trainer", _objective_class(trainer, obj))
     c.add(
         "model.trainable_params",
         plan.model.trainable_params if plan.model.trainable_params is not None else _SKIP,
@@ -384,6 +384,12 @@ def run_checks(
 
     # the batch
     batch = _batch_size(dataloader) if dataloader is not None else trainer._train_batch_size
+    if obj.is_rl and dataloader is not None:
+        # TRL's loader yields a whole generation round per process, per_device x steps_per_generation rows
+        # (grpo_trainer.py / rloo_trainer.py get_train_dataloader), which _prepare_inputs splits into the micro-batches
+        generation = _batch_size(dataloader)
+        c.add("rl.generation_batch_size", plan.resolved.rl.generation_batch_size, (generation or 0) * trainer.args.world_size)
+        batch = (generation or 0) // trainer.args.steps_per_generation
     c.add("training.per_device_train_batch_size", p.wl("per_device_batch", lambda r: r.training.per_device_train_batch_size), batch)
     c.add(
         "training.gradient_accumulation_steps",
@@ -414,6 +420,8 @@ def run_checks(
     c.add("data.collator", planned_collator, _collator_name(collate))
     if obj.is_preference:
         c.add("data.packing", False, lambda: bool(getattr(trainer.args, "padding_free", False)))
+    elif obj.is_rl:
+        pass  # prompts, and completions TRL pads itself: nothing is packed
     else:
         c.add("data.packing", packing, lambda: _packed(trainer.train_dataset))
     if tokens is not None:  # the ids of the tokenizer as gpuplan loaded it, before any trainer saw it
@@ -426,6 +434,8 @@ def run_checks(
         if obj.config_sampling:  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
             c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
         _reference_checks(c, plan, p, trainer)
+    if obj.is_rl:
+        _rl_checks(c, plan, p, trainer, stage)
 
     if stage == TRAIN_BEGIN:
         ckpt_on, reentrant = _checkpointing(model)
@@ -455,12 +465,11 @@ def _objective_class(trainer: Any, obj: Any) -> str:
     import trl
     from transformers import Trainer
 
-    if obj.is_preference:
+    if obj.is_preference or obj.is_rl:
         cls = getattr(trl, obj.trainer_class)
         return obj.trainer_class if isinstance(trainer, cls) else type(trainer).__name__
-    return (
-        "Trainer" if isinstance(trainer, Trainer) and not isinstance(trainer, (trl.DPOTrainer, trl.KTOTrainer)) else type(trainer).__name__
-    )
+    trl_trainers = (trl.DPOTrainer, trl.KTOTrainer, trl.GRPOTrainer, trl.RLOOTrainer)
+    return "Trainer" if isinstance(trainer, Trainer) and not isinstance(trainer, trl_trainers) else type(trainer).__name__
 
 
 def _uses_dora(model: Any) -> bool:
@@ -489,6 +498,8 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
     collators for the preference objectives: trl/trainer/dpo_trainer.py, kto_trainer.py)."""
     if obj.is_preference:
         return obj.collator_class or "?", False
+    if obj.is_rl:  # rows go to the trainer as they are (grpo_trainer.py / rloo_trainer.py: data_collator=identity)
+        return "identity", False
     from gpuplan.apply.data.flatten import needs_flattening
 
     packing = plan.resolved.data.packing
@@ -535,6 +546,69 @@ def _reference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any) -> None:
             # TRL fully_shards the reference with the policy's plugin when FSDP is on (trl/models/utils.py
             # prepare_fsdp), as memory/preference.py counts it; under a DDP fallback it stays whole
             c.add("preference.reference_engine", p.engine(), lambda: _reference_engine(ref))
+
+
+def _rl_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any, stage: str) -> None:
+    """The online-RL settings on the live GRPOTrainer / RLOOTrainer: the group, the generation (its config, the
+    backend), the temperature the log-prob head divides by, the KL weight and the reference, the loss, the rewards."""
+    rl = plan.resolved.rl
+    c.add("rl.num_generations", rl.num_generations, lambda: trainer.num_generations)
+    if stage == BUILD:
+        c.add("rl.generation_batch_size", rl.generation_batch_size, lambda: trainer.args.generation_batch_size)
+    c.add("rl.max_completion_length", rl.max_completion_length, lambda: trainer.max_completion_length)
+    c.add("rl.temperature", rl.temperature, lambda: float(trainer.temperature))
+    c.add("rl.top_p", rl.top_p, lambda: float(trainer.top_p))
+    c.add("rl.generation_backend", rl.generation_backend, lambda: _backend(trainer))
+    if not getattr(trainer, "use_vllm", False):  # model.generate's config: what sampling really runs with
+        gen = trainer.generation_config
+        c.add(
+            "rl.generation_config",
+            [rl.max_completion_length, True, rl.temperature, rl.top_p],
+            lambda: [gen.max_new_tokens, bool(gen.do_sample), float(gen.temperature), float(gen.top_p)],
+        )
+    # the fused log-prob head TRL installs (trl/trainer/utils.py add_fused_lm_head) divides the logits by the
+    # sampling temperature: the log-probs the loss uses are those of the distribution sampled from
+    c.add("rl.logprob_temperature", rl.temperature, lambda: _head_temperature(trainer.model))
+    c.add("rl.beta", rl.beta, lambda: float(trainer.beta))
+    if plan.resolved.training.objective.loss_types:
+        c.add("rl.loss_type", rl.loss_type, lambda: str(trainer.loss_type))
+    c.add("rl.rewards", [[r.name, r.weight] for r in rl.rewards], lambda: _live_rewards(trainer))
+    ref = getattr(trainer, "ref_model", None)
+    is_peft = hasattr(trainer.model, "peft_config")
+    if ref is not None:
+        live = "copy"
+    else:
+        live = "adapters-off" if is_peft and float(trainer.beta) != 0 else "none"
+    c.add("rl.reference", rl.reference, live)
+    if is_peft:  # TRL adds a "ref" adapter only to a model that came as a PeftModel: never here
+        c.add("rl.adapters", ["default"], lambda: sorted(trainer.model.peft_config))
+    if ref is not None:
+        c.add("rl.reference_dtype", [p.weight_dtype], lambda: _dtypes(ref.parameters()))
+        c.add("rl.reference_frozen", True, lambda: not any(q.requires_grad for q in ref.parameters()))
+        c.add("rl.reference_logprob_temperature", rl.temperature, lambda: _head_temperature(ref))
+
+
+def _backend(trainer: Any) -> str:
+    if not getattr(trainer, "use_vllm", False):
+        return "transformers"
+    return f"vllm-{trainer.vllm_mode}"
+
+
+def _head_temperature(model: Any) -> float | None:
+    """The temperature TRL's fused log-prob forward closes over (add_fused_lm_head), on the CausalLM."""
+    import inspect
+
+    fwd = _base(model).__dict__.get("forward")
+    fn = getattr(fwd, "__func__", fwd)
+    if fn is None:
+        return None
+    t = inspect.getclosurevars(fn).nonlocals.get("temperature")
+    return None if t is None else float(t)
+
+
+def _live_rewards(trainer: Any) -> list[list[Any]]:
+    weights = [float(w) for w in trainer.reward_weights.tolist()]
+    return [[n, w] for n, w in zip(trainer.reward_func_names, weights, strict=True)]
 
 
 def _reference_engine(ref: Any) -> str:

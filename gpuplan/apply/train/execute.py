@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from gpuplan.apply.errors import ApplyError
 from gpuplan.apply.model import adapters
 from gpuplan.apply.model import base_files as fingerprint
-from gpuplan.apply.train import preference, samples
+from gpuplan.apply.train import preference, rl, samples
 from gpuplan.apply.train.attempts import Attempt, check_resume_point, run_results, train_within_memory
 from gpuplan.errors import GpuplanError
 from gpuplan.lifecycle.run_dir import FINAL_DIR, checkpoint_name
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # annotations only: the plan path imports neither torch nor t
 class Prepared:
     """Everything built from the plan, before training: the live objects tests inspect."""
 
-    trainer: Trainer  # TRL's DPOTrainer / KTOTrainer for a preference objective (Trainer subclasses)
+    trainer: Trainer  # TRL's DPOTrainer / KTOTrainer / GRPOTrainer / RLOOTrainer for those objectives (Trainer subclasses)
     model: Module  # the PreTrainedModel, or the PeftModel wrapping it under lora / qlora
     tokenizer: PreTrainedTokenizerBase
     data: PreparedData
@@ -105,6 +105,16 @@ def build_trainer(
             f"data: {len(data.train):,} {pref.name} examples of up to {pref.grad_sequences} x "
             f"{max_length} tokens" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
         )
+    elif pref.is_rl:  # prompts: TRL generates the completions and tokenizes both itself (apply/train/rl.py)
+        data = PreparedData(*rl.load_splits(plan, cache_dir(plan))[:2], None, None)
+        run = rl.rl_run(plan)
+        seq_len = int(run.sequence_length or run.max_completion_length)  # prompt + completion tokens, at most
+        if plan.throughput.tokens_per_step:  # the plan's expected tokens of a step's completions
+            seq_len = min(seq_len, plan.throughput.tokens_per_step // samples_per_step(plan))
+        say(
+            f"data: {len(data.train):,} {pref.name} prompts, {run.num_generations} completions of up to "
+            f"{run.max_completion_length} tokens each" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
+        )
     else:
         data = prepare_data(plan, tokenizer)
         seq_len = plan.resolved.data.seq_len
@@ -123,7 +133,7 @@ def build_trainer(
     tied_weights(tied_names(model))  # a resume's "missing keys" report of a tied head is explained (render/notices.py)
     if "position_ids" in data.train.column_names:
         no_cache_while_training(model)
-    if adapters.uses_adapters(plan) and not pref.is_preference:  # TRL wraps it for dpo / kto
+    if adapters.uses_adapters(plan) and not (pref.is_preference or pref.is_rl):  # TRL wraps it for dpo / kto / grpo / rloo
         model = adapters.wrap(plan, model)  # a PeftModel: the Trainer updates only the adapters
     if chunk := plan.resolved.training.loss_chunk_size:
         from gpuplan.apply.model.chunked_loss import install
@@ -136,7 +146,7 @@ def build_trainer(
 
         offload(model)  # saved tensors in pinned host RAM (plan/estimate/memory/offload_activations.py)
         keep_offload = keep_installed_callback(model)  # again after train() applies Liger, which replaces the forward
-    args = None if pref.is_preference else training_arguments(plan, progress=progress)
+    args = None if pref.is_preference or pref.is_rl else training_arguments(plan, progress=progress)
     os.environ.update(tracking_environment(plan, os.environ))  # read by the Trainer's tracker callbacks
     per_step = samples_per_step(plan)
     metrics = MetricsCallback(
@@ -168,6 +178,9 @@ def build_trainer(
             plan, model, tokenizer, data.train, data.eval, training_arguments_kwargs(plan, progress=progress), callbacks
         )
         model = trainer.model  # under lora / qlora: the PeftModel TRL wrapped
+    elif pref.is_rl:
+        trainer = rl.build(plan, model, tokenizer, data.train, data.eval, training_arguments_kwargs(plan, progress=progress), callbacks)
+        model = trainer.model
     else:
         trainer = trainer_cls(
             model=model,
@@ -247,11 +260,15 @@ def execute(
     from gpuplan.apply.train.engine import engine_of, four_bit_weights, fsdp_units
     from gpuplan.apply.train.interrupt import ApplyInterrupted, GracefulStop
 
+    if rl.uses_rl(plan):  # vLLM on a CPU is refused for what it is, before "install vllm"
+        rl.check_backend(plan)
     check_packages(plan)  # a plan made elsewhere may need what this machine lacks: say so first
     output_dir = plan.resolved.output.dir
     adapters.check(plan)  # adapter settings refused before anything is written or loaded
     if preference.uses_preference(plan):  # every preference row usable, before anything is written
         preference.check_before_run(plan)
+    if rl.uses_rl(plan):  # the backend, every prompt usable and every reward scoring the first round, before anything is written
+        rl.check_before_run(plan)
     samples.check(plan)
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -339,8 +356,8 @@ def execute(
         }
         if plan.resolved.model.method.quantized_base:
             results["four_bit_weights"] = four_bit_weights(trainer.model_wrapped)
-        if state.enabled and not preference.uses_preference(plan):  # rank 0 measures for the whole run
-            # (a dpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)
+        if state.enabled and not (preference.uses_preference(plan) or rl.uses_rl(plan)):  # rank 0 measures for the whole run
+            # (a dpo or grpo step's FLOPs per token are not SFT's: its runs do not calibrate the SFT step model)
             from gpuplan.apply.train.calibrate import record_measurement
 
             record_measurement(plan, results, echo)

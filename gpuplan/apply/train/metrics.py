@@ -3,7 +3,9 @@
 One JSON object per line, flushed at each log so `tail -f` follows the run:
     {"event": "train", "step", "epoch", "loss", "learning_rate", "grad_norm",
      "tokens_per_second", "elapsed_s", "samples_seen"}
-and, when an eval split exists, {"event": "eval", "step", "epoch", "eval_loss", ...}.
+and, when an eval split exists, {"event": "eval", "step", "epoch", "eval_loss", ...}. A grpo / rloo line also holds
+TRL's reward metrics (rewards/<name>/mean and /std per reward, reward, kl, completion lengths, clip ratios:
+render/run_metrics.py RL_METRICS) under TRL's names.
 tokens_per_second covers the steps since the previous train line, in wall time (an eval
 or a checkpoint save in that interval counts: it is what the run spends); every example
 holds seq_len tokens (apply/data/prepare.py), so tokens per step = samples per step x seq_len. A dpo / kto
@@ -22,6 +24,7 @@ from typing import Any, TextIO
 from transformers import TrainerCallback
 
 from gpuplan.lifecycle.run_dir import METRICS_FILE
+from gpuplan.render.run_metrics import RL_METRICS
 
 
 class MetricsCallback(TrainerCallback):
@@ -101,8 +104,9 @@ class MetricsCallback(TrainerCallback):
                 "elapsed_s": now - (self.train_start or now),
                 "samples_seen": step * self.samples_per_step,
             }
-            # dpo / kto: TRL's implicit rewards (rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies)
-            record.update({k: v for k, v in logs.items() if k.startswith("rewards/")})
+            # dpo / kto: TRL's implicit rewards (rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies);
+            # grpo / rloo: each reward's rewards/<name>/mean and /std, and the RL metrics as TRL names them
+            record.update({k: v for k, v in logs.items() if k.startswith("rewards/") or k in RL_METRICS})
             self._mark = (step, now)
             if self.first_loss is None:
                 self.first_loss = float(logs["loss"])
@@ -125,6 +129,8 @@ class MetricsCallback(TrainerCallback):
                     f"step {step}/{state.max_steps}  loss {record['loss']:.4f}"
                     + (f"  margin {record['rewards/margins']:.3f}" if "rewards/margins" in record else "")
                     + (f"  accuracy {record['rewards/accuracies']:.2f}" if "rewards/accuracies" in record else "")
+                    + (f"  reward {record['reward']:.3f}" if isinstance(record.get("reward"), (int, float)) else "")
+                    + (f"  kl {record['kl']:.4f}" if isinstance(record.get("kl"), (int, float)) else "")
                     + (f"  {tps:,.0f} tokens/s" if tps else "")
                 )
 
