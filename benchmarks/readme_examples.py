@@ -155,6 +155,7 @@ EXAMPLES: dict[str, Example] = {
     "compare-grpo": Example(
         ("compare", "specs/qwen2.5-7b-grpo-vllm.toml", "--gpus", "H100-80GB,A100-80GB,L40S", "--counts", "1,2"), prompt=True
     ),
+    "cluster-plan": Example(("plan", "specs/llama-8b-2nodes-slurm.toml"), select=from_line("Job (slurm)")),
     "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
     "qlora-70b": Example(
         ("plan", "specs/llama-70b-qlora-2x4090.toml"),
