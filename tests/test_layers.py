@@ -1,7 +1,7 @@
 """One layer order for the whole package (issue 29), and no import cycle.
 
-    leaves (errors, units, ...) -> hardware -> modelinfo -> hub -> spec -> plan -> lifecycle -> render
-    -> apply -> after -> trace -> init -> cli
+    leaves (errors, units, ...) -> hardware -> modelinfo -> hub -> spec -> plan -> lifecycle -> clusters
+    -> render -> apply -> after -> trace -> init -> cli
 
 A module imports only from its own top-level room or a room to its left. apply/ is below
 after/ and trace/ because those load what apply trains (and the sample prompts generate while
@@ -31,6 +31,7 @@ LAYERS = (
     ("gpuplan.spec",),
     ("gpuplan.plan",),
     ("gpuplan.lifecycle",),
+    ("gpuplan.clusters",),
     ("gpuplan.render",),
     ("gpuplan.apply",),
     ("gpuplan.after",),

@@ -65,12 +65,14 @@ def check_remote_code(plan: Plan, flag: bool) -> None:
         )
 
 
-def confirm(yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], bool] = sys.stdin.isatty) -> None:
+def confirm(
+    yes: bool, ask: Callable[[str], str] = input, isatty: Callable[[], bool] = sys.stdin.isatty, what: str = "Train with this plan?"
+) -> None:
     if yes:
         return
     if not isatty():
-        raise ApplyRefused("no terminal to confirm on", fix="run `gpuplan apply ... --yes` to train without asking")
-    answer = ask("Train with this plan? Only 'yes' will be accepted: ")
+        raise ApplyRefused("no terminal to confirm on", fix="run `gpuplan apply ... --yes` to go ahead without asking")
+    answer = ask(f"{what} Only 'yes' will be accepted: ")
     if answer.strip() != "yes":
         raise ApplyRefused("apply cancelled")
 
@@ -82,6 +84,16 @@ def run_apply(args, *, make_plan: Callable[[str, Any], Plan], style: Style, dete
 
     plan = load_target(args.target, args, make_plan, detect)
     check_remote_code(plan, args.trust_remote_code)
+    if plan.resolved.launch.remote and not getattr(args, "in_job", False):
+        from gpuplan.clusters.handoff import hand_off
+
+        sys.stdout.write(render_plan(plan.to_dict(), style))
+        return hand_off(plan, target=args.target, dry_run=args.dry_run, confirm=lambda: confirm(args.yes, what="Submit this job?"))
+    if getattr(args, "dry_run", False):
+        raise UserError(
+            '--dry-run writes a cluster job, and launch.target = "local" trains here',
+            fix="set [launch] target (slurm, kubernetes, skypilot or ray), or see what would run with: gpuplan plan SPEC",
+        )
     from gpuplan.render.notices import log_to
 
     # library notices wait in memory: the run names its debug log in output.dir once it starts (apply/train/execute.py),

@@ -57,6 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--node-rank", type=int, metavar="R", help="several nodes without SLURM: run this node's share (0 = the rendezvous host)"
     )
+    apply.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="[launch] target: write the rendered job (and the saved plan it runs) into output.dir/gpuplan-job without submitting",
+    )
+    apply.add_argument(
+        "--in-job",
+        action="store_true",
+        help="train here even though [launch] names a cluster: what the submitted job itself runs",
+    )
 
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")

@@ -24,12 +24,19 @@ def cmd_plan(args) -> int:
         plan = trace_plan(plan)
     data = plan.to_dict()
     drift = drift_since_apply(plan)
+    job = None
+    if plan.resolved.launch.remote:  # the job apply would submit; refused here (exit 1) when it cannot be
+        from gpuplan.clusters.job import job_for
+
+        job = job_for(plan)
     if args.out:
         write_atomic(args.out, dumps(data))
     if args.json:
-        sys.stdout.write(dumps({**data, "since_last_apply": drift}))
+        sys.stdout.write(dumps({**data, "since_last_apply": drift, **({"job": job.to_dict()} if job else {})}))
     else:
         sys.stdout.write(render_plan(data, style_for(args, sys.stdout)))
+        if job:
+            print("\n".join(["", *job.lines(), f"  gpuplan apply {args.spec} submits it; --dry-run writes it without submitting"]))
         print("\n".join(render_drift(drift, plan.resolved.output.dir)))
         if args.out:
             print(f"Saved the plan to {args.out}; apply it with: gpuplan apply {args.out}")

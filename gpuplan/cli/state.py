@@ -101,6 +101,10 @@ def show(target: str) -> tuple[dict[str, Any], str, str | None]:
                 ]
             )
         metrics = read_metrics(path)
+        if "job" in state:  # handed off to a cluster: what its engine says now
+            from gpuplan.clusters.handoff import remote_status
+
+            state = {**state, "remote_job": remote_status(state)}
         return state, render_run_state(str(path), state, metrics.loss, metrics.rewards, metrics.samples), str(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -3,6 +3,11 @@
 Created with O_CREAT | O_EXCL, so two applies racing cannot both win. A lock whose
 process is gone (same host, pid not alive) is reported as stale and can be broken
 with --break-lock; a lock held from another host is never judged dead from here.
+
+A cluster job (gpuplan/clusters/) runs with GPUPLAN_JOB_ID = "<target>:<the engine's job id>" and
+writes it into the lock. The engine runs one instance of a job id at a time, so a lock left by the
+same job id is its own earlier instance, killed by a preemption or a requeue (on whichever node it
+ran): the requeued job takes it over instead of waiting on a dead holder.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from datetime import datetime, timezone
 from gpuplan.errors import LockError
 from gpuplan.lifecycle.run_dir import LOCK_FILE
 
-__all__ = ["LOCK_FILE", "Holder", "LockError", "RunLock", "read_holder"]
+__all__ = ["JOB_ID_ENV", "LOCK_FILE", "Holder", "LockError", "RunLock", "read_holder"]
+
+JOB_ID_ENV = "GPUPLAN_JOB_ID"
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,7 @@ class Holder:
     pid: int
     host: str
     since: str
+    job: str | None = None  # GPUPLAN_JOB_ID of a cluster job
 
     def alive(self) -> bool | None:
         """True/False on this host; None when the holder is on another host (cannot tell)."""
@@ -42,7 +50,8 @@ def read_holder(output_dir: str) -> Holder | None:
     try:
         with open(os.path.join(output_dir, LOCK_FILE), encoding="utf-8") as f:
             d = json.load(f)
-        return Holder(int(d["pid"]), str(d["host"]), str(d["since"]))
+        job = d.get("job")
+        return Holder(int(d["pid"]), str(d["host"]), str(d["since"]), str(job) if job else None)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
@@ -63,6 +72,9 @@ class RunLock:
         self.created_dir = not os.path.isdir(self.output_dir)
         os.makedirs(self.output_dir, exist_ok=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        job = os.environ.get(JOB_ID_ENV) or None
+        if job:
+            me["job"] = job
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -72,6 +84,9 @@ class RunLock:
                     continue  # released between our open and read: try again
                 alive = holder.alive()
                 who = f"pid {holder.pid} on {holder.host} since {holder.since}"
+                if job and holder.job == job and alive is not True:  # this job's instance before a requeue
+                    os.unlink(self.path)
+                    continue
                 if alive is False and self.break_stale:
                     os.unlink(self.path)
                     continue

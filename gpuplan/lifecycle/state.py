@@ -15,7 +15,12 @@ never sees half a file, even when the run is killed mid-write. Shape (format 1):
                method, trainable_params (measured, as peft counts them), plan_trainable_params,
                final_model_dir, merged_model_dir (lora with output.merge_adapter, else null),
                base_files ({file: {size, sha256}} of a pretrained base, apply/model/base_files.py), ...},
-     evaluations: [...] (appended by `gpuplan eval`, after/record.py; absent until then)}
+     evaluations: [...] (appended by `gpuplan eval`, after/record.py; absent until then),
+     job: {target, id, submitted_at, job_dir, files, command} (a [launch] hand-off, gpuplan/clusters/handoff.py;
+          absent for a run started here)}
+
+A handed-off plan's state is first written at submission, with status "submitted" and the job record
+(record_submission); the job's own `gpuplan apply --in-job` keeps that record when it starts (RunState).
 """
 
 from __future__ import annotations
@@ -65,6 +70,44 @@ def load_state(output_dir: str | Path) -> dict[str, Any] | None:
         ) from None
 
 
+def _job_record(output_dir: str) -> dict[str, Any] | None:
+    try:
+        return submitted_job(output_dir)
+    except GpuplanError:  # a corrupt state is replaced by this run's, as before
+        return None
+
+
+def record_submission(plan: Plan, output_dir: str, job: dict[str, Any]) -> None:
+    """The state of a plan handed off to a cluster: submitted, not yet started, with the engine's job id.
+
+    A state the job already wrote (a resubmission of a run that trained) keeps its progress and
+    results; only the plan, the status and the job record change."""
+    path = os.path.join(output_dir, STATE_FILE)
+    old = load_state(output_dir) or {}
+    data = {
+        "format_version": STATE_FORMAT_VERSION,
+        "started_at": None,
+        "finished_at": None,
+        "error": None,
+        "resumed_from": None,
+        "oom_replans": [],
+        "progress": {"global_step": 0, "max_steps": plan.resolved.training.max_steps, "samples_seen": 0},
+        "results": {},
+        **{k: v for k, v in old.items() if k in ("progress", "results", "evaluations")},
+        "plan": plan.to_dict(),
+        "status": "submitted",
+        "job": dict(job),
+    }
+    write_json_atomic(path, data)
+
+
+def submitted_job(output_dir: str | Path) -> dict[str, Any] | None:
+    """The job record of the state in output_dir (a hand-off), or None."""
+    state = load_state(output_dir)
+    job = None if state is None else state.get("job")
+    return job if isinstance(job, dict) else None
+
+
 class RunState:
     """The state file of one run; every method rewrites the whole file atomically."""
 
@@ -85,6 +128,8 @@ class RunState:
             "progress": {"global_step": 0, "max_steps": max_steps, "samples_seen": 0},
             "results": {},
         }
+        if self.enabled and (job := _job_record(output_dir)) is not None:  # started by a hand-off: keep its record
+            self.data["job"] = job
         self._write()
 
     def _write(self) -> None:

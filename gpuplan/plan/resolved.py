@@ -36,6 +36,7 @@ __all__ = [
     "DistributedSettings",
     "EvalSettings",
     "HardwareSettings",
+    "LaunchSettings",
     "LoraSettings",
     "ModelSettings",
     "OutputSettings",
@@ -305,6 +306,37 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
+class LaunchSettings:
+    """[launch]: where apply runs the plan (gpuplan/clusters/). Every field has a default, so plans
+    saved before the section existed load as launch.target = "local"."""
+
+    SECTION: ClassVar[str] = "launch"
+
+    target: Literal["local", "slurm", "kubernetes", "skypilot", "ray"] = "local"
+    storage: str | None = None  # the shared file system's mount path on every node
+    time_margin: float = 0.25  # fraction added to the high end of the planned run time
+    startup_minutes: int = 10
+    time_limit_minutes: int | None = None  # a fixed limit instead of the planned one
+    gpuplan_command: str = "gpuplan"
+    job_name: str | None = None
+    partition: str | None = None  # slurm
+    account: str | None = None  # slurm
+    qos: str | None = None  # slurm
+    image: str | None = None  # kubernetes, skypilot
+    namespace: str | None = None  # kubernetes
+    queue: str | None = None  # kubernetes: Kueue LocalQueue
+    kubernetes_api: Literal["trainjob", "job"] = "trainjob"
+    storage_claim: str | None = None  # kubernetes: the PVC mounted at storage
+    spot: bool = False  # skypilot: managed job on spot instances
+    ray_address: str | None = None  # ray
+
+    @property
+    def remote(self) -> bool:
+        """The plan is handed off to a cluster rather than trained here."""
+        return self.target != "local"
+
+
+@dataclass(frozen=True)
 class Resolved:
     """Every resolved setting of a plan, by section."""
 
@@ -318,6 +350,7 @@ class Resolved:
     distributed: DistributedSettings
     output: OutputSettings
     eval: EvalSettings
+    launch: LaunchSettings = LaunchSettings()
     preference_run: PreferenceRun | None = None  # set exactly when training.objective is a preference one
 
 

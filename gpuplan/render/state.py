@@ -42,6 +42,17 @@ def render_finished(done: Any, output_dir: str, checkpoint: str | None) -> list[
     ]
 
 
+def job_lines(job: Mapping[str, Any] | None, remote: Mapping[str, Any] | None) -> list[str]:
+    """A handed-off run: its job (lifecycle/state.py record_submission) and what the engine says of it now."""
+    if not job:
+        return []
+    lines = [f"  {job.get('target')} job {job.get('id')}, submitted {job.get('submitted_at')}; its files in {job.get('job_dir')}"]
+    if remote:
+        detail = f"; {remote['detail']}" if remote.get("detail") else ""
+        lines.append(f"  remote job: {remote.get('state')} ({remote.get('source')}{detail})")
+    return lines
+
+
 def render_run_state(
     path: str,
     state: Mapping[str, Any],
@@ -61,6 +72,7 @@ def render_run_state(
         f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
         f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen",
     ]
+    lines += job_lines(state.get("job"), state.get("remote_job"))
     if state.get("error"):
         lines.append(f"  error: {state['error']}")
     for o in state.get("oom_replans") or []:

@@ -20,8 +20,10 @@ from gpuplan.spec.value_types import (
     Task,
     WorkersOrAuto,
     _known_objective,
+    _known_target,
     _Section,
     closed_set,
+    launch_target_names,
     objective_names,
     optimizer_names,
     preference_loss_names,
@@ -303,6 +305,102 @@ class EvalSpec(_Section):
     sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
 
 
+# The [launch] keys that belong to some targets only (gpuplan/clusters/ reads them); a key set for
+# another target is refused, since it would do nothing there.
+LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
+    "partition": ("slurm",),
+    "account": ("slurm",),
+    "qos": ("slurm",),
+    "image": ("kubernetes", "skypilot"),
+    "namespace": ("kubernetes",),
+    "queue": ("kubernetes",),
+    "kubernetes_api": ("kubernetes",),
+    "storage_claim": ("kubernetes",),
+    "spot": ("skypilot",),
+    "ray_address": ("ray",),
+}
+LAUNCH_REQUIRED: dict[str, tuple[str, ...]] = {"kubernetes": ("image",), "skypilot": ("image",)}
+
+_Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class LaunchSpec(_Section):
+    """Where `gpuplan apply` runs the plan: here, or handed off to a cluster (gpuplan/clusters/, docs/clusters.md)."""
+
+    target: Annotated[str, AfterValidator(_known_target)] = Field(
+        "local",
+        description="local: train on this machine; slurm, kubernetes, skypilot or ray: render the job, submit it with "
+        "the engine's own client, and run `gpuplan apply` of the saved plan there.",
+        json_schema_extra=closed_set(launch_target_names),
+    )
+    storage: Annotated[PathStr, Field(min_length=1, max_length=4096)] | None = Field(
+        None,
+        description="The shared file system, mounted at this path on every node: output.dir (checkpoints, state, "
+        "run lock, the job's saved plan) must be under it. Required for several nodes.",
+    )
+    time_margin: float = Field(
+        0.25, ge=0.0, le=10.0, description="The job's time limit: the high end of the planned run time x (1 + margin) + startup."
+    )
+    startup_minutes: int = Field(10, ge=0, le=24 * 60, description="Minutes added to the time limit for start-up and the final save.")
+    time_limit_minutes: int | None = Field(
+        None, ge=1, le=365 * 24 * 60, description="A fixed time limit instead of the planned one; refused when shorter than the run."
+    )
+    gpuplan_command: _Name = Field(
+        "gpuplan", description='How a node starts gpuplan, split like a shell would ("/opt/venv/bin/gpuplan", "python -m gpuplan").'
+    )
+    job_name: Annotated[str, Field(min_length=1, max_length=50, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None = Field(
+        None, description="The job's name (lower-case letters, digits, -); default: training.run_name made DNS-safe."
+    )
+    partition: _Name | None = Field(None, description="slurm: the partition (sbatch --partition); default: the cluster's.")
+    account: _Name | None = Field(None, description="slurm: the account charged (sbatch --account).")
+    qos: _Name | None = Field(None, description="slurm: the quality of service (sbatch --qos).")
+    image: Annotated[str, Field(min_length=1, max_length=1000)] | None = Field(
+        None, description="kubernetes, skypilot: the container image the nodes run, with gpuplan and the training extras installed."
+    )
+    namespace: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None = Field(
+        None, description="kubernetes: the namespace; default: default."
+    )
+    queue: _Name | None = Field(None, description="kubernetes: the Kueue LocalQueue (label kueue.x-k8s.io/queue-name).")
+    kubernetes_api: Literal["trainjob", "job"] = Field(
+        "trainjob",
+        description="kubernetes: trainjob (a Kubeflow Trainer TrainJob on the torch-distributed runtime) or job "
+        "(an Indexed Job and a headless Service, for clusters without Kubeflow).",
+    )
+    storage_claim: _Name | None = Field(None, description="kubernetes: the PersistentVolumeClaim mounted at launch.storage on every pod.")
+    spot: bool = Field(False, description="skypilot: a managed job on spot instances, recovered after preemption and resumed by gpuplan.")
+    ray_address: _Name | None = Field(None, description='ray: the cluster to connect to (ray.init address); default: "auto".')
+
+    @model_validator(mode="after")
+    def _keys_fit_the_target(self):
+        target = self.target
+        if target == "local":
+            extra = sorted(k for k in self.model_fields_set if k != "target")
+            if extra:
+                raise ValueError(
+                    f'launch.{extra[0]} is set but launch.target = "local" trains on this machine; '
+                    f"set launch.target (slurm, kubernetes, skypilot or ray) or remove launch.{extra[0]}"
+                )
+            return self
+        for key in sorted(self.model_fields_set):
+            targets = LAUNCH_TARGET_KEYS.get(key)
+            if targets is not None and target not in targets:
+                raise ValueError(
+                    f"launch.{key} is for launch.target = {' or '.join(chr(34) + t + chr(34) for t in targets)}, "
+                    f'not "{target}"; remove launch.{key}'
+                )
+        for key in LAUNCH_REQUIRED.get(target, ()):
+            if getattr(self, key) is None:
+                raise ValueError(
+                    f'launch.target = "{target}" needs launch.{key}: set it to the container image the nodes run ("registry/name:tag")'
+                )
+        if self.storage is not None and not self.storage.startswith("/"):
+            raise ValueError(
+                f"launch.storage = {self.storage!r} is not an absolute path; set it to where the shared file system "
+                'is mounted on every node ("/shared")'
+            )
+        return self
+
+
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
@@ -316,6 +414,7 @@ class Spec(_Section):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
+    launch: LaunchSpec = Field(default_factory=LaunchSpec)
 
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -329,4 +428,5 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "distributed": DistributedSpec,
     "output": OutputSpec,
     "eval": EvalSpec,
+    "launch": LaunchSpec,
 }

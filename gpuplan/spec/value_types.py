@@ -62,6 +62,24 @@ def preference_loss_names() -> tuple[str, ...]:
     return ("auto", *(loss for o in OBJECTIVES.values() for loss in o.loss_types if loss not in NEEDS_LABEL_SMOOTHING))
 
 
+LAUNCH_TARGETS = ("local", "slurm", "kubernetes", "skypilot", "ray")
+
+
+def launch_target_names() -> tuple[str, ...]:
+    """launch.target: where `gpuplan apply` runs the plan (gpuplan/clusters/ hands it off)."""
+    return LAUNCH_TARGETS
+
+
+def _known_target(name: str) -> str:
+    if name in LAUNCH_TARGETS:
+        return name
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), list(LAUNCH_TARGETS), n=1, cutoff=0.5)
+    hint = f'did you mean "{close[0]}"? ' if close else ""
+    raise ValueError(f'"{name}" is not a launch target; {hint}set launch.target = ' + " or ".join(f'"{t}"' for t in LAUNCH_TARGETS))
+
+
 def _known_objective(name: str) -> str:
     from gpuplan.spec.objectives import EXPERIMENTAL_IN_TRL, OBJECTIVES
 
