@@ -139,24 +139,27 @@ def planned_seconds(job: Job) -> dict[str, float]:
     return {SKYPILOT_ACCELERATORS[g]: float(s) for g, s in by_gpu.items() if g in SKYPILOT_ACCELERATORS and s is not None}
 
 
-def time_estimator(job: Job) -> Callable[[Any], int]:
-    """Task.set_time_estimator's callable: a sky.Resources -> the planned seconds for its accelerator."""
-    seconds = planned_seconds(job)
-    fallback = job.time_limit.planned_run_s or job.time_limit.seconds
+def default_seconds(job: Job) -> float:
+    """The time of an accelerator the plan has no run time for: the plan's own run time, else the time limit."""
+    return float(job.time_limit.planned_run_s or job.time_limit.seconds)
+
+
+def time_estimator(seconds: Mapping[str, float], default_s: float) -> Callable[[Any], int]:
+    """Task.set_time_estimator's callable: a sky.Resources -> the planned seconds of its accelerator."""
 
     def estimate(resources: Any) -> int:
         names = list((resources.accelerators or {}).keys())
-        return int(round(seconds.get(names[0], fallback) if names else fallback))
+        return int(round(seconds.get(names[0], default_s) if names else default_s))
 
     return estimate
 
 
-def load_task(job: Job, path: str | Path) -> Any:
-    """The rendered YAML read by SkyPilot itself, with the plan's time estimator set."""
+def load_task(path: str | Path, seconds: Mapping[str, float], default_s: float) -> Any:
+    """The rendered YAML read by SkyPilot itself, with the planned run times as its time estimator."""
     import sky
 
     task = sky.Task.from_yaml(str(path))
-    task.set_time_estimator(time_estimator(job))
+    task.set_time_estimator(time_estimator(seconds, default_s))
     return task
 
 
@@ -195,7 +198,7 @@ class SkyPilotEngine(Engine):
     def submit(self, job: Job, files: Mapping[str, Path]) -> str:
         import sky
 
-        task = load_task(job, files[TASK_FILE])
+        task = load_task(files[TASK_FILE], planned_seconds(job), default_seconds(job))
         if len(task.resources) > 1:
             try:
                 task = narrowed(task, optimize(task))
