@@ -68,9 +68,7 @@ def job_id(job: Job) -> str:
 def check(job: Job) -> None:
     """What the API server would refuse, said before anything is written."""
     if not job.launch.image:
-        raise JobError(
-            'launch.target = "kubernetes" needs launch.image', key="launch.image", fix='set launch.image = "registry/name:tag"'
-        )
+        raise JobError('launch.target = "kubernetes" needs launch.image', key="launch.image", fix='set launch.image = "registry/name:tag"')
     if job.storage and not job.launch.storage_claim:
         raise JobError(
             f"launch.storage = {job.storage!r} on Kubernetes needs the PersistentVolumeClaim that holds it",
@@ -264,13 +262,15 @@ def status_of(obj: Mapping[str, Any], source: str) -> RemoteStatus:
     finished = {"Complete": True, "Failed": True, "SuccessCriteriaMet": True, "FailureTarget": True}
     if true:
         last = true[-1]
-        return RemoteStatus(state=str(last.get("type")), done=finished.get(str(last.get("type")), False), source=source,
-                            detail=last.get("message"))
+        return RemoteStatus(
+            state=str(last.get("type")), done=finished.get(str(last.get("type")), False), source=source, detail=last.get("message")
+        )
     if (obj.get("spec") or {}).get("suspend"):
         return RemoteStatus(state="Suspended", done=False, source=source, detail="waiting for admission (Kueue) or suspended")
     active = int(status.get("active") or 0)
-    return RemoteStatus(state="Running" if active else "Pending", done=False, source=source,
-                        detail=f"{active} pod(s) active" if active else None)
+    return RemoteStatus(
+        state="Running" if active else "Pending", done=False, source=source, detail=f"{active} pod(s) active" if active else None
+    )
 
 
 ENGINE = KubernetesEngine()

@@ -34,7 +34,16 @@ from gpuplan.lifecycle.run_lock import JOB_ID_ENV
 SCRIPT_FILE = "ray_job.py"
 MAX_FAILURES = 3
 # set by Ray's torch backend in every worker (ray/train/torch/config.py _set_torch_distributed_env_vars)
-RAY_TORCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_TORCH_DEVICE")
+RAY_TORCH_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "ACCELERATE_TORCH_DEVICE",
+)
 
 _SCRIPT = '''"""Ray Train job rendered by gpuplan (gpuplan/clusters/ray.py) for the saved plan {plan_file}.
 

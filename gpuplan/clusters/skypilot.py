@@ -203,7 +203,9 @@ class SkyPilotEngine(Engine):
             try:
                 task = narrowed(task, optimize(task))
             except Exception as e:  # no enabled cloud here (a remote API server): SkyPilot ranks by $/hour
-                print(f"SkyPilot's optimizer did not run here ({type(e).__name__}: {e}); every accelerator type goes to the jobs controller")
+                print(
+                    f"SkyPilot's optimizer did not run here ({type(e).__name__}: {e}); every accelerator type goes to the jobs controller"
+                )
         try:
             job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=job.name))
         except Exception as e:  # SkyPilot's own error, in its words
@@ -220,14 +222,25 @@ class SkyPilotEngine(Engine):
             records = sky.stream_and_get(sky.jobs.queue(refresh=False, job_ids=[int(job_id)]))
         except Exception as e:  # the client's error becomes the status' detail
             return RemoteStatus(state="unknown", done=None, source=source, detail=f"{type(e).__name__}: {e}")
-        for rec in records:
-            row = rec if isinstance(rec, Mapping) else getattr(rec, "model_dump", lambda: {})()
-            if str(row.get("job_id")) == job_id:
-                status = row.get("status")
-                name = getattr(status, "value", status)
-                done = bool(getattr(status, "is_terminal", lambda: False)()) if status is not None else None
-                return RemoteStatus(state=str(name), done=done, source=source, detail=row.get("failure_reason"))
-        return RemoteStatus(state="not found", done=None, source=source)
+        return managed_job_status(records, job_id, source)
+
+
+def managed_job_status(records: Any, job_id: str, source: str) -> RemoteStatus:
+    """The managed job `job_id` among `sky jobs queue`'s records (dicts, or ManagedJobRecord models:
+    sky/schemas/api/responses.py), its status a ManagedJobStatus (sky/jobs/state.py) or its name."""
+    for rec in records or ():
+        row = rec if isinstance(rec, Mapping) else rec.model_dump()
+        if str(row.get("job_id")) != job_id:
+            continue
+        status = row.get("status")
+        if status is None:
+            return RemoteStatus(state="unknown", done=None, source=source)
+        from sky.jobs.state import ManagedJobStatus
+
+        status = status if isinstance(status, ManagedJobStatus) else ManagedJobStatus(str(status))
+        reason = row.get("failure_reason")
+        return RemoteStatus(state=status.value, done=status.is_terminal(), source=source, detail=str(reason) if reason else None)
+    return RemoteStatus(state="not found", done=None, source=source)
 
 
 ENGINE = SkyPilotEngine()

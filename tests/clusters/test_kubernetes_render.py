@@ -75,7 +75,13 @@ def test_trainjob_validates_against_the_kubeflow_crd(plan, trainjob_validator):
     assert tj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a" and tj["metadata"]["namespace"] == "ml"
     assert spec["activeDeadlineSeconds"] == job.time_limit.seconds
     assert trainer["command"][-len(job.command) :] == list(job.command)
-    assert not {e["name"] for e in trainer["env"]} & {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+    assert not {e["name"] for e in trainer["env"]} & {
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+    }
     pod = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert {"name": "shared", "persistentVolumeClaim": {"claimName": "shared-pvc"}} in pod["volumes"]
     assert {"name": "shared", "mountPath": "/shared"} in pod["containers"][0]["volumeMounts"]

@@ -10,6 +10,7 @@ have filled (global_user_state.set_enabled_clouds). Nothing reaches a cloud.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shlex
@@ -27,7 +28,8 @@ from gpuplan.plan.build import plan_file
 from tests.helpers.cluster_launches import IMAGE, MULTI_NODE_SPEC, launch_for
 from tests.helpers.planning import ENV
 
-pytest.importorskip("sky")
+# imported only in subprocesses whose HOME is tmp_path: importing sky writes ~/.sky
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sky") is None, reason="SkyPilot is not installed (pip install skypilot)")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -79,7 +81,12 @@ PROBE = "import os, sys; print(os.environ['MASTER_ADDR'], *sys.argv[1:])"
 def test_each_node_runs_the_saved_plan_with_skypilots_rank_and_node_0_as_host(plan, tmp_path):
     job = job_for(plan, launch_for(plan, "skypilot", gpuplan_command=shlex.join([sys.executable, "-c", PROBE])))
     run = yaml.safe_load(engine_for("skypilot").render(job)[TASK_FILE])["run"]
-    env = {"PATH": os.environ["PATH"], "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NODE_IPS": "10.0.0.7\n10.0.0.8", "SKYPILOT_NUM_GPUS_PER_NODE": "8"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "SKYPILOT_NODE_RANK": "1",
+        "SKYPILOT_NODE_IPS": "10.0.0.7\n10.0.0.8",
+        "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+    }
     out = subprocess.run(["/bin/sh", "-c", run], env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["10.0.0.7", "apply", job.plan_file, "--yes", "--in-job", "--node-rank", "1"]
     wrong = subprocess.run(["/bin/sh", "-c", run], env={**env, "SKYPILOT_NUM_GPUS_PER_NODE": "4"}, capture_output=True, text=True)
@@ -168,3 +175,24 @@ def test_a_gpu_skypilot_cannot_name_is_refused(plan):
     with pytest.raises(JobError, match="'H100-PCIe' has no SkyPilot accelerator name") as e:
         engine_for("skypilot").render(job)
     assert e.value.diagnostics[0].key == "hardware.gpu"
+
+
+STATUS = """
+import json
+from sky.jobs.state import ManagedJobStatus
+from sky.schemas.api.responses import ManagedJobRecord
+from gpuplan.clusters.skypilot import managed_job_status
+
+records = [
+    ManagedJobRecord(job_id=6, status=ManagedJobStatus.RECOVERING),
+    {"job_id": 7, "status": "FAILED", "failure_reason": "out of memory"},
+]
+print(json.dumps({i: managed_job_status(records, i, "sky jobs queue").to_dict() for i in ("6", "7", "8")}))
+"""
+
+
+def test_the_status_of_a_managed_job_from_skypilots_own_records(tmp_path):
+    got = sky_python(tmp_path, STATUS)
+    assert (got["6"]["state"], got["6"]["done"]) == ("RECOVERING", False)
+    assert (got["7"]["state"], got["7"]["done"], got["7"]["detail"]) == ("FAILED", True, "out of memory")
+    assert got["8"]["state"] == "not found"

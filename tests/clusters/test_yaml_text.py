@@ -10,7 +10,7 @@ CASES = [
     {"on": "yes", "no": "off", "y": "8", "n": "null", "~": "~", "true": "true"},  # YAML 1.1 booleans and nulls stay strings
     {"limits": {"nvidia.com/gpu": "8", "kueue.x-k8s.io/queue-name": "team a", "a key: with colon": "#not a comment"}},
     {"empty": {}, "none": [], "nested": [[1, 2], [], {}, [{"a": 1}]], "list": [{"name": "x", "value": "1"}, {"z": {}}]},
-    {"script": "set -e\n\n  indented line\necho \"$X\" | head -n1\n", "no_newline": "a\nb", "unicode": "é – ✓"},
+    {"script": 'set -e\n\n  indented line\necho "$X" | head -n1\n', "no_newline": "a\nb", "unicode": "é – ✓"},
     {"trailing": "line \nnext\n", "tab": "a\tb\nc\n", "blank_end": "a\n\n", "lead": " space first\nx\n", "cr": "a\r\nb"},
 ]
 
