@@ -20,8 +20,9 @@ PersistentVolumeClaim at launch.storage, and Kueue's queue label when launch.que
   #pod-failure-policy); when one node fails its peers' ranks fail too, so backoffLimit allows every node
   RESTARTS_PER_NODE restarts, and the restarted pods resume from the last checkpoint.
 
-Both carry activeDeadlineSeconds = the job's time limit (clusters/job.py). Submitted with
-`kubectl apply`; the job id is "NAMESPACE/KIND/NAME", which `kubectl get` answers for `gpuplan show`.
+Both carry activeDeadlineSeconds = the job's time limit (clusters/job.py). Both are written into the job
+dir; `kubectl apply` submits launch.kubernetes_api's, and the job id is "NAMESPACE/KIND/NAME", which
+`kubectl get` answers for `gpuplan show`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ RESTARTS_PER_NODE = 3
 STORAGE_VOLUME = "shared"
 SHM_VOLUME = "dshm"  # torch's DataLoader workers and NCCL pass tensors through /dev/shm, 64 MiB in a container by default
 DEFAULT_NAMESPACE = "default"
+TRAINJOB_FILE = "trainjob.yaml"
+JOB_FILE = "job.yaml"  # the Indexed Job and its headless Service
 _RFC1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -215,11 +218,9 @@ def indexed_job(job: Job) -> dict[str, Any]:
     }
 
 
-def manifests(job: Job) -> list[dict[str, Any]]:
-    """The objects `kubectl apply` creates, in order."""
-    if kind(job) == "trainjob":
-        return [trainjob(job)]
-    return [headless_service(job), indexed_job(job)]
+def submitted_file(job: Job) -> str:
+    """The rendered file `kubectl apply` submits: launch.kubernetes_api's."""
+    return TRAINJOB_FILE if kind(job) == "trainjob" else JOB_FILE
 
 
 class KubernetesEngine(Engine):
@@ -227,10 +228,11 @@ class KubernetesEngine(Engine):
     client = "kubectl"
 
     def render(self, job: Job) -> dict[str, str]:
-        docs = manifests(job)
-        if kind(job) == "trainjob":
-            return {"trainjob.yaml": dump(docs[0])}
-        return {"job.yaml": dump_all(docs)}
+        """Both forms, launch.kubernetes_api's first: the one submitted, and the other for a cluster
+        with (or without) Kubeflow Trainer, from the same saved plan."""
+        files = {TRAINJOB_FILE: dump(trainjob(job)), JOB_FILE: dump_all([headless_service(job), indexed_job(job)])}
+        first = submitted_file(job)
+        return {first: files[first], **{n: t for n, t in files.items() if n != first}}
 
     def missing_client(self) -> str | None:
         if shutil.which("kubectl") is None:
@@ -238,7 +240,7 @@ class KubernetesEngine(Engine):
         return None
 
     def submit(self, job: Job, files: Mapping[str, Path]) -> str:
-        (path,) = files.values() if len(files) == 1 else [p for n, p in files.items() if n.endswith(".yaml")]
+        path = files[submitted_file(job)]
         proc = subprocess.run(["kubectl", "apply", "-f", str(path)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SubmitError(f"kubectl apply -f {path} failed (exit {proc.returncode})", detail=proc.stderr.strip() or None)

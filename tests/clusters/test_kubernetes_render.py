@@ -38,10 +38,10 @@ def plan():
 
 
 def rendered(plan, **changes):
+    """(job, the rendered files, the documents of the one kubectl submits)."""
     job = job_for(plan, launch_for(plan, "kubernetes", **changes))
     files = engine_for("kubernetes").render(job)
-    (text,) = files.values()
-    return job, files, list(yaml.safe_load_all(text))
+    return job, files, list(yaml.safe_load_all(next(iter(files.values()))))
 
 
 def closed(schema):
@@ -64,7 +64,7 @@ def trainjob_validator():
 
 def test_trainjob_validates_against_the_kubeflow_crd(plan, trainjob_validator):
     job, files, (tj,) = rendered(plan)
-    assert list(files) == ["trainjob.yaml"]
+    assert list(files) == ["trainjob.yaml", "job.yaml"]  # the submitted one first, the Indexed Job beside it
     trainjob_validator.validate(tj)
     assert tj["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and tj["kind"] == "TrainJob"
     spec, trainer = tj["spec"], tj["spec"]["trainer"]
@@ -101,7 +101,7 @@ def test_the_crd_check_can_fail(plan, trainjob_validator):
 
 def test_indexed_job_and_headless_service_validate_against_kubernetes_schemas(plan):
     job, files, docs = rendered(plan, kubernetes_api="job")
-    assert list(files) == ["job.yaml"] and [d["kind"] for d in docs] == ["Service", "Job"]
+    assert list(files) == ["job.yaml", "trainjob.yaml"] and [d["kind"] for d in docs] == ["Service", "Job"]
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     service, kjob = docs
