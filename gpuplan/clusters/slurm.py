@@ -78,7 +78,8 @@ def sbatch_script(job: Job) -> str:
         *(f"#SBATCH {o}" for o in opts),
         "",
         "set -uo pipefail",
-        f'export {JOB_ID_ENV}="slurm:${{SLURM_JOB_ID}}"  # a requeued instance takes over the run lock of the one before',
+        "# a requeued instance (the same job id) takes over the run lock of the one before it",
+        f'export {JOB_ID_ENV}="slurm:${{SLURM_JOB_ID}}"',
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
         "# rendezvous: the allocation's first host; each task's node rank is SLURM_NODEID",
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
@@ -131,7 +132,7 @@ class Slurm(Engine):
         return job_id
 
     def status(self, job_id: str) -> RemoteStatus:
-        q = _run(["squeue", "--noheader", "--jobs", job_id, "--format=%T|%r|%M|%N"])
+        q = _run(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T|%r|%M|%N"])
         rows = [line for line in q.stdout.splitlines() if line.strip()]
         if q.returncode == 0 and rows:
             state, reason, elapsed, nodes = (rows[0].split("|") + ["", "", ""])[:4]

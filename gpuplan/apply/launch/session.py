@@ -83,6 +83,8 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
                 )
             ]
         )
+    if ckpt is None and state.get("status") == "submitted":  # handed off to a cluster, and this is the job starting
+        return None, f"new run (the {(state.get('job') or {}).get('target')} job submitted {(state.get('job') or {}).get('submitted_at')})"
     if ckpt is None:
         return None, f"previous apply ({state.get('status')}) left no checkpoint: training from the start"
     return ckpt, f"resuming the {state.get('status')} run from {ckpt}"
