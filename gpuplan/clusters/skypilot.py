@@ -199,13 +199,10 @@ class SkyPilotEngine(Engine):
         import sky
 
         task = load_task(files[TASK_FILE], planned_seconds(job), default_seconds(job))
-        if len(task.resources) > 1:
-            try:
-                task = narrowed(task, optimize(task))
-            except Exception as e:  # no enabled cloud here (a remote API server): SkyPilot ranks by $/hour
-                print(
-                    f"SkyPilot's optimizer did not run here ({type(e).__name__}: {e}); every accelerator type goes to the jobs controller"
-                )
+        try:  # SkyPilot's table, its cost column the run's total; several accelerator types: keep the cheapest run's
+            task = narrowed(task, optimize(task))
+        except Exception as e:  # no cloud enabled here (a remote API server): the controller ranks by the hour
+            print(f"SkyPilot's optimizer did not run here ({type(e).__name__}: {e}); the jobs controller chooses by $/hour")
         try:
             job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=job.name))
         except Exception as e:  # SkyPilot's own error, in its words

@@ -191,6 +191,7 @@ print(json.dumps({i: managed_job_status(records, i, "sky jobs queue").to_dict() 
 """
 
 
+@pytest.mark.slow  # importing SkyPilot takes seconds
 def test_the_status_of_a_managed_job_from_skypilots_own_records(tmp_path):
     got = sky_python(tmp_path, STATUS)
     assert (got["6"]["state"], got["6"]["done"]) == ("RECOVERING", False)
