@@ -141,6 +141,7 @@ EXAMPLES: dict[str, Example] = {
             ("Note: dpo:", 1),
         ),
     ),
+    "cluster-plan": Example(("plan", "specs/llama-8b-2nodes-slurm.toml"), select=from_line("Job (slurm)")),
     "chat-data": Example(("data", "specs/tiny-chat.toml", "--examples", "1"), prompt=True),
     "qlora-70b": Example(
         ("plan", "specs/llama-70b-qlora-2x4090.toml"),

@@ -157,12 +157,12 @@ class Job:
     def lines(self) -> list[str]:
         """What `gpuplan plan` prints about the job it would submit."""
         r = self.resources
-        gpus = f"{r.gpus_per_node} x {r.gpu} GPU{'s' if r.gpus_per_node != 1 else ''}"
-        per_node = gpus if r.gpus_per_node else f"{r.processes_per_node} CPU ranks"
+        gpus = f"{r.gpus_per_node} {r.gpu} GPU{'s' if r.gpus_per_node != 1 else ''} ({self.world_size} ranks)"
+        per_node = gpus if r.gpus_per_node else f"{r.processes_per_node} CPU rank{'s' if r.processes_per_node != 1 else ''}"
         mem = f", {r.memory_gib_per_node:.0f} GiB host RAM" if r.memory_gib_per_node else ""
         out = [
-            f"Job ({self.target}): {self.name}, {self.nodes} node{'s' if self.nodes != 1 else ''} x {per_node} "
-            f"({self.world_size} ranks), {r.cpus_per_node} CPUs per node{mem}",
+            f"Job ({self.target}): {self.name}, {self.nodes} node{'s' if self.nodes != 1 else ''} x {per_node}, "
+            f"{r.cpus_per_node} CPUs per node{mem}",
             f"  time limit {self.time_limit.hms()}: {self.time_limit.reason()}",
             f"  output.dir {self.output_dir}"
             + (f" on the shared storage {self.storage}" if self.storage else "")

@@ -46,6 +46,7 @@ SECTION_COMMENTS = {
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
     "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
+    "launch": "Where apply runs it: here, or handed off to a Slurm, Kubernetes, SkyPilot or Ray cluster (docs/clusters.md).",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -81,6 +82,7 @@ ACTIVE = {
     "distributed": ("strategy",),
     "output": ("dir",),
     "eval": (),
+    "launch": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -119,6 +121,17 @@ EXAMPLES: dict[str, Any] = {
     "eval.num_fewshot": 0,
     "eval.limit": 100,
     "eval.sample_prompts": ["Write a haiku about GPUs."],
+    "launch.storage": "/shared",
+    "launch.time_limit_minutes": 120,
+    "launch.job_name": "my-run",
+    "launch.partition": "gpu",
+    "launch.account": "my-account",
+    "launch.qos": "normal",
+    "launch.image": "ghcr.io/my-org/trainer:1.0",
+    "launch.namespace": "ml",
+    "launch.queue": "team-a",
+    "launch.storage_claim": "shared-pvc",
+    "launch.ray_address": "auto",
 }
 
 

@@ -373,13 +373,12 @@ class LaunchSpec(_Section):
     @model_validator(mode="after")
     def _keys_fit_the_target(self):
         target = self.target
-        if target == "local":
-            extra = sorted(k for k in self.model_fields_set if k != "target")
-            if extra:
-                raise ValueError(
-                    f'launch.{extra[0]} is set but launch.target = "local" trains on this machine; '
-                    f"set launch.target (slurm, kubernetes, skypilot or ray) or remove launch.{extra[0]}"
-                )
+        if self.storage is not None and not self.storage.startswith("/"):
+            raise ValueError(
+                f"launch.storage = {self.storage!r} is not an absolute path; set it to where the shared file system "
+                'is mounted on every node ("/shared")'
+            )
+        if target == "local":  # trains here; the other keys wait for a target (a spec may keep them while it trains here)
             return self
         for key in sorted(self.model_fields_set):
             targets = LAUNCH_TARGET_KEYS.get(key)
@@ -393,11 +392,6 @@ class LaunchSpec(_Section):
                 raise ValueError(
                     f'launch.target = "{target}" needs launch.{key}: set it to the container image the nodes run ("registry/name:tag")'
                 )
-        if self.storage is not None and not self.storage.startswith("/"):
-            raise ValueError(
-                f"launch.storage = {self.storage!r} is not an absolute path; set it to where the shared file system "
-                'is mounted on every node ("/shared")'
-            )
         return self
 
 
