@@ -51,8 +51,9 @@ storage = "{shared}"
 def test_plan_shows_the_job_it_would_submit(tmp_path):
     r = gpuplan("plan", spec(tmp_path, "kubernetes"), "--no-color")
     assert r.returncode == 0, r.stderr
-    assert "Job (kubernetes): " in r.stdout and "2 nodes x 8 x H100-80GB GPUs (16 ranks)" in r.stdout
-    assert "namespace ml, queue team-a" in r.stdout
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("Job (kubernetes): ")]
+    assert "2 nodes x 8" in line and "H100-80GB" in line and "(16 ranks)" in line
+    assert "kubernetes: image ghcr.io/example/gpuplan:0.1, namespace ml, queue team-a" in r.stdout
 
 
 @pytest.mark.parametrize("target, client", [("kubernetes", "kubectl"), ("ray", "ray[train]")])
