@@ -10,6 +10,7 @@ What happens around those calls (the job dir, the confirmation, the state record
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,14 @@ class Engine:
 
 
 def engine_for(target: str) -> Engine:
-    """The registered engine of launch.target."""
+    """The registered engine of launch.target; GpuplanError when this gpuplan has none for it."""
+    if target not in ENGINES or importlib.util.find_spec(ENGINES[target]) is None:
+        built = [t for t, m in ENGINES.items() if importlib.util.find_spec(m) is not None]
+        raise OneProblem(
+            f"launch.target = {target!r}: this gpuplan has no {target} engine",
+            key="launch.target",
+            fix=f"use one it has ({', '.join(built)}), or upgrade gpuplan",
+        )
     module = importlib.import_module(ENGINES[target])
     engine = module.ENGINE
     assert isinstance(engine, Engine) and engine.target == target, f"{ENGINES[target]}.ENGINE is not the {target} engine"

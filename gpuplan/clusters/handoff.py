@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuplan.clusters.engine import RemoteStatus, engine_for
 from gpuplan.clusters.job import IN_JOB_FLAG, Job, JobError, job_for
-from gpuplan.errors import OneProblem
+from gpuplan.errors import GpuplanError, OneProblem
 from gpuplan.plan.types import Plan
 
 
@@ -111,7 +111,10 @@ def remote_status(state: Mapping[str, Any]) -> dict[str, Any] | None:
     job = state.get("job")
     if not isinstance(job, dict) or "target" not in job or "id" not in job:
         return None
-    engine = engine_for(str(job["target"]))
+    try:
+        engine = engine_for(str(job["target"]))
+    except GpuplanError as e:
+        return {"target": job["target"], "id": job["id"], **RemoteStatus("unknown", None, "none", e.summary).to_dict()}
     if (missing := engine.missing_client()) is not None:
         status = RemoteStatus(state="unknown", done=None, source="none", detail=missing)
     else:

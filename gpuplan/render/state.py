@@ -69,7 +69,7 @@ def render_run_state(
     plan = state["plan"]
     lines = [
         f"Run in {path}: {state.get('status')}",
-        f"  started {state.get('started_at')}, finished {state.get('finished_at') or '-'}",
+        f"  started {state.get('started_at') or '-'}, finished {state.get('finished_at') or '-'}",
         f"  step {p.get('global_step')} of {p.get('max_steps') or '?'}, {p.get('samples_seen')} samples seen",
     ]
     lines += job_lines(state.get("job"), state.get("remote_job"))

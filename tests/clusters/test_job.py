@@ -238,3 +238,19 @@ def test_a_requeued_job_takes_over_the_lock_of_its_earlier_instance_only(tmp_pat
     monkeypatch.setenv(JOB_ID_ENV, "slurm:7")  # the same job id, started again by the engine
     with RunLock(str(out)):
         assert json.loads((out / ".gpuplan.lock").read_text())["job"] == "slurm:7"
+
+
+def test_show_reports_the_submitted_job_and_what_the_engine_says(tmp_path, monkeypatch, capsys):
+    """No Slurm client on PATH: the state's job is shown, and the engine's status says why it is unknown."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    plan = plan_file(SHIPPED, environment=ENV)
+    out = tmp_path / "run"
+    out.mkdir()
+    record_submission(plan, str(out), {"target": "slurm", "id": "42", "submitted_at": "2026-01-01T00:00:00+00:00", "job_dir": "d"})
+    assert main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Run in" in text and ": submitted" in text
+    assert "slurm job 42, submitted 2026-01-01T00:00:00+00:00; its files in d" in text
+    assert "remote job: unknown (none; sbatch, squeue, scontrol not found on PATH" in text
+    assert main(["show", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["remote_job"]["state"] == "unknown"

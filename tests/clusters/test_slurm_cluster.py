@@ -1,7 +1,8 @@
 """Slurm for real: `gpuplan apply` of a [launch] target = "slurm" spec submits an sbatch job to the one-node
 cluster (tests/clusters/conftest.py), whose srun task runs `gpuplan apply PLAN --in-job` with two CPU ranks
-under torchrun; `scontrol requeue` kills it mid-run, the requeued job takes over its run lock and resumes
-from the last complete checkpoint, and trains to the end. `gpuplan show` reports the job from squeue.
+under torchrun; mid-run the batch shell gets USR1 (what Slurm sends before the time limit or at preemption)
+and its trap runs `scontrol requeue`, which kills the run; the requeued job takes over its run lock, resumes
+from the last complete checkpoint and trains to the end. `gpuplan show` reports the job from squeue.
 """
 
 from __future__ import annotations
@@ -97,10 +98,11 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint(slurm, tmp_path, monkey
     assert state["status"] == "submitted" and state["job"]["target"] == "slurm" and f"Submitted slurm job {job_id}" in out
     log = run / "gpuplan-job" / f"slurm-{job_id}.out"
 
-    # mid-run: a complete checkpoint exists and the run has not finished; requeue it as a preemption would
+    # mid-run: a complete checkpoint exists and the run has not finished. USR1 to the batch shell, as Slurm sends
+    # it before the time limit (--signal=B:USR1@...) or at preemption: the script's trap runs scontrol requeue
     first = wait_for("a checkpoint", lambda: complete_checkpoints(run), 240, log)[0]
     assert first < MAX_STEPS
-    r = slurm.run("scontrol", "requeue", job_id)
+    r = slurm.run("scancel", "--batch", "--signal=USR1", job_id)
     assert r.returncode == 0, r.stderr
     killed_after = complete_checkpoints(run)[-1]
     assert killed_after < MAX_STEPS, "the run ended before it was requeued: make it longer"
@@ -111,6 +113,7 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint(slurm, tmp_path, monkey
     wait_for("the end of the job", lambda: squeue_state(slurm, job_id) in ("COMPLETED", "FAILED", ""), 300, log)
     text = log.read_text()
     assert squeue_state(slurm, job_id) == "COMPLETED", text[-3000:]
+    assert f"gpuplan: USR1 (time limit near, or preemption): requeueing job {job_id}" in text  # the trap ran
     assert f"job {job_id} (restart 1)" in text  # the same job id, started again by Slurm
 
     state = json.loads((run / "gpuplan-state.json").read_text())
