@@ -32,7 +32,8 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
     if path.suffix == ".json":
         try:
             plan = Plan.from_dict(json.loads(path.read_text()))
-            check_saved_plan(plan, detect)
+            # handed off to a cluster: the job's own apply (--in-job) checks the nodes' hardware and packages
+            check_saved_plan(plan, detect, here=not plan.resolved.launch.remote or bool(getattr(args, "in_job", False)))
             return plan
         except FileNotFoundError:
             raise GpuplanError([Diagnostic("error", None, f"{path}: no such file")]) from None

@@ -20,8 +20,11 @@ from gpuplan.plan.fingerprint import stale_reasons
 from gpuplan.plan.types import Plan
 
 
-def check_saved_plan(plan: Plan, detect) -> None:
-    """Refuse a saved plan that no longer matches the spec, the hardware or the packages."""
+def check_saved_plan(plan: Plan, detect, *, here: bool = True) -> None:
+    """Refuse a saved plan that no longer matches the spec, the hardware or the packages.
+
+    here=False: the plan is handed off to a cluster ([launch]), so only the spec and the settings are
+    checked on this machine; the job's own apply checks the hardware and the packages on the nodes."""
     from gpuplan.plan.inputs.environment import local_environment
 
     spec_hash = None
@@ -31,9 +34,10 @@ def check_saved_plan(plan: Plan, detect) -> None:
         except OSError:
             spec_hash = None
     hardware_now = None
-    if not plan.hardware.is_cpu:
+    if here and not plan.hardware.is_cpu:
         hardware_now = detect().to_dict()
-    reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now, environment_now=local_environment())
+    environment_now = local_environment() if here else None
+    reasons = stale_reasons(plan, spec_sha256_now=spec_hash, hardware_now=hardware_now, environment_now=environment_now)
     if reasons:
         raise GpuplanError(
             [

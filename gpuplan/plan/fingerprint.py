@@ -42,12 +42,13 @@ def fingerprint(plan: Plan, environment: Environment) -> dict[str, Any]:
 
 
 def stale_reasons(
-    plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None, environment_now: Environment
+    plan: Plan, *, spec_sha256_now: str | None, hardware_now: Mapping[str, Any] | None, environment_now: Environment | None
 ) -> list[str]:
     """Why a saved plan no longer describes this run (empty: it is current).
 
     spec_sha256_now: hash of the spec file now (None: the file is gone).
     hardware_now: the detected device's profile dict (None: not checked).
+    environment_now: the packages here (None: not checked; a plan handed off to a cluster is checked there).
     """
     fp = plan.fingerprint
     reasons: list[str] = []
@@ -66,6 +67,8 @@ def stale_reasons(
             reasons.append(f"planned for {want.get('name')}, this machine has {hardware_now.get('name')}")
         elif want.get("compute_capability") != hardware_now.get("compute_capability"):
             reasons.append(f"compute capability {want.get('compute_capability')} planned, {hardware_now.get('compute_capability')} here")
+    if environment_now is None:
+        return reasons
     now = {**{k: environment_now.packages.get(k) for k in VERSIONED}, "cuda": environment_now.cuda}
     for name, planned in fp.get("versions", {}).items():
         if planned != now.get(name):

@@ -254,3 +254,18 @@ def test_show_reports_the_submitted_job_and_what_the_engine_says(tmp_path, monke
     assert "remote job: unknown (none; sbatch, squeue, scontrol not found on PATH" in text
     assert main(["show", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["remote_job"]["state"] == "unknown"
+
+
+def test_a_saved_gpu_plan_is_handed_off_from_a_cpu_machine_and_checked_on_the_node(tmp_path, monkeypatch, capsys):
+    """The submitting machine (a login node, this CPU) checks the spec and the settings; the hardware and the
+    packages are the job's to check, on the node (--in-job)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    path = two_nodes(tmp_path, f'target = "slurm"\nstorage = "{tmp_path / "shared"}"')
+    saved = tmp_path / "run.plan.json"
+    assert main(["plan", str(path), "--out", str(saved)]) == 0
+    assert main(["apply", str(saved), "--dry-run"]) == 0
+    plan_json = tmp_path / "shared" / "runs" / "x" / JOB_DIR / PLAN_FILE
+    assert plan_json.is_file()
+    capsys.readouterr()
+    assert main(["apply", str(plan_json), "--yes", "--in-job"]) == 1  # what the job runs, here on a CPU
+    assert "stale plan: planned for H100-80GB, this machine has cpu" in capsys.readouterr().err
