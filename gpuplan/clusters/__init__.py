@@ -4,6 +4,10 @@ job.py         the Job a plan becomes: resources, nodes x GPUs, the time limit a
 engine.py      an Engine (render, client check, submit, status) and the registry ENGINES (launch.target -> module)
 handoff.py     `gpuplan apply` with a [launch] target: write the job dir, submit, record the job id; its status
 slurm.py       an sbatch script: srun + torchrun on every node, --gres, --time, requeue on preemption
+kubernetes.py  a Kubeflow Trainer TrainJob (torch-distributed runtime), or an Indexed Job + headless Service
+skypilot.py    a SkyPilot task YAML run as a managed job, the planned run time handed to its optimizer
+ray.py         a Ray Train TorchTrainer script: one worker per node, each running gpuplan apply
+yaml_text.py   the YAML those engines read, written without PyYAML
 """
 
 from gpuplan.lazy import lazy_exports

@@ -21,6 +21,7 @@ from gpuplan.clusters.engine import ENGINES, engine_for
 from gpuplan.clusters.job import job_for
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.resolved import LaunchSettings
+from tests.helpers.cluster_launches import ENGINE_LAUNCH
 from tests.helpers.planning import ENV, SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +35,13 @@ def _slurm(launch: LaunchSettings) -> LaunchSettings:
     return launch  # the spec's own [launch]
 
 
+def _engine(target: str) -> Callable[[LaunchSettings], LaunchSettings]:
+    """The spec's [launch] with Slurm's keys dropped and `target`'s own (tests/helpers/cluster_launches.py)."""
+    return lambda launch: dataclasses.replace(launch, partition=None, account=None, qos=None, **ENGINE_LAUNCH[target])
+
+
 # target -> the [launch] the docs render the shipped plan with (the other engines' keys: cluster-render's)
-DOC_LAUNCH: dict[str, Callable[[LaunchSettings], LaunchSettings]] = {"slurm": _slurm}
+DOC_LAUNCH: dict[str, Callable[[LaunchSettings], LaunchSettings]] = {"slurm": _slurm, **{t: _engine(t) for t in ENGINE_LAUNCH}}
 
 
 def built_targets() -> list[str]:

@@ -1,0 +1,199 @@
+"""SkyPilot hand-off (gpuplan/clusters/skypilot.py), read by SkyPilot itself.
+
+SkyPilot runs in a subprocess whose HOME is the test's tmp_path (it keeps its state, logs and catalogs
+under ~/.sky). Offline, its optimizer runs on a catalog written there in SkyPilot's own CSV format
+(sky/catalog/data_fetchers/fetch_lambda_cloud.py columns; Lambda, whose catalog is one file and whose
+cloud needs no SDK), priced from gpuplan's own price table, and on the cloud cache `sky check` would
+have filled (global_user_state.set_enabled_clouds). Nothing reaches a cloud.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan.clusters.engine import engine_for
+from gpuplan.clusters.job import JobError, job_for
+from gpuplan.clusters.skypilot import SKYPILOT_ACCELERATORS, TASK_FILE, default_seconds, planned_seconds
+from gpuplan.plan.build import plan_file
+from tests.helpers.cluster_launches import IMAGE, MULTI_NODE_SPEC, launch_for
+from tests.helpers.planning import ENV
+
+# imported only in subprocesses whose HOME is tmp_path: importing sky writes ~/.sky
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sky") is None, reason="SkyPilot is not installed (pip install skypilot)")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return plan_file(MULTI_NODE_SPEC, environment=ENV)
+
+
+def sky_python(tmp_path: Path, code: str, *args: str) -> dict:
+    """Run `code` with SkyPilot imported under HOME = tmp_path; its last stdout line, as JSON."""
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPO), "SKYPILOT_DISABLE_USAGE_COLLECTION": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+LOAD = """
+import json, sys
+import sky
+task = sky.Task.from_yaml(sys.argv[1])
+print(json.dumps({
+    "num_nodes": task.num_nodes,
+    "resources": [{"accelerators": r.accelerators, "use_spot": r.use_spot, "image_id": r.image_id[None] if r.image_id else None,
+                   "cpus": r.cpus, "memory": r.memory, "job_recovery": r.job_recovery} for r in task.resources],
+    "envs": dict(task.envs), "run": task.run, "name": task.name,
+}))
+"""
+
+
+@pytest.mark.slow  # importing SkyPilot takes seconds
+def test_the_task_loads_with_skypilots_own_from_yaml(plan, tmp_path):
+    job = job_for(plan, launch_for(plan, "skypilot"))
+    path = tmp_path / TASK_FILE
+    path.write_text(engine_for("skypilot").render(job)[TASK_FILE])
+    got = sky_python(tmp_path, LOAD, str(path))
+    assert got["num_nodes"] == job.nodes == 2 and got["name"] == job.name
+    (r,) = got["resources"]
+    assert r["accelerators"] == {"H100": 8}  # the plan's 8 x H100-80GB per node, in SkyPilot's name
+    assert r["use_spot"] is True and r["image_id"] == f"docker:{IMAGE}"
+    assert r["cpus"] == f"{job.resources.cpus_per_node}+"
+    assert r["job_recovery"] == {"strategy": "FAILOVER", "max_restarts_on_errors": 3}
+    assert got["envs"]["GPUPLAN_JOB_ID"] == f"skypilot:{job.name}" and got["envs"]["MASTER_PORT"] == str(job.master_port)
+    assert shlex.join(job.command) in got["run"] and "$SKYPILOT_NODE_RANK" in got["run"]
+
+
+PROBE = "import os, sys; print(os.environ['MASTER_ADDR'], *sys.argv[1:])"
+
+
+def test_each_node_runs_the_saved_plan_with_skypilots_rank_and_node_0_as_host(plan, tmp_path):
+    job = job_for(plan, launch_for(plan, "skypilot", gpuplan_command=shlex.join([sys.executable, "-c", PROBE])))
+    run = yaml.safe_load(engine_for("skypilot").render(job)[TASK_FILE])["run"]
+    env = {
+        "PATH": os.environ["PATH"],
+        "SKYPILOT_NODE_RANK": "1",
+        "SKYPILOT_NODE_IPS": "10.0.0.7\n10.0.0.8",
+        "SKYPILOT_NUM_GPUS_PER_NODE": "8",
+    }
+    out = subprocess.run(["/bin/sh", "-c", run], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["10.0.0.7", "apply", job.plan_file, "--yes", "--in-job", "--node-rank", "1"]
+    wrong = subprocess.run(["/bin/sh", "-c", run], env={**env, "SKYPILOT_NUM_GPUS_PER_NODE": "4"}, capture_output=True, text=True)
+    assert wrong.returncode == 1 and "the plan needs 8 GPUs per node, SkyPilot gave 4" in wrong.stderr
+
+
+# The optimizer, offline: one Lambda region with an 8 x H100 and an 8 x A100-80GB instance type.
+OPTIMIZE = """
+import json, sys
+import sky
+from sky import check, global_user_state, skypilot_config
+from sky.clouds import cloud as sky_cloud
+from gpuplan.clusters.skypilot import load_task, narrowed, optimize
+
+ws = skypilot_config.get_active_workspace()
+global_user_state.set_enabled_clouds(["Lambda"], sky_cloud.CloudCapability.COMPUTE, ws)  # what `sky check` caches
+global_user_state.set_allowed_clouds(check._get_workspace_allowed_clouds(ws), ws)
+seconds, default_s = json.loads(sys.argv[2]), float(sys.argv[3])
+out = {}
+for with_time in (False, True):
+    task = load_task(sys.argv[1], seconds, default_s)
+    if not with_time:
+        task.time_estimator_func = None  # the YAML alone: SkyPilot's one-hour default
+    best = optimize(task, quiet=True)
+    run_s = task.estimate_runtime(best) if with_time else 3600
+    out["with_time" if with_time else "hourly"] = {"accelerators": best.accelerators, "cost": best.get_cost(run_s) * task.num_nodes}
+    if with_time:
+        out["estimates"] = {a: task.estimate_runtime(sky.Resources(accelerators={a: 8})) for a in ("H100", "A100-80GB")}
+        out["narrowed"] = [r.accelerators for r in narrowed(task, best).resources]
+print(json.dumps(out))
+"""
+
+
+def lambda_catalog(home: Path, rows: dict[str, float]) -> None:
+    """SkyPilot's catalog files (schema v8, sky/skylet/constants.py CATALOG_SCHEMA_VERSION) for Lambda; prices per instance-hour."""
+    root = home / ".sky" / "catalogs" / "v8"
+    (root / "lambda").mkdir(parents=True)
+    (root / "common").mkdir(parents=True)
+    lines = ["InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice"]
+    lines += [f"gpu_8x_{acc.lower()},{acc},8.0,208.0,1800.0,{price:.4f},us-east-1,," for acc, price in rows.items()]
+    (root / "lambda" / "vms.csv").write_text("\n".join(lines) + "\n")
+    (root / "common" / "accelerators.csv").write_text("AcceleratorName,Clouds\n" + "".join(f"{a},\"['Lambda']\"\n" for a in rows))
+    (root / "common" / "metadata.csv").write_text("GPU,MemoryGB,Manufacturer\n" + "".join(f"{a},80,NVIDIA\n" for a in rows))
+
+
+@pytest.mark.slow
+def test_the_planned_time_reaches_skypilots_optimizer_so_it_ranks_by_total_cost(plan, tmp_path):
+    from gpuplan.plan.compare import compare_row
+    from gpuplan.spec.load import load_toml
+
+    # the two GPU types that fit at 2 nodes x 8, priced and timed by gpuplan's compare (plan/compare.py)
+    loaded = load_toml(MULTI_NODE_SPEC)
+    rows = {g: compare_row(loaded, g, 16, environment=ENV) for g in ("H100-80GB", "A100-80GB")}
+    assert all(r["fits"] and r["run_time_s"] and r["price_per_gpu_hour"] for r in rows.values())
+    hourly = {g: r["price_per_gpu_hour"] * 8 for g, r in rows.items()}
+    total = {g: r["cost_usd"] for g, r in rows.items()}
+    # the point of the hand-off: per hour the A100s are cheaper, for the whole run the H100s are
+    assert hourly["A100-80GB"] < hourly["H100-80GB"] and total["H100-80GB"] < total["A100-80GB"]
+
+    job = job_for(plan, launch_for(plan, "skypilot", spot=False))  # Lambda has no spot instances
+    job = dataclasses.replace(
+        job,
+        resources=dataclasses.replace(job.resources, accelerators=tuple(rows)),
+        planned={**job.planned, "run_time_s_by_gpu": {g: r["run_time_s"] for g, r in rows.items()}},
+    )
+    path = tmp_path / TASK_FILE
+    path.write_text(engine_for("skypilot").render(job)[TASK_FILE])
+    assert yaml.safe_load(path.read_text())["resources"]["accelerators"] == {"H100": 8, "A100-80GB": 8}
+    lambda_catalog(tmp_path, {SKYPILOT_ACCELERATORS[g]: p for g, p in hourly.items()})
+    got = sky_python(tmp_path, OPTIMIZE, str(path), json.dumps(planned_seconds(job)), str(default_seconds(job)))
+
+    # without the time, SkyPilot prices one hour and takes the cheaper hour
+    assert got["hourly"]["accelerators"] == {"A100-80GB": 8}
+    assert got["hourly"]["cost"] == pytest.approx(2 * hourly["A100-80GB"])
+    # with it, its cost is the run's: gpuplan's planned cost of each GPU type, and the H100s win
+    w = got["with_time"]
+    assert got["estimates"] == {"H100": round(rows["H100-80GB"]["run_time_s"]), "A100-80GB": round(rows["A100-80GB"]["run_time_s"])}
+    assert w["accelerators"] == {"H100": 8}
+    assert w["cost"] == pytest.approx(total["H100-80GB"], rel=1e-3)
+    assert got["narrowed"] == [{"H100": 8}]  # what submit() launches: the accelerator the total cost chose
+
+
+def test_a_gpu_skypilot_cannot_name_is_refused(plan):
+    job = job_for(plan, launch_for(plan, "skypilot"))
+    job = dataclasses.replace(job, resources=dataclasses.replace(job.resources, gpu="H100-PCIe", accelerators=("H100-PCIe",)))
+    with pytest.raises(JobError, match="'H100-PCIe' has no SkyPilot accelerator name") as e:
+        engine_for("skypilot").render(job)
+    assert e.value.diagnostics[0].key == "hardware.gpu"
+
+
+STATUS = """
+import json
+from sky.jobs.state import ManagedJobStatus
+from sky.schemas.api.responses import ManagedJobRecord
+from gpuplan.clusters.skypilot import managed_job_status
+
+records = [
+    ManagedJobRecord(job_id=6, status=ManagedJobStatus.RECOVERING),
+    {"job_id": 7, "status": "FAILED", "failure_reason": "out of memory"},
+]
+print(json.dumps({i: managed_job_status(records, i, "sky jobs queue").to_dict() for i in ("6", "7", "8")}))
+"""
+
+
+@pytest.mark.slow  # importing SkyPilot takes seconds
+def test_the_status_of_a_managed_job_from_skypilots_own_records(tmp_path):
+    got = sky_python(tmp_path, STATUS)
+    assert (got["6"]["state"], got["6"]["done"]) == ("RECOVERING", False)
+    assert (got["7"]["state"], got["7"]["done"], got["7"]["detail"]) == ("FAILED", True, "out of memory")
+    assert got["8"]["state"] == "not found"
