@@ -16,7 +16,7 @@ import resource
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -103,7 +103,7 @@ def trace_memory(
             preference.add_head(model)
             ref = preference.build_reference(config, wl)
         cfg = model.config
-        vocab = getattr(cfg.get_text_config(), "vocab_size", 0) or 0
+        vocab = getattr(cast(Any, cfg).get_text_config(), "vocab_size", 0) or 0
         if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
             notes.append(note)
         optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")

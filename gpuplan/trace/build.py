@@ -105,7 +105,7 @@ def make_vlm_batch(model: torch.nn.Module, wl: Workload) -> dict[str, torch.Tens
     `images_per_example` images as `image_tokens` placeholder ids (of the config's image token)
     at the start of its text, and their pixels. Idefics3 / SmolVLM: pixel_values (b, images,
     3, side, side) of the tower's image size (one tile per image, do_image_splitting off)."""
-    cfg = model.config
+    cfg: Any = model.config
     family = cfg.model_type
     if family not in ("idefics3", "smolvlm"):
         raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm")
