@@ -140,7 +140,7 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
         notes.append(
             f"vision tower frozen: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch, "
             f"{kept}; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
-            f"before the language model runs; its features at the language model's width: {gib(t.features)}"
+            f"before the language model runs; its features at the language model's width: {t.features / 2**20:,.0f} MiB"
         )
     overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
     return dataclasses.replace(
