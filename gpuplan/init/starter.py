@@ -48,6 +48,7 @@ SECTION_COMMENTS = {
     "output": "Where the run writes checkpoints and its state.",
     "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
     "launch": "Where apply runs it: here, or handed off to a Slurm, Kubernetes, SkyPilot or Ray cluster (docs/clusters.md).",
+    "vision": "A vision-language model's images (docs/vision.md); read only for one.",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -85,6 +86,7 @@ ACTIVE = {
     "output": ("dir",),
     "eval": (),
     "launch": (),
+    "vision": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -137,6 +139,8 @@ EXAMPLES: dict[str, Any] = {
     "launch.queue": "team-a",
     "launch.storage_claim": "shared-pvc",
     "launch.ray_address": "auto",
+    "vision.image_size": 1024,
+    "vision.processor_config": "models/my-vlm/processor_config.json",
 }
 
 

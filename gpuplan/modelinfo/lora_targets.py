@@ -84,9 +84,10 @@ def default_modules_to_save(facts: ModelFacts, asked: list[str] | None) -> list[
     return out + [h for h in heads if h not in out]
 
 
-def lora_candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int, int]]:
-    """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head."""
-    heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set())
+def lora_candidates(facts: ModelFacts, saved: list[str], excluded: tuple[str, ...] = ()) -> list[tuple[str, str, int, int]]:
+    """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head,
+    not under an `excluded` prefix (a VLM's frozen vision tower: peft's exclude_modules, plan/vision_settings.py)."""
+    heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set()) | set(excluded)
     return [
         layer
         for layer in facts.linear_layers
@@ -94,13 +95,28 @@ def lora_candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str,
     ]
 
 
-def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str]) -> list[str]:
+def _unambiguous_suffix(name: str, others: list[str]) -> str:
+    """The shortest dotted suffix of a linear layer's name that matches no other kind of module: its last
+    part ("q_proj") unless that also ends a non-linear module (Qwen2-VL's merger.mlp.0 and .2 end in
+    digits, as do the vision blocks.0 / blocks.2; peft refuses a target that is not a linear layer)."""
+    parts = name.split(".")
+    for k in range(1, len(parts) + 1):
+        suffix = ".".join(parts[-k:])
+        if not any(peft_matches(m, suffix) for m in others):
+            return suffix
+    return name
+
+
+def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str], excluded: tuple[str, ...] = ()) -> list[str]:
     """The explicit list of names peft matches; raises TargetError for a name matching no linear layer."""
-    layers = lora_candidates(facts, saved)
+    layers = lora_candidates(facts, saved, excluded)
     if target_modules == "all-linear":
         out: dict[str, None] = {}
+        linear = {name for name, *_ in layers}
+        # modules peft may match (those under an excluded prefix it skips first: exclude_modules)
+        others = [m for m in module_names(facts) if m not in linear and not any(m == e or m.startswith(e + ".") for e in excluded)]
         for name, *_ in layers:
-            out.setdefault(name.rsplit(".", 1)[-1], None)
+            out.setdefault(_unambiguous_suffix(name, others), None)
         return list(out)
     short = list(dict.fromkeys(name.rsplit(".", 1)[-1] for name, *_ in layers))
     for t in target_modules:
@@ -146,8 +162,10 @@ class AdapterCount:
         }
 
 
-def count_adapters(facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str]) -> AdapterCount:
-    layers = lora_candidates(facts, saved)
+def count_adapters(
+    facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str], excluded: tuple[str, ...] = ()
+) -> AdapterCount:
+    layers = lora_candidates(facts, saved, excluded)
     per: dict[str, tuple[int, int]] = {t: (0, 0) for t in targets}
     matched = []
     for layer in layers:

@@ -530,6 +530,31 @@ class LaunchSpec(_Section):
         return self
 
 
+class VisionSpec(_Section):
+    """A vision-language model (model_type qwen2_vl, qwen2_5_vl, mllama, gemma3, idefics3, smolvlm,
+    llava, llava_next): the images each example holds, and whether the vision tower trains."""
+
+    image_size: (
+        Annotated[int, Field(ge=1, le=65_536)]
+        | Annotated[list[Annotated[int, Field(ge=1, le=65_536)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = Field(
+        None,
+        description="Pixel size of the images before the processor resizes them: a side (square) or [width, height]; required for a VLM.",
+    )
+    images_per_example: Annotated[int, Field(ge=0, le=1024)] | Auto = Field(
+        "auto", description="Images in each example, each in seq_len as its image tokens; auto: 1 for a VLM."
+    )
+    train_tower: bool = Field(
+        False,
+        description="Also train the vision tower and projector (lora: adapters on them too); default: only the language model trains.",
+    )
+    processor_config: PathStr | None = Field(
+        None,
+        description="A processor_config.json or preprocessor_config.json (relative to the spec); default: the model directory's.",
+    )
+
+
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
@@ -545,6 +570,7 @@ class Spec(_Section):
     output: OutputSpec = Field(default_factory=OutputSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
+    vision: VisionSpec = Field(default_factory=VisionSpec)
 
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -560,4 +586,5 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "output": OutputSpec,
     "eval": EvalSpec,
     "launch": LaunchSpec,
+    "vision": VisionSpec,
 }

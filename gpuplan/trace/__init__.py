@@ -16,7 +16,7 @@ import resource
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -60,7 +60,8 @@ def trace_memory(
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from gpuplan.trace.build import build_model, make_batch, optimizer_for
+    from gpuplan.modelinfo.vision_families import VLM_FAMILIES
+    from gpuplan.trace.build import build_model, make_batch, make_vlm_batch, optimizer_for
     from gpuplan.trace.cuda_ops import cuda_like_ops
     from gpuplan.trace.tracker import StorageTracker
 
@@ -88,7 +89,14 @@ def trace_memory(
         from gpuplan.trace.adapters import fake_4bit_dequant
 
         dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
-    with _unpacked_sequences(packed), ops, head_kernels, dequant, FakeTensorMode(allow_non_fake_inputs=True):
+    # a vision-language model's forward indexes by data (Idefics3 drops all-zero padding images,
+    # Qwen2-VL's positions come from image_grid_thw): fake tensors cannot run it, so a VLM is traced
+    # on real CPU tensors (a tiny config: the same storages, counted the same way)
+    vlm = config.get("model_type") in VLM_FAMILIES
+    fake: AbstractContextManager[Any] = nullcontext() if vlm else FakeTensorMode(allow_non_fake_inputs=True)
+    if vlm:
+        notes.append("vision-language model: traced on real CPU tensors (its forward indexes by data)")
+    with _unpacked_sequences(packed), ops, head_kernels, dequant, fake:
         model = build_model(config, wl)
         ref = None
         if obj.fused_head:
@@ -100,7 +108,7 @@ def trace_memory(
                 preference.add_head(model)
             ref = preference.build_reference(config, wl)
         cfg = model.config
-        vocab = getattr(cfg, "vocab_size", 0) or 0
+        vocab = getattr(cast(Any, cfg).get_text_config(), "vocab_size", 0) or 0
         if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
             notes.append(note)
         optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
@@ -124,7 +132,10 @@ def trace_memory(
                             tracker.phase = "generation"
                             rounds, used = [], 0  # the last round's freed first, as TRL replaces its buffer
                             rounds = rl.make_round(model, ref, wl, vocab, amp_dtype)
-                        batch = None if (obj.is_preference or obj.is_rl) else make_batch(wl, vocab)
+                        if obj.is_preference or obj.is_rl:
+                            batch = None
+                        else:
+                            batch = make_vlm_batch(model, wl) if vlm else make_batch(wl, vocab)
                         tracker.phase = "forward"
                         tracker.in_head = False
                         if obj.is_rl:

@@ -26,6 +26,7 @@ from gpuplan.plan.rules import (
     rl,
     schedule,
     tracking,
+    vision,
 )
 
 ALL_RULES = (
@@ -34,6 +35,7 @@ ALL_RULES = (
     *compile.RULES,
     *dataloader.RULES,
     *data.RULES,
+    *vision.RULES,
     *schedule.RULES,
     *memory.RULES,
     *batch.RULES,
