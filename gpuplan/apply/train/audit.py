@@ -311,6 +311,7 @@ def _collator_name(collator: Any) -> str:
 
 
 def _tokens(tok: Any) -> dict[str, Any]:
+    tok = getattr(tok, "tokenizer", None) or tok  # a vision-language run's processing_class is its processor
     return {k: getattr(tok, f"{k}_token_id", None) for k in ("bos", "eos", "pad")}
 
 
@@ -477,6 +478,8 @@ def _loss_types(trainer: Any) -> list[str]:
 def _packed(ds: Any) -> bool:
     """Packed examples fill every sequence with tokens (no padding, or position ids restarting)."""
     cols = getattr(ds, "column_names", None) or []
+    if "images" in cols:  # rows with images: the collator pads each to seq_len (apply/data/vision.py)
+        return False
     if "position_ids" in cols:
         return True
     if "attention_mask" not in cols:
@@ -491,6 +494,10 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
         return obj.collator_class or "?", False
     from gpuplan.apply.data.flatten import needs_flattening
 
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):  # apply/data/vision.py: never packed
+        return "ImageTextCollator", False
     packing = plan.resolved.data.packing
     task, fmt = plan.resolved.model.task, plan.resolved.data.format
     if task == "masked-lm":
