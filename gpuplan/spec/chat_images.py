@@ -39,7 +39,7 @@ class Decoded:
 
     width: int | None = None
     height: int | None = None
-    problem: str | None = None  # "does not exist", "cannot be decoded as an image (...)"
+    problem: str | None = None  # "no such file", "cannot be decoded as an image (...)"
 
 
 def is_image_part(part: Any) -> bool:
@@ -93,7 +93,7 @@ def decode(path: str | None) -> Decoded:
     if path is None:
         return Decoded(problem='names no file (give it "path": "images/x.png")')
     if not os.path.isfile(path):
-        return Decoded(problem="does not exist" if not os.path.isdir(path) else "is a directory, not an image file")
+        return Decoded(problem="no such file" if not os.path.isdir(path) else "a directory, not an image file")
     if not pil_available():
         return Decoded()
     from PIL import Image, UnidentifiedImageError

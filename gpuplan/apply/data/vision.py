@@ -307,6 +307,29 @@ class ImageTextCollator:
         """The model config's image token ids too (image_token_id, vision_start_token_id, ...)."""
         self.image_ids = sorted(set(self.image_ids) | set(image_token_ids(self.processor, model_config)))
 
+    def image_tokens_of(self, ds: Any, rows: int) -> list[int]:
+        """Tokens per image (the image ids, markers included) in each of the first `rows` rows, as this collator builds them."""
+        import torch
+
+        out = []
+        for i in range(min(rows, len(ds))):
+            row = ds[i]
+            if row["images"]:
+                ids = self([row])["input_ids"][0]
+                out.append(int(torch.isin(ids, torch.tensor(self.image_ids, dtype=ids.dtype)).sum()) // len(row["images"]))
+        return out or [0]
+
+    def image_tokens_for_size(self, size: Any) -> int:
+        """Tokens one blank image of `size` (px: a side, or (width, height)) becomes through the live processor."""
+        import torch
+        from PIL import Image
+
+        w, h = (size, size) if isinstance(size, int) else tuple(size)
+        text = getattr(self.processor, "image_token", None) or ""
+        enc = self.processor(text=[text], images=[[Image.new("RGB", (w, h))]], add_special_tokens=False, return_tensors="pt")
+        ids = enc["input_ids"][0]
+        return int(torch.isin(ids, torch.tensor(self.image_ids, dtype=ids.dtype)).sum())
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
 

@@ -103,7 +103,7 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
             )
     else:
         label_names = None
-    from gpuplan.apply.model.vision import is_vision_language, set_tower_training, trains_tower
+    from gpuplan.apply.model.vision import freeze, frozen_prefixes, is_vision_language
 
     vision = is_vision_language(plan)
     cls = auto_class(task, vision)
@@ -122,8 +122,8 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
     except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
         raise ApplyError(f"cannot build the {task} model: {e}", fix=_transformers_fix(plan, e)) from e
     _check_loaded(plan, model, tokenizer)
-    if vision:  # the vision tower and projector frozen unless the plan trains them (model/vision.py)
-        set_tower_training(model, trains_tower(plan))
+    if vision:  # the vision tower frozen unless the plan trains it (model/vision.py)
+        freeze(model, frozen_prefixes(plan, model))
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
         # Sequence classification pools the last non-pad token and needs the pad id to find it.
         model.config.pad_token_id = tokenizer.pad_token_id

@@ -25,13 +25,19 @@ TOWER_NAMES = ("vision_model", "vision_tower", "visual")
 PROJECTOR_NAMES = ("connector", "multi_modal_projector")
 
 
+def _planned(plan: Plan) -> Any:
+    """plan.resolved.vision (plan/resolved.py VisionSettings), or None in a plan made before it existed."""
+    return getattr(plan.resolved, "vision", None)
+
+
 def is_vision_language(plan: Plan) -> bool:
-    """The plan trains a vision-language model: its config has a vision_config."""
+    """The plan trains a vision-language model: plan.resolved.vision.family is set (in a plan made before the
+    vision section, the model's config.json has a vision_config)."""
+    planned = _planned(plan)
+    if planned is not None:
+        return planned.family is not None
     from gpuplan.hub.fetch import model_dir
 
-    flag = getattr(plan.resolved.model, "vision", None)
-    if isinstance(flag, bool):
-        return flag
     d = model_dir(plan.resolved.model.hub) if plan.resolved.model.hub is not None else None
     path = plan.resolved.model.config or (os.path.join(d, "config.json") if d else None)
     if not path or not os.path.isfile(path):
@@ -44,8 +50,49 @@ def is_vision_language(plan: Plan) -> bool:
 
 
 def trains_tower(plan: Plan) -> bool:
-    """The plan trains the vision tower and projector too (default: frozen)."""
-    return bool(getattr(plan.resolved.model, "train_vision_tower", False))
+    """The plan trains the vision tower (vision.train_tower; default frozen)."""
+    planned = _planned(plan)
+    return bool(planned.train_tower) if planned is not None else False
+
+
+def frozen_prefixes(plan: Plan, model: Any) -> list[str]:
+    """The module prefixes the plan keeps frozen (vision.frozen_modules), else the live tower and projector."""
+    planned = _planned(plan)
+    if planned is not None:
+        return list(planned.frozen_modules)
+    if trains_tower(plan):
+        return []
+    return [p for ps in part_prefixes(model).values() for p in ps]
+
+
+def lora_exclude(plan: Plan, model: Any) -> str | None:
+    """peft's exclude_modules regex: the plan's (vision.lora_exclude), else built from the frozen prefixes."""
+    planned = _planned(plan)
+    if planned is not None:
+        return planned.lora_exclude
+    prefixes = frozen_prefixes(plan, model)
+    return "(" + "|".join(re.escape(p) for p in prefixes) + r")(\..*)?" if prefixes else None
+
+
+def freeze(model: Any, prefixes: list[str]) -> int:
+    """requires_grad off for every parameter under `prefixes` (a PeftModel's names carry a
+    "base_model.model." before them); returns how many parameters that froze."""
+    n = 0
+    for name, p in model.named_parameters():
+        if any(_under(name, pre) for pre in prefixes):
+            p.requires_grad_(False)
+            n += p.numel()
+    return n
+
+
+def unfreeze(model: Any, prefixes: list[str]) -> None:
+    for name, p in model.named_parameters():
+        if any(_under(name, pre) for pre in prefixes) and p.dtype.is_floating_point:
+            p.requires_grad_(True)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name.startswith(prefix + ".") or f".{prefix}." in f".{name}"
 
 
 def part_prefixes(model: Any) -> dict[str, list[str]]:
@@ -64,28 +111,12 @@ def part_prefixes(model: Any) -> dict[str, list[str]]:
     return out
 
 
-def exclude_pattern(model: Any) -> str | None:
-    """peft's exclude_modules regex: every module inside the tower or the projector."""
-    prefixes = [p for ps in part_prefixes(model).values() for p in ps]
-    if not prefixes:
-        return None
-    return "(" + "|".join(re.escape(p) for p in prefixes) + r")(\..*)?"
-
-
 def part_of(name: str, parts: dict[str, list[str]]) -> str:
     """"tower", "projector" or "language" for a parameter or module name."""
     for part, prefixes in parts.items():
-        if any(name == p or name.startswith(p + ".") or f".{p}." in f".{name}" for p in prefixes):
+        if any(_under(name, p) for p in prefixes):
             return part
     return "language"
-
-
-def set_tower_training(model: Any, train: bool) -> None:
-    """requires_grad of every tower and projector parameter: trained in full, or frozen."""
-    parts = part_prefixes(model)
-    for name, p in model.named_parameters():
-        if part_of(name, parts) != "language":
-            p.requires_grad_(train)
 
 
 def trainable_by_part(model: Any) -> dict[str, int]:

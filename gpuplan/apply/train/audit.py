@@ -380,6 +380,10 @@ def run_checks(
         c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({_quant_state(m).quant_type for m in four}))
         c.add("quantization.bnb_4bit_compute_dtype", [compute], lambda: sorted({str(m.compute_dtype).removeprefix("torch.") for m in four}))
         c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(_quant_state(m).nested) for m in four}))
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):
+        _vision_checks(c, plan, trainer, model, stage)
     attn = p.wl("attn_implementation", lambda r: r.model.attn_implementation)
     c.add("model.attn_implementation", attn, lambda: base.config._attn_implementation)
 
@@ -440,6 +444,33 @@ def run_checks(
         c.add("distributed.strategy", p.engine(), lambda: _engine(trainer))
         _optimizer_checks(c, plan, trainer, training_arguments_kwargs(plan, progress=False))
     return c.checks, c.skipped
+
+
+def _vision_checks(c: _Checks, plan: Plan, trainer: Any, model: Any, stage: str) -> None:
+    """A vision-language run: which parts train (the live requires_grad) and the tokens an image becomes."""
+    from gpuplan.apply.model.vision import frozen_prefixes, part_prefixes
+
+    base = _base(model)
+    frozen = frozen_prefixes(plan, base)
+    parts = sorted(set(frozen) | {q for ps in part_prefixes(base).values() for q in ps})
+    names = [(n, q) for n, q in model.named_parameters()]
+
+    def live_frozen() -> list[str]:
+        return [pre for pre in parts if not any(q.requires_grad for n, q in names if n.startswith(pre + ".") or f".{pre}." in f".{n}")]
+
+    c.add("vision.frozen_modules", sorted(frozen), live_frozen)
+    vision = getattr(plan.resolved, "vision", None)
+    collator = trainer.data_collator
+    if stage != TRAIN_BEGIN or not hasattr(collator, "image_tokens_of"):
+        return
+    planned = vision.image_tokens if vision is not None and vision.image_size is not None else _SKIP
+    # the processor's tokens for one image of the planned size, and the most any image of the first rows became
+    c.add("vision.image_tokens", planned, lambda: collator.image_tokens_for_size(vision.image_size))
+    c.add(
+        "vision.image_tokens_in_batch",
+        True if planned is not _SKIP else _SKIP,
+        lambda: max(collator.image_tokens_of(trainer.train_dataset, rows=4)) <= planned,
+    )
 
 
 def _planned_trainable_dtypes(plan: Plan, p: Planned) -> list[str]:
