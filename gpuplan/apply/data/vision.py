@@ -191,6 +191,18 @@ def rows_of(path: str, key: str, field: str) -> list[Row]:
     return out
 
 
+def check_before_run(plan: Plan) -> None:
+    """The rows of every split read and their images opened (PIL, no torch), before apply writes anything."""
+    from gpuplan.apply.data.prepare import train_paths
+
+    field = plan.resolved.data.messages_field
+    for key, paths in (("data.train_files", train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
+        for path in paths:
+            if not os.path.isfile(path):
+                raise ApplyError(f"{key}: {path} does not exist", key=key)
+            image_problems(read_rows(path, key), field, path, key)
+
+
 def open_images(paths: list[str]) -> list[Any]:
     from PIL import Image
 

@@ -280,6 +280,12 @@ def execute(
     if preference.uses_preference(plan):  # every preference row usable, before anything is written
         preference.check_before_run(plan)
     samples.check(plan)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):  # every image of the rows readable, before anything is written
+        from gpuplan.apply.data.vision import check_before_run
+
+        check_before_run(plan)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
