@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.modelinfo.params import ParamList
+from gpuplan.modelinfo.params import Dims, ParamList
 from gpuplan.modelinfo.registry import FAMILIES, TASKS, known_model_types, unsupported_task
+from gpuplan.modelinfo.vision_families import ANALYTIC as VLM_ANALYTIC
+from gpuplan.modelinfo.vision_families import VLM_FAMILIES
 
 
 def check_request(config: Mapping[str, Any], task: str, num_labels: int) -> str:
@@ -39,6 +42,8 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     unless allow_meta_fallback is False.
     """
     model_type = check_request(config, task, num_labels)
+    if model_type in VLM_FAMILIES:
+        return _vlm_facts(model_type, config, task, allow_meta_fallback)
     family = FAMILIES.get(model_type)
     if family is None:
         if not allow_meta_fallback:
@@ -55,6 +60,35 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     if task not in supported:
         raise unsupported_task(model_type, task, supported)
     params, dims = counter(model_type, config, task, num_labels)
+    return _facts(model_type, config, task, params, dims)
+
+
+def _vlm_facts(model_type: str, config: Mapping[str, Any], task: str, allow_meta_fallback: bool) -> ModelFacts:
+    """A vision-language model: its next-token loss is the language model's (task causal-lm);
+    apply builds it with AutoModelForImageTextToText."""
+    if task != "causal-lm":
+        raise ModelConfigError(
+            None,
+            f"task {task!r} is not supported for the vision-language model_type {model_type!r}: "
+            "gpuplan fine-tunes it as image-text-to-text with the language model's next-token loss; "
+            'set model.task = "causal-lm"',
+        )
+    counter = VLM_ANALYTIC.get(model_type)
+    if counter is None:
+        if not allow_meta_fallback:
+            raise ModelConfigError(
+                None,
+                f"the vision-language model_type {model_type!r} has no analytic parameter count (analytic: "
+                f"{', '.join(sorted(VLM_ANALYTIC))}); allow the meta-device fallback, which imports torch and transformers",
+            )
+        from gpuplan.modelinfo.meta import meta_facts
+
+        return meta_facts(config, task, 2)
+    params, dims, vision = counter(model_type, config, task, 2)
+    return dataclasses.replace(_facts(model_type, config, task, params, dims), vision=vision)
+
+
+def _facts(model_type: str, config: Mapping[str, Any], task: str, params: ParamList, dims: Dims) -> ModelFacts:
     notes = list(params.notes)
     if "tie_word_embeddings" not in config:
         notes.append(f"tie_word_embeddings absent: the {model_type} default ({str(dims.tie_word_embeddings).lower()}) applies")
@@ -81,10 +115,6 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
         attention_dropout=dims.attention_dropout,
         source="analytic",
         notes=tuple(notes),
-        **_experts(params),
+        num_experts=params.experts.get("num_experts", 0),
+        experts_per_token=params.experts.get("experts_per_token", 0),
     )
-
-
-def _experts(params: ParamList) -> dict[str, int]:
-    """num_experts / experts_per_token of a mixture-of-experts family (from its ParamList)."""
-    return dict(params.experts)

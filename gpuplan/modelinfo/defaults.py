@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuplan.modelinfo.defaults_vision import VISION_DEFAULTS
+
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     # configuration_llama.py (LlamaConfig); head_dim None -> hidden // heads,
     # num_key_value_heads None -> num_attention_heads (LlamaConfig.__post_init__).
@@ -215,6 +217,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "add_cross_attention": False,
         "tie_word_embeddings": True,
     },
+    **VISION_DEFAULTS,
 }
 
 # GPT2Config.attribute_map: the generic names a config may use for GPT-2 keys.

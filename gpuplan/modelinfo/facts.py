@@ -7,6 +7,51 @@ from typing import Any, Literal
 
 
 @dataclass(frozen=True)
+class VisionFacts:
+    """The image side of a vision-language model (modelinfo/vision_families.py), from its config.json.
+
+    A parameter belongs to the first of projector, tower, language model whose module-name
+    prefix (+ ".") starts its name (transformers 5.24 AutoModelForImageTextToText names);
+    tower_params + projector_params + language_model_params == ModelFacts.n_params.
+    The dims are the vision tower's (its encoder layers), for its activations and time.
+    """
+
+    family: str  # the VLM's model_type
+    tower_modules: tuple[str, ...]
+    projector_modules: tuple[str, ...]
+    language_model_modules: tuple[str, ...]
+    tower_params: int
+    projector_params: int
+    language_model_params: int
+    hidden_size: int  # the tower's width
+    num_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    mlp: Literal["gated", "plain"]
+    patch_size: int
+    image_token_id: int | None
+    # image-token geometry the config fixes (modelinfo/image_tokens.py reads it): merge / scale
+    # factors, the tower's input size, fixed tokens per image
+    geometry: tuple[tuple[str, Any], ...] = ()
+
+    def geo(self, key: str) -> Any:
+        return dict(self.geometry)[key]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "tower_params": self.tower_params,
+            "projector_params": self.projector_params,
+            "language_model_params": self.language_model_params,
+            "tower_modules": list(self.tower_modules),
+            "projector_modules": list(self.projector_modules),
+            "language_model_modules": list(self.language_model_modules),
+            "tower_hidden_size": self.hidden_size,
+            "tower_layers": self.num_layers,
+        }
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     """Shapes and counts of one model for one task.
 
@@ -43,6 +88,9 @@ class ModelFacts:
     # mixture of experts (Mixtral: num_local_experts, num_experts_per_tok); 0 for a dense MLP
     num_experts: int = 0
     experts_per_token: int = 0
+    # a vision-language model: its tower, projector and language model (the dims above are the
+    # language model's); None for a text-only model
+    vision: VisionFacts | None = None
 
     @property
     def active_params(self) -> int:
@@ -73,4 +121,5 @@ class ModelFacts:
                 if self.num_experts
                 else {}
             ),
+            **({"vision": self.vision.summary()} if self.vision is not None else {}),
         }

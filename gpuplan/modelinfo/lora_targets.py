@@ -92,9 +92,10 @@ def default_modules_to_save(facts: ModelFacts, asked: list[str] | None) -> list[
     return out + [h for h in heads if h not in out]
 
 
-def lora_candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str, int, int]]:
-    """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head."""
-    heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set())
+def lora_candidates(facts: ModelFacts, saved: list[str], excluded: tuple[str, ...] = ()) -> list[tuple[str, str, int, int]]:
+    """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head,
+    not under an `excluded` prefix (a VLM's frozen vision tower: peft's exclude_modules, plan/vision_settings.py)."""
+    heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set()) | set(excluded)
     return [
         layer
         for layer in facts.linear_layers
@@ -102,9 +103,9 @@ def lora_candidates(facts: ModelFacts, saved: list[str]) -> list[tuple[str, str,
     ]
 
 
-def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str]) -> list[str]:
+def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str], excluded: tuple[str, ...] = ()) -> list[str]:
     """The explicit list of names peft matches; raises TargetError for a name matching no linear layer."""
-    layers = lora_candidates(facts, saved)
+    layers = lora_candidates(facts, saved, excluded)
     if target_modules == "all-linear":
         out: dict[str, None] = {}
         for name, *_ in layers:
@@ -154,8 +155,10 @@ class AdapterCount:
         }
 
 
-def count_adapters(facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str]) -> AdapterCount:
-    layers = lora_candidates(facts, saved)
+def count_adapters(
+    facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str], excluded: tuple[str, ...] = ()
+) -> AdapterCount:
+    layers = lora_candidates(facts, saved, excluded)
     per: dict[str, tuple[int, int]] = {t: (0, 0) for t in targets}
     matched = []
     for layer in layers:

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuplan.modelinfo.errors import ModelConfigError
-from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.modelinfo.facts import ModelFacts, VisionFacts
 from gpuplan.modelinfo.registry import TASKS, known_model_types, unsupported_task
+from gpuplan.modelinfo.vision_families import VLM_FAMILIES, split_params
 
 # Config attribute names different families use for the same fact, first match wins.
 _ALIASES: dict[str, tuple[str, ...]] = {
@@ -86,7 +87,8 @@ def _instantiate(transformers: Any, torch: Any, model_type: str, kwargs: dict[st
         raise ModelConfigError(None, f"transformers rejects this {model_type} config: {exc}") from None
     if task == "seq-cls":
         hf_config.num_labels = num_labels
-    auto_cls = getattr(transformers, TASKS[task])
+    # a vision-language model is fine-tuned whole (tower, projector, language model)
+    auto_cls = getattr(transformers, "AutoModelForImageTextToText" if model_type in VLM_FAMILIES else TASKS[task])
     try:
         with torch.device("meta"):
             return auto_cls.from_config(hf_config, trust_remote_code=False)
@@ -169,7 +171,55 @@ def meta_facts(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFa
         source="meta-device",
         notes=tuple(notes),
         linear_layers=linear,
+        vision=_vision(model_type, model, shapes) if model_type in VLM_FAMILIES else None,
     )
+
+
+# config keys of the image-token geometry, where a family has them (modelinfo/image_tokens.py)
+_GEOMETRY_TOP = ("scale_factor", "mm_tokens_per_image", "vision_feature_select_strategy", "image_grid_pinpoints")
+_GEOMETRY_VISION = ("image_size", "max_num_tiles", "spatial_merge_size", "temporal_patch_size")
+
+
+def _vision(model_type: str, model: Any, shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> VisionFacts:
+    """The tower / projector / language model split of a meta-built VLM, and its tower's dims."""
+    fam = VLM_FAMILIES[model_type]
+    tower, projector, lm = split_params(model_type, shapes)
+    vc: Any = model.config.vision_config
+    width: Any = vc.hidden_size if model_type != "qwen2_vl" else vc.embed_dim
+    heads: Any = getattr(vc, "num_attention_heads", None) or getattr(vc, "attention_heads", None)
+    inter: Any = getattr(vc, "intermediate_size", None) or int(width) * int(getattr(vc, "mlp_ratio", 4))
+    layers: Any = vc.num_hidden_layers
+    if model_type == "mllama":  # MllamaVisionModel: a local transformer, then a global one
+        layers = vc.num_hidden_layers + vc.num_global_layers
+    gated = any(k in n for n, _ in shapes if n.startswith(fam.tower[0]) for k in ("gate_proj",))
+    patch = vc.patch_size if isinstance(vc.patch_size, int) else vc.patch_size[0]
+    geometry = [(k, _plain(getattr(model.config, k))) for k in _GEOMETRY_TOP if getattr(model.config, k, None) is not None]
+    geometry += [(k, _plain(getattr(vc, k))) for k in _GEOMETRY_VISION if getattr(vc, k, None) is not None]
+    token_id = getattr(model.config, fam.image_token_key, None)
+    return VisionFacts(
+        family=model_type,
+        tower_modules=fam.tower,
+        projector_modules=fam.projector,
+        language_model_modules=fam.language_model,
+        tower_params=tower,
+        projector_params=projector,
+        language_model_params=lm,
+        hidden_size=int(width),
+        num_layers=int(layers),
+        num_attention_heads=int(heads),
+        intermediate_size=int(inter),
+        mlp="gated" if gated else "plain",
+        patch_size=int(patch),
+        image_token_id=int(token_id) if token_id is not None else None,
+        geometry=tuple(geometry),
+    )
+
+
+def _plain(v: Any) -> Any:
+    """A config value as hashable plain data (lists of lists -> tuples)."""
+    if isinstance(v, list | tuple):
+        return tuple(_plain(x) for x in v)
+    return v
 
 
 def _linear_layers(model: Any, output_embeddings: Any) -> tuple[tuple[str, str, int, int], ...]:

@@ -47,6 +47,16 @@ class ParamList:
         if bias:
             self.add(f"{name}.bias", dim)
 
+    def extend_renamed(self, src: ParamList, old: str, new: str) -> None:
+        """src's tensors and linear layers, appended with a leading `old` of each name replaced by
+        `new` (a decoder nested in a larger model: model. -> model.language_model.)."""
+
+        def name(n: str) -> str:
+            return new + n[len(old) :] if n.startswith(old) else n
+
+        self.items.extend((name(n), s) for n, s in src.items)
+        self.layers.extend((name(n), kind, fi, fo) for n, kind, fi, fo in src.layers)
+
     def total(self) -> int:
         n = 0
         for _, shape in self.items:

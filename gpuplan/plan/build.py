@@ -44,8 +44,10 @@ from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.chat_data import has_chat_template
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT, world_size
+from gpuplan.plan.rules.vision import IMAGE_PLAN
 from gpuplan.plan.sections import HardwareSection, ModelSection
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
+from gpuplan.plan.vision_settings import derived_settings
 from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
@@ -219,7 +221,9 @@ def assemble(
     resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
     commits, commit_changes, commit_diags = source_settings(ctx.internal[SOURCE_REFS], loaded.path)
     resolved.update(commits)  # model.commit / data.commit, only for Hub ids
-    order = [*settings, *commits]
+    vision = derived_settings(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value)  # vision.*: a VLM only
+    resolved.update(vision)
+    order = [*settings, *commits, *vision]
     sol = ctx.internal[FIT_SOLUTION]
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom, count=spec.hardware.count)
     final = sol.estimate

@@ -44,6 +44,7 @@ __all__ = [
     "QuantizationSettings",
     "Resolved",
     "TrainingSettings",
+    "VisionSettings",
     "resolve_settings",
 ]
 
@@ -305,6 +306,32 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
+class VisionSettings:
+    """[vision] of the spec and what the plan derives for a vision-language model
+    (plan/vision_settings.py); every field has a text-only default, so a text plan has none of them."""
+
+    SECTION: ClassVar[str] = "vision"
+
+    image_size: int | tuple[int, ...] | None = None  # the spec's: a side, or (width, height)
+    images_per_example: int = field(default=0, metadata={"auto": 0})  # "auto" stays in a text plan: none
+    train_tower: bool = False
+    processor_config: str | None = None  # a preprocessor_config.json the image tokens were counted with
+    # derived by the plan (None / () / 0 for a text-only model):
+    family: str | None = None  # the VLM's model_type; apply builds AutoModelForImageTextToText + AutoProcessor
+    image_tokens: int = 0  # tokens one image of image_size takes in input_ids, as the processor inserts them
+    image_token_id: int | None = None  # the config's image placeholder token
+    tower_modules: tuple[str, ...] = ()  # module-name prefixes (transformers 5.24 names)
+    projector_modules: tuple[str, ...] = ()
+    language_model_modules: tuple[str, ...] = ()
+    frozen_modules: tuple[str, ...] = ()  # full: requires_grad False under them; lora/qlora: no adapters there
+    lora_exclude: str | None = None  # peft LoraConfig(exclude_modules=...): a regex re.fullmatch-ed per module name
+
+    @property
+    def is_vlm(self) -> bool:
+        return self.family is not None
+
+
+@dataclass(frozen=True)
 class Resolved:
     """Every resolved setting of a plan, by section."""
 
@@ -318,6 +345,7 @@ class Resolved:
     distributed: DistributedSettings
     output: OutputSettings
     eval: EvalSettings
+    vision: VisionSettings = field(default_factory=VisionSettings)
     preference_run: PreferenceRun | None = None  # set exactly when training.objective is a preference one
 
 

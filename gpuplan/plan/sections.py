@@ -118,10 +118,12 @@ class ModelSection:
     trainable_params: int | None = None
     total_params: int | None = None
     adapters: Mapping[str, Any] | None = None  # per_target, saved_params, enable_input_require_grads ...
+    # a vision-language model: tower / projector / language-model parameters (modelinfo VisionFacts.summary)
+    vision: Mapping[str, Any] | None = None
 
     _IN: ClassVar = {"notes": _tuple}
-    _OUT: ClassVar = {"notes": _list, "adapters": _dict}
-    _OPTIONAL: ClassVar = ("num_experts", "experts_per_token", "active_params", "adapters")
+    _OUT: ClassVar = {"notes": _list, "adapters": _dict, "vision": _dict}
+    _OPTIONAL: ClassVar = ("num_experts", "experts_per_token", "active_params", "adapters", "vision")
 
     def to_dict(self) -> dict[str, Any]:
         return _dump(self, self._OUT, omit_none=self._OPTIONAL)

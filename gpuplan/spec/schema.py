@@ -303,6 +303,31 @@ class EvalSpec(_Section):
     sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
 
 
+class VisionSpec(_Section):
+    """A vision-language model (model_type qwen2_vl, qwen2_5_vl, mllama, gemma3, idefics3, smolvlm,
+    llava, llava_next): the images each example holds, and whether the vision tower trains."""
+
+    image_size: (
+        Annotated[int, Field(ge=1, le=65_536)]
+        | Annotated[list[Annotated[int, Field(ge=1, le=65_536)]], Field(min_length=2, max_length=2)]
+        | None
+    ) = Field(
+        None,
+        description="Pixel size of the images before the processor resizes them: a side (square) or [width, height]; required for a VLM.",
+    )
+    images_per_example: Annotated[int, Field(ge=0, le=1024)] | Auto = Field(
+        "auto", description="Images in each example, each in seq_len as its image tokens; auto: 1 for a VLM."
+    )
+    train_tower: bool = Field(
+        False,
+        description="Also train the vision tower and projector (lora: adapters on them too); default: only the language model trains.",
+    )
+    processor_config: PathStr | None = Field(
+        None,
+        description="A preprocessor_config.json (relative to the spec); default: the model directory's, else the processor's defaults.",
+    )
+
+
 class Spec(_Section):
     """A gpuplan spec, format 1."""
 
@@ -316,6 +341,7 @@ class Spec(_Section):
     distributed: DistributedSpec = Field(default_factory=DistributedSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
+    vision: VisionSpec = Field(default_factory=VisionSpec)
 
 
 SECTIONS: dict[str, type[BaseModel]] = {
@@ -329,4 +355,5 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "distributed": DistributedSpec,
     "output": OutputSpec,
     "eval": EvalSpec,
+    "vision": VisionSpec,
 }

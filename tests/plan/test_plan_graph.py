@@ -79,6 +79,7 @@ def test_solver_nodes_cannot_be_mistaken_for_spec_keys():
         "internal:fit.solution",
         "internal:lora.count",
         "internal:quantization.compute",
+        "internal:vision.image_plan",
     ]
     assert all(":" not in n for n in g.nodes if g.nodes[n]["kind"] == "setting")
 

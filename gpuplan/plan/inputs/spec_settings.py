@@ -14,7 +14,14 @@ from gpuplan.plan.types import Setting
 from gpuplan.spec.chat_templates import CHAT_TEMPLATES
 from gpuplan.spec.schema import SECTIONS, Spec
 
-PATH_KEYS = ("model.config", "model.name_or_path", "output.dir", "preference.reference_model", "eval.include_path")
+PATH_KEYS = (
+    "model.config",
+    "model.name_or_path",
+    "output.dir",
+    "preference.reference_model",
+    "eval.include_path",
+    "vision.processor_config",
+)
 PATH_LIST_KEYS = ("data.train_files", "data.eval_files")
 
 

@@ -25,6 +25,7 @@ from gpuplan.plan.rules import (
     quantization,
     schedule,
     tracking,
+    vision,
 )
 
 ALL_RULES = (
@@ -33,6 +34,7 @@ ALL_RULES = (
     *compile.RULES,
     *dataloader.RULES,
     *data.RULES,
+    *vision.RULES,
     *schedule.RULES,
     *memory.RULES,
     *batch.RULES,

@@ -21,6 +21,7 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.types import Adapters
 from gpuplan.plan.methods import METHODS
 from gpuplan.plan.rules.common import FIT_METHOD, LORA_COUNT, QUANT_COMPUTE
+from gpuplan.plan.rules.vision import IMAGE_PLAN
 from gpuplan.units import gib
 
 LORA_KEYS = ("r", "lora_alpha", "lora_dropout", "target_modules", "use_dora", "modules_to_save")
@@ -65,8 +66,10 @@ def lora_config(ctx: Resolver) -> None:
     else:
         ctx.keep("lora.modules_to_save")
     asked = ctx.spec("lora.target_modules")
+    images = ctx.get(IMAGE_PLAN)  # a VLM: no adapters on its frozen tower and projector
+    excluded = images.frozen_modules(adapters=True) if images is not None else ()
     try:
-        targets = resolve_targets(ctx.facts, asked, saved or [])
+        targets = resolve_targets(ctx.facts, asked, saved or [], excluded)
     except TargetError as e:
         ctx.error(
             "lora.target_modules", f"lora.target_modules: {e}", fix='set lora.target_modules = "all-linear" or to names from that list'
@@ -80,14 +83,16 @@ def lora_config(ctx: Resolver) -> None:
         ctx.resolve(
             "lora.target_modules",
             targets,
-            f'"all-linear": every linear layer of this {ctx.facts.model_type} model but the output head, by the names peft matches',
+            f'"all-linear": every linear layer of this {ctx.facts.model_type} model but the output head, by the names peft matches'
+            + (f" (not the frozen {' and '.join(excluded)}: peft's exclude_modules)" if excluded else ""),
         )
     elif targets != asked:
         ctx.resolve("lora.target_modules", targets, "duplicates removed")
     else:
         ctx.keep("lora.target_modules")
     ctx.set_internal(
-        LORA_COUNT, (count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or []), tuple(targets), tuple(saved or ()))
+        LORA_COUNT,
+        (count_adapters(ctx.facts, targets, r, ctx.spec("lora.use_dora"), saved or [], excluded), tuple(targets), tuple(saved or ())),
     )
 
 
@@ -119,7 +124,9 @@ def adapters_for(method: str, ctx: Resolver) -> Adapters | None:
     if method == "full" or resolved is None:
         return None
     _, targets, saved = resolved
+    images = ctx.get(IMAGE_PLAN)
     return Adapters(
+        excluded_modules=images.frozen_modules(adapters=True) if images is not None else (),
         method=method,
         r=ctx.spec("lora.r"),
         target_modules=targets,
@@ -142,6 +149,7 @@ RULES: tuple[Rule, ...] = (
             "spec:lora.target_modules",
             "spec:lora.use_dora",
             "spec:lora.modules_to_save",
+            IMAGE_PLAN,
         ),
         writes=("lora.lora_alpha", "lora.target_modules", "lora.modules_to_save", LORA_COUNT),
         apply=lora_config,

@@ -42,8 +42,24 @@ from gpuplan.plan.rules.distributed import sharding_candidates
 from gpuplan.plan.rules.lora import adapters_for
 from gpuplan.plan.rules.optimizer import default_optimizer, requested_optimizer
 from gpuplan.plan.rules.preference import fit_with_reference, reference_for
+from gpuplan.plan.rules.vision import IMAGE_PLAN
+from gpuplan.plan.vision_settings import ImagePlan
 from gpuplan.spec.objectives import min_per_device_batch, objective
 from gpuplan.units import GIB
+
+
+def _image_fields(images: ImagePlan | None) -> dict[str, Any]:
+    """A VLM's images for the Workload (memory/vision.py); none for a text model."""
+    if images is None:
+        return {}
+    t = images.tokens
+    return {
+        "images_per_example": images.images_per_example,
+        "image_tokens": t.placeholders,
+        "tower_images": t.tower_images,
+        "tower_tokens": t.tower_tokens,
+        "train_tower": images.train_tower,
+    }
 
 
 def _nearest_multiples(value: int, step: int) -> str:
@@ -162,6 +178,7 @@ def fit(ctx: Resolver) -> None:
         # chat / instruction examples packed with restarting position ids (apply/data/examples.py):
         # transformers builds a (b, 1, s, s) mask (estimate/memory/packed_mask.py); text packing does not
         packed=bool(ctx.get("data.packing")) and ctx.spec("data.format") != "text",
+        **_image_fields(ctx.get(IMAGE_PLAN)),
     )
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
@@ -299,6 +316,7 @@ RULES = (
     Rule(
         "memory.fit",
         reads=(
+            IMAGE_PLAN,
             "training.bf16",
             "training.fp16",
             "training.tf32",

@@ -63,7 +63,7 @@ def adapter_layout(facts: ModelFacts, a: Adapters) -> AdapterLayout:
     per_layer = 0
     largest = 0
     layers = max(facts.num_layers, 1)
-    for name, _, fan_in, fan_out in lora_candidates(facts, saved):
+    for name, _, fan_in, fan_out in lora_candidates(facts, saved, a.excluded_modules):
         hit = next((t for t in a.target_modules if peft_matches(name, t)), None)
         if hit is None:
             continue

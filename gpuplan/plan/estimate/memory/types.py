@@ -42,10 +42,19 @@ class Adapters:
     quant_type: Literal["nf4", "fp4"] = "nf4"
     double_quant: bool = True
     compute_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    # module prefixes peft's exclude_modules keeps adapters off (a VLM's frozen vision tower)
+    excluded_modules: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Adapters:
-        return cls(**{**d, "target_modules": tuple(d["target_modules"]), "modules_to_save": tuple(d.get("modules_to_save") or ())})
+        return cls(
+            **{
+                **d,
+                "target_modules": tuple(d["target_modules"]),
+                "modules_to_save": tuple(d.get("modules_to_save") or ()),
+                "excluded_modules": tuple(d.get("excluded_modules") or ()),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,14 @@ class Workload:
     # the KTO loss (preference.loss_type), set for kto only: apo_zero_unpaired runs no KL forwards
     # (spec/objectives.py objective); None: the objective's default loss
     loss_type: str | None = None
+    # a vision-language model (memory/vision.py): images per example, each `image_tokens` of the
+    # seq_len tokens; the tower encodes `tower_images` images of `tower_tokens` tokens per image;
+    # train_tower: its weights (or adapters) train, else it runs frozen, without saving activations
+    images_per_example: int = 0
+    image_tokens: int = 0
+    tower_images: int = 0
+    tower_tokens: int = 0
+    train_tower: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,6 +111,11 @@ class Workload:
             del d["objective"], d["reference"]
         if self.loss_type is None:  # nor a DPO plan's
             del d["loss_type"]
+        if d["adapters"] is not None and not d["adapters"]["excluded_modules"]:  # nor a text model's
+            del d["adapters"]["excluded_modules"]
+        for k in ("images_per_example", "image_tokens", "tower_images", "tower_tokens", "train_tower"):
+            if not d[k]:  # a text model's
+                del d[k]
         return d
 
     @classmethod

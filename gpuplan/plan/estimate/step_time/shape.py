@@ -102,7 +102,7 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
     lay = adapter_layout(facts, adapters)
     io = sum(
         2 * fan_in + 5 * fan_out
-        for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save))
+        for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save), adapters.excluded_modules)
         if any(peft_matches(name, t) for t in adapters.target_modules)
     )
     return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1)
