@@ -16,7 +16,7 @@ import pytest
 from gpuplan.apply.errors import ApplyError
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.cli_runs import gpuplan
-from tests.helpers.vlm_base import COLOURS, QUESTION, colour_rows, solid_image
+from tests.helpers.vlm_base import COLOURS, QUESTION, colour_rows, solid_image, vision_plan
 
 pytest.importorskip("PIL")
 
@@ -40,6 +40,7 @@ def _plan(tmp_path, base, data, **extra):
             "training.max_steps": 30,
             "training.save_steps": 1000,
             "output.dir": str(tmp_path / "run"),
+            **vision_plan(),
             **extra,
         },
     )

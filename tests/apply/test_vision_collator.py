@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.apply_plans import cpu_plan
-from tests.helpers.vlm_base import colour_rows
+from tests.helpers.vlm_base import colour_rows, vision_plan
 
 pytest.importorskip("PIL")
 pytestmark = pytest.mark.slow  # the tiny VLM is built and transformers imported: ~6 s and more
@@ -26,6 +26,7 @@ def _plan(tmp_path, base, data, **extra):
             "data.format": "chat",
             "data.packing": False,
             "data.seq_len": 64,
+            **vision_plan(),
             **extra,
         },
     )

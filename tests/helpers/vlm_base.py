@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 # Idefics3's image tokens (processing_idefics3.py Idefics3Processor.__init__), added to the byte tokenizer
@@ -38,6 +39,25 @@ CHAT_TEMPLATE = (
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220), "yellow": (230, 220, 30)}
 QUESTION = "What colour is this?"
+
+
+def vision_plan(method: str = "lora", train_tower: bool = False) -> dict:
+    """The vision.* a plan of the tiny base holds (plan/vision_settings.py), for hand-built plans (apply_plans.cpu_plan)."""
+    tower, projector = ("model.vision_model",), ("model.connector",)
+    frozen = () if train_tower else (*tower, *projector) if method != "full" else tower
+    return {
+        "vision.image_size": IMAGE_SIZE,
+        "vision.images_per_example": 1,
+        "vision.train_tower": train_tower,
+        "vision.family": "idefics3",
+        "vision.image_tokens": IMAGE_SEQ_LEN + 3,  # <fake_token_around_image><global-img>, the tokens, <fake_token_around_image>
+        "vision.image_token_id": 261,
+        "vision.tower_modules": tower,
+        "vision.projector_modules": projector,
+        "vision.language_model_modules": ("model.text_model", "lm_head"),
+        "vision.frozen_modules": frozen,
+        "vision.lora_exclude": "(" + "|".join(re.escape(p) for p in frozen) + r")(\..*)?" if frozen and method != "full" else None,
+    }
 
 
 def processor():

@@ -123,7 +123,7 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
         raise ApplyError(f"cannot build the {task} model: {e}", fix=_transformers_fix(plan, e)) from e
     _check_loaded(plan, model, tokenizer)
     if vision:  # the vision tower frozen unless the plan trains it (model/vision.py)
-        freeze(model, frozen_prefixes(plan, model))
+        freeze(model, frozen_prefixes(plan))
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
         # Sequence classification pools the last non-pad token and needs the pad id to find it.
         model.config.pad_token_id = tokenizer.pad_token_id

@@ -448,22 +448,14 @@ def run_checks(
 
 def _vision_checks(c: _Checks, plan: Plan, trainer: Any, model: Any, stage: str) -> None:
     """A vision-language run: which parts train (the live requires_grad) and the tokens an image becomes."""
-    from gpuplan.apply.model.vision import frozen_prefixes, part_prefixes
+    from gpuplan.apply.model.vision import frozen_prefixes, image_parts, live_frozen
 
-    base = _base(model)
-    frozen = frozen_prefixes(plan, base)
-    parts = sorted(set(frozen) | {q for ps in part_prefixes(base).values() for q in ps})
-    names = [(n, q) for n, q in model.named_parameters()]
-
-    def live_frozen() -> list[str]:
-        return [pre for pre in parts if not any(q.requires_grad for n, q in names if n.startswith(pre + ".") or f".{pre}." in f".{n}")]
-
-    c.add("vision.frozen_modules", sorted(frozen), live_frozen)
-    vision = getattr(plan.resolved, "vision", None)
+    c.add("vision.frozen_modules", sorted(frozen_prefixes(plan)), lambda: live_frozen(model, image_parts(plan)))
+    vision = plan.resolved.vision
     collator = trainer.data_collator
     if stage != TRAIN_BEGIN or not hasattr(collator, "image_tokens_of"):
         return
-    planned = vision.image_tokens if vision is not None and vision.image_size is not None else _SKIP
+    planned = vision.image_tokens if vision.image_size is not None else _SKIP
     # the processor's tokens for one image of the planned size, and the most any image of the first rows became
     c.add("vision.image_tokens", planned, lambda: collator.image_tokens_for_size(vision.image_size))
     c.add(
