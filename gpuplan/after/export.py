@@ -96,11 +96,9 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
 
 def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     """Write the standalone model into `dest` (checked by check_destination); returns what was written."""
-    from gpuplan.after.load import load_tokenizer_of
-    from gpuplan.apply.quiet import disable_progress_bars
-
-    from gpuplan.after.load import load_processor_of
+    from gpuplan.after.load import load_processor_of, load_tokenizer_of
     from gpuplan.apply.model.vision import is_vision_language
+    from gpuplan.apply.quiet import disable_progress_bars
 
     disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
     processor = load_processor_of(run) if is_vision_language(run.plan) else None  # saved whole: image processor too

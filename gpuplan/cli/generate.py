@@ -184,9 +184,7 @@ def cmd_chat(args) -> int:
             continue
         turns.append({"role": "user", "content": line})
         turns = fit_context(turns, how, loaded.tokenizer, limit, new_tokens)
-        g = generate(
-            loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed, images=args.image
-        )
+        g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed, images=args.image)
         turns.append({"role": "assistant", "content": g.completion})
         print(("model> " if tty else "") + g.completion, flush=True)
 

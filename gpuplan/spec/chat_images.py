@@ -53,13 +53,13 @@ def message_text(content: Any) -> str | None:
     if isinstance(content, list) and all(isinstance(p, Mapping) for p in content):
         texts = [p.get("text") for p in content if p.get("type") == "text"]
         if all(isinstance(t, str) for t in texts):
-            return "".join(texts)  # type: ignore[arg-type]
+            return "".join(t for t in texts if isinstance(t, str))
     return None
 
 
 def image_parts(messages: Any, data_file: str) -> list[ImagePart]:
     """Every image part of a row's messages, its file resolved against `data_file`'s directory."""
-    out = []
+    out: list[ImagePart] = []
     if not isinstance(messages, list):
         return out
     here = os.path.dirname(os.path.abspath(data_file))

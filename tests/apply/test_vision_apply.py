@@ -119,13 +119,17 @@ def _bad_data(tmp_path, image_bytes: bytes | None):
 
 
 @pytest.mark.parametrize(
-    ("image_bytes", "said"), [(None, "no such file"), (b"\x89PNG\r\n\x1a\nbroken", "cannot be decoded as an image")], ids=["missing", "corrupt"]
+    ("image_bytes", "said"),
+    [(None, "no such file"), (b"\x89PNG\r\n\x1a\nbroken", "cannot be decoded as an image")],
+    ids=["missing", "corrupt"],
 )
 def test_a_missing_or_corrupt_image_is_refused_before_anything_is_written(tmp_path, tiny_vlm, image_bytes, said):
     from gpuplan.apply.train.execute import execute
 
     data = _bad_data(tmp_path, image_bytes)
-    with pytest.raises(ApplyError, match=rf"data.train_files: 1 of 4 images in .*colours.jsonl cannot be used: 1 {said} \(row \d: images/red-0.png\)") as e:
+    with pytest.raises(
+        ApplyError, match=rf"data.train_files: 1 of 4 images in .*colours.jsonl cannot be used: 1 {said} \(row \d: images/red-0.png\)"
+    ) as e:
         execute(_plan(tmp_path, tiny_vlm, data), echo=lambda s: None, progress=False)
     assert "relative to the data file" in e.value.diagnostics[0].fix
     assert not (tmp_path / "run").exists()

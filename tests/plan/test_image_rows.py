@@ -16,7 +16,12 @@ PIL = pytest.importorskip("PIL.Image")
 
 def _row(*images: str) -> dict:
     parts = [{"type": "image", "path": p} for p in images]
-    return {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "What colour?"}]}, {"role": "assistant", "content": "red"}]}
+    return {
+        "messages": [
+            {"role": "user", "content": [*parts, {"type": "text", "text": "What colour?"}]},
+            {"role": "assistant", "content": "red"},
+        ]
+    }
 
 
 def _data(tmp_path, rows) -> str:

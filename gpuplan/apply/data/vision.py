@@ -37,10 +37,12 @@ JSON_SUFFIXES = (".jsonl", ".json")
 SHOWN_ROWS = 5
 
 
-def load_processor(model_dir: str, trust_remote_code: bool = False) -> Any:
+def load_processor(model_dir: str | None, trust_remote_code: bool = False) -> Any:
     """The model directory's AutoProcessor (local files only); its tokenizer gets a pad token if it has none."""
     from transformers import AutoProcessor
 
+    if model_dir is None:
+        raise ApplyError("model.name_or_path is not set: a vision-language model loads its processor from it", key="model.name_or_path")
     try:
         proc = AutoProcessor.from_pretrained(model_dir, trust_remote_code=trust_remote_code, local_files_only=True)
     except (OSError, ValueError, TypeError) as e:
@@ -58,7 +60,9 @@ def load_processor(model_dir: str, trust_remote_code: bool = False) -> Any:
         )
     if tok.pad_token is None:
         if tok.eos_token is None:
-            raise ApplyError(f"model.name_or_path: the tokenizer in {model_dir} has neither a pad nor an eos token", key="model.name_or_path")
+            raise ApplyError(
+                f"model.name_or_path: the tokenizer in {model_dir} has neither a pad nor an eos token", key="model.name_or_path"
+            )
         tok.pad_token = tok.eos_token  # labels mask padding by attention_mask, so eos stays trained
     return proc
 
@@ -82,6 +86,9 @@ def image_token_ids(processor: Any, model_config: Any = None) -> list[int]:
                 ids.add(value)
 
     take(processor)
+    for value in getattr(processor, "row_col_ids", None) or []:  # Idefics3's <row_i_col_j> tile markers
+        if isinstance(value, int) and value >= 0:
+            ids.add(value)
     if model_config is not None:
         take(model_config)
     unk = getattr(processor.tokenizer, "unk_token_id", None)
@@ -107,7 +114,7 @@ def read_rows(path: str, key: str) -> list[Any]:
         raise ApplyError(
             f"{key}: {path}: chat rows with images are read from .jsonl or .json files, not {suffix!r}",
             key=key,
-            fix="write the rows as JSON lines (one {\"messages\": [...]} per line)",
+            fix='write the rows as JSON lines (one {"messages": [...]} per line)',
         )
     try:
         with open(path, encoding="utf-8") as f:
@@ -138,7 +145,9 @@ def _template_messages(msgs: Any, field: str, index: int) -> list[dict[str, Any]
                 elif isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
                     parts.append({"type": "text", "text": p["text"]})
                 else:
-                    raise ApplyError(f'{where}: content part {p!r} is neither {{"type": "image", "path": ...}} nor {{"type": "text", "text": ...}}')
+                    raise ApplyError(
+                        f'{where}: content part {p!r} is neither {{"type": "image", "path": ...}} nor {{"type": "text", "text": ...}}'
+                    )
             if m["role"] == "assistant" and any(p["type"] == "image" for p in parts):
                 raise ApplyError(f"{where}: an assistant message holds an image; images go in the user's messages (the model reads them)")
             out.append({"role": m["role"], "content": parts})
@@ -192,9 +201,19 @@ def rows_of(path: str, key: str, field: str) -> list[Row]:
 
 
 def check_before_run(plan: Plan) -> None:
-    """The rows of every split read and their images opened (PIL, no torch), before apply writes anything."""
+    """Chat rows from one file per split, every image of them opened (PIL, no torch), before apply writes anything."""
     from gpuplan.apply.data.prepare import train_paths
 
+    if plan.resolved.data.format != "chat":
+        raise ApplyError(
+            f"data.format = {plan.resolved.data.format!r}: a vision-language model trains on chat rows with image parts",
+            key="data.format",
+            fix='set data.format = "chat" and write each row as {"messages": [{"role": "user", "content": '
+            '[{"type": "image", "path": "images/x.png"}, {"type": "text", "text": ...}]}, {"role": "assistant", "content": ...}]}',
+        )
+    for key, files in (("data.train_files", train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
+        if len(files) > 1:
+            raise ApplyError(f"{key}: list one .jsonl file of image rows ({len(files)} given)", key=key, fix="put the rows in one file")
     field = plan.resolved.data.messages_field
     for key, paths in (("data.train_files", train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
         for path in paths:
@@ -373,15 +392,8 @@ def prepare_vision(plan: Plan, processor: Any, model_config: Any = None) -> Any:
     """PreparedData for a vision-language chat run (prepare.py's contract)."""
     from gpuplan.apply.data.prepare import PreparedData, train_paths
 
-    if plan.resolved.data.format != "chat":
-        raise ApplyError(
-            f"data.format = {plan.resolved.data.format!r}: a vision-language model trains on chat rows with image parts",
-            key="data.format",
-            fix='set data.format = "chat" and write rows as {"messages": [{"role": "user", "content": [{"type": "image", "path": ...}, ...]}, ...]}',
-        )
+    check_before_run(plan)
     paths = train_paths(plan)
-    if len(paths) != 1:
-        raise ApplyError(f"data.train_files: list one .jsonl file of image rows ({len(paths)} given)", key="data.train_files")
     train = encode_split(plan, processor, paths[0], "data.train_files")
     ev = None
     if plan.resolved.data.eval_files:

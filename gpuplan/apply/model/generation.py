@@ -87,8 +87,11 @@ def generate(
             raise UserError("--image needs a vision-language model; this run trained a text model", fix="drop --image")
         first = next(i for i, t in enumerate(turns) if t["role"] == "user")  # the images open the conversation
         parts = [*({"type": "image"} for _ in images), {"type": "text", "text": turns[first]["content"]}]
-        text = prompting.render(tok, [*turns[:first], {"role": "user", "content": parts}, *turns[first + 1 :]])
-        enc = loaded.processor(text=[text], images=[open_images(images)], return_tensors="pt", add_special_tokens=prompting.add_special_tokens)
+        with_images: list[dict[str, Any]] = [*turns[:first], {"role": "user", "content": parts}, *turns[first + 1 :]]
+        text = prompting.render(tok, with_images)
+        enc = loaded.processor(
+            text=[text], images=[open_images(images)], return_tensors="pt", add_special_tokens=prompting.add_special_tokens
+        )
         pixels = {k: v.to(loaded.device) for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
     else:
         text = prompting.render(tok, turns)

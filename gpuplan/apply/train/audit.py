@@ -516,7 +516,6 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
     if obj.is_preference:
         return obj.collator_class or "?", False
     from gpuplan.apply.data.flatten import needs_flattening
-
     from gpuplan.apply.model.vision import is_vision_language
 
     if is_vision_language(plan):  # apply/data/vision.py: never packed

@@ -76,6 +76,7 @@ def build_trainer(
     from gpuplan.apply.data.prepare import PreparedData, cache_dir, prepare_data
     from gpuplan.apply.data.tokenizer import load_tokenizer
     from gpuplan.apply.model.load import load_model
+    from gpuplan.apply.model.vision import is_vision_language
     from gpuplan.apply.train import audit
     from gpuplan.apply.train.arguments import tracking_environment, training_arguments, training_arguments_kwargs
     from gpuplan.apply.train.checkpoints import marker_callback
@@ -83,8 +84,6 @@ def build_trainer(
     from gpuplan.apply.train.oom import injected_oom_callback
     from gpuplan.apply.train.progress_line import ProgressLine
     from gpuplan.hub.fetch import model_dir
-
-    from gpuplan.apply.model.vision import is_vision_language
 
     set_seed(plan.resolved.training.seed)  # model init from scratch is seeded too (and the adapters)
     vision = is_vision_language(plan)

@@ -59,8 +59,9 @@ def image_limit(model_dir: str | None, family: str | None) -> ImageLimit | None:
                 d = json.load(f)
         except (OSError, ValueError):
             continue
-        d = d.get("image_processor", d) if isinstance(d, Mapping) else {}
-        size = d.get("size") if isinstance(d.get("size"), Mapping) else {}
+        inner = d.get("image_processor", d) if isinstance(d, Mapping) else {}  # processor_config.json nests it
+        d = inner if isinstance(inner, Mapping) else {}
+        size = d["size"] if isinstance(d.get("size"), Mapping) else {}
         if family in ("qwen2_vl", "qwen2_5_vl"):
             pixels = d.get("max_pixels") or size.get("longest_edge")
             return ImageLimit(max_pixels=int(pixels)) if isinstance(pixels, int) else None
