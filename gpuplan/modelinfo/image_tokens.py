@@ -20,7 +20,7 @@ plan has one, else the image processor class defaults copied in PROCESSOR_DEFAUL
   begin/end-of-image markers, with a blank line either side (pan-and-scan off, its default).
 - mllama (processing_mllama.py, image_processing_mllama.py get_optimal_tiled_canvas): one
   <|image|> token in the sequence (the language model cross-attends to the tower's output),
-  the image tiled into at most max_image_tiles tiles of the tower's image_size, each
+  the image tiled into at most max_image_tiles tiles of the processor's size, each
   (image_size / patch)^2 + 1 tower tokens (the class token).
 """
 
@@ -49,8 +49,8 @@ PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
     "llava": {"num_additional_image_tokens": 0},
     # processing_gemma3.py Gemma3Processor(image_seq_length=256); image_processing_gemma3.py do_pan_and_scan False
     "gemma3": {"image_seq_length": 256, "do_pan_and_scan": False},
-    # image_processing_mllama.py MllamaImageProcessor max_image_tiles = 4
-    "mllama": {"max_image_tiles": 4},
+    # image_processing_mllama.py MllamaImageProcessor: max_image_tiles = 4, size 224 x 224 (the tile)
+    "mllama": {"max_image_tiles": 4, "tile_size": 224},
 }
 MAX_IMAGE_SIZE = 4096  # image_processing_idefics3.py: the upper bound of a resized side
 
@@ -94,6 +94,8 @@ def _settings(family: str, given: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(size, Mapping):
         if family in ("qwen2_vl", "qwen2_5_vl"):
             out.update({k: size[s] for k, s in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")) if s in size})
+        elif family == "mllama" and "height" in size:
+            out["tile_size"] = size["height"]
         elif "longest_edge" in size:
             out["longest_edge"] = size["longest_edge"]
     mis = given.get("max_image_size")
@@ -199,7 +201,7 @@ def _gemma3(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> Im
 
 
 def _mllama(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> ImageTokens:
-    tile, most = int(v.geo("image_size")), int(s["max_image_tiles"])
+    tile, most = int(s["tile_size"]), int(s["max_image_tiles"])
     # get_all_supported_aspect_ratios, then get_optimal_tiled_canvas: each (a, b) with a x b <= the
     # tile limit is a canvas of a x tile rows by b x tile columns (as the code indexes them); the
     # least upscaling wins, else the least downscaling, then the smallest area
@@ -210,7 +212,9 @@ def _mllama(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> Im
     ch, cw = min((c for c, x in zip(canvases, scales, strict=True) if x == chosen), key=lambda c: c[0] * c[1])
     rows, cols = ch // tile, cw // tile
     tower_tokens = (tile // v.patch_size) ** 2 + 1
-    return ImageTokens(1, 1, rows * cols, tower_tokens, (cols * tile, rows * tile), f"{rows}x{cols} tiles of {tile} px")
+    # the processor pads every image to max_image_tiles tiles, and the tower encodes them all
+    how = f"{rows}x{cols} tiles of {tile} px, padded to {most} tiles for the tower"
+    return ImageTokens(1, 1, most, tower_tokens, (cols * tile, rows * tile), how)
 
 
 _FAMILIES = {

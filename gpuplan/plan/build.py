@@ -47,7 +47,7 @@ from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_
 from gpuplan.plan.rules.vision import IMAGE_PLAN
 from gpuplan.plan.sections import HardwareSection, ModelSection
 from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
-from gpuplan.plan.vision_settings import derived_settings
+from gpuplan.plan.vision_settings import derived_settings, images_note
 from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
@@ -283,6 +283,7 @@ def assemble(
     advice = [
         auto_resolved_to_cpu(hw.gpu, gpu),
         long_run(throughput, gpu.is_cpu),
+        images_note(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value, spec.data.seq_len),
         step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm, lengths),
     ]
     model = {

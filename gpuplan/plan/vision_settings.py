@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuplan.modelinfo.facts import ModelFacts, VisionFacts
 from gpuplan.modelinfo.image_tokens import ImageTokens
-from gpuplan.plan.types import Setting
+from gpuplan.plan.types import Diagnostic, Setting
 
 RULE = "vision.images"
 
@@ -102,3 +102,32 @@ def vision_summary(plan: ImagePlan) -> dict[str, Any]:
 
 def is_vlm(facts: ModelFacts) -> bool:
     return facts.vision is not None
+
+
+def images_note(plan: ImagePlan | None, method: str, seq_len: int) -> Diagnostic | None:
+    """What the plan prints about the images and the tower (a note)."""
+    if plan is None:
+        return None
+    v, t = plan.vision, plan.tokens
+    adapters = method in ("lora", "qlora")
+    if plan.train_tower:
+        trains = "the vision tower and projector train too (vision.train_tower = true)"
+    elif adapters:
+        trains = (
+            f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) and projector ({v.projector_params / 1e6:,.0f}M) are frozen "
+            "and LoRA trains the language model's linear layers only: the tower was trained on far more images than a fine-tuning "
+            "set holds, and frozen it keeps no gradients, optimizer states or activations for backward "
+            "(vision.train_tower = true trains it)"
+        )
+    else:
+        trains = (
+            f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) is frozen; the projector ({v.projector_params / 1e6:,.0f}M) and "
+            f"the language model train: frozen, the tower keeps no gradients, optimizer states or activations for backward "
+            f"(vision.train_tower = true trains it)"
+        )
+    summary = (
+        f"images: {plan.images_per_example} x {t.tokens:,} tokens per example ({plan.width}x{plan.height} px: {t.how}), "
+        f"{plan.tokens_per_example:,} of data.seq_len {seq_len:,}"
+    )
+    detail = f"the tower encodes {t.tower_images} image(s) of {t.tower_tokens:,} tokens per image; {trains}"
+    return Diagnostic("note", "vision.image_size", summary, detail=detail)

@@ -38,6 +38,8 @@ def matmul_params(facts: ModelFacts) -> tuple[int, int]:
     "Mixtral of Experts", section 2.1). Memory counts all of them (n_params)."""
     embedding = facts.vocab_size * facts.hidden_size
     n = facts.active_params
+    if facts.vision is not None:  # a VLM's tower and projector run over image rows, not text tokens (step_time/tower_terms.py)
+        n -= facts.vision.tower_params + facts.vision.projector_params
     has_lm_head = facts.task in ("causal-lm", "masked-lm")
     if not has_lm_head:
         return n - embedding, 0

@@ -24,6 +24,7 @@ from gpuplan.plan.estimate.step_time.model import scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.estimate.step_time.tower_terms import tower_terms
 from gpuplan.plan.methods import method_of
 from gpuplan.plan.sections import ThroughputSection
 from gpuplan.spec.objectives import objective
@@ -170,7 +171,7 @@ def estimate_throughput(
     precompute_s: float | None = None
     saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
     if peak:
-        savers = saver_terms(facts, workload, gpu, peak * 1e12)
+        savers = saver_terms(facts, workload, gpu, peak * 1e12) + tower_terms(facts, workload, gpu, peak * 1e12)
         if utilisation is None:
             # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
             # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead

@@ -41,6 +41,13 @@ STYLE_OF = {
     "xlm-roberta": "bert",
     "opt": "opt",
     "phi": "phi",
+    # vision-language models: the language model's block (Qwen2 / Llama layers)
+    "qwen2_vl": "llama",
+    "qwen2_5_vl": "llama",
+    "llava": "llama",
+    "llava_next": "llama",
+    "idefics3": "llama",
+    "smolvlm": "llama",
 }
 
 # (style, mode) -> per-token bytes one layer keeps with SDPA: (c_h, c_q, c_kv, c_i, c_a, c_1).

@@ -32,6 +32,7 @@ from gpuplan.plan.estimate.memory.preference import policy_workload, reference_b
 from gpuplan.plan.estimate.memory.sharding import sharded_states
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.vision import with_tower
 from gpuplan.plan.methods import method_of
 
 __all__ = ["estimate_memory"]
@@ -43,7 +44,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     if method_of(workload.adapters).frozen_base:  # LoRA / QLoRA: a frozen base (memory/adapters.py)
         from gpuplan.plan.estimate.memory.adapters import estimate_adapter_memory
 
-        return estimate_adapter_memory(facts, workload, gpu)
+        return with_tower(estimate_adapter_memory(facts, workload, gpu), facts, workload, adapters=True)
     wl = workload
     notes: list[str] = []
     wb = DTYPE_BYTES[wl.weight_dtype]
@@ -158,7 +159,7 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
     overhead = overhead_bytes(allocated, wl.device, cc)
     components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
     components["overhead"] = overhead
-    return MemoryEstimate(
+    est = MemoryEstimate(
         allocated_peak_bytes=int(allocated),
         reserved_peak_bytes=int(allocated + overhead),
         components=components,
@@ -168,3 +169,4 @@ def estimate_memory(facts: ModelFacts, workload: Workload, gpu: GPUProfile | Non
         host_pinned_bytes=int(st.host_pinned + offloaded + ref_host),  # offloaded activations sit in pinned host RAM
         offloaded_activation_bytes=int(offloaded),
     )
+    return with_tower(est, facts, wl, adapters=False)  # a VLM's vision tower (memory/vision.py)

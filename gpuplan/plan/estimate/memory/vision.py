@@ -1,0 +1,140 @@
+"""A vision-language model's vision tower in the step's memory: its activations per image.
+
+The tower encodes every image of the micro-batch before the language model runs
+(<F>Model.get_image_features in modeling_qwen2_vl.py, modeling_idefics3.py, ...): T =
+batch x images per example x tower images (tiles) x tower tokens per image rows through
+`num_layers` blocks of the tower's width. Its output features (one row per image placeholder, at
+the language model's width) replace the placeholders' embeddings (masked_scatter).
+
+- Frozen (the default): its weights do not require grad and neither do the pixels, so autograd
+  records nothing in it: no tower activation survives its forward. The forward's live tensors
+  peak inside one block, before the language model's activations exist; that is a moment of its
+  own (weights + optimizer states + accumulated gradients + one block's tensors).
+- Trained (vision.train_tower): each block keeps what its backward needs, for the whole step; with
+  gradient checkpointing each block keeps its input and one block is recomputed in backward.
+
+A block's bytes per row are the decoder-layer coefficients of memory/activations.py at the
+tower's width, heads and MLP (a gated MLP and RMSNorm: the Llama block, Qwen2.5-VL; a plain MLP
+and LayerNorm: the GPT-NeoX block, Qwen2-VL, CLIP, SigLIP): the same tensors per block (norm
+inputs, q/k/v, attention output and log-sum-exp, the MLP's), not re-fitted against a traced tower.
+Full fine-tuning with the tower frozen gives it neither gradients nor optimizer states: the
+estimate's full-model states are scaled down by the tower's share of the parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.plan.estimate.memory.activations import activation_parts, mode_of
+from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
+from gpuplan.units import gib
+
+
+@dataclass(frozen=True)
+class TowerMemory:
+    rows: int  # tokens through the tower per micro-batch
+    per_image: int  # bytes one image's rows take through the whole tower when trained (saved), or one block (frozen)
+    saved: int  # kept for backward across the step (0 when frozen)
+    transient: int  # one block's live tensors in the tower's forward
+    features: int  # the tower's output at the language model's width, per micro-batch
+
+
+def _block_facts(facts: ModelFacts) -> ModelFacts:
+    """The tower's block as a decoder layer of its width (for memory/activations.py)."""
+    v = facts.vision
+    assert v is not None
+    gated = v.mlp == "gated"
+    heads = max(v.num_attention_heads, 1)
+    return dataclasses.replace(
+        facts,
+        model_type="llama" if gated else "gpt_neox",
+        task="seq-cls",
+        hidden_size=v.hidden_size,
+        num_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=v.hidden_size // heads,
+        intermediate_size=v.intermediate_size,
+        mlp=v.mlp,
+        norm="rmsnorm" if gated else "layernorm",
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        num_experts=0,
+        vision=None,
+        param_shapes=(),
+        linear_layers=(),
+    )
+
+
+def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
+    v = facts.vision
+    if v is None or not wl.images_per_example or not wl.tower_tokens:
+        return None
+    images = wl.per_device_batch * wl.images_per_example * max(wl.tower_images, 1)
+    rows = images * wl.tower_tokens
+    block = _block_facts(facts)
+    one = dataclasses.replace(wl, per_device_batch=1, seq_len=wl.tower_tokens, packed=False, adapters=None, liger_kernel=False)
+    parts = activation_parts(block, one)
+    per_row_block = parts.per_layer // max(wl.tower_tokens, 1)
+    act_b = 2 if mode_of(wl) != "fp32" else 4
+    features = wl.per_device_batch * wl.images_per_example * wl.image_tokens * facts.hidden_size * act_b
+    transient = rows * per_row_block
+    if not wl.train_tower:
+        return TowerMemory(rows, wl.tower_tokens * max(wl.tower_images, 1) * per_row_block, 0, transient, features)
+    if wl.gradient_checkpointing:
+        saved = v.num_layers * rows * v.hidden_size * (2 if mode_of(wl) == "half" else 4)
+    else:
+        saved = v.num_layers * rows * per_row_block
+    per_image = saved // max(wl.per_device_batch * wl.images_per_example, 1)
+    return TowerMemory(rows, per_image, saved, transient, features)
+
+
+def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: bool) -> MemoryEstimate:
+    """`est` (the language model's step) with the vision tower's memory."""
+    t = tower_memory(facts, wl)
+    if t is None:
+        return est
+    v = facts.vision
+    assert v is not None
+    c = dict(est.components)
+    notes = list(est.notes)
+    if not adapters and not wl.train_tower:
+        share = (v.tower_params) / max(facts.n_params, 1)
+        for k in ("gradients", "optimizer_states"):
+            c[k] = int(c[k] * (1 - share))
+    c["activations"] += t.features + (t.saved if c["activations"] else 0)
+    # the tower's own forward: before the language model's activations exist
+    tower_moment = c["weights"] + c["optimizer_states"] + (c["gradients"] if wl.gradient_accumulation_steps > 1 else 0) + t.transient
+    allocated = sum(v2 for k, v2 in c.items() if k != "overhead")
+    if tower_moment > allocated:
+        c = {k: 0 for k in c} | {
+            "weights": c["weights"],
+            "optimizer_states": c["optimizer_states"],
+            "gradients": c["gradients"] if wl.gradient_accumulation_steps > 1 else 0,
+            "activations": t.transient,
+            "overhead": c["overhead"],
+        }
+        allocated = tower_moment
+    if wl.train_tower:
+        notes.append(
+            f"vision tower trained: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch keep "
+            f"{gib(t.saved)} for backward ({gib(t.per_image)} per image"
+            + (", checkpointed: each block's input" if wl.gradient_checkpointing else "")
+            + ")"
+        )
+    else:
+        notes.append(
+            f"vision tower frozen: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch, "
+            f"nothing kept for backward; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
+            f"before the language model runs; its features at the language model's width: {gib(t.features)}"
+        )
+    overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
+    return dataclasses.replace(
+        est,
+        allocated_peak_bytes=int(allocated),
+        reserved_peak_bytes=int(allocated + overhead),
+        components=c,
+        notes=tuple(notes),
+    )
