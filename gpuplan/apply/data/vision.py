@@ -403,3 +403,45 @@ def prepare_vision(plan: Plan, processor: Any, model_config: Any = None) -> Any:
         train, ev = parts["train"], parts["test"]
     collator = ImageTextCollator(processor, plan.resolved.data.seq_len, image_token_ids(processor, model_config))
     return PreparedData(train, ev, collator, None)
+
+
+def preview_vision(plan: Plan, n_examples: int) -> dict[str, Any]:
+    """`gpuplan data` for image rows (preview.py's dict): each example's trained and masked text with a run
+    of image tokens shown once with its count, and the statistics of the train file."""
+    import re
+
+    from gpuplan.apply.data.examples import segments_of
+    from gpuplan.apply.data.prepare import train_paths
+    from gpuplan.hub.fetch import model_dir
+
+    check_before_run(plan)
+    processor = load_processor(model_dir(plan.resolved.model.hub), plan.resolved.model.trust_remote_code)
+    path = train_paths(plan)[0]
+    rows = len(read_rows(path, "data.train_files"))
+    ds = encode_split(plan, processor, path, "data.train_files")
+    token = getattr(processor, "image_token", None)
+    run = re.compile(f"(?:{re.escape(token)}){{2,}}") if token else None
+
+    def shown(text: str) -> str:
+        return run.sub(lambda m: f"{token} x {len(m.group(0)) // len(token)}", text) if run else text
+
+    seq_len = plan.resolved.data.seq_len
+    examples = []
+    for r in ds.select(range(min(n_examples, len(ds)))):
+        segments = [{**s, "text": shown(s["text"])} for s in segments_of(r["input_ids"], r["trained"], processor.tokenizer)]
+        examples.append({"tokens": len(r["input_ids"]), "truncated": False, "images": len(r["images"]), "segments": segments})
+    tokens = sum(len(x) for x in ds["input_ids"])
+    stats = {
+        "rows": rows,
+        "examples": len(ds),
+        "dropped_rows": rows - len(ds),
+        "truncated_rows": 0,  # rows with images are refused over seq_len, never cut (encode_split)
+        "tokens": tokens,
+        "trained_tokens": sum(sum(t) for t in ds["trained"]),
+        "sequences": len(ds),
+        "seq_len": seq_len,
+        "packing": False,
+        "packing_efficiency": tokens / (len(ds) * seq_len) if len(ds) else None,
+        "images": sum(len(x) for x in ds["images"]),
+    }
+    return {"examples": examples, "stats": stats}
