@@ -67,29 +67,53 @@ class ImageTokens:
     how: str  # the processor's arithmetic, for the plan's reason
 
 
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
 def processor_config(path: str | Path | None) -> dict[str, Any]:
-    """A preprocessor_config.json (or the directory holding one) as a dict; {} when there is none."""
+    """The processor's keys from a model directory or one file; {} when there is none.
+
+    transformers 5 saves one processor_config.json with the image processor nested under
+    "image_processor" and the processor's own keys (Idefics3's image_seq_len) beside it
+    (processing_utils.py ProcessorMixin.save_pretrained); repos saved by 4.x have a flat
+    preprocessor_config.json. A directory's files are read in that order, the first key wins."""
     if path is None:
         return {}
     p = Path(path)
-    if p.is_dir():
-        p = p / "preprocessor_config.json"
-        if not p.is_file():
-            return {}
+    if not p.is_dir():
+        return _read_processor_file(p)
+    out: dict[str, Any] = {}
+    for name in PROCESSOR_FILES:
+        if (p / name).is_file():
+            out = {**_read_processor_file(p / name), **out}
+    return out
+
+
+def _read_processor_file(p: Path) -> dict[str, Any]:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelConfigError(p, "file not found; point vision.processor_config at a preprocessor_config.json") from None
+        raise ModelConfigError(
+            p, "file not found; point vision.processor_config at a processor_config.json or preprocessor_config.json"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelConfigError(p, f"cannot read the processor config: {exc}") from None
     if not isinstance(data, dict):
         raise ModelConfigError(p, f"expected a JSON object at the top level, got {type(data).__name__}")
+    nested = data.get("image_processor")
+    if isinstance(nested, dict):
+        data = {**nested, **{k: v for k, v in data.items() if k != "image_processor"}}
     return data
 
 
-def _settings(family: str, given: Mapping[str, Any]) -> dict[str, Any]:
+def _settings(vision: VisionFacts, given: Mapping[str, Any]) -> dict[str, Any]:
     """The processor's keys: the family defaults, overridden by the config's (with its size dict spelled out)."""
+    family = vision.family
     out = dict(PROCESSOR_DEFAULTS.get(family, {}))
+    if family in ("idefics3", "smolvlm"):
+        # processing_idefics3.py: image_seq_len = int(((image_size // patch_size) ** 2) / (scale_factor**2)),
+        # what the model's connector gives per tile; the processor default (169) is Idefics3-8B's
+        out["image_seq_len"] = int((vision.geo("image_size") // vision.patch_size) ** 2 / vision.geo("scale_factor") ** 2)
     size = given.get("size")
     if isinstance(size, Mapping):
         if family in ("qwen2_vl", "qwen2_5_vl"):
@@ -236,4 +260,4 @@ def image_tokens(vision: VisionFacts, width: int, height: int, processor: Mappin
             None,
             f"the image tokens of a {vision.family} model are not modelled (modelled: {', '.join(sorted(_FAMILIES))})",
         )
-    return fn(vision, width, height, _settings(vision.family, processor or {}))
+    return fn(vision, width, height, _settings(vision, processor or {}))

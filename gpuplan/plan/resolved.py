@@ -315,7 +315,7 @@ class VisionSettings:
     image_size: int | tuple[int, ...] | None = None  # the spec's: a side, or (width, height)
     images_per_example: int = field(default=0, metadata={"auto": 0})  # "auto" stays in a text plan: none
     train_tower: bool = False
-    processor_config: str | None = None  # a preprocessor_config.json the image tokens were counted with
+    processor_config: str | None = None  # the processor config the image tokens were counted with (a file or the model directory)
     # derived by the plan (None / () / 0 for a text-only model):
     family: str | None = None  # the VLM's model_type; apply builds AutoModelForImageTextToText + AutoProcessor
     image_tokens: int = 0  # tokens one image of image_size takes in input_ids, as the processor inserts them

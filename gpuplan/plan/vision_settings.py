@@ -37,7 +37,7 @@ class ImagePlan:
     images_per_example: int
     train_tower: bool
     tokens: ImageTokens  # one image through the processor
-    processor_config: str | None  # the preprocessor_config.json read, None: the family defaults
+    processor_config: str | None  # the processor config read (a file or the model directory), None: the family defaults
 
     @property
     def tokens_per_example(self) -> int:

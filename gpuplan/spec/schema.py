@@ -324,7 +324,7 @@ class VisionSpec(_Section):
     )
     processor_config: PathStr | None = Field(
         None,
-        description="A preprocessor_config.json (relative to the spec); default: the model directory's, else the processor's defaults.",
+        description="A processor_config.json or preprocessor_config.json (relative to the spec); default: the model directory's.",
     )
 
 

@@ -50,7 +50,8 @@ def test_idefics3_tiles_equal_the_image_processor(model_type, kwargs):
     from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
 
     proc = (Idefics3ImageProcessorPil if model_type == "idefics3" else SmolVLMImageProcessorPil)(**kwargs)
-    seq = PROCESSOR_DEFAULTS[model_type]["image_seq_len"]
+    # processing_idefics3.py: image_seq_len = (image_size // patch_size) ** 2 / scale_factor ** 2 of the model's config
+    seq = (56 // 14) ** 2 // 2**2
     for w, h in FEW:
         t = image_tokens(_vision(model_type), w, h, kwargs)
         out = proc(images=[[Image.new("RGB", (w, h))]], return_tensors="np", return_row_col_info=True)
@@ -125,6 +126,24 @@ def test_processor_seq_len_defaults():
     assert default(SmolVLMProcessor, "image_seq_len") == PROCESSOR_DEFAULTS["smolvlm"]["image_seq_len"]
     assert default(Gemma3Processor, "image_seq_length") == PROCESSOR_DEFAULTS["gemma3"]["image_seq_length"]
     assert default(LlavaProcessor, "num_additional_image_tokens") == PROCESSOR_DEFAULTS["llava"]["num_additional_image_tokens"]
+
+
+def test_processor_config_json_as_transformers_5_saves_it(tmp_path):
+    """processor_config.json: the image processor nested, the processor's own keys beside it; it wins over a flat
+    preprocessor_config.json in the same directory."""
+    import json
+
+    nested = {
+        "image_processor": {"do_image_splitting": False, "max_image_size": {"longest_edge": 32}, "size": {"longest_edge": 32}},
+        "image_seq_len": 4,
+        "processor_class": "Idefics3Processor",
+    }
+    (tmp_path / "processor_config.json").write_text(json.dumps(nested))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"do_image_splitting": True}))
+    cfg = processor_config(tmp_path)
+    assert cfg["do_image_splitting"] is False and cfg["image_seq_len"] == 4
+    t = image_tokens(_vision("idefics3"), 32, 32, cfg)
+    assert (t.tokens, t.placeholders, t.tower_images) == (7, 4, 1)  # <fake><global-img> 4 x <image> <fake>
 
 
 def test_processor_config_file(tmp_path):

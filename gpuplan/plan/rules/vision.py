@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from gpuplan.modelinfo.errors import ModelConfigError
-from gpuplan.modelinfo.image_tokens import image_tokens, processor_config
+from gpuplan.modelinfo.image_tokens import PROCESSOR_FILES, image_tokens, processor_config
 from gpuplan.modelinfo.vision_families import VLM_FAMILIES
 from gpuplan.plan.engine.graph import Node, Rule
 from gpuplan.plan.engine.resolver import Resolver
@@ -24,13 +24,14 @@ KEYS = ("vision.image_size", "vision.images_per_example", "vision.train_tower", 
 
 
 def _processor_path(ctx: Resolver) -> str | None:
-    """vision.processor_config, else the model directory's preprocessor_config.json, else None (the family defaults)."""
+    """vision.processor_config, else the model directory (its processor_config.json / preprocessor_config.json),
+    else None (the family defaults)."""
     given = ctx.spec("vision.processor_config")
     if given is not None:
         return str(given)
     source = ctx.spec("model.name_or_path")
-    if isinstance(source, str) and os.path.isfile(os.path.join(source, "preprocessor_config.json")):
-        return os.path.join(source, "preprocessor_config.json")
+    if isinstance(source, str) and any(os.path.isfile(os.path.join(source, f)) for f in PROCESSOR_FILES):
+        return source
     return None
 
 
