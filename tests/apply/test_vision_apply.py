@@ -1,4 +1,4 @@
-"""A tiny vision-language model fine-tuned for real on CPU, then asked about an image it never saw.
+"""A tiny vision-language model fine-tuned for real on CPU through `gpuplan apply`, then asked about images it never saw.
 
 The tiny Idefics3 of tests/helpers/vlm_base.py learns solid-colour images -> the colour's name with
 LoRA on its language model (the vision tower and connector frozen, excluded from the targets) for 30
@@ -46,15 +46,53 @@ def _plan(tmp_path, base, data, **extra):
     )
 
 
+SPEC = """\
+[model]
+name_or_path = "{base}"
+method = "lora"
+
+[lora]
+r = 8
+target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+[vision]
+image_size = 32
+
+[hardware]
+gpu = "cpu"
+
+[data]
+train_files = ["{data}"]
+format = "chat"
+seq_len = 56
+
+[training]
+effective_batch_size = 8
+learning_rate = 3e-2
+max_steps = {steps}
+logging_steps = 1
+save_steps = 1000
+seed = 0
+
+[output]
+dir = "{out}"
+"""
+
+
+def _spec(tmp, base, data, steps=30):
+    spec = tmp / "colours.toml"
+    spec.write_text(SPEC.format(base=base, data=data, out=tmp / "run", steps=steps))
+    return spec
+
+
 @pytest.fixture(scope="module")
 def colour_run(tmp_path_factory, tiny_vlm):
-    from gpuplan.apply.train.execute import execute
-
+    """`gpuplan apply` of the colour task: planned, trained, audited, saved (~2 min on a busy 2-core machine)."""
     tmp = tmp_path_factory.mktemp("vlm-run")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPUPLAN_CALIBRATION_FILE", str(tmp / "cal.jsonl"))
-        results = execute(_plan(tmp, tiny_vlm, colour_rows(tmp / "data")), echo=lambda s: None, progress=False)
-    return tmp, results
+    spec = _spec(tmp, tiny_vlm, colour_rows(tmp / "data"))
+    r = gpuplan("apply", spec, "--yes", GPUPLAN_CALIBRATION_FILE=str(tmp / "cal.jsonl"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp, json.loads((tmp / "run" / "gpuplan-state.json").read_text())["results"]
 
 
 @pytest.mark.slow
@@ -70,7 +108,8 @@ def test_the_loss_falls_and_only_the_language_model_adapters_train(colour_run):
     with safe_open(str(tmp / "run" / "final" / "adapter_model.safetensors"), "pt") as f:
         names = list(f.keys())
     assert names and all(".text_model." in n for n in names), names  # the tower's q_proj / v_proj are not targets
-    assert results["trainable_params"] == sum(_numel(tmp, n) for n in names)
+    assert results["trainable_params"] == results["plan_trainable_params"] == sum(_numel(tmp, n) for n in names)
+    assert checks["vision.image_tokens"]["live"] == checks["vision.image_tokens"]["planned"] == 7
     assert (tmp / "run" / "final" / "processor_config.json").is_file()
 
 
@@ -86,7 +125,7 @@ def test_generate_with_an_image_names_the_colour_of_held_out_images(colour_run):
     tmp, _ = colour_run
     for i, colour in enumerate(COLOURS):
         image = solid_image(tmp / "held-out" / f"{colour}.png", colour, size=24, jitter=12, seed=1000 + i)
-        r = gpuplan("generate", tmp / "run", "--prompt", QUESTION, "--image", image, "--max-new-tokens", "8", "--json")
+        r = gpuplan("generate", tmp / "colours.toml", "--prompt", QUESTION, "--image", image, "--max-new-tokens", "8", "--json")
         assert r.returncode == 0, r.stderr[-2000:]
         (g,) = json.loads(r.stdout)["generations"]
         assert g["completion"].strip() == colour, (colour, g)
@@ -97,7 +136,7 @@ def test_generate_with_an_image_names_the_colour_of_held_out_images(colour_run):
 def test_export_writes_a_standalone_model_with_its_processor(colour_run):
     tmp, _ = colour_run
     dest = tmp / "export"
-    r = gpuplan("export", tmp / "run", "--to", dest)
+    r = gpuplan("export", tmp / "colours.toml", "--to", dest)
     assert r.returncode == 0, r.stderr[-2000:]
     files = set(p.name for p in dest.iterdir())
     assert {"model.safetensors", "config.json", "processor_config.json", "chat_template.jinja", "tokenizer.json"} <= files
@@ -132,6 +171,21 @@ def test_a_missing_or_corrupt_image_is_refused_before_anything_is_written(tmp_pa
     ) as e:
         execute(_plan(tmp_path, tiny_vlm, data), echo=lambda s: None, progress=False)
     assert "relative to the data file" in e.value.diagnostics[0].fix
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("image_bytes", "said"), [(None, "no such file"), (b"GIF89a broken", "cannot be decoded as an image")], ids=["missing", "corrupt"]
+)
+def test_plan_and_apply_refuse_a_missing_or_corrupt_image(tmp_path, tiny_vlm, capsys, image_bytes, said):
+    from gpuplan.cli.main import main
+
+    spec = _spec(tmp_path, tiny_vlm, _bad_data(tmp_path, image_bytes))
+    assert main(["apply", str(spec), "--yes"]) == 1
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert f"data.train_files[0]: 1 of 4 images in {tmp_path / 'data' / 'colours.jsonl'}: {said}" in text, text
+    assert "Traceback" not in text
     assert not (tmp_path / "run").exists()
 
 
