@@ -147,6 +147,21 @@ def test_export_writes_a_standalone_model_with_its_processor(colour_run):
     assert AutoProcessor.from_pretrained(dest).image_seq_len == 4
 
 
+@pytest.mark.slow
+def test_train_tower_puts_the_adapters_on_the_tower_too(tmp_path, tiny_vlm):
+    from safetensors import safe_open
+
+    spec = _spec(tmp_path, tiny_vlm, colour_rows(tmp_path / "data", per_colour=2), steps=2)
+    spec.write_text(spec.read_text().replace("image_size = 32", "image_size = 32\ntrain_tower = true"))
+    r = gpuplan("apply", spec, "--yes", GPUPLAN_CALIBRATION_FILE=str(tmp_path / "cal.jsonl"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())["results"]
+    assert results["trainable_params"] == results["plan_trainable_params"]
+    with safe_open(str(tmp_path / "run" / "final" / "adapter_model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    assert any(".vision_model." in n for n in names) and any(".text_model." in n for n in names)
+
+
 def _bad_data(tmp_path, image_bytes: bytes | None):
     data = colour_rows(tmp_path / "data", per_colour=1)
     target = tmp_path / "data" / "images" / "red-0.png"

@@ -117,20 +117,17 @@ def wrap(plan: Plan, model: Any) -> Any:
     """The PeftModel whose only trainable parameters are the adapters (and modules_to_save)."""
     from peft import get_peft_model
 
-    from gpuplan.apply.model.vision import frozen_prefixes, image_parts, is_vision_language, lora_exclude, trains_tower, unfreeze
+    from gpuplan.apply.model.vision import is_vision_language, lora_exclude
 
     vision = is_vision_language(plan)
     model = prepare_base(plan, model)
     config = lora_config(plan)
-    if vision:  # LoRA on the language model only: the tower's q_proj / v_proj are not targets (model/vision.py)
-        config.exclude_modules = lora_exclude(plan)
+    if vision:  # LoRA kept off the frozen tower and projector, whose q_proj / v_proj share the names (model/vision.py);
+        config.exclude_modules = lora_exclude(plan)  # with vision.train_tower none is excluded: the adapters reach the tower
     try:
         peft_model = get_peft_model(model, config)
     except ValueError as e:  # "Target modules {...} not found in the base model"
         raise target_error(plan, model, e) from e
-    if vision and trains_tower(plan):  # get_peft_model froze the base: the tower (and projector) train in full
-        frozen = set(frozen_prefixes(plan))
-        unfreeze(peft_model, [p for p in image_parts(plan) if p not in frozen])
     trainable, _ = peft_model.get_nb_trainable_parameters()
     if trainable == 0:
         raise ApplyError("the adapters have no trainable parameters; check lora.target_modules and lora.r")

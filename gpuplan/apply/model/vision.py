@@ -5,8 +5,9 @@ projector_modules, frozen_modules, lora_exclude; modelinfo/vision_families.py). 
 layers are often named like the language model's (SigLIP's q_proj / k_proj / v_proj in Idefics3,
 gate/up/down_proj in Qwen2.5-VL's vision MLP), so the LoRA targets are matched with the frozen parts
 excluded: peft LoraConfig(exclude_modules=...), a regex peft matches in full against each module name
-(peft 0.21 tuners_utils.py check_target_module_exists). Under full fine-tuning the frozen parts get
-requires_grad False; with vision.train_tower they train in full beside the adapters.
+(peft 0.21 tuners_utils.py check_target_module_exists). Under full fine-tuning the frozen parts (the
+tower) get requires_grad False. With vision.train_tower nothing is frozen or excluded: full training
+trains the tower too, and LoRA's targets reach the tower's layers of those names, as the plan counts them.
 """
 
 from __future__ import annotations
@@ -31,12 +32,6 @@ def frozen_prefixes(plan: Plan) -> list[str]:
     return list(plan.resolved.vision.frozen_modules)
 
 
-def image_parts(plan: Plan) -> list[str]:
-    """The prefixes of the tower and the projector."""
-    v = plan.resolved.vision
-    return [*v.tower_modules, *v.projector_modules]
-
-
 def lora_exclude(plan: Plan) -> str | None:
     """peft's exclude_modules regex, as the plan's adapter count assumes it (vision.lora_exclude)."""
     return plan.resolved.vision.lora_exclude
@@ -52,13 +47,6 @@ def freeze(model: Any, prefixes: list[str]) -> None:
     for name, p in model.named_parameters():
         if any(under(name, pre) for pre in prefixes):
             p.requires_grad_(False)
-
-
-def unfreeze(model: Any, prefixes: list[str]) -> None:
-    """requires_grad on for every floating-point parameter under `prefixes` (they train in full)."""
-    for name, p in model.named_parameters():
-        if any(under(name, pre) for pre in prefixes) and p.dtype.is_floating_point:
-            p.requires_grad_(True)
 
 
 def live_frozen(model: Any, prefixes: list[str]) -> list[str]:

@@ -448,9 +448,12 @@ def run_checks(
 
 def _vision_checks(c: _Checks, plan: Plan, trainer: Any, model: Any, stage: str) -> None:
     """A vision-language run: which parts train (the live requires_grad) and the tokens an image becomes."""
-    from gpuplan.apply.model.vision import frozen_prefixes, image_parts, live_frozen
+    from gpuplan.apply.model.vision import frozen_prefixes, live_frozen
 
-    c.add("vision.frozen_modules", sorted(frozen_prefixes(plan)), lambda: live_frozen(model, image_parts(plan)))
+    # every part the plan keeps frozen trains no parameter live (requires_grad); what does train is
+    # held to the plan by model.trainable_params
+    frozen = sorted(frozen_prefixes(plan))
+    c.add("vision.frozen_modules", frozen, lambda: live_frozen(model, frozen))
     vision = plan.resolved.vision
     collator = trainer.data_collator
     if stage != TRAIN_BEGIN or not hasattr(collator, "image_tokens_of"):
