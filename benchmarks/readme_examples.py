@@ -147,6 +147,20 @@ EXAMPLES: dict[str, Example] = {
         prompt=True,
         select=excerpt(("Memory per GPU", "  host RAM per node"), ("Plan:", 1)),
     ),
+    "vlm-qlora-24gb": Example(
+        ("plan", "specs/qwen2.5-vl-7b-qlora-24gb.toml"),
+        prompt=True,
+        select=excerpt(
+            ("  ~ lora.target_modules", 2),
+            ("  + vision.images_per_example", 2),
+            ("Memory per GPU", "  allocated peak"),
+            ("  note: vision tower", 1),
+            ("Throughput:", 1),
+            ("  vision tower:", 1),
+            ("Note: images", 2),
+            ("Plan:", 1),
+        ),
+    ),
 }
 
 

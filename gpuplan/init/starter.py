@@ -46,6 +46,7 @@ SECTION_COMMENTS = {
     "distributed": "More than one GPU or node.",
     "output": "Where the run writes checkpoints and its state.",
     "eval": "After training: gpuplan eval's lm-eval tasks, and prompts to generate at the end of apply.",
+    "vision": "A vision-language model's images (docs/vision.md); read only for one.",
 }
 
 # Comments for fields the schema leaves undescribed (none at present; a description wins).
@@ -81,6 +82,7 @@ ACTIVE = {
     "distributed": ("strategy",),
     "output": ("dir",),
     "eval": (),
+    "vision": (),
 }
 
 # Shown (commented out) for keys whose default is None or whose default says little.
@@ -119,6 +121,8 @@ EXAMPLES: dict[str, Any] = {
     "eval.num_fewshot": 0,
     "eval.limit": 100,
     "eval.sample_prompts": ["Write a haiku about GPUs."],
+    "vision.image_size": 1024,
+    "vision.processor_config": "models/my-vlm/processor_config.json",
 }
 
 

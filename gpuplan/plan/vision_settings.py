@@ -116,14 +116,14 @@ def images_note(plan: ImagePlan | None, method: str, seq_len: int) -> Diagnostic
         trains = (
             f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) and projector ({v.projector_params / 1e6:,.0f}M) are frozen "
             "and LoRA trains the language model's linear layers only: the tower was trained on far more images than a fine-tuning "
-            "set holds, and frozen it keeps no gradients, optimizer states or activations for backward "
+            "set holds, and frozen it has no gradients or optimizer states and backward does not run through it "
             "(vision.train_tower = true trains it)"
         )
     else:
         trains = (
             f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) is frozen; the projector ({v.projector_params / 1e6:,.0f}M) and "
-            f"the language model train: frozen, the tower keeps no gradients, optimizer states or activations for backward "
-            f"(vision.train_tower = true trains it)"
+            "the language model train: frozen, the tower has no gradients or optimizer states and backward does not run "
+            "through it (vision.train_tower = true trains it)"
         )
     summary = (
         f"images: {plan.images_per_example} x {t.tokens:,} tokens per example ({plan.width}x{plan.height} px: {t.how}), "

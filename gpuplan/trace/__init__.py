@@ -16,7 +16,7 @@ import resource
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
@@ -60,7 +60,8 @@ def trace_memory(
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from gpuplan.trace.build import build_model, make_batch, optimizer_for
+    from gpuplan.modelinfo.vision_families import VLM_FAMILIES
+    from gpuplan.trace.build import build_model, make_batch, make_vlm_batch, optimizer_for
     from gpuplan.trace.cuda_ops import cuda_like_ops
     from gpuplan.trace.tracker import StorageTracker
 
@@ -88,14 +89,21 @@ def trace_memory(
         from gpuplan.trace.adapters import fake_4bit_dequant
 
         dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
-    with _unpacked_sequences(packed), ops, head_kernels, dequant, FakeTensorMode(allow_non_fake_inputs=True):
+    # a vision-language model's forward indexes by data (Idefics3 drops all-zero padding images,
+    # Qwen2-VL's positions come from image_grid_thw): fake tensors cannot run it, so a VLM is traced
+    # on real CPU tensors (a tiny config: the same storages, counted the same way)
+    vlm = config.get("model_type") in VLM_FAMILIES
+    fake: AbstractContextManager[Any] = nullcontext() if vlm else FakeTensorMode(allow_non_fake_inputs=True)
+    if vlm:
+        notes.append("vision-language model: traced on real CPU tensors (its forward indexes by data)")
+    with _unpacked_sequences(packed), ops, head_kernels, dequant, fake:
         model = build_model(config, wl)
         ref = None
         if obj.fused_head:
             preference.add_head(model)
             ref = preference.build_reference(config, wl)
         cfg = model.config
-        vocab = getattr(cfg, "vocab_size", 0) or 0
+        vocab = getattr(cast(Any, cfg).get_text_config(), "vocab_size", 0) or 0
         if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
             notes.append(note)
         optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
@@ -113,7 +121,7 @@ def trace_memory(
                 for step in range(steps):
                     tracker.step_index = step
                     for _ in range(wl.gradient_accumulation_steps):
-                        batch = None if obj.is_preference else make_batch(wl, vocab)
+                        batch = None if obj.is_preference else (make_vlm_batch(model, wl) if vlm else make_batch(wl, vocab))
                         tracker.phase = "forward"
                         tracker.in_head = False
                         if batch is None:

@@ -15,6 +15,7 @@ What apply does, in the same order (the contract in docs/lora-qlora.md):
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -220,5 +221,7 @@ def _wrap(model: torch.nn.Module, wl: Workload) -> torch.nn.Module:
         use_dora=a.use_dora,
         modules_to_save=list(a.modules_to_save) or None,
         task_type=_TASK_TYPES.get(wl.task),
+        # a VLM's frozen tower and projector, as apply excludes them (plan/vision_settings.py lora_exclude)
+        exclude_modules=("(" + "|".join(re.escape(p) for p in a.excluded_modules) + r")(\..*)?") if a.excluded_modules else None,
     )
     return peft.get_peft_model(model, config)

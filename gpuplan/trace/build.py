@@ -57,8 +57,11 @@ def build_config(config: Mapping[str, Any], wl: Workload):
 def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
     import transformers
 
+    from gpuplan.modelinfo.vision_families import VLM_FAMILIES
+
     cfg = build_config(config, wl)
-    auto = getattr(transformers, _AUTO_CLASSES[wl.task])
+    vlm = VLM_FAMILIES.get(config["model_type"])
+    auto = getattr(transformers, "AutoModelForImageTextToText" if vlm is not None else _AUTO_CLASSES[wl.task])
     # dtype at construction, as from_pretrained(dtype=...) loads it; .to() would try to
     # swap fake parameters in place, which torch refuses for tensor subclasses
     # qlora: the unquantized parts end in fp32 whatever the load dtype (trace/adapters.py)
@@ -73,6 +76,11 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
         model = auto.from_config(cfg, dtype=dtype)
         model._gpuplan_note = f"{cfg.model_type} has no SDPA attention in this transformers: traced with eager"
     model.train()
+    if vlm is not None and not wl.train_tower and wl.adapters is None:
+        # full fine-tuning with the tower frozen, as apply freezes it (plan/vision_settings.py frozen_modules)
+        for name, p in model.named_parameters():
+            if any(name == t or name.startswith(t + ".") for t in vlm.tower):
+                p.requires_grad_(False)
     if wl.gradient_checkpointing:
         # as the Trainer does (transformers 5.24 trainer.py: activation_checkpointing_enable,
         # whose default kwargs are {"use_reentrant": False}); older releases: the same via
@@ -90,6 +98,27 @@ def build_model(config: Mapping[str, Any], wl: Workload) -> torch.nn.Module:
 
         install(model, wl.loss_chunk_size)  # as apply runs it: the trace sees one chunk's logits at a time
     return model
+
+
+def make_vlm_batch(model: torch.nn.Module, wl: Workload) -> dict[str, torch.Tensor]:
+    """One micro-batch of a vision-language model as its processor lays it out: each example's
+    `images_per_example` images as `image_tokens` placeholder ids (of the config's image token)
+    at the start of its text, and their pixels. Idefics3 / SmolVLM: pixel_values (b, images,
+    3, side, side) of the tower's image size (one tile per image, do_image_splitting off)."""
+    cfg: Any = model.config
+    family = cfg.model_type
+    if family not in ("idefics3", "smolvlm"):
+        raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm")
+    b, s = wl.per_device_batch, wl.seq_len
+    vocab = cfg.get_text_config().vocab_size
+    ids = torch.randint(0, min(vocab, cfg.image_token_id), (b, s))
+    n = wl.images_per_example * wl.image_tokens
+    ids[:, :n] = cfg.image_token_id
+    labels = ids.clone()
+    labels[:, :n] = -100  # the collator masks the image tokens out of the labels
+    side = cfg.vision_config.image_size
+    pixels = torch.rand(b, wl.images_per_example, 3, side, side) + 0.5  # no all-zero (padding) image
+    return {"input_ids": ids, "labels": labels, "pixel_values": pixels}
 
 
 def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:

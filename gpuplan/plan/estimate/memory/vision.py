@@ -36,7 +36,7 @@ from gpuplan.units import gib
 class TowerMemory:
     rows: int  # tokens through the tower per micro-batch
     per_image: int  # bytes one image's rows take through the whole tower when trained (saved), or one block (frozen)
-    saved: int  # kept for backward across the step (0 when frozen)
+    saved: int  # kept for backward across the step (frozen: the checkpointed blocks' inputs only)
     transient: int  # one block's live tensors in the tower's forward
     features: int  # the tower's output at the language model's width, per micro-batch
 
@@ -81,12 +81,23 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     act_b = 2 if mode_of(wl) != "fp32" else 4
     features = wl.per_device_batch * wl.images_per_example * wl.image_tokens * facts.hidden_size * act_b
     transient = rows * per_row_block
+    # checkpointed blocks (GradientCheckpointingLayer, torch.utils.checkpoint non-reentrant) keep each
+    # block's input for the step, frozen or not (measured: the traced gap grows by rows x width x 4 B per
+    # block of a frozen Idefics3 tower under checkpointing, tests/trace/test_vision_trace.py)
+    inputs = v.num_layers * rows * v.hidden_size * (2 if mode_of(wl) == "half" else 4)
     if not wl.train_tower:
-        return TowerMemory(rows, wl.tower_tokens * max(wl.tower_images, 1) * per_row_block, 0, transient, features)
+        kept = inputs if wl.gradient_checkpointing else 0
+        return TowerMemory(rows, wl.tower_tokens * max(wl.tower_images, 1) * per_row_block, kept, transient, features)
+    # trained, the patch embedding keeps its input (the pixels, one patch x patch x 3 (x temporal) vector
+    # per row, in the weights' dtype: <F>VisionEmbeddings casts pixel_values to it) for its weight
+    # gradient, and the final norm its input (rows x width, fp32 statistics)
+    channels = 3 * dict(v.geometry).get("temporal_patch_size", 1)
+    pixels = rows * v.patch_size * v.patch_size * channels * (2 if wl.weight_dtype != "float32" else 4)
+    post = rows * v.hidden_size * 4
     if wl.gradient_checkpointing:
-        saved = v.num_layers * rows * v.hidden_size * (2 if mode_of(wl) == "half" else 4)
+        saved = inputs + pixels + post
     else:
-        saved = v.num_layers * rows * per_row_block
+        saved = v.num_layers * rows * per_row_block + pixels + post
     per_image = saved // max(wl.per_device_batch * wl.images_per_example, 1)
     return TowerMemory(rows, per_image, saved, transient, features)
 
@@ -125,10 +136,11 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
             + ")"
         )
     else:
+        kept = f"checkpointing keeps each block's input ({gib(t.saved)})" if t.saved else "nothing kept for backward"
         notes.append(
             f"vision tower frozen: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch, "
-            f"nothing kept for backward; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
-            f"before the language model runs; its features at the language model's width: {gib(t.features)}"
+            f"{kept}; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
+            f"before the language model runs; its features at the language model's width: {t.features / 2**20:,.0f} MiB"
         )
     overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
     return dataclasses.replace(
