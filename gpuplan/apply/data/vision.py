@@ -419,11 +419,12 @@ def preview_vision(plan: Plan, n_examples: int) -> dict[str, Any]:
     path = train_paths(plan)[0]
     rows = len(read_rows(path, "data.train_files"))
     ds = encode_split(plan, processor, path, "data.train_files")
-    token = getattr(processor, "image_token", None)
-    run = re.compile(f"(?:{re.escape(token)}){{2,}}") if token else None
+    token: str = getattr(processor, "image_token", None) or ""
 
     def shown(text: str) -> str:
-        return run.sub(lambda m: f"{token} x {len(m.group(0)) // len(token)}", text) if run else text
+        if not token:
+            return text
+        return re.sub(f"(?:{re.escape(token)}){{2,}}", lambda m: f"{token} x {len(m.group(0)) // len(token)}", text)
 
     seq_len = plan.resolved.data.seq_len
     examples = []
