@@ -103,13 +103,28 @@ def lora_candidates(facts: ModelFacts, saved: list[str], excluded: tuple[str, ..
     ]
 
 
+def _unambiguous_suffix(name: str, others: list[str]) -> str:
+    """The shortest dotted suffix of a linear layer's name that matches no other kind of module: its last
+    part ("q_proj") unless that also ends a non-linear module (Qwen2-VL's merger.mlp.0 and .2 end in
+    digits, as do the vision blocks.0 / blocks.2; peft refuses a target that is not a linear layer)."""
+    parts = name.split(".")
+    for k in range(1, len(parts) + 1):
+        suffix = ".".join(parts[-k:])
+        if not any(peft_matches(m, suffix) for m in others):
+            return suffix
+    return name
+
+
 def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str], excluded: tuple[str, ...] = ()) -> list[str]:
     """The explicit list of names peft matches; raises TargetError for a name matching no linear layer."""
     layers = lora_candidates(facts, saved, excluded)
     if target_modules == "all-linear":
         out: dict[str, None] = {}
+        linear = {name for name, *_ in layers}
+        # modules peft may match (those under an excluded prefix it skips first: exclude_modules)
+        others = [m for m in module_names(facts) if m not in linear and not any(m == e or m.startswith(e + ".") for e in excluded)]
         for name, *_ in layers:
-            out.setdefault(name.rsplit(".", 1)[-1], None)
+            out.setdefault(_unambiguous_suffix(name, others), None)
         return list(out)
     short = list(dict.fromkeys(name.rsplit(".", 1)[-1] for name, *_ in layers))
     for t in target_modules:

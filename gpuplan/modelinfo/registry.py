@@ -15,6 +15,7 @@ import gpuplan.modelinfo.families_classic as classic
 import gpuplan.modelinfo.families_decoder as decoder
 from gpuplan.modelinfo.errors import ModelConfigError
 from gpuplan.modelinfo.params import Dims, ParamList
+from gpuplan.modelinfo.vision_families import ANALYTIC as VLM_ANALYTIC
 
 # task name -> the transformers Auto class that builds the model for it
 TASKS: dict[str, str] = {
@@ -39,8 +40,8 @@ FAMILIES: dict[str, tuple[Counter, tuple[str, ...]]] = {
 
 
 def known_model_types() -> tuple[str, ...]:
-    """model_types counted without torch, sorted."""
-    return tuple(sorted(FAMILIES))
+    """model_types counted without torch, sorted (the text families and the analytic vision-language ones)."""
+    return tuple(sorted({*FAMILIES, *VLM_ANALYTIC}))
 
 
 def unsupported_task(model_type: str, task: str, supported: tuple[str, ...]) -> ModelConfigError:

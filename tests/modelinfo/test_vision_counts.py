@@ -91,3 +91,29 @@ def test_shipped_qwen2_5_vl_7b_counts_as_published():
 def test_a_vlm_is_planned_as_causal_lm_only():
     with pytest.raises(ModelConfigError, match='set model.task = "causal-lm"'):
         model_facts(TINY_VLM_CONFIGS["qwen2_vl"], "seq-cls")
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "idefics3"])
+@pytest.mark.parametrize("train_tower", [False, True], ids=["tower-frozen", "tower-trained"])
+def test_lora_counts_equal_peft_with_the_tower_excluded(model_type, train_tower):
+    """The plan's adapters ("all-linear" resolved without the frozen tower and projector) are what peft
+    builds with LoraConfig(exclude_modules=plan.resolved.vision.lora_exclude)."""
+    peft = pytest.importorskip("peft")
+    from gpuplan.modelinfo.image_tokens import image_tokens
+    from gpuplan.modelinfo.lora_targets import count_adapters, resolve_targets
+    from gpuplan.plan.vision_settings import ImagePlan
+
+    config = TINY_VLM_CONFIGS[model_type]
+    facts = model_facts(config)
+    plan = ImagePlan(facts.vision, 64, 64, 1, train_tower, image_tokens(facts.vision, 64, 64), None)
+    excluded = plan.frozen_modules(adapters=True)
+    targets = resolve_targets(facts, "all-linear", [], excluded)
+    ours = count_adapters(facts, targets, 8, False, [], excluded)
+    hf = transformers.AutoConfig.for_model(model_type, **{k: v for k, v in config.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(hf)
+    lc = peft.LoraConfig(r=8, lora_alpha=16, target_modules=targets, exclude_modules=plan.lora_exclude())
+    trainable, _ = peft.get_peft_model(model, lc).get_nb_trainable_parameters()
+    assert ours.trainable_params == trainable
+    tower = any(name.startswith(facts.vision.tower_modules) for name, *_ in ours.target_layers)
+    assert tower == train_tower  # adapters in the tower only when it trains
