@@ -112,3 +112,11 @@ def _writes_only_its_own_temp_dirs(request):
             f"directories: {', '.join(paths[:8])}{' ...' if len(paths) > 8 else ''}; write under tmp_path instead",
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """The tiny Idefics3 and its processor, built once and saved (tests/helpers/vlm_base.py): the VLM tests' base."""
+    from tests.helpers.vlm_base import build_base
+
+    return build_base(tmp_path_factory.mktemp("tiny-vlm") / "base")

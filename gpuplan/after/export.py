@@ -72,7 +72,9 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
     from gpuplan.hub.fetch import model_dir
 
     plan = run.plan
-    cls = auto_class(plan.resolved.model.task)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    cls = auto_class(plan.resolved.model.task, is_vision_language(plan))
     common = {
         "dtype": getattr(torch, dtype),
         "local_files_only": True,
@@ -94,11 +96,13 @@ def merged_model(run: FinishedRun, dtype: str) -> tuple[Any, str]:
 
 def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     """Write the standalone model into `dest` (checked by check_destination); returns what was written."""
-    from gpuplan.after.load import load_tokenizer_of
+    from gpuplan.after.load import load_processor_of, load_tokenizer_of
+    from gpuplan.apply.model.vision import is_vision_language
     from gpuplan.apply.quiet import disable_progress_bars
 
     disable_progress_bars()  # no "Loading weights" / "Writing model shards" bars around the summary
-    tokenizer = load_tokenizer_of(run)
+    processor = load_processor_of(run) if is_vision_language(run.plan) else None  # saved whole: image processor too
+    tokenizer = processor.tokenizer if processor is not None else load_tokenizer_of(run)
     fmt = run.plan.resolved.data.format
     if fmt == "chat":
         from gpuplan.apply.data.chat import chat_template_of
@@ -113,7 +117,11 @@ def export(run: FinishedRun, dest: str, dtype: str) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.", dir=parent)
     try:
         model.save_pretrained(tmp)  # safetensors (transformers 5 writes no pickle)
-        tokenizer.save_pretrained(tmp)
+        if processor is not None:
+            processor.chat_template = tokenizer.chat_template
+            processor.save_pretrained(tmp)  # the image processor's config, the tokenizer, the chat template
+        else:
+            tokenizer.save_pretrained(tmp)
         info = {
             "source": source,
             "spec": os.path.abspath(run.spec_path),

@@ -44,6 +44,19 @@ def load_tokenizer_of(run: FinishedRun) -> Any:
     )
 
 
+def load_processor_of(run: FinishedRun) -> Any:
+    """A vision-language run's processor: saved beside the weights (the Trainer saves it), else the base's."""
+    from gpuplan.apply.data.vision import load_processor
+    from gpuplan.hub.fetch import model_dir
+    from gpuplan.lifecycle.run_dir import FINAL_DIR
+
+    trust = run.plan.resolved.model.trust_remote_code
+    for d in (run.weights_dir, os.path.join(run.output_dir, FINAL_DIR)):
+        if os.path.isfile(os.path.join(d, "processor_config.json")) or os.path.isfile(os.path.join(d, "preprocessor_config.json")):
+            return load_processor(d, trust)
+    return load_processor(model_dir(run.plan.resolved.model.hub), trust)
+
+
 def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: None, device: str | None = None) -> Loaded:
     import torch
 
@@ -58,8 +71,12 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
     disable_progress_bars()  # no "Loading weights" / tokenize bars around the answers
     plan = run.plan
     device = device or pick_device()
-    tokenizer = load_tokenizer_of(run)
-    cls = auto_class(plan.resolved.model.task)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    vision = is_vision_language(plan)
+    processor = load_processor_of(run) if vision else None
+    tokenizer = processor.tokenizer if processor is not None else load_tokenizer_of(run)
+    cls = auto_class(plan.resolved.model.task, vision)
     attn = plan.resolved.model.attn_implementation
     if attn == "flash_attention_2" and device != "cuda":
         echo("the run used flash_attention_2, a CUDA kernel; on the CPU the model runs with sdpa")
@@ -102,4 +119,4 @@ def load_trained(run: FinishedRun, *, echo: Callable[[str], None] = lambda s: No
         amp = torch.float16
     if run.checkpoint is not None:
         what += f" (checkpoint at step {run.checkpoint})"
-    return Loaded(model, tokenizer, device, what, amp)
+    return Loaded(model, tokenizer, device, what, amp, processor)

@@ -68,6 +68,8 @@ def render_data(shown: dict[str, Any], fmt: str, style: Style) -> str:
         ("sequences", f"{s['sequences']:,} of {s['seq_len']} tokens" + (", packed" if s["packing"] else ", padded")),
         ("packing efficiency", "n/a" if eff is None else f"{eff:.1%} of token slots hold data"),
     ]
+    if s.get("images"):  # chat rows with images (apply/data/vision.py): their tokens are in "tokens"
+        rows.append(("images", f"{s['images']:,} (their tokens are masked inputs, never trained)"))
     if s.get("dropped_tail_tokens"):
         rows.append(("dropped tail", f"{s['dropped_tail_tokens']:,} tokens after the last full block"))
     width = max(len(k) for k, _ in rows)

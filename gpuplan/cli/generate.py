@@ -27,6 +27,19 @@ def check_generation_flags(args) -> None:
         )
     if args.checkpoint is not None and args.checkpoint < 0:
         raise UserError(f"--checkpoint {args.checkpoint} must be a step number (a checkpoint-N folder)")
+    check_images(getattr(args, "image", None))
+
+
+def check_images(images: list[str] | None) -> None:
+    """Every --image file exists and decodes (spec/chat_images.py), before anything loads."""
+    from gpuplan.spec.chat_images import decode, pil_available
+
+    if images and not pil_available():
+        raise UserError("--image needs Pillow to read images", fix="pip install 'gpuplan[vision]' (or pip install pillow)")
+    for path in images or []:
+        problem = decode(os.path.abspath(path)).problem
+        if problem is not None:
+            raise UserError(f"--image {path}: {problem}", fix="give the path of a PNG or JPEG image")
 
 
 def read_prompts(args) -> list[str]:
@@ -81,6 +94,14 @@ def _load(args, command: str) -> tuple[Any, Any, Any]:
     from gpuplan.apply.model.generation import check_causal
 
     check_causal(run.plan.resolved.model.task, command)
+    if getattr(args, "image", None):
+        from gpuplan.apply.model.vision import is_vision_language
+
+        if not is_vision_language(run.plan):
+            raise UserError(
+                f"--image: this run trained a text model ({run.plan.model.model_type}), which reads no images",
+                fix="drop --image, or train a vision-language model (one whose config.json has a vision_config)",
+            )
     from gpuplan.render.notices import log_to
 
     log_to(run.output_dir, load_libraries=True)  # library notices to the run's gpuplan-debug.log (render/notices.py)
@@ -108,6 +129,7 @@ def cmd_generate(args) -> int:
             max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
             temperature=args.temperature or 0.0,
             seed=args.seed,
+            images=args.image,
         )
         out.append(g)
         if not args.json:
@@ -119,6 +141,7 @@ def cmd_generate(args) -> int:
                     "model": loaded.what,
                     "device": loaded.device,
                     "format": how.fmt,
+                    "images": args.image or [],
                     "generations": [
                         {"prompt": g.prompt, "text": g.text, "completion": g.completion, "new_tokens": g.new_tokens} for g in out
                     ],
@@ -161,7 +184,7 @@ def cmd_chat(args) -> int:
             continue
         turns.append({"role": "user", "content": line})
         turns = fit_context(turns, how, loaded.tokenizer, limit, new_tokens)
-        g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed)
+        g = generate(loaded, how, turns, max_new_tokens=new_tokens, temperature=args.temperature or 0.0, seed=args.seed, images=args.image)
         turns.append({"role": "assistant", "content": g.completion})
         print(("model> " if tty else "") + g.completion, flush=True)
 

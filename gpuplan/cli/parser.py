@@ -151,6 +151,12 @@ def _after_commands(cmd) -> None:
         c.add_argument("--max-new-tokens", type=int, metavar="N", help="tokens to generate per answer (default 64)")
         c.add_argument("--temperature", type=float, metavar="T", help="0 (default): greedy; above 0: sample")
         c.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+        c.add_argument(
+            "--image",
+            action="append",
+            metavar="PATH",
+            help="an image the (vision-language) model reads before the first prompt; repeat for several",
+        )
     gen.add_argument("--prompt", metavar="TEXT", help="one prompt")
     gen.add_argument("--prompts", metavar="FILE", help='prompts, one per line (.txt) or {"prompt": ...} per line (.jsonl)')
     gen.add_argument("--json", action="store_true", help='print {"generations": [{"prompt", "text", "completion"}]}')

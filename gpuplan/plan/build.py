@@ -112,8 +112,19 @@ def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) ->
         source is None or (os.path.isdir(source) and not has_chat_template(source))
     )
     ctx.diagnostics.extend(data_field_problems(values, chat_template_missing=no_template))
+    ctx.diagnostics.extend(image_rows(ctx, values, source))
     if not ctx.has_errors:
         ctx.diagnostics.extend(data_steps(ctx, settings, loaded, settings["model.name_or_path"].value))
+
+
+def image_rows(ctx: Resolver, values: Mapping[str, Any], source: str | None) -> list[Diagnostic]:
+    """The images of chat rows: missing, undecodable, resized, or given to a text model (plan/checks/image_rows.py)."""
+    from gpuplan.plan.checks.image_rows import image_row_problems
+
+    vision = getattr(ctx.facts, "vision", None)
+    family = (getattr(vision, "family", None) or ctx.facts.model_type) if vision is not None else None
+    model_dir = source if isinstance(source, str) and os.path.isdir(source) else None
+    return image_row_problems(values, vision_family=family, model_type=ctx.facts.model_type, model_dir=model_dir)
 
 
 def data_steps(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec, source: str | None) -> list[Diagnostic]:

@@ -197,6 +197,19 @@ def defaults(tmp_path: Path) -> dict[str, Any]:
         "eval.sample_prompts": [],
         "eval.sample_max_new_tokens": 32,
         "eval.sample_at_eval": False,
+        # a vision-language model's (plan/resolved.py VisionSettings); a text plan's defaults
+        "vision.image_size": None,
+        "vision.images_per_example": 0,
+        "vision.train_tower": False,
+        "vision.processor_config": None,
+        "vision.family": None,
+        "vision.image_tokens": 0,
+        "vision.image_token_id": None,
+        "vision.tower_modules": (),
+        "vision.projector_modules": (),
+        "vision.language_model_modules": (),
+        "vision.frozen_modules": (),
+        "vision.lora_exclude": None,
     }
 
 

@@ -30,6 +30,12 @@ def preview(plan: Plan, n_examples: int) -> dict[str, Any]:
     from gpuplan.hub.fetch import model_dir as hub_model_dir
 
     fetch_hub_files(plan)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):  # chat rows with images, through the processor (vision.py)
+        from gpuplan.apply.data.vision import preview_vision
+
+        return preview_vision(plan, n_examples)
     tokenizer = load_tokenizer(
         hub_model_dir(plan.resolved.model.hub),
         task=task,

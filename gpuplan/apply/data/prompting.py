@@ -31,7 +31,7 @@ class Prompting:
     stop: str | None  # the text that closes an assistant turn (chat), else None: eos ends it
     add_special_tokens: bool  # False when training tokenized without special tokens
 
-    def render(self, tokenizer: Any, turns: list[dict[str, str]]) -> str:
+    def render(self, tokenizer: Any, turns: list[dict[str, Any]]) -> str:
         """The text to continue: `turns` ({role, content}, ending with the user's) rendered."""
         if self.fmt == "chat":
             return tokenizer.apply_chat_template(turns, chat_template=self.template, tokenize=False, add_generation_prompt=True)

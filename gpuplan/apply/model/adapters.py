@@ -117,9 +117,15 @@ def wrap(plan: Plan, model: Any) -> Any:
     """The PeftModel whose only trainable parameters are the adapters (and modules_to_save)."""
     from peft import get_peft_model
 
+    from gpuplan.apply.model.vision import is_vision_language, lora_exclude
+
+    vision = is_vision_language(plan)
     model = prepare_base(plan, model)
+    config = lora_config(plan)
+    if vision:  # LoRA kept off the frozen tower and projector, whose q_proj / v_proj share the names (model/vision.py);
+        config.exclude_modules = lora_exclude(plan)  # with vision.train_tower none is excluded: the adapters reach the tower
     try:
-        peft_model = get_peft_model(model, lora_config(plan))
+        peft_model = get_peft_model(model, config)
     except ValueError as e:  # "Target modules {...} not found in the base model"
         raise target_error(plan, model, e) from e
     trainable, _ = peft_model.get_nb_trainable_parameters()

@@ -26,6 +26,7 @@ class Loaded:
     device: str  # "cuda" | "cpu"
     what: str  # one line: what was loaded, for the user
     autocast_dtype: Any  # torch dtype under training.bf16 / fp16 on CUDA, else None
+    processor: Any = None  # a vision-language model's AutoProcessor (its tokenizer is `tokenizer`)
 
     def autocast(self) -> Any:
         import torch
@@ -68,14 +69,33 @@ def generate(
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     temperature: float = 0.0,
     seed: int = 0,
+    images: list[str] | None = None,
 ) -> Generation:
-    """The model's answer to the last of `turns` ({role, content}; the last is the user's)."""
+    """The model's answer to the last of `turns` ({role, content}; the last is the user's), with
+    `images` (files) before the text of the first user turn for a vision-language model (its processor)."""
     import torch
     from transformers import StoppingCriteriaList, set_seed
 
     tok, model = loaded.tokenizer, loaded.model
-    text = prompting.render(tok, turns)
-    enc = tok(text, return_tensors="pt", add_special_tokens=prompting.add_special_tokens)
+    pixels: dict[str, Any] = {}
+    if images:
+        from gpuplan.apply.data.vision import open_images
+
+        if loaded.processor is None:
+            from gpuplan.errors import UserError
+
+            raise UserError("--image needs a vision-language model; this run trained a text model", fix="drop --image")
+        first = next(i for i, t in enumerate(turns) if t["role"] == "user")  # the images open the conversation
+        parts = [*({"type": "image"} for _ in images), {"type": "text", "text": turns[first]["content"]}]
+        with_images: list[dict[str, Any]] = [*turns[:first], {"role": "user", "content": parts}, *turns[first + 1 :]]
+        text = prompting.render(tok, with_images)
+        enc = loaded.processor(
+            text=[text], images=[open_images(images)], return_tensors="pt", add_special_tokens=prompting.add_special_tokens
+        )
+        pixels = {k: v.to(loaded.device) for k, v in enc.items() if k not in ("input_ids", "attention_mask")}
+    else:
+        text = prompting.render(tok, turns)
+        enc = tok(text, return_tensors="pt", add_special_tokens=prompting.add_special_tokens)
     ids = enc["input_ids"].to(loaded.device)
     if ids.shape[1] == 0:  # a text run with an empty prompt: start from bos, as a document would
         start_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
@@ -95,7 +115,7 @@ def generate(
     if prompting.stop:
         kwargs["stopping_criteria"] = StoppingCriteriaList([_stop_at(tok, prompting.stop, ids.shape[1])])
     with torch.no_grad(), loaded.autocast():
-        out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        out = model.generate(input_ids=ids, attention_mask=mask, **pixels, **kwargs)
     new = out[0, ids.shape[1] :]
     generated = tok.decode(new, skip_special_tokens=True)
     return Generation(turns[-1]["content"], text, prompting.answer(generated), int(new.shape[0]))

@@ -24,9 +24,12 @@ from gpuplan.plan.types import Plan
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-def auto_class(task: str) -> Any:
+def auto_class(task: str, vision: bool = False) -> Any:
+    """The transformers Auto class for `task`; a vision-language model's is AutoModelForImageTextToText."""
     import transformers
 
+    if vision:
+        return transformers.AutoModelForImageTextToText
     return {
         "causal-lm": transformers.AutoModelForCausalLM,
         "seq-cls": transformers.AutoModelForSequenceClassification,
@@ -100,7 +103,10 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
             )
     else:
         label_names = None
-    cls = auto_class(task)
+    from gpuplan.apply.model.vision import freeze, frozen_prefixes, is_vision_language
+
+    vision = is_vision_language(plan)
+    cls = auto_class(task, vision)
     common = {
         "attn_implementation": m.attn_implementation,
         "dtype": torch_dtype(plan),
@@ -116,6 +122,8 @@ def load_model(plan: Plan, tokenizer: Any, label_names: list[str] | None = None)
     except (ValueError, ImportError) as e:  # unsupported attention kernel, missing package, bad config
         raise ApplyError(f"cannot build the {task} model: {e}", fix=_transformers_fix(plan, e)) from e
     _check_loaded(plan, model, tokenizer)
+    if vision:  # the vision tower frozen unless the plan trains it (model/vision.py)
+        freeze(model, frozen_prefixes(plan))
     if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
         # Sequence classification pools the last non-pad token and needs the pad id to find it.
         model.config.pad_token_id = tokenizer.pad_token_id

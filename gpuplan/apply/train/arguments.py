@@ -96,6 +96,12 @@ def training_arguments_kwargs(plan: Plan, *, progress: bool = True) -> dict[str,
         "disable_tqdm": True,  # on a terminal apply draws its own progress line (progress_line.py)
     }
     kwargs.update(distributed_kwargs(plan))
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):
+        # the rows carry their text and image files to the collator (apply/data/vision.py), columns
+        # the model's forward does not name: the Trainer would drop them
+        kwargs["remove_unused_columns"] = False
     if "fsdp" in kwargs and kwargs["activation_checkpointing"]:
         # FSDP's own activation checkpointing: the Trainer's argument wraps the recomputation
         # outside the FSDP units and adds an all-gather per unit in backward (transformers 5.24

@@ -311,6 +311,7 @@ def _collator_name(collator: Any) -> str:
 
 
 def _tokens(tok: Any) -> dict[str, Any]:
+    tok = getattr(tok, "tokenizer", None) or tok  # a vision-language run's processing_class is its processor
     return {k: getattr(tok, f"{k}_token_id", None) for k in ("bos", "eos", "pad")}
 
 
@@ -379,6 +380,10 @@ def run_checks(
         c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({_quant_state(m).quant_type for m in four}))
         c.add("quantization.bnb_4bit_compute_dtype", [compute], lambda: sorted({str(m.compute_dtype).removeprefix("torch.") for m in four}))
         c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(_quant_state(m).nested) for m in four}))
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):
+        _vision_checks(c, plan, trainer, model, stage)
     attn = p.wl("attn_implementation", lambda r: r.model.attn_implementation)
     c.add("model.attn_implementation", attn, lambda: base.config._attn_implementation)
 
@@ -451,6 +456,28 @@ def run_checks(
     return c.checks, c.skipped
 
 
+def _vision_checks(c: _Checks, plan: Plan, trainer: Any, model: Any, stage: str) -> None:
+    """A vision-language run: which parts train (the live requires_grad) and the tokens an image becomes."""
+    from gpuplan.apply.model.vision import frozen_prefixes, live_frozen
+
+    # every part the plan keeps frozen trains no parameter live (requires_grad); what does train is
+    # held to the plan by model.trainable_params
+    frozen = sorted(frozen_prefixes(plan))
+    c.add("vision.frozen_modules", frozen, lambda: live_frozen(model, frozen))
+    vision = plan.resolved.vision
+    collator = trainer.data_collator
+    if stage != TRAIN_BEGIN or not hasattr(collator, "image_tokens_of"):
+        return
+    planned = vision.image_tokens if vision.image_size is not None else _SKIP
+    # the processor's tokens for one image of the planned size, and the most any image of the first rows became
+    c.add("vision.image_tokens", planned, lambda: collator.image_tokens_for_size(vision.image_size))
+    c.add(
+        "vision.image_tokens_in_batch",
+        True if planned is not _SKIP else _SKIP,
+        lambda: max(collator.image_tokens_of(trainer.train_dataset, rows=4)) <= planned,
+    )
+
+
 def _planned_trainable_dtypes(plan: Plan, p: Planned) -> list[str]:
     """Full: the weights' dtype. Adapters: fp32 whatever the base dtype (get_peft_model's
     autocast_adapter_dtype, plan/estimate/memory/adapters.py); saved modules (modules_to_save) train a
@@ -486,6 +513,8 @@ def _loss_types(trainer: Any) -> list[str]:
 def _packed(ds: Any) -> bool:
     """Packed examples fill every sequence with tokens (no padding, or position ids restarting)."""
     cols = getattr(ds, "column_names", None) or []
+    if "images" in cols:  # rows with images: the collator pads each to seq_len (apply/data/vision.py)
+        return False
     if "position_ids" in cols:
         return True
     if "attention_mask" not in cols:
@@ -501,7 +530,10 @@ def _planned_collator(plan: Plan, obj: Any) -> tuple[str, bool]:
     if obj.is_rl:  # rows go to the trainer as they are (grpo_trainer.py / rloo_trainer.py: data_collator=identity)
         return "identity", False
     from gpuplan.apply.data.flatten import needs_flattening
+    from gpuplan.apply.model.vision import is_vision_language
 
+    if is_vision_language(plan):  # apply/data/vision.py: never packed
+        return "ImageTextCollator", False
     packing = plan.resolved.data.packing
     task, fmt = plan.resolved.model.task, plan.resolved.data.format
     if task == "masked-lm":

@@ -76,6 +76,7 @@ def build_trainer(
     from gpuplan.apply.data.prepare import PreparedData, cache_dir, prepare_data
     from gpuplan.apply.data.tokenizer import load_tokenizer
     from gpuplan.apply.model.load import load_model
+    from gpuplan.apply.model.vision import is_vision_language
     from gpuplan.apply.train import audit
     from gpuplan.apply.train.arguments import tracking_environment, training_arguments, training_arguments_kwargs
     from gpuplan.apply.train.checkpoints import marker_callback
@@ -85,16 +86,30 @@ def build_trainer(
     from gpuplan.hub.fetch import model_dir
 
     set_seed(plan.resolved.training.seed)  # model init from scratch is seeded too (and the adapters)
-    tokenizer = load_tokenizer(
-        model_dir(plan.resolved.model.hub),
-        task=plan.resolved.model.task,
-        from_scratch=plan.resolved.model.from_scratch,
-        trust_remote_code=plan.resolved.model.trust_remote_code,
-    )
+    vision = is_vision_language(plan)
+    processor = None
+    if vision:  # the model's AutoProcessor: image processor, tokenizer, chat template (apply/data/vision.py)
+        from gpuplan.apply.data.vision import load_processor
+
+        processor = load_processor(model_dir(plan.resolved.model.hub), plan.resolved.model.trust_remote_code)
+        tokenizer = processor.tokenizer
+    else:
+        tokenizer = load_tokenizer(
+            model_dir(plan.resolved.model.hub),
+            task=plan.resolved.model.task,
+            from_scratch=plan.resolved.model.from_scratch,
+            trust_remote_code=plan.resolved.model.trust_remote_code,
+        )
     tokens = audit.tokens_of(tokenizer)  # what the live tokenizer is held to (audit.py)
     log = audit_log if audit_log is not None else audit.AuditLog()
     say = echo or (lambda line: None)
     pref = preference.objective_of(plan)
+    if vision and pref.is_preference:
+        raise ApplyError(
+            f"training.objective = {pref.name!r} on a vision-language model: gpuplan trains these with sft only",
+            key="training.objective",
+            fix='set training.objective = "sft" (chat rows with images)',
+        )
     if pref.is_preference:  # TRL tokenizes the rows itself (apply/train/preference.py)
         data = PreparedData(*preference.load_splits(plan, cache_dir(plan))[:2], None, None)
         max_length = preference.preference_run(plan).max_length
@@ -115,6 +130,15 @@ def build_trainer(
             f"data: {len(data.train):,} {pref.name} prompts, {run.num_generations} completions of up to "
             f"{run.max_completion_length} tokens each" + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
         )
+    elif vision:
+        from gpuplan.apply.data.vision import prepare_vision
+
+        data = prepare_vision(plan, processor)
+        seq_len = plan.resolved.data.seq_len
+        say(
+            f"data: {len(data.train):,} training sequences of {seq_len} tokens with their images"
+            + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
+        )
     else:
         data = prepare_data(plan, tokenizer)
         seq_len = plan.resolved.data.seq_len
@@ -123,6 +147,8 @@ def build_trainer(
             + (f", {len(data.eval):,} for evaluation" if data.eval is not None else "")
         )
     model = load_model(plan, tokenizer, data.label_names)
+    if vision:  # the model config's image token ids join the processor's in the labels' mask
+        data.collator.add_config(model.config)
     if resuming:  # the Trainer loads the checkpoint's weights over these before the first step
         weights = "its weights from the checkpoint it resumes from"
     else:
@@ -188,7 +214,7 @@ def build_trainer(
             train_dataset=data.train,
             eval_dataset=data.eval,
             data_collator=data.collator,
-            processing_class=tokenizer,
+            processing_class=processor if vision else tokenizer,  # saved beside the weights in final/
             callbacks=callbacks,
         )
     # the Trainer's own display: `{'loss': ...}` dicts (PrinterCallback, or ProgressCallback.on_log under its bar)
@@ -270,6 +296,12 @@ def execute(
     if rl.uses_rl(plan):  # the backend, every prompt usable and every reward scoring the first round, before anything is written
         rl.check_before_run(plan)
     samples.check(plan)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):  # every image of the rows readable, before anything is written
+        from gpuplan.apply.data.vision import check_before_run
+
+        check_before_run(plan)
     try:
         os.makedirs(output_dir, exist_ok=True)
     except OSError as e:
