@@ -27,6 +27,8 @@ def check_reasons(plan: Plan) -> int:
     b, a = v("training.per_device_train_batch_size"), v("training.gradient_accumulation_steps")
     # tokens per example in the GEMMs: a DPO example is its chosen and rejected sequences (spec/objectives.py)
     seq = v("data.seq_len") * objective(plan.get("training.objective")).grad_sequences
+    if objective(plan.get("training.objective")).is_rl:  # an RL sequence is prompt + completion (plan.resolved.rl)
+        seq = plan.resolved.rl.sequence_length or seq
     bf16, fp16 = v("training.bf16"), v("training.fp16")
     optim = v("training.optim")
     ds_offload = plan.get("distributed.strategy") == "deepspeed" and plan.get("distributed.offload_optimizer")

@@ -28,6 +28,8 @@ DATA_TYPES = (
     "gpuplan.plan.methods",
     "gpuplan.spec.objectives",
     "gpuplan.plan.estimate.memory.types",
+    # the image parts of a chat row: the data's format, read by the plan's image check and by apply alike
+    "gpuplan.spec.chat_images",
 )
 HIGHER = (
     "gpuplan.plan.engine",
