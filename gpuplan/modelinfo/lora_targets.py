@@ -95,14 +95,21 @@ def lora_candidates(facts: ModelFacts, saved: list[str], excluded: tuple[str, ..
     ]
 
 
-def _unambiguous_suffix(name: str, others: list[str]) -> str:
-    """The shortest dotted suffix of a linear layer's name that matches no other kind of module: its last
-    part ("q_proj") unless that also ends a non-linear module (Qwen2-VL's merger.mlp.0 and .2 end in
-    digits, as do the vision blocks.0 / blocks.2; peft refuses a target that is not a linear layer)."""
+def _suffixes(name: str) -> set[str]:
+    """Every dotted suffix of a module name: exactly the targets peft_matches(name, target) accepts."""
+    parts = name.split(".")
+    return {".".join(parts[-k:]) for k in range(1, len(parts) + 1)}
+
+
+def _unambiguous_suffix(name: str, taken: set[str]) -> str:
+    """The shortest dotted suffix of a linear layer's name that matches no other kind of module (`taken`:
+    the suffixes of those modules): its last part ("q_proj") unless that also ends a non-linear module
+    (Qwen2-VL's merger.mlp.0 and .2 end in digits, as do the vision blocks.0 / blocks.2; peft refuses a
+    target that is not a linear layer)."""
     parts = name.split(".")
     for k in range(1, len(parts) + 1):
         suffix = ".".join(parts[-k:])
-        if not any(peft_matches(m, suffix) for m in others):
+        if suffix not in taken:
             return suffix
     return name
 
@@ -115,8 +122,9 @@ def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: l
         linear = {name for name, *_ in layers}
         # modules peft may match (those under an excluded prefix it skips first: exclude_modules)
         others = [m for m in module_names(facts) if m not in linear and not any(m == e or m.startswith(e + ".") for e in excluded)]
+        taken = set().union(*(_suffixes(m) for m in others))  # one pass, not every layer against every module
         for name, *_ in layers:
-            out.setdefault(_unambiguous_suffix(name, others), None)
+            out.setdefault(_unambiguous_suffix(name, taken), None)
         return list(out)
     short = list(dict.fromkeys(name.rsplit(".", 1)[-1] for name, *_ in layers))
     for t in target_modules:
