@@ -71,12 +71,13 @@ def cost_section(
     }
 
 
-def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: bool) -> dict[str, Any]:
+def trainable_section(method: str, resolved, facts: ModelFacts, checkpointing: bool, frozen_params: int = 0) -> dict[str, Any]:
     """model.method, model.trainable_params and model.total_params (as peft's
-    get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora."""
+    get_nb_trainable_parameters counts them), and the adapters per target for lora/qlora.
+    `frozen_params`: what a full fine-tune leaves frozen (a VLM's vision tower: apply/model/vision.py)."""
     count = resolved[0] if resolved else None
     if not method_named(method).frozen_base or count is None:
-        return {"method": method, "trainable_params": facts.n_params, "total_params": facts.n_params}
+        return {"method": method, "trainable_params": facts.n_params - frozen_params, "total_params": facts.n_params}
     return {
         "method": method,
         "trainable_params": count.trainable_params,

@@ -298,7 +298,9 @@ def assemble(
     ]
     model = {
         **facts.summary(),
-        **trainable_section(resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts, wl.gradient_checkpointing),
+        **trainable_section(
+            resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts, wl.gradient_checkpointing, full_ft_frozen(ctx, facts)
+        ),
     }
     plan = Plan(
         spec_path=str(loaded.path),
@@ -312,6 +314,14 @@ def assemble(
         throughput=throughput,
     )
     return dataclasses.replace(plan, fingerprint=fingerprint(plan, Environment.of(environment)))
+
+
+def full_ft_frozen(ctx, facts: ModelFacts) -> int:
+    """Parameters a full fine-tune leaves frozen: a VLM's vision tower unless vision.train_tower."""
+    image_plan = ctx.internal.get(IMAGE_PLAN)
+    if image_plan is None or facts.vision is None or not image_plan.frozen_modules(adapters=False):
+        return 0
+    return facts.vision.tower_params
 
 
 def plan_file(

@@ -162,6 +162,17 @@ def test_train_tower_puts_the_adapters_on_the_tower_too(tmp_path, tiny_vlm):
     assert any(".vision_model." in n for n in names) and any(".text_model." in n for n in names)
 
 
+@pytest.mark.slow
+def test_a_full_fine_tune_trains_all_but_the_frozen_tower_as_planned(tmp_path, tiny_vlm):
+    """The plan's trainable count leaves the frozen tower out, as apply freezes it (the audit compares them live)."""
+    spec = _spec(tmp_path, tiny_vlm, colour_rows(tmp_path / "data", per_colour=2), steps=2)
+    spec.write_text(spec.read_text().replace('method = "lora"', 'method = "full"'))
+    r = gpuplan("apply", spec, "--yes", GPUPLAN_CALIBRATION_FILE=str(tmp_path / "cal.jsonl"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())["results"]
+    assert results["trainable_params"] == results["plan_trainable_params"] < results.get("total_params", 10**12)
+
+
 def _bad_data(tmp_path, image_bytes: bytes | None):
     data = colour_rows(tmp_path / "data", per_colour=1)
     target = tmp_path / "data" / "images" / "red-0.png"

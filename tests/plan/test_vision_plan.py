@@ -45,9 +45,13 @@ def test_qlora_plan_freezes_the_tower_and_keeps_lora_off_it(tmp_path):
 
 
 def test_full_fine_tune_trains_the_projector_and_train_tower_trains_everything(tmp_path):
-    full = plan_text(tmp_path, _vlm(extra=FULL, gpu="B200", data="seq_len = 2048")).resolved.vision
+    full_plan = plan_text(tmp_path, _vlm(extra=FULL, gpu="B200", data="seq_len = 2048"))
+    full = full_plan.resolved.vision
     assert full.frozen_modules == ("model.visual.patch_embed", "model.visual.blocks") and full.lora_exclude is None
+    # what apply's audit reads live: every parameter but the frozen tower's (631,975,680 of Qwen2.5-VL-7B's)
+    assert full_plan.model.total_params - full_plan.model.trainable_params == 631_975_680
     trained = plan_text(tmp_path, _vlm(vision="image_size = [640, 480]\ntrain_tower = true", gpu="B200", extra=FULL))
+    assert trained.model.trainable_params == trained.model.total_params
     assert trained.resolved.vision.frozen_modules == () and trained.resolved.vision.image_size == (640, 480)
     assert any("vision tower trained" in n for n in trained.memory.notes)
     # the tower's backward costs step time
