@@ -56,6 +56,19 @@ def _fixed_cpu_probe() -> None:
     os.environ[PROBE_ENV] = path
 
 
+def _threads_per_worker() -> None:
+    """Under xdist, each worker's share of the cores as its thread count (OMP_NUM_THREADS, which torch,
+    libgomp and OpenBLAS read when they load, and the commands the tests start inherit), unless the run
+    sets one. Two workers of two threads each on 2 cores spin-wait in OpenMP's barriers for each other's
+    cores: tests/apply/test_apply_lora.py run twice side by side took 156 s each that way, 50 s at one
+    thread each (alone, at two threads: 50 s)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        os.environ["OMP_NUM_THREADS"] = str(max(1, cores // int(workers)))
+
+
+_threads_per_worker()  # before anything imports torch
 _private_session_files()
 _fixed_cpu_probe()
 
@@ -89,6 +102,30 @@ def shipped_plans():
     from gpuplan.plan.build import plan_file
 
     return {p.name: plan_file(p, environment=ENV) for p in sorted(SPECS.glob("*.toml")) if p.name not in CANNOT_FIT}
+
+
+def _restore_environment(before: dict[str, str]) -> None:
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+# os.environ as it was before each test and each test file: what a test or a module fixture sets there
+# (lm_eval's import sets HF_XET_HIGH_PERFORMANCE, an in-process apply sets TQDM_DISABLE) would follow
+# every later test and, being read at import, give each later CLI run a fork server of its own
+# (tests/helpers/forked.py). Autouse fixtures of a scope run before the test file's own of that scope.
+@pytest.fixture(scope="module", autouse=True)
+def _environment_restored_per_file():
+    before = dict(os.environ)
+    yield
+    _restore_environment(before)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    before = dict(os.environ)
+    yield
+    _restore_environment(before)
 
 
 @pytest.fixture(autouse=True)

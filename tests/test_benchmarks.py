@@ -98,7 +98,6 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     before = _checkout_files()

@@ -65,6 +65,7 @@ SOCKET_VAR = "GPUPLAN_TEST_FORK_SOCKET"  # tests/helpers/boot/sitecustomize.py: 
 # GPUPLAN_TEST_FORK_LOG=PATH (in the test run's environment): one JSON line per server started, with the
 # seconds it took to get ready and the test that asked for it, to see what the servers cost a run.
 LOG_VAR = "GPUPLAN_TEST_FORK_LOG"
+_WORKER_ENV = dict(os.environ)
 
 
 class _Server:
@@ -85,7 +86,14 @@ class _Server:
         self.served = os.path.join(self.dir, "served.jsonl")  # what it forked (fork_server.py _log)
         self.ok = len(ready) == 2 and ready[0] == "ready" and Path(ready[1]).resolve() == (REPO / "gpuplan").resolve()
         if os.environ.get(LOG_VAR):
-            line = {"test": os.environ.get("PYTEST_CURRENT_TEST"), "seconds": round(time.perf_counter() - started, 2), "ok": self.ok}
+            own = _signature(_WORKER_ENV)  # what sets this server's environment apart from the worker's at its start
+            apart = {k: env.get(k) for k in sorted({k for k, _ in _signature(env) ^ own})}
+            line = {
+                "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                "seconds": round(time.perf_counter() - started, 2),
+                "ok": self.ok,
+                "apart": apart,
+            }
             with open(os.environ[LOG_VAR], "a", encoding="utf-8") as f:
                 f.write(json.dumps(line) + "\n")
 
@@ -98,12 +106,12 @@ class _Server:
 
 
 _servers: OrderedDict[frozenset, _Server] = OrderedDict()
-_seen: set[frozenset] = set()
 
 
 # The commands that import torch (cli/main.py: the heavy imports are theirs): the first of them in an
-# environment starts its server at once; a torch-free command starts one only when its environment
-# comes back (a fresh process costs it under a second, a server about 10 s of imports).
+# environment starts its server at once; a torch-free command is forked by a server that is running for
+# its environment and never starts one (a fresh process costs it under a second, a server 10-15 s of
+# imports on the 2-core machine).
 NEEDS_TORCH = frozenset({"apply", "generate", "chat", "eval", "export", "data"})
 
 
@@ -116,8 +124,7 @@ def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
         _servers.move_to_end(sig)
         return server if server.ok and server.proc.poll() is None else None
     heavy = bool(argv) and (argv[0] in NEEDS_TORCH or argv[0] == "--script" or "--trace" in argv)  # benchmark scripts import torch
-    if sig not in _seen and not heavy:
-        _seen.add(sig)
+    if not heavy:
         return None
     if len(_servers) >= MAX_SERVERS:  # the least recently used one goes (its running children are not its)
         _servers.popitem(last=False)[1].close()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.apply_plans import MICRO_LLAMA
-from tests.helpers.cli_runs import run
+from tests.helpers.cli_runs import BOOT, run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +67,13 @@ def chat_rows(n: int = 24) -> bytes:
 
 
 def run_cli(args: list[str], cache: Path, *, offline: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(cache),
+        "HF_HOME": str(cache.parent / "hf-home"),
+        "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}",
+        "NO_COLOR": "1",
+    }
     env.pop("HF_TOKEN", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"

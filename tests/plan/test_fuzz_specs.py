@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.cli_runs import run
+from tests.helpers.cli_runs import BOOT, run
 from tests.helpers.fuzz_oracle import RAN, check, write
 from tests.helpers.fuzz_strategies import (
     FIXED_PATHS,
@@ -226,6 +226,7 @@ def test_cli_never_prints_a_traceback(work, content, as_json):
     spec = write(work, content, "cli.toml")
     env = {k: v for k, v in os.environ.items() if k != "GPUPLAN_DEBUG"}
     env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{BOOT}"  # as cli_runs gives it: a worker's running fork server serves it
     cmd = [sys.executable, "-m", "gpuplan.cli", "plan", str(spec), "--no-color", "--gpu", "A100-80GB"]
     r = run(cmd + (["--json"] if as_json else []), capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert r.returncode in (0, 1), r.stderr
