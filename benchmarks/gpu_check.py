@@ -104,7 +104,7 @@ RL_GENERATIONS = 4
 # exact match of the number after the arrow, and a length penalty: built-ins, no file beside the spec
 RL_REWARDS = (
     '[[rl.rewards]]\nkind = "exact-match"\ncolumn = "answer"\npattern = "(\\\\d+)"\n\n'
-    "[[rl.rewards]]\nkind = \"length\"\ntarget_length = 8\nweight = 0.1\n"
+    '[[rl.rewards]]\nkind = "length"\ntarget_length = 8\nweight = 0.1\n'
 )
 PRECISIONS = {"fp16": {"fp16": True, "bf16": False}, "bf16": {"bf16": True, "fp16": False}}
 CORPUS = ROOT / "specs" / "data" / "tiny-corpus.txt"

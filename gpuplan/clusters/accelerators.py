@@ -95,7 +95,9 @@ def fitting_accelerators(
         if gpu not in SKYPILOT_ACCELERATORS:
             left_out[gpu] = "SkyPilot's catalogs do not name it apart from another GPU"
         elif catalog[gpu].vendor != plan.hardware.vendor:  # launch.image holds one build of torch: CUDA or ROCm
-            left_out[gpu] = f"a {catalog[gpu].vendor} GPU: launch.image is built for the plan's {plan.hardware.vendor} GPUs"
+            left_out[gpu] = (
+                f"an {catalog[gpu].vendor.upper()} GPU: launch.image is built for the plan's {str(plan.hardware.vendor).upper()} GPUs"
+            )
         elif gpu != own and held < per_node:
             left_out[gpu] = f"its nodes hold {held} GPU{'s' if held != 1 else ''}, the plan puts {per_node} on each"
         else:

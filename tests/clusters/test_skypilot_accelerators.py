@@ -74,7 +74,7 @@ def test_gpus_the_run_does_not_fit_are_left_out_with_what_it_needs(tmp_path):
         .replace('train_files = ["data/', f'train_files = ["{SPECS}/data/')
         .replace('gpu = "RTX-4090"', 'gpu = "H100-80GB"')
         .replace('task = "causal-lm"', 'task = "causal-lm"\nmethod = "lora"')
-        + f'\n[launch]\ntarget = "skypilot"\nimage = "ghcr.io/example/gpuplan:0.1"\n'
+        + '\n[launch]\ntarget = "skypilot"\nimage = "ghcr.io/example/gpuplan:0.1"\n'
     )
     plan = plan_file(spec, environment=ENV)
     job = job_for(plan, environment=ENV, prices={}, calibrations=[])
@@ -93,7 +93,7 @@ def test_every_other_gpu_is_left_out_with_its_reason(plan, job):
     assert set(job.resources.accelerators) | set(choice.left_out) == gpus
     assert not set(job.resources.accelerators) & set(choice.left_out)
     assert choice.left_out["H100-PCIe"] == "SkyPilot's catalogs do not name it apart from another GPU"
-    assert choice.left_out["MI300X"].startswith("a amd GPU: launch.image is built for the plan's nvidia GPUs")
+    assert choice.left_out["MI300X"] == "an AMD GPU: launch.image is built for the plan's NVIDIA GPUs"
     assert choice.left_out["GH200"] == "its nodes hold 1 GPU, the plan puts 8 on each"
     lines = "\n".join(job.lines())
     assert "  accelerators: " + job.resources.accelerators[0] in lines
