@@ -26,6 +26,33 @@ from typing import Any
 from gpuplan.plan.types import Plan
 from gpuplan.units import GIB
 
+# gpuplan's catalog name -> SkyPilot's accelerator name, as its catalogs spell them (skypilot 0.14.1,
+# sky/catalog/data_fetchers/fetch_aws.py, fetch_gcp.py, fetch_lambda_cloud.py, fetch_runpod.py: "H100",
+# "A100-80GB", "A100" is the 40 GB A100, "V100" the 16 GB one, "RTXA6000", "RTX6000-Ada", ...). GPUs
+# SkyPilot does not name apart (H100 PCIe / NVL are not "H100", SXM) are absent: refused with a fix.
+SKYPILOT_ACCELERATORS: dict[str, str] = {
+    "T4": "T4",
+    "V100-16GB": "V100",
+    "V100-32GB": "V100-32GB",
+    "A10": "A10",
+    "A10G": "A10G",
+    "L4": "L4",
+    "L40": "L40",
+    "L40S": "L40S",
+    "RTX-A6000": "RTXA6000",
+    "RTX-6000-Ada": "RTX6000-Ada",
+    "RTX-3090": "RTX3090",
+    "RTX-4090": "RTX4090",
+    "RTX-5090": "RTX5090",
+    "A100-40GB": "A100",
+    "A100-80GB": "A100-80GB",
+    "H100-80GB": "H100",
+    "H200": "H200",
+    "GH200": "GH200",
+    "B200": "B200",
+    "MI300X": "MI300X",
+}
+
 
 @dataclass(frozen=True)
 class Accelerator:
@@ -69,7 +96,6 @@ def fitting_accelerators(
     calibrations: Sequence[Mapping[str, Any]] | None = None,
 ) -> Choice:
     """The catalog GPUs SkyPilot may run `plan`'s job on; `environment` None: this machine's packages."""
-    from gpuplan.clusters.skypilot import SKYPILOT_ACCELERATORS
     from gpuplan.hardware.catalog import load_catalog
     from gpuplan.hardware.prices import gpus_per_node
     from gpuplan.plan.compare import default_gpus, plan_row, sort_rows
@@ -120,4 +146,4 @@ def not_fit_reason(row: Mapping[str, Any]) -> str:
     return f"does not plan: {row.get('error') or 'no fit'}"
 
 
-__all__ = ["Accelerator", "Choice", "fitting_accelerators"]
+__all__ = ["SKYPILOT_ACCELERATORS", "Accelerator", "Choice", "fitting_accelerators"]
