@@ -21,6 +21,14 @@ fp16 on CPU is planned as fp32 (no GradScaler without CUDA): the "planned" colum
     python benchmarks/gpu_check.py --device cpu --families llama --methods lora,qlora
     python benchmarks/gpu_check.py --quick   # CI: one tiny CPU case (llama, full, bf16), 2 steps, writes nothing
 
+GRPO rows (--methods grpo,grpo-vllm; on a GPU by default): TRL's GRPOTrainer through apply on the first
+family's saved base, bf16, 4 generations per prompt of specs/data/arrow-prompts.jsonl, scored by the
+built-in exact-match and length rewards; `grpo` generates with transformers, `grpo-vllm` with vLLM
+colocated (rl.generation_backend = "vllm-colocate"). Each records the plan's generation memory (its
+"generation" part) and generation seconds per step (the step-time model's generation terms) beside the
+measured peak memory and seconds per step. vLLM runs only on a GPU: off one, or where vllm is not
+importable, the grpo-vllm row is skipped and the reason recorded.
+
 LoRA and QLoRA rows fine-tune a base (apply refuses adapters on a from-scratch model): the
 family's model built from its config (seeded) and saved with save_pretrained, safetensors,
 plus the byte-level tokenizer, once per family in the run's temporary directory.
@@ -87,21 +95,52 @@ TINY = {  # CPU: the same families, small enough for a few steps in seconds
 # method -> spec tables it adds. lora/qlora: [lora] at its defaults (r 16), on a saved base (save_base).
 METHODS: dict[str, dict] = {"full": {}, "lora": {"model": {"method": "lora"}}, "qlora": {"model": {"method": "qlora"}}}
 ADAPTER_METHODS = ("lora", "qlora")
+# GRPO rows: rl.generation_backend per method (TRL's GRPOTrainer; apply/train/rl.py); they too train a saved base
+RL_METHODS = {"grpo": "transformers", "grpo-vllm": "vllm-colocate"}
+METHODS.update({m: {"training": {"objective": "grpo"}, "rl": {"generation_backend": b}} for m, b in RL_METHODS.items()})
+BASE_METHODS = ADAPTER_METHODS + tuple(RL_METHODS)
+PROMPTS = ROOT / "specs" / "data" / "arrow-prompts.jsonl"  # {"prompt", "answer"} rows
+RL_GENERATIONS = 4
+# exact match of the number after the arrow, and a length penalty: built-ins, no file beside the spec
+RL_REWARDS = (
+    '[[rl.rewards]]\nkind = "exact-match"\ncolumn = "answer"\npattern = "(\\\\d+)"\n\n'
+    '[[rl.rewards]]\nkind = "length"\ntarget_length = 8\nweight = 0.1\n'
+)
 PRECISIONS = {"fp16": {"fp16": True, "bf16": False}, "bf16": {"bf16": True, "fp16": False}}
 CORPUS = ROOT / "specs" / "data" / "tiny-corpus.txt"
 
 
 def matrix(families, methods, precisions, checkpointing=(False, True)) -> list[dict]:
-    return [dict(family=f, method=m, precision=p, ckpt=c) for m in methods for f in families for p in precisions for c in checkpointing]
+    """Every family x precision x checkpointing of each training method; one GRPO row per RL method
+    (the first family, bf16 where it is asked for, checkpointing off): generation is what they measure."""
+    out = []
+    for m in methods:
+        if m in RL_METHODS:
+            out.append(dict(family=families[0], method=m, precision="bf16" if "bf16" in precisions else precisions[0], ckpt=False))
+        else:
+            out += [dict(family=f, method=m, precision=p, ckpt=c) for f in families for p in precisions for c in checkpointing]
+    return out
+
+
+def vllm_missing(device: str) -> str | None:
+    """Why a vllm-colocate row cannot run here (None: it can)."""
+    if device != "cuda":
+        return "vLLM runs only on a GPU (apply refuses a vllm backend on CPU)"
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not importable on this machine (pip install vllm)"
+    return None
 
 
 def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int, seq: int, steps: int) -> str:
     """`cfg`: a config.json (full: trained from scratch) or, for lora/qlora, the saved base's directory."""
-    model = {"name_or_path": cfg} if case["method"] in ADAPTER_METHODS else {"config": cfg, "from_scratch": True}
+    model = {"name_or_path": cfg} if case["method"] in BASE_METHODS else {"config": cfg, "from_scratch": True}
+    rl = case["method"] in RL_METHODS
     tables: dict[str, dict] = {
         "model": {**model, "task": "causal-lm"},
         "hardware": {"gpu": gpu, "count": 1},
-        "data": {"train_files": [data], "seq_len": seq},
+        "data": {"train_files": [str(PROMPTS) if rl else data], **({} if rl else {"seq_len": seq})},
         "training": {
             "effective_batch_size": batch,
             "per_device_train_batch_size": batch,
@@ -116,7 +155,10 @@ def spec_text(case: dict, cfg: str, data: str, out: str, *, gpu: str, batch: int
     }
     for section, values in METHODS[case["method"]].items():
         tables[section] = {**tables.get(section, {}), **values}
-    return "\n".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items()) for name, t in tables.items())
+    if rl:  # completions per step = batch, in groups of RL_GENERATIONS; the prompts (~60 bytes) and a short answer
+        tables["rl"].update(num_generations=RL_GENERATIONS, max_prompt_length=64, max_completion_length=min(seq, 128))
+    text = "\n".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in t.items()) for name, t in tables.items())
+    return text + ("\n" + RL_REWARDS if rl else "")
 
 
 def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, steps: int):
@@ -124,7 +166,7 @@ def plan_case(case: dict, work: Path, *, device: str, batch: int, seq: int, step
     from gpuplan.plan.build import plan_file
     from gpuplan.plan.inputs.environment import local_environment
 
-    if case["method"] in ADAPTER_METHODS:
+    if case["method"] in BASE_METHODS:
         cfg = save_base(case["family"], work.parent / f"base-{case['family']}", device=device)
     else:
         cfg = work / "config.json"
@@ -262,14 +304,18 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
 
     work = Path(case["work"])
     work.mkdir(parents=True, exist_ok=True)
-    if device == "cuda":
+    rl = case["method"] in RL_METHODS
+    if rl:
+        batch = 4 * RL_GENERATIONS if device == "cuda" else RL_GENERATIONS  # whole prompt groups
+    elif device == "cuda":
         sized = size_batch(case, work, seq=seq, steps=steps, target=target)
         if sized is None:
             raise SystemExit(f"{case}: gpuplan cannot plan even a batch of 1 at seq_len {seq} on this GPU")
         batch = sized[0]
     else:
         batch = 2
-    write_corpus(work / "train.txt", int(batch * seq * (steps + 2) * 1.2))
+    if not rl:
+        write_corpus(work / "train.txt", int(batch * seq * (steps + 2) * 1.2))
     plan = plan_case(case, work, device=device, batch=batch, seq=seq, steps=steps)
     sampler = DeviceMemorySampler() if device == "cuda" else nullcontext()
     with sampler:
@@ -302,7 +348,23 @@ def run_case(case: dict, *, device: str, seq: int, steps: int, target: float) ->
             capacity=mem.capacity_bytes,
             tokens_per_second=thr.tokens_per_second,
             workload=mem.workload.to_dict() if mem.workload else None,
+            **({"generation": plan_generation(plan)} if rl else {}),
         ),
+    )
+
+
+def plan_generation(plan) -> dict:
+    """The plan's generation: its memory part (memory/generation.py), its seconds per step (the step-time
+    model's "generation" terms: prefill, decode, the weight sync to vLLM), the backend and vLLM's share."""
+    terms = [t for t in (plan.throughput.step_time or {}).get("terms", []) if t.get("group") == "generation"]
+    r = plan.resolved.rl
+    return dict(
+        backend=r.generation_backend,
+        memory=(plan.memory.components or {}).get("generation"),
+        seconds_per_step=sum(t["seconds"] for t in terms) if terms else None,
+        terms={t["name"]: t["seconds"] for t in terms},
+        step_time_s=plan.throughput.step_time_s,
+        vllm_gpu_memory_utilization=r.vllm_gpu_memory_utilization if r.generation_backend == "vllm-colocate" else None,
     )
 
 
@@ -358,20 +420,46 @@ def render(rows: list[dict], summary: dict) -> str:
                 f"{_gib(m['nvml_used'])} / {_gib(m.get('device_used'))} | {tps} | {ptps} |"
             )
         else:
+            loss = f"{m['loss_first']:.3f} -> {m['loss_last']:.3f}" if m["loss_first"] is not None and m["loss_last"] is not None else "-"
             lines.append(
-                f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | "
-                f"{tps} | {ptps} | {m['loss_first']:.3f} -> {m['loss_last']:.3f} |"
+                f"{lead} {_gib(m['rss'])} | {p['allocated'] / 2**20:.1f} MiB | {m['train_runtime_s'] or 0:.1f} | {tps} | {ptps} | {loss} |"
             )
     if cuda and rows:
         lines += ["", f"NVML source: {rows[0]['measured']['nvml_source']}."]
-    return "\n".join(lines)
+    return "\n".join(lines + rl_lines(rows, summary))
+
+
+def rl_lines(rows: list[dict], summary: dict) -> list[str]:
+    """The GRPO rows' generation: the plan's memory part and seconds per step beside the measured run."""
+    rl = [r for r in rows if r["plan"].get("generation")]
+    out = []
+    if rl:
+        out += [
+            "",
+            "GRPO rows: the plan's generation part of the peak and its generation seconds per step (prefill, decode, weight sync) "
+            "beside the measured peak and the measured seconds per step (train runtime / steps, the first step's set-up included).",
+            "",
+            "| method | backend | completions/step | plan generation GiB | plan generation s/step | plan step s | measured step s | "
+            "vLLM share |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rl:
+            g, m = r["plan"]["generation"], r["measured"]
+            gen_s = f"{g['seconds_per_step']:.3f}" if g["seconds_per_step"] is not None else "-"
+            step = f"{g['step_time_s']:.3f}" if g["step_time_s"] else "-"
+            measured = f"{m['train_runtime_s'] / r['steps']:.3f}" if m.get("train_runtime_s") else "-"
+            share = f"{g['vllm_gpu_memory_utilization']:g}" if g["vllm_gpu_memory_utilization"] is not None else "-"
+            out.append(f"| {r['method']} | {g['backend']} | {r['batch']} | {_gib(g['memory'])} | {gen_s} | {step} | {measured} | {share} |")
+    for n in summary.get("not_run") or ():
+        out.append(f"Not run: {n['family']} {n['method']}: {n['reason']}.")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--methods", default=None, help=f"comma list of {sorted(METHODS)} (GPU: all three, CPU: full)")
+    ap.add_argument("--methods", default=None, help=f"comma list of {sorted(METHODS)} (GPU: all, CPU: full)")
     ap.add_argument("--precisions", default="fp16,bf16")
     ap.add_argument("--checkpointing", default="off,on", help="gradient checkpointing rows: off,on")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps per case (GPU 6, CPU 3)")
@@ -398,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    methods = (a.methods or ("full,lora,qlora" if device == "cuda" else "full")).split(",")
+    methods = (a.methods or ("full,lora,qlora,grpo,grpo-vllm" if device == "cuda" else "full")).split(",")
     for m in methods:
         if m not in METHODS:
             ap.error(f"--methods: {m!r} is not one of {sorted(METHODS)}")
@@ -407,12 +495,17 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = tuple({"off": False, "on": True}[c] for c in a.checkpointing.split(","))
     cases = matrix(a.families.split(","), methods, a.precisions.split(","), ckpt)
     rows, skipped, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
+    not_run: list[dict] = []  # rows that cannot run here, each with the reason
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         for i, case in enumerate(cases):
             name = f"{case['family']} {case['method']} {case['precision']} ckpt={'on' if case['ckpt'] else 'off'}"
             if time.perf_counter() - t0 > a.budget_s:
                 skipped += 1
                 print(f"[{i + 1}/{len(cases)}] {name}: skipped (over --budget-s)", flush=True)
+                continue
+            if case["method"] == "grpo-vllm" and (why := vllm_missing(device)):
+                not_run.append(dict(case, reason=why))
+                print(f"[{i + 1}/{len(cases)}] {name}: skipped ({why})", flush=True)
                 continue
             case["work"] = str(Path(tmp) / f"case{i}")
             job = json.dumps(dict(case=case, device=device, seq=seq, steps=steps, target=a.target))
@@ -438,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=a.budget_s,
         cpus=os.cpu_count(),
         load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
+        not_run=not_run,
     )
     if a.quick and not a.json:
         print(render(rows, summary))

@@ -32,6 +32,8 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
     if path.suffix == ".json":
         try:
             plan = Plan.from_dict(json.loads(path.read_text()))
+            if getattr(args, "in_job", False) and plan.resolved.launch.target == "skypilot" and not plan.hardware.is_cpu:
+                plan = plan_for_this_gpu(path, plan, detect)
             # handed off to a cluster: the job's own apply (--in-job) checks the nodes' hardware and packages
             check_saved_plan(plan, detect, here=not plan.resolved.launch.remote or bool(getattr(args, "in_job", False)))
             return plan
@@ -49,6 +51,19 @@ def load_target(target: str, args, make_plan: Callable[[str, Any], Plan], detect
                 ]
             ) from None
     return make_plan(target, args)
+
+
+def plan_for_this_gpu(path: Path, plan: Plan, detect) -> Plan:
+    """A SkyPilot job lists several GPU types, each with its plan beside the job's (clusters/accelerators.py):
+    on a node whose GPU is not the plan's, the plan made for that GPU (plan.<GPU>.json) where the job has one."""
+    from gpuplan.clusters.job import plan_for_gpu
+
+    here = detect().name
+    other = Path(plan_for_gpu(str(path), str(here)))
+    if here == plan.hardware.name or not other.is_file():
+        return plan  # the stale-plan check names the mismatch
+    print(f"gpuplan: this node has {here}; applying the job's plan for it, {other}")
+    return Plan.from_dict(json.loads(other.read_text()))
 
 
 def check_remote_code(plan: Plan, flag: bool) -> None:

@@ -1,6 +1,7 @@
 """Beyond one machine: a plan handed off to the engines users already run (Slurm, Kubernetes, SkyPilot, Ray).
 
 job.py         the Job a plan becomes: resources, nodes x GPUs, the time limit and its margin, the command
+accelerators.py  the GPU types a SkyPilot job lists: those compare finds fitting at the plan's nodes x GPUs, each with its plan
 engine.py      an Engine (render, client check, submit, status) and the registry ENGINES (launch.target -> module)
 handoff.py     `gpuplan apply` with a [launch] target: write the job dir, submit, record the job id; its status
 slurm.py       an sbatch script: srun + torchrun on every node, --gres, --time, requeue on preemption

@@ -4,7 +4,8 @@
    naming the binary or package and the dry run that needs none;
 2. the job dir, output.dir/gpuplan-job/: the saved plan (its spec_path naming the spec's copy beside it,
    so the job's `gpuplan apply` checks the plan against the spec it was made from), the spec, its lock
-   file when it has one, and the engine's rendered files;
+   file when it has one, and the engine's rendered files; a SkyPilot job's other GPU types each add
+   their own plan, plan.<GPU>.json, which a node with that GPU applies (cli/apply.py load_target);
 3. --dry-run stops there; otherwise the engine's client submits and the job id goes into
    gpuplan-state.json (lifecycle/state.py record_submission), which `gpuplan show` reads back
    and asks the engine about (remote_status).
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplan.clusters.engine import RemoteStatus, engine_for
-from gpuplan.clusters.job import IN_JOB_FLAG, Job, JobError, job_for
+from gpuplan.clusters.job import IN_JOB_FLAG, Job, JobError, job_for, plan_for_gpu
 from gpuplan.errors import GpuplanError, OneProblem
 from gpuplan.plan.types import Plan
 
@@ -52,6 +53,11 @@ def job_files(plan: Plan, job: Job, rendered: Mapping[str, str]) -> dict[str, Pa
         saved = dataclasses.replace(plan, spec_path=str(spec_copy) if spec_copy else plan.spec_path)
         write_text_atomic(job.plan_file, json.dumps(saved.to_dict(), indent=2, sort_keys=True) + "\n")
         written[Path(job.plan_file).name] = Path(job.plan_file)
+        for gpu, other in job.gpu_plans.items():  # a SkyPilot job's other GPU types: the plan a node with that GPU applies
+            path = Path(plan_for_gpu(job.plan_file, gpu))
+            other = dataclasses.replace(other, spec_path=saved.spec_path)
+            write_text_atomic(path, json.dumps(other.to_dict(), indent=2, sort_keys=True) + "\n")
+            written[path.name] = path
         for name, text in rendered.items():
             write_text_atomic(root / name, text)
             written[name] = root / name

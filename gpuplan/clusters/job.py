@@ -10,6 +10,9 @@ kubernetes.py, skypilot.py, ray.py), so the engines agree on what they ask the c
   whole minutes; launch.time_limit_minutes replaces it and is refused when shorter than the planned run;
 - the command is `gpuplan apply JOB_DIR/plan.json --yes --in-job`: the same saved plan, whose lock file
   pins the models and data, so drift, resume and the audit work there as here;
+- SkyPilot's job lists every catalog GPU type that fits the spec at the plan's nodes x GPUs, cheapest
+  run first as `gpuplan compare` ranks them, each with its own plan and run time (clusters/accelerators.py);
+  the other engines run on the plan's GPU;
 - output.dir is under launch.storage, the shared file system every node mounts at the same path:
   the checkpoints, gpuplan-state.json, the run lock and the job dir (the saved plan, the spec, its lock
   file and the rendered job) live there. Several nodes without it are refused.
@@ -17,14 +20,16 @@ kubernetes.py, skypilot.py, ray.py), so the engines agree on what they ask the c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuplan.clusters.accelerators import Choice, fitting_accelerators
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.plan.resolved import LaunchSettings
 from gpuplan.plan.types import Plan
@@ -97,7 +102,7 @@ class Resources:
     processes_per_node: int  # ranks per node (hardware.count), CPU ranks too
     cpus_per_node: int  # a core per rank and per dataloader worker of each rank
     memory_gib_per_node: float | None  # host RAM the plan needs per node, where the plan knows it
-    accelerators: tuple[str, ...]  # GPU types the job may run on, the plan's first (empty for CPU)
+    accelerators: tuple[str, ...]  # GPU types the job may run on (empty for CPU): the plan's, or SkyPilot's that fit
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +135,14 @@ class Job:
     save_steps: int  # how often a checkpoint is written: what a requeue can lose
     launch: LaunchSettings
     planned: Mapping[str, Any] = field(default_factory=dict)  # run_time_s, cost_usd, ... (SkyPilot's estimate)
+    choice: Choice | None = None  # SkyPilot: the GPU types listed, each with its plan, and those left out
+
+    @property
+    def gpu_plans(self) -> dict[str, Plan]:
+        """{catalog name: the plan a node with that GPU applies} for the listed GPUs other than the plan's own."""
+        if self.choice is None:
+            return {}
+        return {a.gpu: a.plan for a in self.choice.listed if a.gpu != self.resources.gpu}
 
     @property
     def world_size(self) -> int:
@@ -152,6 +165,7 @@ class Job:
             "master_port": self.master_port,
             "save_steps": self.save_steps,
             "planned": dict(self.planned),
+            **({"accelerators": self.choice.to_dict()} if self.choice is not None else {}),
         }
 
     def lines(self) -> list[str]:
@@ -170,10 +184,31 @@ class Job:
             f"  each node runs: {shlex.join(self.command)}",
             f"  preempted or requeued, it resumes from the last checkpoint (every {self.save_steps} steps, training.save_steps)",
         ]
+        if self.choice is not None:
+            out += choice_lines(self.choice, r.gpus_per_node, self.nodes)
         extra = target_options(self.launch)
         if extra:
             out.append(f"  {self.target}: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
         return out
+
+
+def choice_lines(choice: Choice, per_node: int, nodes: int) -> list[str]:
+    """The GPU types the SkyPilot job lists and why, and those left out."""
+    fits = ", ".join(
+        f"{a.gpu} (~{duration(a.run_time_s)}" + (f", ${a.cost_usd:,.2f})" if a.cost_usd is not None else ")") for a in choice.listed
+    )
+    out = [f"  accelerators: {fits}: the GPU types that fit {nodes} x {per_node}, cheapest run first (as gpuplan compare ranks them)"]
+    if choice.note:
+        out.append(f"    only the plan's GPU: {choice.note}")
+    if choice.left_out:
+        out.append(f"    left out ({len(choice.left_out)}): " + "; ".join(f"{g} {why}" for g, why in choice.left_out.items()))
+    return out
+
+
+def plan_for_gpu(plan_file: str, gpu: str) -> str:
+    """The saved plan a node with GPU `gpu` applies: plan.<gpu>.json beside plan_file (a SkyPilot job's other GPU types)."""
+    root, ext = os.path.splitext(plan_file)
+    return f"{root}.{gpu}{ext}"
 
 
 def target_options(launch: LaunchSettings) -> dict[str, str]:
@@ -204,8 +239,17 @@ def dns_name(text: str) -> str:
     return name or "gpuplan"
 
 
-def job_for(plan: Plan, launch: LaunchSettings | None = None) -> Job:
-    """The job `plan` becomes on `launch.target` (default: the plan's [launch]); JobError when it cannot."""
+def job_for(
+    plan: Plan,
+    launch: LaunchSettings | None = None,
+    *,
+    environment: Any = None,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> Job:
+    """The job `plan` becomes on `launch.target` (default: the plan's [launch]); JobError when it cannot.
+    SkyPilot's GPU types are planned with `environment` (None: this machine's), `prices` and `calibrations`
+    (None: the user's files, hardware/userfiles.py), as `gpuplan compare` plans them."""
     launch = launch or plan.resolved.launch
     if not launch.remote:
         raise ValueError('job_for: launch.target = "local" has no job')
@@ -222,12 +266,17 @@ def job_for(plan: Plan, launch: LaunchSettings | None = None) -> Job:
     job_dir = os.path.join(out, JOB_DIR)
     plan_file = os.path.join(job_dir, PLAN_FILE)
     t = plan.throughput
+    choice = None
+    res = resources(plan)
+    if launch.target == "skypilot" and not plan.hardware.is_cpu:
+        choice = skypilot_choice(plan, environment, prices, calibrations)
+        res = dataclasses.replace(res, accelerators=tuple(a.gpu for a in choice.listed))
     command = (*shlex.split(launch.gpuplan_command), "apply", plan_file, "--yes", IN_JOB_FLAG)
     return Job(
         target=launch.target,
         name=launch.job_name or dns_name(plan.resolved.training.run_name or os.path.basename(out)),
         nodes=hw.nodes,
-        resources=resources(plan),
+        resources=res,
         time_limit=time_limit(plan, launch),
         command=command,
         env={"PYTHONUNBUFFERED": "1"},  # the job's log shows each step as it happens
@@ -244,8 +293,22 @@ def job_for(plan: Plan, launch: LaunchSettings | None = None) -> Job:
             "max_steps": t.max_steps,
             "cost_usd": t.cost_usd,
             "price_per_gpu_hour": t.price_per_gpu_hour,
+            **({"run_time_s_by_gpu": {a.gpu: a.run_time_s for a in choice.listed}} if choice else {}),
         },
+        choice=choice,
     )
+
+
+def skypilot_choice(
+    plan: Plan, environment: Any, prices: Mapping[str, tuple[float, str]] | None, calibrations: Sequence[Mapping[str, Any]] | None
+) -> Choice:
+    """clusters/accelerators.py fitting_accelerators, with the user's prices and measured runs where none are given."""
+    if prices is None or calibrations is None:
+        from gpuplan.hardware.userfiles import read_calibrations, read_user_prices
+
+        prices = read_user_prices() if prices is None else prices
+        calibrations = read_calibrations() if calibrations is None else calibrations
+    return fitting_accelerators(plan, environment=environment, prices=prices, calibrations=calibrations)
 
 
 def check_storage(launch: LaunchSettings, nodes: int, output_dir: str) -> None:

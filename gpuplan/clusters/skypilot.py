@@ -2,7 +2,7 @@
 
 The task (SkyPilot 0.14 task YAML, sky/utils/schemas.py get_task_schema):
 - `num_nodes` = hardware.nodes; `resources.accelerators` = the GPU types the job may run on
-  (clusters/job.py Resources.accelerators), each with the plan's GPUs per node, in SkyPilot's names;
+  (clusters/accelerators.py: every catalog GPU that fits, as compare finds them), each with the plan's GPUs per node, in SkyPilot's names;
   `cpus` / `memory` as "N+" minimums from the plan; `image_id: docker:<launch.image>`;
   `use_spot` = launch.spot; `job_recovery` FAILOVER with restarts on errors, so a preempted or failed
   managed job is relaunched (sky/jobs/recovery_strategy.py) and gpuplan resumes it from the last checkpoint.
@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuplan.clusters.accelerators import SKYPILOT_ACCELERATORS
 from gpuplan.clusters.engine import Engine, RemoteStatus, SubmitError
 from gpuplan.clusters.job import Job, JobError
 from gpuplan.clusters.yaml_text import dump
@@ -39,33 +40,6 @@ from gpuplan.lifecycle.run_lock import JOB_ID_ENV
 
 TASK_FILE = "sky-task.yaml"
 RESTARTS_ON_ERRORS = 3
-
-# gpuplan's catalog name -> SkyPilot's accelerator name, as its catalogs spell them (skypilot 0.14.1,
-# sky/catalog/data_fetchers/fetch_aws.py, fetch_gcp.py, fetch_lambda_cloud.py, fetch_runpod.py: "H100",
-# "A100-80GB", "A100" is the 40 GB A100, "V100" the 16 GB one, "RTXA6000", "RTX6000-Ada", ...). GPUs
-# SkyPilot does not name apart (H100 PCIe / NVL are not "H100", SXM) are absent: refused with a fix.
-SKYPILOT_ACCELERATORS: dict[str, str] = {
-    "T4": "T4",
-    "V100-16GB": "V100",
-    "V100-32GB": "V100-32GB",
-    "A10": "A10",
-    "A10G": "A10G",
-    "L4": "L4",
-    "L40": "L40",
-    "L40S": "L40S",
-    "RTX-A6000": "RTXA6000",
-    "RTX-6000-Ada": "RTX6000-Ada",
-    "RTX-3090": "RTX3090",
-    "RTX-4090": "RTX4090",
-    "RTX-5090": "RTX5090",
-    "A100-40GB": "A100",
-    "A100-80GB": "A100-80GB",
-    "H100-80GB": "H100",
-    "H200": "H200",
-    "GH200": "GH200",
-    "B200": "B200",
-    "MI300X": "MI300X",
-}
 
 
 def accelerators(job: Job) -> dict[str, int]:

@@ -20,7 +20,7 @@ from gpuplan.plan.fit.savers import set_by_spec
 from gpuplan.plan.inputs.environment import EnvironmentLike
 from gpuplan.plan.precision_label import precision_label
 from gpuplan.plan.rules.common import FIT_SOLUTION
-from gpuplan.plan.types import PlanError
+from gpuplan.plan.types import Plan, PlanError
 from gpuplan.spec.load import LoadedSpec, table
 
 DEFAULT_COUNTS = (1, 2, 4, 8)
@@ -48,27 +48,45 @@ def compare_row(
     prices: Mapping[str, tuple[float, str]] | None = None,
     calibrations: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    row: dict[str, Any] = {"gpu": gpu, "count": total, "nodes": None, "fits": False, "error": None}
     split = split_count(gpu, total)
     if split is None:
-        return {**row, "error": f"{total} GPUs do not fill whole nodes of this GPU"}
-    per_node, nodes = split
-    row.update(nodes=nodes, gpus_per_node=per_node)
+        return {"gpu": gpu, "count": total, "nodes": None, "fits": False, "error": f"{total} GPUs do not fill whole nodes of this GPU"}
+    row, _ = plan_row(loaded, gpu, *split, environment=environment, detect=detect, prices=prices, calibrations=calibrations)
+    return row
+
+
+def plan_row(
+    loaded: LoadedSpec,
+    gpu: str,
+    per_node: int,
+    nodes: int,
+    *,
+    environment: EnvironmentLike,
+    detect: Callable[[], GPUProfile] | None = None,
+    prices: Mapping[str, tuple[float, str]] | None = None,
+    calibrations: Sequence[Mapping[str, Any]] | None = None,
+) -> tuple[dict[str, Any], Plan | None]:
+    """(compare's row, the Plan) of the spec on `nodes` x `per_node` GPUs `gpu`; the Plan is None where it does not fit."""
+    row: dict[str, Any] = {"gpu": gpu, "count": per_node * nodes, "nodes": nodes, "fits": False, "error": None, "gpus_per_node": per_node}
     one = dataclasses.replace(loaded, raw=_row_overrides(loaded.raw, gpu, per_node, nodes))
     try:
         spec, settings, profile, facts, ctx = resolve(one, detect=detect, environment=environment)
     except PlanError as e:
-        return {**row, "error": e.diagnostics[0].summary}
+        return {**row, "error": e.diagnostics[0].summary}, None
     sol = ctx.internal.get(FIT_SOLUTION)
     if ctx.has_errors:
         first = next(d for d in ctx.diagnostics if d.severity == "error")
         needs = sol.smallest_bytes if sol is not None and not sol.fits else None
-        return {**row, "error": None if needs else first.summary, "needs_bytes": needs, "capacity_bytes": profile.memory_bytes}
+        return {**row, "error": None if needs else first.summary, "needs_bytes": needs, "capacity_bytes": profile.memory_bytes}, None
     plan = assemble(one, spec, settings, profile, facts, ctx, environment=environment, prices=prices, calibrations=calibrations)
+    return {**row, **fit_cells(plan, profile, per_node * nodes)}, plan
+
+
+def fit_cells(plan: Plan, profile: GPUProfile, total: int) -> dict[str, Any]:
+    """A fitting row's settings, memory, time and cost, read from its plan."""
     s, mem, t = plan.settings, plan.memory, plan.throughput
     precision = precision_label(s, profile.bf16 or profile.is_cpu)
     return {
-        **row,
         "fits": True,
         "per_device_train_batch_size": s["training.per_device_train_batch_size"].value,
         "gradient_accumulation_steps": s["training.gradient_accumulation_steps"].value,

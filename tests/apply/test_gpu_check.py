@@ -75,7 +75,7 @@ def test_adapter_rows_fine_tune_a_saved_base_not_a_from_scratch_model():
     spec = gpu_check.spec_text(case, "/tmp/base-llama", "/d.txt", "/out", gpu="cpu", batch=2, seq=64, steps=3)
     assert 'name_or_path = "/tmp/base-llama"' in spec and 'method = "qlora"' in spec
     assert "from_scratch" not in spec and "config =" not in spec
-    assert set(gpu_check.METHODS) == {"full", "lora", "qlora"}
+    assert set(gpu_check.METHODS) == {"full", "lora", "qlora", "grpo", "grpo-vllm"}
 
 
 @pytest.mark.slow
@@ -139,3 +139,64 @@ def test_gpu_table_puts_measured_beside_planned():
     assert (
         "| llama | full | bf16 (bf16) | off | 8 x 2048 | 40.00 | 42.00 (+5.0%) | 44.00 | 46.00 (+4.5%) | 45.00 / 46.00 | 100,000 | 90,000 |"
     ) in table
+
+
+def test_the_matrix_has_one_grpo_row_per_generation_backend():
+    rows = gpu_check.matrix(["llama", "gpt2"], ["full", "grpo", "grpo-vllm"], ["fp16", "bf16"])
+    rl = [r for r in rows if r["method"] in gpu_check.RL_METHODS]
+    assert rl == [
+        dict(family="llama", method="grpo", precision="bf16", ckpt=False),
+        dict(family="llama", method="grpo-vllm", precision="bf16", ckpt=False),
+    ]
+    assert len(rows) == 8 + 2
+    assert gpu_check.vllm_missing("cpu") == "vLLM runs only on a GPU (apply refuses a vllm backend on CPU)"
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    return gpu_check.save_base("llama", tmp_path_factory.mktemp("gpu_check") / "base-llama", device="cpu")
+
+
+@pytest.mark.parametrize("method, backend", [("grpo", "transformers"), ("grpo-vllm", "vllm-colocate")])
+def test_each_grpo_rows_spec_plans_on_a_gpu_with_its_generation(tiny_base, tmp_path, method, backend):
+    from gpuplan.plan.build import plan_file
+    from tests.helpers.planning import ENV
+
+    case = dict(family="llama", method=method, precision="bf16", ckpt=False)
+    spec = tmp_path / "spec.toml"
+    text = gpu_check.spec_text(case, str(tiny_base), "/unused.txt", str(tmp_path / "run"), gpu="H100-80GB", batch=16, seq=2048, steps=6)
+    spec.write_text(text)
+    plan = plan_file(spec, environment=ENV)  # what the device run plans, on a catalog GPU instead of the detected one
+    assert plan.resolved.training.objective.name == "grpo" and plan.resolved.rl.generation_backend == backend
+    assert plan.resolved.rl.num_generations == gpu_check.RL_GENERATIONS and plan.resolved.rl.max_completion_length == 128
+    g = gpu_check.plan_generation(plan)
+    assert g["backend"] == backend and g["memory"] > 0 and g["seconds_per_step"] > 0
+    assert "generation decode" in g["terms"] and "generation prefill" in g["terms"]
+    if backend == "vllm-colocate":  # vLLM's share chosen by the fit search, and the weight sync priced
+        assert 0 < g["vllm_gpu_memory_utilization"] < 1 and "weight sync to vLLM" in g["terms"]
+    else:
+        assert g["vllm_gpu_memory_utilization"] is None and "weight sync to vLLM" not in g["terms"]
+
+
+@pytest.mark.slow
+def test_cpu_mode_trains_the_grpo_row_and_skips_the_vllm_row_with_the_reason(tmp_path):
+    out = tmp_path / "rows.json"
+    args = ["--device", "cpu", "--families", "llama", "--precisions", "bf16", "--methods", "grpo,grpo-vllm", "--steps", "2"]
+    r = run(
+        [sys.executable, str(BENCH / "gpu_check.py"), *args, "--json", str(out), "--no-write"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(),
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["method"] == "grpo" and row["batch"] == gpu_check.RL_GENERATIONS
+    m, g = row["measured"], row["plan"]["generation"]
+    assert m["train_runtime_s"] > 0 and m["rss"] > 100 * 2**20  # it trained (two GRPO steps of TRL's GRPOTrainer)
+    assert g["backend"] == "transformers" and g["memory"] > 0 and g["seconds_per_step"] > 0
+    (skipped,) = data["summary"]["not_run"]
+    assert skipped["method"] == "grpo-vllm" and "vLLM runs only on a GPU" in skipped["reason"]
+    table = gpu_check.render(data["rows"], data["summary"])
+    assert "| grpo | transformers | 4 |" in table and "Not run: llama grpo-vllm: vLLM runs only on a GPU" in table

@@ -61,7 +61,7 @@ def rendered_markdown(files: dict[str, str]) -> str:
 def expected(target: str) -> str:
     plan = plan_file(SPEC, environment=ENV)
     launch = DOC_LAUNCH[target](dataclasses.replace(plan.resolved.launch, target=target))  # type: ignore[arg-type]
-    return rendered_markdown(engine_for(target).render(job_for(plan, launch)))
+    return rendered_markdown(engine_for(target).render(job_for(plan, launch, environment=ENV, prices={}, calibrations=[])))
 
 
 def page_blocks() -> dict[str, str]:

@@ -630,12 +630,17 @@ def _head_temperature(model: Any) -> float | None:
     """The temperature TRL's fused log-prob forward closes over (add_fused_lm_head), on the CausalLM."""
     import inspect
 
-    fwd = _base(model).__dict__.get("forward")
-    fn = getattr(fwd, "__func__", fwd)
-    if fn is None:
-        return None
-    t = inspect.getclosurevars(fn).nonlocals.get("temperature")
-    return None if t is None else float(t)
+    base = _base(model).__dict__
+    # under mixed precision accelerate wraps the forward in autocast and keeps the one it wrapped as
+    # _original_forward (accelerate/accelerator.py prepare_model): TRL's fused forward is that one
+    for fwd in (base.get("_original_forward"), base.get("forward")):
+        fn = getattr(fwd, "__func__", fwd)
+        if fn is None or not inspect.isfunction(fn):
+            continue
+        t = inspect.getclosurevars(fn).nonlocals.get("temperature")
+        if t is not None:
+            return float(t)
+    return None
 
 
 def _live_rewards(trainer: Any) -> list[list[Any]]:
