@@ -126,6 +126,11 @@ def _settings(vision: VisionFacts, given: Mapping[str, Any]) -> dict[str, Any]:
         out["image_seq_len"] = int((vision.geo("image_size") // vision.patch_size) ** 2 / vision.geo("scale_factor") ** 2)
     if family == "llava_next":
         out.update(_llava_next_settings(vision, given))
+    if family == "mllama":
+        # without a processor config, the tile is the tower's image_size (its position embeddings fix
+        # (image_size / patch)^2 + 1 patches a tile: MllamaPrecomputedPositionEmbedding), not the
+        # image processor class's 224 (Llama-3.2-11B-Vision's preprocessor_config.json: 560 x 560)
+        out["tile_size"] = int(vision.geo("image_size"))
     size = given.get("size")
     if isinstance(size, Mapping) and family != "llava_next":
         if family in ("qwen2_vl", "qwen2_5_vl"):

@@ -110,8 +110,10 @@ def make_vlm_batch(model: torch.nn.Module, wl: Workload) -> dict[str, torch.Tens
     family = cfg.model_type
     if family in ("qwen2_vl", "qwen2_5_vl"):
         return _qwen_vl_batch(cfg, wl)
+    if family == "mllama":
+        return _mllama_batch(cfg, wl)
     if family not in ("idefics3", "smolvlm"):
-        raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm / qwen2_vl / qwen2_5_vl")
+        raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm / qwen2_vl / qwen2_5_vl / mllama")
     b, s = wl.per_device_batch, wl.seq_len
     vocab = cfg.get_text_config().vocab_size
     ids = torch.randint(0, min(vocab, cfg.image_token_id), (b, s))
@@ -153,6 +155,27 @@ def _qwen_vl_batch(cfg: Any, wl: Workload) -> dict[str, torch.Tensor]:
     pixels = torch.rand(b * k * grid * grid, 3 * temporal * patch * patch)
     thw = torch.tensor([[1, grid, grid]] * (b * k))
     return {"input_ids": ids, "labels": labels, "pixel_values": pixels, "image_grid_thw": thw, "mm_token_type_ids": types}
+
+
+def _mllama_batch(cfg: Any, wl: Workload) -> dict[str, torch.Tensor]:
+    """Llama 3.2 Vision's layout (processing_mllama.py, image_processing_mllama.py): one <|image|>
+    token per image in the text, every image padded to `tower_images` (max_image_tiles) tiles of the
+    tower's image size, all of them attended (aspect_ratio_mask and cross_attention_mask all ones,
+    aspect ratio id 1), the text cross-attending to every image from the start."""
+    b, s, k, tiles = wl.per_device_batch, wl.seq_len, wl.images_per_example, max(wl.tower_images, 1)
+    side = cfg.vision_config.image_size
+    ids = torch.randint(0, min(cfg.get_text_config().vocab_size, cfg.image_token_index), (b, s))
+    ids[:, :k] = cfg.image_token_index
+    labels = ids.clone()
+    labels[:, :k] = -100
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "pixel_values": torch.rand(b, k, tiles, 3, side, side),
+        "aspect_ratio_ids": torch.ones(b, k, dtype=torch.long),
+        "aspect_ratio_mask": torch.ones(b, k, tiles, dtype=torch.long),
+        "cross_attention_mask": torch.ones(b, s, k, tiles, dtype=torch.long),
+    }
 
 
 def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:

@@ -67,12 +67,20 @@ def test_mllama_tiles_equal_the_image_processor():
 
     proc = MllamaImageProcessorPil()
     tile = proc.size["height"]
+    given = {"size": dict(proc.size)}  # the processor's 224 px tiles, as its preprocessor_config.json says
     for w, h in SIZES:
-        t = image_tokens(_vision("mllama"), w, h)
+        t = image_tokens(_vision("mllama"), w, h, given)
         out = proc(images=[[Image.new("RGB", (w, h))]], return_tensors="np")
         assert t.tower_images == out["pixel_values"].shape[2]  # padded to max_image_tiles
         assert out["num_tiles"][0][0] == (t.resized[0] // tile) * (t.resized[1] // tile), (w, h)
         assert t.tokens == 1  # one <|image|> token; the language model cross-attends to the tiles
+
+
+def test_mllama_tiles_default_to_the_tower_image_size():
+    """Without a processor config the tile is the tower's image_size (56 px in the tiny config), which
+    the tower's position embeddings need, not MllamaImageProcessor's class default of 224 px."""
+    t = image_tokens(_vision("mllama"), 100, 60)
+    assert t.resized == (112, 112) and t.tower_tokens == (56 // 14) ** 2 + 1 and t.tokens == 1
 
 
 def test_fixed_token_families():

@@ -130,6 +130,56 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     return TowerMemory(rows, per_image, saved, transient, features, merger)
 
 
+def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool) -> int:
+    """Llama 3.2 Vision (mllama): the image is not in the language model's sequence (one <|image|>
+    token); its cross-attention layers (MllamaCrossAttentionDecoderLayer, modeling_mllama.py,
+    transformers 5.24) attend from the text to the projected tower output, images x tiles x
+    (tile / patch)^2 + 1 rows an example. Kept for backward, counted with saved-tensor hooks on the
+    real tiny model and checked by tests/trace/test_vision_trace.py:
+    - per vision row and cross layer: k and v repeated to all heads (sdpa_attention_forward runs
+      repeat_kv when a mask is given), k_norm's input and its x * rsqrt (fp32: 4 + 4 bytes; half:
+      x.float() 4 + its 16-bit result 2) per kv element and its rsqrt per kv head;
+    - once: the cross-attention states (k_proj / v_proj's input), the (b, 1, s, rows) additive
+      cross-attention mask (_prepare_cross_attention_mask, in the weights' dtype), and when the
+      projector trains its input (vision_output_dim wide);
+    - per text token and cross layer, against the Llama layer the text side is priced with: the two
+      tanh-gated residual branches keep their inputs (2h), q_norm as k_norm over the queries, and no
+      k / v of the text (the Llama row's repeated k and v, or k and v)."""
+    v = facts.vision
+    if v is None or v.family != "mllama" or not wl.images_per_example:
+        return 0
+    geo = dict(v.geometry)
+    layers, out_dim = int(geo["cross_attention_layers"]), int(geo["vision_output_dim"])
+    mode = mode_of(wl)
+    elt = 4 if mode == "fp32" else 2
+    w = 4 if wl.weight_dtype == "float32" else 2
+    h, a, kv, d = facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim
+    b, s = wl.per_device_batch, wl.seq_len
+    rows = b * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
+    norm = 8 if mode == "fp32" else 6  # per normed element: its saved input and x * rsqrt
+    per_row = 2 * a * d * elt + kv * d * norm + kv * 4
+    once = rows * h * elt + b * s * (rows // max(b, 1)) * w + (rows * out_dim * elt if projector_trains else 0)
+    text_kv = 2 * a * d * 4 if mode == "fp32" else 2 * kv * d * 2
+    per_token = 2 * h * elt + a * d * norm + a * 4 - text_kv
+    return layers * (rows * per_row + b * s * per_token) + once
+
+
+def pixel_input_bytes(facts: ModelFacts, wl: Workload) -> int:
+    """The micro-batch's pixel_values, alive until the end of the forward (Trainer.training_step
+    deletes its inputs after compute_loss, before backward): the processors return fp32 pixels, one
+    patch x patch x 3 (x temporal) vector per tower row (Qwen2-VL flattens them so; a tile of the
+    other families holds the same values), cast to the tower's dtype inside the forward. Measured: a
+    tiny Qwen2-VL's traced peak is at the end of its forward, with these 4.8 MB beside the logits
+    (tests/trace/test_vision_trace.py); in a real model the logits' backward moment is larger."""
+    v = facts.vision
+    if v is None or not wl.images_per_example or not wl.tower_tokens:
+        return 0
+    if wl.train_tower and wl.weight_dtype == "float32":
+        return 0  # the cast to fp32 is a no-op: the patch embedding's saved input (tower_memory's pixels) is this tensor
+    rows = wl.per_device_batch * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
+    return rows * v.patch_size * v.patch_size * 3 * dict(v.geometry).get("temporal_patch_size", 1) * 4
+
+
 def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: bool) -> MemoryEstimate:
     """`est` (the language model's step) with the vision tower's memory."""
     t = tower_memory(facts, wl)
@@ -143,7 +193,8 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
         share = (v.tower_params) / max(facts.n_params, 1)
         for k in ("gradients", "optimizer_states"):
             c[k] = int(c[k] * (1 - share))
-    c["activations"] += t.features + (t.saved if c["activations"] else 0)
+    cross = cross_attention_bytes(facts, wl, projector_trains=not adapters or wl.train_tower)
+    c["activations"] += t.features + (t.saved + cross if c["activations"] else 0)
     # the tower's own forward: before the language model's activations exist
     tower_moment = c["weights"] + c["optimizer_states"] + (c["gradients"] if wl.gradient_accumulation_steps > 1 else 0) + t.transient
     allocated = sum(v2 for k, v2 in c.items() if k != "overhead")
@@ -172,6 +223,12 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
             f"vision tower frozen: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch, "
             f"{kept}; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
             f"before the language model runs; its features at the language model's width: {t.features / 2**20:,.0f} MiB"
+        )
+    if cross:
+        notes.append(
+            f"cross-attention: the image is not in the text sequence (one <|image|> token); "
+            f"{int(dict(v.geometry)['cross_attention_layers'])} cross-attention layers attend to {t.rows:,} projected tower rows "
+            f"per micro-batch and keep {gib(cross)} for backward"
         )
     overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
     return dataclasses.replace(
