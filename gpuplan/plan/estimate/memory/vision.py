@@ -229,6 +229,11 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
             f"cross-attention: the image is not in the text sequence (one <|image|> token); "
             f"{int(dict(v.geometry)['cross_attention_layers'])} cross-attention layers attend to {t.rows:,} projected tower rows "
             f"per micro-batch and keep {gib(cross)} for backward"
+            + (
+                " (counted as without checkpointing: checkpointed cross-attention layers are not yet checked against a trace)"
+                if wl.gradient_checkpointing
+                else ""
+            )
         )
     overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
     return dataclasses.replace(
