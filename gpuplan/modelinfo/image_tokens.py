@@ -16,6 +16,13 @@ plan has one, else the image processor class defaults copied in PROCESSOR_DEFAUL
 - llava (processing_llava.py): the image resized to the tower's image_size,
   (image_size / patch)^2 + num_additional_image_tokens tokens, less the CLS token under the
   "default" feature strategy.
+- llava_next (processing_llava_next.py LlavaNextProcessor._get_number_of_features,
+  _get_unpadded_features; image_processing_utils.py select_best_resolution;
+  image_processing_pil_llava_next.py get_image_patches; modeling_llava_next.py
+  image_size_to_num_patches, pack_image_features): "anyres", the grid pinpoint that keeps the
+  most of the image (then wastes the least) cut into tiles of the tower's image size plus the
+  whole image resized to one tile; the tiles' features unpadded to the image's aspect ratio, an
+  image_newline per row, then the base image's (image_size / patch)^2 (+ additional) features.
 - gemma3 (processing_gemma3.py full_image_sequence): mm_tokens_per_image tokens between the
   begin/end-of-image markers, with a blank line either side (pan-and-scan off, its default).
 - mllama (processing_mllama.py, image_processing_mllama.py get_optimal_tiled_canvas): one
@@ -47,6 +54,9 @@ PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
     "smolvlm": {"longest_edge": 4 * 364, "max_image_size": 364, "do_image_splitting": True, "image_seq_len": 169},
     # processing_llava.py LlavaProcessor(num_additional_image_tokens=0)
     "llava": {"num_additional_image_tokens": 0},
+    # processing_llava_next.py LlavaNextProcessor(num_additional_image_tokens=0); the grid pinpoints are the
+    # processor's image_grid_pinpoints, else the model config's (configuration_llava_next.py LlavaNextConfig)
+    "llava_next": {"num_additional_image_tokens": 0},
     # processing_gemma3.py Gemma3Processor(image_seq_length=256); image_processing_gemma3.py do_pan_and_scan False
     "gemma3": {"image_seq_length": 256, "do_pan_and_scan": False},
     # image_processing_mllama.py MllamaImageProcessor: max_image_tiles = 4, size 224 x 224 (the tile)
@@ -114,8 +124,15 @@ def _settings(vision: VisionFacts, given: Mapping[str, Any]) -> dict[str, Any]:
         # processing_idefics3.py: image_seq_len = int(((image_size // patch_size) ** 2) / (scale_factor**2)),
         # what the model's connector gives per tile; the processor default (169) is Idefics3-8B's
         out["image_seq_len"] = int((vision.geo("image_size") // vision.patch_size) ** 2 / vision.geo("scale_factor") ** 2)
+    if family == "llava_next":
+        out.update(_llava_next_settings(vision, given))
+    if family == "mllama":
+        # without a processor config, the tile is the tower's image_size (its position embeddings fix
+        # (image_size / patch)^2 + 1 patches a tile: MllamaPrecomputedPositionEmbedding), not the
+        # image processor class's 224 (Llama-3.2-11B-Vision's preprocessor_config.json: 560 x 560)
+        out["tile_size"] = int(vision.geo("image_size"))
     size = given.get("size")
-    if isinstance(size, Mapping):
+    if isinstance(size, Mapping) and family != "llava_next":
         if family in ("qwen2_vl", "qwen2_5_vl"):
             out.update({k: size[s] for k, s in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")) if s in size})
         elif family == "mllama" and "height" in size:
@@ -129,6 +146,26 @@ def _settings(vision: VisionFacts, given: Mapping[str, Any]) -> dict[str, Any]:
         if k in out and k not in ("size", "max_image_size") and v is not None:
             out[k] = v
     return out
+
+
+def _llava_next_settings(vision: VisionFacts, given: Mapping[str, Any]) -> dict[str, Any]:
+    """LLaVA-NeXT's tile (the processor's crop_size, which pack_image_features needs equal to the
+    tower's image_size), grid pinpoints, patch size and feature strategy: the processor's, else the model's."""
+    tile = int(vision.geo("image_size"))
+    crop = given.get("crop_size")
+    if isinstance(crop, Mapping) and crop.get("height") not in (None, tile):
+        raise ModelConfigError(
+            None,
+            f"llava_next processor crop_size height {crop['height']} differs from the vision tower's image_size {tile}; "
+            "set the processor's crop_size to the tower's image_size",
+        )
+    pinpoints = given.get("image_grid_pinpoints") or vision.geo("image_grid_pinpoints")
+    return {
+        "tile": tile,
+        "image_grid_pinpoints": [tuple(int(x) for x in hw) for hw in pinpoints],
+        "patch_size": int(given.get("patch_size") or vision.patch_size),
+        "vision_feature_select_strategy": given.get("vision_feature_select_strategy") or vision.geo("vision_feature_select_strategy"),
+    }
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -215,6 +252,42 @@ def _llava(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> Ima
     return ImageTokens(n, n, 1, grid + 1, (side, side), f"resized to {side}x{side}: {grid} patches of {v.patch_size} px")
 
 
+def select_best_resolution(height: int, width: int, pinpoints: list[tuple[int, int]]) -> tuple[int, int]:
+    """(height, width) of the pinpoint image_processing_utils.py select_best_resolution picks: the most
+    of the image kept after an aspect-preserving fit, then the least canvas wasted."""
+    best, most, waste = pinpoints[0], 0, math.inf
+    for h, w in pinpoints:
+        scale = min(w / width, h / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        wasted = w * h - kept
+        if kept > most or (kept == most and wasted < waste):
+            best, most, waste = (h, w), kept, wasted
+    return best
+
+
+def _llava_next(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> ImageTokens:
+    tile, patch = int(s["tile"]), int(s["patch_size"])
+    best_h, best_w = select_best_resolution(height, width, s["image_grid_pinpoints"])
+    grid = tile // patch  # patches per tile side
+    # _get_unpadded_features: the grid's patches less the rows (or columns) of padding the
+    # aspect-preserving fit left, one image_newline per remaining row
+    cur_h, cur_w = grid * (best_h // tile), grid * (best_w // tile)
+    if width / height > cur_w / cur_h:
+        cur_h -= (cur_h - int(round(height * (cur_w / width), 7))) // 2 * 2
+    else:
+        cur_w -= (cur_w - int(round(width * (cur_h / height), 7))) // 2 * 2
+    # the base image's features: the grid, any additional (CLS) tokens, less the CLS under "default"
+    base = grid * grid + int(s["num_additional_image_tokens"]) - (1 if s["vision_feature_select_strategy"] == "default" else 0)
+    n = cur_h * cur_w + cur_h + base
+    # image_size_to_num_patches: the grid's tiles plus the whole image resized to one tile
+    tiles = (best_h // tile) * (best_w // tile)
+    how = (
+        f"anyres: fitted to the {best_w}x{best_h} grid pinpoint, {best_h // tile}x{best_w // tile} tiles of {tile} px + 1 base image; "
+        f"{cur_h}x{cur_w} unpadded patches + {cur_h} row newlines + {base} base"
+    )
+    return ImageTokens(n, n, tiles + 1, grid * grid + 1, (best_w, best_h), how)
+
+
 def _gemma3(v: VisionFacts, width: int, height: int, s: Mapping[str, Any]) -> ImageTokens:
     if s.get("do_pan_and_scan"):
         raise ModelConfigError(None, "gemma3 with do_pan_and_scan: the crops per image are not modelled; set do_pan_and_scan false")
@@ -247,6 +320,7 @@ _FAMILIES = {
     "idefics3": _idefics3,
     "smolvlm": _idefics3,
     "llava": _llava,
+    "llava_next": _llava_next,
     "gemma3": _gemma3,
     "mllama": _mllama,
 }

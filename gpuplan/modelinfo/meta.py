@@ -195,6 +195,9 @@ def _vision(model_type: str, model: Any, shapes: tuple[tuple[str, tuple[int, ...
     patch = vc.patch_size if isinstance(vc.patch_size, int) else vc.patch_size[0]
     geometry = [(k, _plain(getattr(model.config, k))) for k in _GEOMETRY_TOP if getattr(model.config, k, None) is not None]
     geometry += [(k, _plain(getattr(vc, k))) for k in _GEOMETRY_VISION if getattr(vc, k, None) is not None]
+    if model_type == "mllama":  # MllamaTextModel: cross-attention layers over the projected tower output
+        tc: Any = model.config.text_config
+        geometry += [("cross_attention_layers", len(tc.cross_attention_layers)), ("vision_output_dim", int(vc.vision_output_dim))]
     token_id = getattr(model.config, fam.image_token_key, None)
     return VisionFacts(
         family=model_type,

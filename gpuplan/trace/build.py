@@ -104,11 +104,16 @@ def make_vlm_batch(model: torch.nn.Module, wl: Workload) -> dict[str, torch.Tens
     """One micro-batch of a vision-language model as its processor lays it out: each example's
     `images_per_example` images as `image_tokens` placeholder ids (of the config's image token)
     at the start of its text, and their pixels. Idefics3 / SmolVLM: pixel_values (b, images,
-    3, side, side) of the tower's image size (one tile per image, do_image_splitting off)."""
+    3, side, side) of the tower's image size (one tile per image, do_image_splitting off).
+    Qwen2-VL / Qwen2.5-VL: `_qwen_vl_batch`."""
     cfg: Any = model.config
     family = cfg.model_type
+    if family in ("qwen2_vl", "qwen2_5_vl"):
+        return _qwen_vl_batch(cfg, wl)
+    if family == "mllama":
+        return _mllama_batch(cfg, wl)
     if family not in ("idefics3", "smolvlm"):
-        raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm")
+        raise ValueError(f"the trace builds {family} batches only for idefics3 / smolvlm / qwen2_vl / qwen2_5_vl / mllama")
     b, s = wl.per_device_batch, wl.seq_len
     vocab = cfg.get_text_config().vocab_size
     ids = torch.randint(0, min(vocab, cfg.image_token_id), (b, s))
@@ -119,6 +124,58 @@ def make_vlm_batch(model: torch.nn.Module, wl: Workload) -> dict[str, torch.Tens
     side = cfg.vision_config.image_size
     pixels = torch.rand(b, wl.images_per_example, 3, side, side) + 0.5  # no all-zero (padding) image
     return {"input_ids": ids, "labels": labels, "pixel_values": pixels}
+
+
+def _qwen_vl_batch(cfg: Any, wl: Workload) -> dict[str, torch.Tensor]:
+    """Qwen2-VL's layout (processing_qwen2_vl.py, image_processing_qwen2_vl.py): each image a square
+    grid of `tower_tokens` patches, its pixels flattened to one row per patch (3 x temporal x patch x
+    patch values) in pixel_values, its (1, grid, grid) in image_grid_thw, and in the text
+    <|vision_start|> + grid^2 / merge^2 image tokens + <|vision_end|> (wl.image_tokens, markers
+    included); mm_token_type_ids marks the image tokens (1), which get_rope_index needs for the 3-D rope."""
+    vc = cfg.vision_config
+    merge, patch, temporal = vc.spatial_merge_size, vc.patch_size, vc.temporal_patch_size
+    grid = int(round(wl.tower_tokens**0.5))
+    placeholders = grid * grid // merge**2
+    if grid * grid != wl.tower_tokens or grid % merge or wl.image_tokens != placeholders + 2:
+        raise ValueError(
+            f"a traced {cfg.model_type} image is a square grid of patches, a multiple of {merge} a side: "
+            f"tower_tokens {wl.tower_tokens} with image_tokens {wl.image_tokens} (want grid^2 and grid^2 / {merge**2} + 2)"
+        )
+    b, s, k = wl.per_device_batch, wl.seq_len, wl.images_per_example
+    specials = (cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id)
+    ids = torch.randint(0, min(cfg.get_text_config().vocab_size, *specials), (b, s))
+    for i in range(k):
+        at = i * wl.image_tokens
+        ids[:, at] = cfg.vision_start_token_id
+        ids[:, at + 1 : at + 1 + placeholders] = cfg.image_token_id
+        ids[:, at + 1 + placeholders] = cfg.vision_end_token_id
+    labels = ids.clone()
+    labels[:, : k * wl.image_tokens] = -100  # the collator masks the image and vision markers out of the labels
+    types = (ids == cfg.image_token_id).int()
+    pixels = torch.rand(b * k * grid * grid, 3 * temporal * patch * patch)
+    thw = torch.tensor([[1, grid, grid]] * (b * k))
+    return {"input_ids": ids, "labels": labels, "pixel_values": pixels, "image_grid_thw": thw, "mm_token_type_ids": types}
+
+
+def _mllama_batch(cfg: Any, wl: Workload) -> dict[str, torch.Tensor]:
+    """Llama 3.2 Vision's layout (processing_mllama.py, image_processing_mllama.py): one <|image|>
+    token per image in the text, every image padded to `tower_images` (max_image_tiles) tiles of the
+    tower's image size, all of them attended (aspect_ratio_mask and cross_attention_mask all ones,
+    aspect ratio id 1), the text cross-attending to every image from the start."""
+    b, s, k, tiles = wl.per_device_batch, wl.seq_len, wl.images_per_example, max(wl.tower_images, 1)
+    side = cfg.vision_config.image_size
+    ids = torch.randint(0, min(cfg.get_text_config().vocab_size, cfg.image_token_index), (b, s))
+    ids[:, :k] = cfg.image_token_index
+    labels = ids.clone()
+    labels[:, :k] = -100
+    return {
+        "input_ids": ids,
+        "labels": labels,
+        "pixel_values": torch.rand(b, k, tiles, 3, side, side),
+        "aspect_ratio_ids": torch.ones(b, k, dtype=torch.long),
+        "aspect_ratio_mask": torch.ones(b, k, tiles, dtype=torch.long),
+        "cross_attention_mask": torch.ones(b, s, k, tiles, dtype=torch.long),
+    }
 
 
 def make_batch(wl: Workload, vocab_size: int) -> dict[str, torch.Tensor]:

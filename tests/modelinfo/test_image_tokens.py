@@ -67,12 +67,20 @@ def test_mllama_tiles_equal_the_image_processor():
 
     proc = MllamaImageProcessorPil()
     tile = proc.size["height"]
+    given = {"size": dict(proc.size)}  # the processor's 224 px tiles, as its preprocessor_config.json says
     for w, h in SIZES:
-        t = image_tokens(_vision("mllama"), w, h)
+        t = image_tokens(_vision("mllama"), w, h, given)
         out = proc(images=[[Image.new("RGB", (w, h))]], return_tensors="np")
         assert t.tower_images == out["pixel_values"].shape[2]  # padded to max_image_tiles
         assert out["num_tiles"][0][0] == (t.resized[0] // tile) * (t.resized[1] // tile), (w, h)
         assert t.tokens == 1  # one <|image|> token; the language model cross-attends to the tiles
+
+
+def test_mllama_tiles_default_to_the_tower_image_size():
+    """Without a processor config the tile is the tower's image_size (56 px in the tiny config), which
+    the tower's position embeddings need, not MllamaImageProcessor's class default of 224 px."""
+    t = image_tokens(_vision("mllama"), 100, 60)
+    assert t.resized == (112, 112) and t.tower_tokens == (56 // 14) ** 2 + 1 and t.tokens == 1
 
 
 def test_fixed_token_families():
@@ -157,3 +165,59 @@ def test_processor_config_file(tmp_path):
     assert processor_config(tmp_path / "empty") == {}  # a model directory without one: the defaults
     with pytest.raises(Exception, match="file not found"):
         processor_config(tmp_path / "missing.json")
+
+
+# a LLaVA-NeXT-7B-like tower (CLIP ViT-L/14 at 336 px: llava-hf/llava-v1.6-mistral-7b-hf config.json) with the
+# processor's default grid pinpoints, and the tiny one of 56 px tiles with pinpoints of its own in the model config
+_NEXT_336 = dict(TINY_VLM_CONFIGS["llava_next"], vision_config=dict(TINY_VLM_CONFIGS["llava_next"]["vision_config"], image_size=336))
+_NEXT_56 = dict(TINY_VLM_CONFIGS["llava_next"], image_grid_pinpoints=[[56, 112], [112, 56], [112, 112], [168, 56], [56, 168]])
+NEXT_SIZES = [*SIZES, (200, 100), (30, 40), (336, 336), (2000, 300), (500, 2500)]
+
+
+def _llava_next_processor(tile: int, pinpoints, strategy: str, extra: int):
+    """LlavaNextProcessor as a Hub repo's processor_config.json builds it (crop_size = size = the tower's image_size),
+    over the byte-level tokenizer with <image> added: no download."""
+    from transformers import LlavaNextProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    from gpuplan.apply.data.tokenizer import byte_level_tokenizer
+
+    tok = byte_level_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    images = LlavaNextImageProcessorPil(
+        size={"shortest_edge": tile}, crop_size={"height": tile, "width": tile}, image_grid_pinpoints=pinpoints
+    )
+    return LlavaNextProcessor(
+        image_processor=images, tokenizer=tok, patch_size=14, vision_feature_select_strategy=strategy, num_additional_image_tokens=extra
+    )
+
+
+@pytest.mark.slow  # builds the LLaVA-NeXT configs on the meta device, and resizes images of up to 2,500 px
+@pytest.mark.parametrize(
+    ("config", "strategy", "extra"),
+    [(_NEXT_336, "default", 1), (_NEXT_336, "full", 0), (_NEXT_56, "default", 1)],
+    ids=["336px-default", "336px-full", "56px-own-pinpoints"],
+)
+def test_llava_next_anyres_tokens_equal_the_processor(config, strategy, extra):
+    import numpy as np
+
+    facts = model_facts(dict(config, vision_feature_select_strategy=strategy))
+    tile, pinpoints = config["vision_config"]["image_size"], [list(p) for p in facts.vision.geo("image_grid_pinpoints")]
+    proc = _llava_next_processor(tile, pinpoints, strategy, extra)
+    kwargs = {"num_additional_image_tokens": extra}
+    for w, h in NEXT_SIZES:
+        t = image_tokens(facts.vision, w, h, kwargs)
+        out = proc(images=[Image.new("RGB", (w, h))], text="<image>", return_tensors="np")
+        assert t.tokens == t.placeholders == int(np.sum(out["input_ids"][0] == proc.image_token_id)), (w, h)
+        assert t.tower_images == out["pixel_values"].shape[1], (w, h)  # the grid's tiles + the base image
+        assert t.tower_tokens == (tile // 14) ** 2 + 1  # CLIP's patches + its class token
+    # the processor's own pinpoints (its processor_config.json) win over the model config's
+    own = image_tokens(facts.vision, 1000, 300, {"image_grid_pinpoints": [[tile, tile]], **kwargs})
+    assert own.tower_images == 2 and own.resized == (tile, tile)
+
+
+def test_llava_next_crop_size_must_be_the_tower_image_size():
+    from gpuplan.modelinfo import ModelConfigError
+
+    with pytest.raises(ModelConfigError, match="crop_size height 224 differs from the vision tower's image_size 56"):
+        image_tokens(_vision("llava_next"), 100, 100, {"crop_size": {"height": 224, "width": 224}})

@@ -1,11 +1,20 @@
 """A vision-language model's step: the analytic estimate (memory/vision.py on top of the language
-model's) against the trace of the real tiny Idefics3 (vlm-apply's family), the tower frozen and
-trained, with and without gradient checkpointing, and under LoRA with the tower excluded.
+model's) against the trace of real tiny models, Idefics3 (vlm-apply's family) and Qwen2-VL (its
+patch merger, fused-qkv attention with the 2-D rope in the tower, the 3-D rope in the language
+model), the tower frozen and trained, with and without gradient checkpointing, and under LoRA
+with the tower excluded.
 
-A VLM's forward indexes by data (Idefics3 drops all-zero padding images), so the trace runs on real
-CPU tensors (trace/__init__.py). Measured ratios analytic / traced: frozen 1.016, frozen
-checkpointed 0.981, trained 1.030, trained checkpointed 0.995; the tower's block coefficients are
-the text decoder's at its width (memory/vision.py), hence the 4% tolerance here against 3% for text."""
+A VLM's forward indexes by data (Idefics3 drops all-zero padding images, Qwen2-VL's positions come
+from image_grid_thw), so the trace runs on real CPU tensors (trace/__init__.py). Measured ratios
+analytic / traced (frozen, frozen checkpointed, trained, trained checkpointed): Idefics3 1.016,
+0.981, 1.030, 0.995; Qwen2-VL 1.017, 0.993, 1.010, 1.002, and in bf16 (not run here) 0.999, 0.992,
+1.012, 0.999. Before memory/vision.py counted Qwen2-VL's own tower terms and the batch's fp32
+pixel_values at the end of the forward (the peak moment in so small a model): 0.959, 0.915, 0.888,
+0.969 (bf16 0.884, 0.854, 0.944, 0.882). Llama 3.2 Vision (mllama), whose image is one token and
+whose cross-attention layers attend to the projected tower rows: 0.913 frozen, 0.895 trained before
+memory/vision.py cross_attention_bytes, 1.013 and 0.974 after; checkpointed is not modelled yet
+(0.924, 0.884) and not claimed here. The tower's block coefficients are the text decoder's at
+its width (memory/vision.py), hence the 4% tolerance here against 3% for text."""
 
 from __future__ import annotations
 
@@ -44,21 +53,93 @@ IDEFICS3 = {
     "scale_factor": 2,
     "image_token_id": 1000,
 }
+# Qwen2-VL at the same widths: one 224 x 224 image is a 16 x 16 grid of 14 px patches (the tower's
+# rows), merged 2 x 2 into 64 image tokens between <|vision_start|> and <|vision_end|>
+QWEN2_VL = {
+    "model_type": "qwen2_vl",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+    "tie_word_embeddings": False,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "vision_config": {"depth": 4, "embed_dim": 64, "hidden_size": 64, "num_heads": 4, "mlp_ratio": 4},
+    "image_token_id": 1000,
+    "video_token_id": 1001,
+    "vision_start_token_id": 1002,
+    "vision_end_token_id": 1003,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+# Llama 3.2 Vision: 4 tiles of 112 px per image, (112 / 14)^2 + 1 tower rows a tile; the text holds one
+# <|image|> token and two of its four layers cross-attend to the 4 x 65 projected rows
+MLLAMA = {
+    "model_type": "mllama",
+    "text_config": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1024,
+        "cross_attention_layers": [1, 3],
+        "rope_scaling": {"rope_type": "default"},
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+    "vision_config": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_global_layers": 1,
+        "attention_heads": 4,
+        "image_size": 112,
+        "patch_size": 14,
+        "vision_output_dim": 96,  # hidden_size x (1 + the two intermediate layers), what the projector takes
+        "intermediate_layers_indices": [0, 1],
+    },
+    "image_token_index": 1000,
+}
 ROWS = (224 // 14) ** 2  # tower tokens per image
-SEQ = ROWS // 2**2  # image tokens per image after the connector's pixel shuffle
+SEQ = ROWS // 2**2  # image tokens per image after the connector's pixel shuffle (Idefics3) or the 2 x 2 merge (Qwen2-VL)
+FAMILIES = {"idefics3": (IDEFICS3, SEQ), "qwen2_vl": (QWEN2_VL, SEQ + 2)}  # Qwen2-VL's tokens hold the two vision markers
 
 
-def _workload(**kw) -> Workload:
-    return Workload(4, 256, device="cpu", images_per_example=1, image_tokens=SEQ, tower_images=1, tower_tokens=ROWS, **kw)
+def _workload(image_tokens: int = SEQ, **kw) -> Workload:
+    return Workload(4, 256, device="cpu", images_per_example=1, image_tokens=image_tokens, tower_images=1, tower_tokens=ROWS, **kw)
 
 
-@pytest.mark.parametrize("train_tower", [False, True], ids=["frozen", "trained"])
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["", "checkpointed"])
-def test_vlm_step_memory_matches_the_trace(train_tower, checkpointing):
-    wl = _workload(train_tower=train_tower, gradient_checkpointing=checkpointing)
-    facts = model_facts(IDEFICS3)
+# mllama checkpointed is not modelled yet (analytic / traced 0.924 frozen, 0.884 trained): not claimed here
+CASES = [(f, t, c) for f in sorted(FAMILIES) for t in (False, True) for c in (False, True)] + [("mllama", t, False) for t in (False, True)]
+
+
+@pytest.mark.parametrize(
+    ("family", "train_tower", "checkpointing"),
+    CASES,
+    ids=[f"{f}-{'trained' if t else 'frozen'}{'-checkpointed' if c else ''}" for f, t, c in CASES],
+)
+def test_vlm_step_memory_matches_the_trace(family, train_tower, checkpointing):
+    if family == "mllama":
+        config = MLLAMA
+        wl = Workload(
+            2,
+            256,
+            device="cpu",
+            images_per_example=1,
+            image_tokens=1,
+            tower_images=4,
+            tower_tokens=(112 // 14) ** 2 + 1,
+            train_tower=train_tower,
+        )
+    else:
+        config, tokens = FAMILIES[family]
+        wl = _workload(tokens, train_tower=train_tower, gradient_checkpointing=checkpointing)
+    facts = model_facts(config)
     analytic = estimate_memory(facts, wl)
-    traced = trace_memory(IDEFICS3, wl)
+    traced = trace_memory(config, wl)
     assert analytic.allocated_peak_bytes == pytest.approx(traced.allocated_peak_bytes, rel=0.04)
     # the frozen tower has neither gradients nor optimizer states: AdamW's states are the rest's
     assert analytic.components["optimizer_states"] == pytest.approx(traced.components["optimizer_states"], rel=0.01)

@@ -48,6 +48,7 @@ STYLE_OF = {
     "llava_next": "llama",
     "idefics3": "llama",
     "smolvlm": "llama",
+    "mllama": "llama",  # MllamaSelfAttentionDecoderLayer; its cross-attention layers: memory/vision.py
 }
 
 # (style, mode) -> per-token bytes one layer keeps with SDPA: (c_h, c_q, c_kv, c_i, c_a, c_1).

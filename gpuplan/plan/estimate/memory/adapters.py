@@ -45,6 +45,7 @@ from gpuplan.plan.estimate.memory.preference import reference_bytes
 from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
 from gpuplan.plan.estimate.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.vision import pixel_input_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +231,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
         else per_layer + (bwd_casts if offloaded else bwd_casts // max(layers, 1))
     )
     moments = [
-        moment(acc, saved_acts + fwd_casts, parts.logits_fwd, at="fwd"),
+        moment(acc, saved_acts + fwd_casts, parts.logits_fwd, pixel_input_bytes(facts, wl), at="fwd"),
         moment(acc, saved_acts + bwd_casts, parts.logits_bwd_start, at="fwd"),
         moment(acc, saved_acts + bwd_casts, grad_logits, at="head"),
         moment(acc, saved_acts + bwd_casts + recompute, 0, parts.layer_backward + dequant, at="last"),

@@ -33,7 +33,7 @@ from gpuplan.plan.estimate.memory.preference import policy_workload, reference_b
 from gpuplan.plan.estimate.memory.sharding import sharded_states
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
 from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
-from gpuplan.plan.estimate.memory.vision import with_tower
+from gpuplan.plan.estimate.memory.vision import pixel_input_bytes, with_tower
 from gpuplan.plan.methods import method_of
 
 __all__ = ["estimate_memory"]
@@ -141,7 +141,7 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
     chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
     chunk_grad = layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
     moments = [
-        moment(acc, saved + fwd_casts, parts.logits_fwd, gathered=st.gathered_forward),
+        moment(acc, saved + fwd_casts, parts.logits_fwd, pixel_input_bytes(facts, wl), gathered=st.gathered_forward),
         moment(acc, saved + bwd_casts, parts.logits_bwd_start, chunk_grad, gathered=st.gathered_forward),
         moment(acc or head_grad, saved + bwd_casts, grad_logits, gathered=st.gathered_head),
         moment(st.grads_step, 0, 0, step_temp),

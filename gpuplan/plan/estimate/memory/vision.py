@@ -19,6 +19,17 @@ and LayerNorm: the GPT-NeoX block, Qwen2-VL, CLIP, SigLIP): the same tensors per
 inputs, q/k/v, attention output and log-sum-exp, the MLP's), not re-fitted against a traced tower.
 Full fine-tuning with the tower frozen gives it neither gradients nor optimizer states: the
 estimate's full-model states are scaled down by the tower's share of the parameters.
+
+Qwen2-VL's tower differs from that block (modeling_qwen2_vl.py, transformers 5.24, counted with
+saved-tensor hooks on the real tiny model and confirmed by tests/trace/test_vision_trace.py):
+VisionAttention keeps the fused qkv output whole (v is a view of it) beside the rotated q and k
+(apply_rotary_pos_emb_vision makes new tensors): 2h more per row than separate q/k/v; its MLP's
+QuickGELU (x * sigmoid(1.702 x), activations.py QuickGELUActivation) keeps the sigmoid beside its
+input: i more; the 2-D rope's cos and sin (fp32, rows x head_dim each) are kept once for all
+blocks. Its PatchMerger (the projector) keeps, when it trains (a full fine-tune, or the tower
+trained), ln_q's input and statistics, its output (mlp.0's input) and the GELU's input and output
+(mlp.2's input): 4 x rows x width + 8 bytes a row. Qwen2.5-VL shares the attention code but is
+not yet traced here: its tower keeps the decoder row.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ class TowerMemory:
     saved: int  # kept for backward across the step (frozen: the checkpointed blocks' inputs only)
     transient: int  # one block's live tensors in the tower's forward
     features: int  # the tower's output at the language model's width, per micro-batch
+    projector: int = 0  # of saved, what the projector keeps when it trains (Qwen2-VL's merger)
 
 
 def _block_facts(facts: ModelFacts) -> ModelFacts:
@@ -68,6 +80,20 @@ def _block_facts(facts: ModelFacts) -> ModelFacts:
     )
 
 
+def _qwen2_vl_extras(facts: ModelFacts, wl: Workload, rows: int, elt: int) -> tuple[int, int, int]:
+    """Qwen2-VL's tower beyond the decoder row (see the module docstring): bytes per row per block,
+    the rope tables kept once, the merger's saved bytes when it trains (0 otherwise)."""
+    v = facts.vision
+    assert v is not None
+    if v.family != "qwen2_vl":
+        return 0, 0, 0
+    per_row = (2 * v.hidden_size + v.intermediate_size) * elt
+    rope = rows * (v.hidden_size // max(v.num_attention_heads, 1)) * 2 * 4
+    merger_trains = wl.adapters is None or wl.train_tower
+    merger = rows * (4 * v.hidden_size * elt + 8) if merger_trains else 0
+    return per_row, rope, merger
+
+
 def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     v = facts.vision
     if v is None or not wl.images_per_example or not wl.tower_tokens:
@@ -77,8 +103,9 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     block = _block_facts(facts)
     one = dataclasses.replace(wl, per_device_batch=1, seq_len=wl.tower_tokens, packed=False, adapters=None, liger_kernel=False)
     parts = activation_parts(block, one)
-    per_row_block = parts.per_layer // max(wl.tower_tokens, 1)
     act_b = 2 if mode_of(wl) != "fp32" else 4
+    extra_row, rope, merger = _qwen2_vl_extras(facts, wl, rows, act_b)
+    per_row_block = parts.per_layer // max(wl.tower_tokens, 1) + extra_row
     features = wl.per_device_batch * wl.images_per_example * wl.image_tokens * facts.hidden_size * act_b
     transient = rows * per_row_block
     # checkpointed blocks (GradientCheckpointingLayer, torch.utils.checkpoint non-reentrant) keep each
@@ -86,20 +113,71 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     # block of a frozen Idefics3 tower under checkpointing, tests/trace/test_vision_trace.py)
     inputs = v.num_layers * rows * v.hidden_size * (2 if mode_of(wl) == "half" else 4)
     if not wl.train_tower:
-        kept = inputs if wl.gradient_checkpointing else 0
-        return TowerMemory(rows, wl.tower_tokens * max(wl.tower_images, 1) * per_row_block, kept, transient, features)
+        kept = (inputs if wl.gradient_checkpointing else 0) + merger
+        return TowerMemory(rows, wl.tower_tokens * max(wl.tower_images, 1) * per_row_block, kept, transient, features, merger)
     # trained, the patch embedding keeps its input (the pixels, one patch x patch x 3 (x temporal) vector
     # per row, in the weights' dtype: <F>VisionEmbeddings casts pixel_values to it) for its weight
     # gradient, and the final norm its input (rows x width, fp32 statistics)
     channels = 3 * dict(v.geometry).get("temporal_patch_size", 1)
     pixels = rows * v.patch_size * v.patch_size * channels * (2 if wl.weight_dtype != "float32" else 4)
-    post = rows * v.hidden_size * 4
+    # Qwen2-VL has no final norm in the tower: the merger's ln_q (in `merger`) is it
+    post = rows * v.hidden_size * 4 if not merger else merger + rope
     if wl.gradient_checkpointing:
         saved = inputs + pixels + post
     else:
         saved = v.num_layers * rows * per_row_block + pixels + post
     per_image = saved // max(wl.per_device_batch * wl.images_per_example, 1)
-    return TowerMemory(rows, per_image, saved, transient, features)
+    return TowerMemory(rows, per_image, saved, transient, features, merger)
+
+
+def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool) -> int:
+    """Llama 3.2 Vision (mllama): the image is not in the language model's sequence (one <|image|>
+    token); its cross-attention layers (MllamaCrossAttentionDecoderLayer, modeling_mllama.py,
+    transformers 5.24) attend from the text to the projected tower output, images x tiles x
+    (tile / patch)^2 + 1 rows an example. Kept for backward, counted with saved-tensor hooks on the
+    real tiny model and checked by tests/trace/test_vision_trace.py:
+    - per vision row and cross layer: k and v repeated to all heads (sdpa_attention_forward runs
+      repeat_kv when a mask is given), k_norm's input and its x * rsqrt (fp32: 4 + 4 bytes; half:
+      x.float() 4 + its 16-bit result 2) per kv element and its rsqrt per kv head;
+    - once: the cross-attention states (k_proj / v_proj's input), the (b, 1, s, rows) additive
+      cross-attention mask (_prepare_cross_attention_mask, in the weights' dtype), and when the
+      projector trains its input (vision_output_dim wide);
+    - per text token and cross layer, against the Llama layer the text side is priced with: the two
+      tanh-gated residual branches keep their inputs (2h), q_norm as k_norm over the queries, and no
+      k / v of the text (the Llama row's repeated k and v, or k and v)."""
+    v = facts.vision
+    if v is None or v.family != "mllama" or not wl.images_per_example:
+        return 0
+    geo = dict(v.geometry)
+    layers, out_dim = int(geo["cross_attention_layers"]), int(geo["vision_output_dim"])
+    mode = mode_of(wl)
+    elt = 4 if mode == "fp32" else 2
+    w = 4 if wl.weight_dtype == "float32" else 2
+    h, a, kv, d = facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim
+    b, s = wl.per_device_batch, wl.seq_len
+    rows = b * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
+    norm = 8 if mode == "fp32" else 6  # per normed element: its saved input and x * rsqrt
+    per_row = 2 * a * d * elt + kv * d * norm + kv * 4
+    once = rows * h * elt + b * s * (rows // max(b, 1)) * w + (rows * out_dim * elt if projector_trains else 0)
+    text_kv = 2 * a * d * 4 if mode == "fp32" else 2 * kv * d * 2
+    per_token = 2 * h * elt + a * d * norm + a * 4 - text_kv
+    return layers * (rows * per_row + b * s * per_token) + once
+
+
+def pixel_input_bytes(facts: ModelFacts, wl: Workload) -> int:
+    """The micro-batch's pixel_values, alive until the end of the forward (Trainer.training_step
+    deletes its inputs after compute_loss, before backward): the processors return fp32 pixels, one
+    patch x patch x 3 (x temporal) vector per tower row (Qwen2-VL flattens them so; a tile of the
+    other families holds the same values), cast to the tower's dtype inside the forward. Measured: a
+    tiny Qwen2-VL's traced peak is at the end of its forward, with these 4.8 MB beside the logits
+    (tests/trace/test_vision_trace.py); in a real model the logits' backward moment is larger."""
+    v = facts.vision
+    if v is None or not wl.images_per_example or not wl.tower_tokens:
+        return 0
+    if wl.train_tower and wl.weight_dtype == "float32":
+        return 0  # the cast to fp32 is a no-op: the patch embedding's saved input (tower_memory's pixels) is this tensor
+    rows = wl.per_device_batch * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
+    return rows * v.patch_size * v.patch_size * 3 * dict(v.geometry).get("temporal_patch_size", 1) * 4
 
 
 def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: bool) -> MemoryEstimate:
@@ -115,7 +193,8 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
         share = (v.tower_params) / max(facts.n_params, 1)
         for k in ("gradients", "optimizer_states"):
             c[k] = int(c[k] * (1 - share))
-    c["activations"] += t.features + (t.saved if c["activations"] else 0)
+    cross = cross_attention_bytes(facts, wl, projector_trains=not adapters or wl.train_tower)
+    c["activations"] += t.features + (t.saved + cross if c["activations"] else 0)
     # the tower's own forward: before the language model's activations exist
     tower_moment = c["weights"] + c["optimizer_states"] + (c["gradients"] if wl.gradient_accumulation_steps > 1 else 0) + t.transient
     allocated = sum(v2 for k, v2 in c.items() if k != "overhead")
@@ -136,11 +215,25 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
             + ")"
         )
     else:
-        kept = f"checkpointing keeps each block's input ({gib(t.saved)})" if t.saved else "nothing kept for backward"
+        blocks = t.saved - t.projector
+        kept = f"checkpointing keeps each block's input ({gib(blocks)})" if blocks else "nothing kept for backward"
+        if t.projector:
+            kept += f", the trained projector keeps {gib(t.projector)}"
         notes.append(
             f"vision tower frozen: {t.rows:,} rows through {v.num_layers} blocks of width {v.hidden_size} per micro-batch, "
             f"{kept}; its forward holds {gib(t.transient)} in one block ({gib(t.per_image)} per image) "
             f"before the language model runs; its features at the language model's width: {t.features / 2**20:,.0f} MiB"
+        )
+    if cross:
+        notes.append(
+            f"cross-attention: the image is not in the text sequence (one <|image|> token); "
+            f"{int(dict(v.geometry)['cross_attention_layers'])} cross-attention layers attend to {t.rows:,} projected tower rows "
+            f"per micro-batch and keep {gib(cross)} for backward"
+            + (
+                " (counted as without checkpointing: checkpointed cross-attention layers are not yet checked against a trace)"
+                if wl.gradient_checkpointing
+                else ""
+            )
         )
     overhead = est.reserved_peak_bytes - est.allocated_peak_bytes
     return dataclasses.replace(
