@@ -24,8 +24,8 @@ def _fresh(args: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def _forked(args: list[str], **kw) -> subprocess.CompletedProcess:
-    for _ in range(2):  # the second sighting of an environment starts its server
-        r = run(args, capture_output=True, text=True, timeout=120, **kw)
+    forked._server_for(kw["env"], ["apply"])  # a torch command starts its environment's server; a torch-free one never does
+    r = run(args, capture_output=True, text=True, timeout=120, **kw)
     assert forked._servers.get(forked._signature(kw["env"])) is not None, "no fork server served this command"
     return r
 

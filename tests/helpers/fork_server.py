@@ -238,6 +238,11 @@ def apply_threads(env: dict) -> None:
     import threadpoolctl
 
     threadpoolctl.threadpool_limits(limits=n)
+    # threadpoolctl's import sets KMP_DUPLICATE_LIB_OK in os.environ (threadpoolctl.py, setdefault at import),
+    # which a fresh process's command never does: the processes it starts (torchrun's ranks) would carry an
+    # import-time environment of their own and be refused by this server
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def _std_streams(unbuffered: bool = False) -> None:
