@@ -31,7 +31,7 @@ from typing import Any
 from gpuplan.hardware.catalog import load_catalog
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.comm_time import communication_terms, offload_terms
+from gpuplan.plan.estimate import comm_time  # the module, not its names: comm_time imports this package (a cycle)
 from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.step_time import constants as K
 from gpuplan.plan.estimate.step_time.shape import build_shape
@@ -170,8 +170,8 @@ def step_time(
         *memory_terms(s, bw),
         *optimizer_terms(s, bw, shards, host_bw if (wl.offload_optimizer or wl.offload_params) else None),
         *fixed_terms(s, c, zero3),
-        *communication_terms(comm, wl),
-        *offload_terms(s, wl, gpu, host_bw),
+        *comm_time.communication_terms(comm, wl),
+        *comm_time.offload_terms(s, wl, gpu, host_bw),
         *extra,
     ]
     scale = dict(scale or {})
