@@ -30,6 +30,7 @@ from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
 from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
+from tests.helpers.vlm_configs import TINY_VLM_CONFIGS  # noqa: E402
 
 IDEFICS3 = {
     "model_type": "idefics3",
@@ -56,15 +57,7 @@ IDEFICS3 = {
 # Qwen2-VL at the same widths: one 224 x 224 image is a 16 x 16 grid of 14 px patches (the tower's
 # rows), merged 2 x 2 into 64 image tokens between <|vision_start|> and <|vision_end|>
 QWEN2_VL = {
-    "model_type": "qwen2_vl",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1024,
-    "tie_word_embeddings": False,
-    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    **TINY_VLM_CONFIGS["qwen2_vl"],  # its language model; a tower as wide as the language model, and the special tokens
     "vision_config": {"depth": 4, "embed_dim": 64, "hidden_size": 64, "num_heads": 4, "mlp_ratio": 4},
     "image_token_id": 1000,
     "video_token_id": 1001,
