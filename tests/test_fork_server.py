@@ -4,6 +4,7 @@ signals delivered to the command itself. If it did not, every CLI test would pro
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuplan.render.notices import known_notice
 from tests.helpers import forked
 from tests.helpers.cli_runs import REPO, command, env, popen, run
 from tests.helpers.planning import SPECS
@@ -86,7 +88,10 @@ def test_an_environment_read_at_import_gets_a_fresh_process():
 @pytest.mark.slow
 def test_loading_the_libraries_says_nothing_a_command_would_have_seen():
     """The server imports torch, transformers, peft, TRL... once; a fresh command would import them
-    under notices.captured(). That is the same only while the imports warn and log nothing."""
+    under notices.captured(). That is the same only while the imports warn and log nothing a user could
+    see: the one exception is a notice in gpuplan.render.notices.KNOWN, which a fresh command sends to its
+    debug log only (bitsandbytes 0.50 on a CPU with AVX512-BF16 logs one at import; a forked child's debug
+    log lacks that line, and nothing on its screen differs)."""
     code = (
         "import logging, sys, warnings; seen = []\n"
         "warnings.showwarning = lambda m, c, *a, **k: seen.append(f'{c.__name__}: {m}')\n"
@@ -97,7 +102,8 @@ def test_loading_the_libraries_says_nothing_a_command_would_have_seen():
     )
     r = _fresh([sys.executable, "-c", code, str(REPO)], env=env())
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]", r.stdout
+    seen = ast.literal_eval(r.stdout.strip())
+    assert [m for m in seen if known_notice(m) is None] == [], seen
     assert r.stderr == "", r.stderr  # nor straight to stderr (transformers' own handler)
 
 
