@@ -121,6 +121,22 @@ def _environment_restored_per_file():
     _restore_environment(before)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture shared by several tests (module, class or session scope) leaves os.environ as it found
+    it once it is set up: an in-process apply in one (apply/quiet.py sets TQDM_DISABLE and
+    HF_DATASETS_DISABLE_PROGRESS_BARS, both read at import) would otherwise give the file's later CLI runs
+    a fork server of their own. Those that set variables for their tests do so in a MonkeyPatch context
+    they undo themselves."""
+    if fixturedef.scope == "function":
+        return (yield)
+    before = dict(os.environ)
+    try:
+        return (yield)
+    finally:
+        _restore_environment(before)
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     before = dict(os.environ)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import json
+import os
 import re
 import signal
 import subprocess
@@ -76,6 +78,49 @@ def test_signals_reach_the_command_itself(tmp_path):
     proc = popen(command("fmt", "-"), env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate('[model]\nconfig="m.json"\n', timeout=60)  # stdin is the test's pipe
     assert proc.returncode == 0 and out == '[model]\nconfig = "m.json"\n', err
+
+
+def test_pythonpath_counts_without_the_boot_shim_and_the_checkout_gpuplan_is_installed_from(tmp_path):
+    from tests.helpers import fork_env
+
+    bare = {k: v for k, v in env().items() if k != "PYTHONPATH"}
+    assert fork_env.BOOT in fork_env.SERVED_PATHS
+    with_shim = {**bare, "PYTHONPATH": f"{REPO}{os.pathsep}{fork_env.BOOT}"}
+    same = fork_env.signature(with_shim) == fork_env.signature(bare)
+    assert same == (str(REPO) in fork_env.SERVED_PATHS)  # this checkout only where gpuplan is installed from it
+    stand_ins = {**with_shim, "PYTHONPATH": f"{tmp_path}{os.pathsep}{with_shim['PYTHONPATH']}"}
+    assert fork_env.signature(stand_ins) != fork_env.signature(with_shim)  # a folder that may shadow a loaded module
+
+
+@pytest.mark.parametrize("server_path", ["", "shim"], ids=["server-bare", "server-with-shim"])
+def test_a_childs_sys_path_is_the_one_a_fresh_interpreter_builds_from_its_pythonpath(tmp_path, server_path):
+    """fork_server.child_path, computed in a process started as a server is (a script, its own PYTHONPATH),
+    equals the sys.path of a fresh `python -m MODULE` under the command's PYTHONPATH and cwd, for each
+    PYTHONPATH the suite's commands carry and one with a folder of its own."""
+    from tests.helpers import fork_env
+
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    (cwd / "showpath.py").write_text("import json, sys; print(json.dumps(sys.path))\n")
+    probe = tmp_path / "probe.py"  # loads fork_server.py from its file, leaving sys.path as the server's is
+    probe.write_text(
+        "import importlib.util, json, sys\n"
+        "def load(name, path):\n"
+        "    spec = importlib.util.spec_from_file_location(name, path); m = importlib.util.module_from_spec(spec)\n"
+        "    sys.modules[name] = m; spec.loader.exec_module(m); return m\n"
+        f"load('fork_env', {str(REPO / 'tests/helpers/fork_env.py')!r})\n"
+        f"server = load('fork_server', {str(REPO / 'tests/helpers/fork_server.py')!r})\n"
+        "print(json.dumps(server.child_path(sys.argv[1], json.loads(sys.argv[2]), sys.argv[1])))\n"
+    )
+    base = {k: v for k, v in env().items() if k != "PYTHONPATH"}
+    server_env = {**base, **({"PYTHONPATH": f"{REPO}{os.pathsep}{fork_env.BOOT}"} if server_path else {})}
+    for command_path in ("", f"{REPO}{os.pathsep}{fork_env.BOOT}", f"{tmp_path / 'stand-ins'}{os.pathsep}{fork_env.BOOT}"):
+        command_env = {**base, **({"PYTHONPATH": command_path} if command_path else {})}
+        fresh = _fresh([sys.executable, "-m", "showpath"], env=command_env, cwd=cwd)
+        assert fresh.returncode == 0, fresh.stderr
+        got = _fresh([sys.executable, str(probe), str(cwd), json.dumps(command_env)], env=server_env, cwd=tmp_path)
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout) == json.loads(fresh.stdout), command_path
 
 
 def test_an_environment_read_at_import_gets_a_fresh_process():

@@ -5,11 +5,20 @@ both apply. Standard library only: the server imports it before anything else.
 A server serves one import-time environment: the environment minus the variables the code reads only
 when it runs (IMPORT_FREE) and minus THREAD_VARS, which the libraries read at import but a forked child
 can still apply itself (fork_server.apply_threads), so a server is started without them.
+
+PYTHONPATH counts without the entries that change no module a server has loaded (SERVED_PATHS): the boot
+shim's folder, and this checkout where gpuplan is installed editable from it (a fresh process without it on
+its path imports the same gpuplan files). The forked child rebuilds sys.path from its own PYTHONPATH as a
+fresh interpreter would (fork_server.child_path), so a server started without them serves commands with them
+and the other way round; any other entry (a folder of stand-in modules, say) keeps its own server.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
+from importlib import metadata
 
 # Read by gpuplan or torch.distributed when the command runs, never at import: a server started under
 # other values serves these correctly (tests/test_fork_server.py checks gpuplan reads its own at run time).
@@ -48,11 +57,51 @@ IMPORT_FREE = frozenset(
 THREAD_VARS = ("OMP_NUM_THREADS",)
 
 
+# This checkout (tests/helpers/fork_env.py -> the repository root) and the boot shim's folder.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BOOT = os.path.join(REPO, "tests", "helpers", "boot")
+
+
+def _installed_from_checkout() -> bool:
+    """gpuplan installed editable from this checkout (`pip install -e .`, PEP 610's direct_url.json)."""
+    try:
+        text = metadata.distribution("gpuplan").read_text("direct_url.json")
+        url = json.loads(text or "{}")
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    where = str(url.get("url", ""))
+    editable = bool(url.get("dir_info", {}).get("editable"))
+    return editable and where.startswith("file://") and os.path.realpath(where[len("file://") :]) == os.path.realpath(REPO)
+
+
+# The boot shim's folder holds only sitecustomize.py, which returns at once in a served child; this checkout
+# holds gpuplan, the same files a process imports from the editable install.
+SERVED_PATHS = frozenset({BOOT, REPO} if _installed_from_checkout() else {BOOT})
+
+
+def python_path(env: Mapping[str, str], cwd: str | None = None) -> list[str]:
+    """PYTHONPATH's entries as a fresh interpreter puts them on sys.path: absolute (relative to cwd), first kept."""
+    out: list[str] = []
+    for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+        if entry:
+            path = os.path.normpath(os.path.join(cwd, entry)) if cwd else entry
+            if path not in out:
+                out.append(path)
+    return out
+
+
 def signature(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     """What a server must share with a command to serve it."""
-    return frozenset(
-        (k, v) for k, v in env.items() if k not in IMPORT_FREE and k not in THREAD_VARS and not k.startswith(IMPORT_FREE_PREFIXES)
-    )
+    sig = {
+        (k, v)
+        for k, v in env.items()
+        if k not in IMPORT_FREE and k not in THREAD_VARS and k != "PYTHONPATH" and not k.startswith(IMPORT_FREE_PREFIXES)
+    }
+    # relative entries stay as written (they depend on the command's cwd): such a command gets a server of its own
+    kept = [e for e in python_path(env) if not (os.path.isabs(e) and os.path.normpath(e) in SERVED_PATHS)]
+    if kept:
+        sig.add(("PYTHONPATH", os.pathsep.join(kept)))
+    return frozenset(sig)
 
 
 def threads_applicable(env: Mapping[str, str]) -> bool:

@@ -13,7 +13,8 @@ CLI as `python -m gpuplan.cli ARGV` would:
   (passed over a Unix socket with SCM_RIGHTS), with sys.stdin/stdout/stderr rebuilt on them as
   Python's start-up builds them;
 - it runs `gpuplan.cli` as `__main__` (runpy, as `-m` does), with sys.path[0] the working directory
-  (or a benchmarks/ script as `python SCRIPT` would: runpy.run_path, sys.path[0] the script's folder),
+  (or a benchmarks/ script as `python SCRIPT` would: runpy.run_path, sys.path[0] the script's folder)
+  and then its own PYTHONPATH's entries before the venv's (child_path),
   default signal handlers (SIGINT raises KeyboardInterrupt), a fresh tempfile directory and a fresh
   random state, and ends as the interpreter ends (thread joins, atexit handlers, garbage collected, stdio flushed:
   `_finalize` says what it leaves out and why);
@@ -63,6 +64,10 @@ except ImportError:  # the repository is not on sys.path: this script's folder i
 # which may set variables of their own) and the interpreter it runs.
 OWN_SIGNATURE = fork_env.signature(os.environ)
 OWN_THREADS = {k: os.environ.get(k) for k in fork_env.THREAD_VARS}
+# sys.path past its first entry and the server's own PYTHONPATH: the site-packages and the rest that a
+# fresh interpreter of this venv has whatever its PYTHONPATH (child_path adds the command's own).
+_OWN_PYTHONPATH = fork_env.python_path(os.environ, os.getcwd())
+BASE_PATH = [p for p in sys.path[1:] if p not in _OWN_PYTHONPATH]
 
 # What gpuplan's commands import (apply, the after-run commands, plan --trace): loaded once here.
 PRELOAD = (
@@ -267,6 +272,15 @@ def _std_streams(unbuffered: bool = False) -> None:
     )
 
 
+def child_path(first: str, env: dict, cwd: str) -> list[str]:
+    """sys.path as `python` starts it under env: its first entry, the PYTHONPATH entries, then the rest."""
+    path = [first]
+    for p in [*fork_env.python_path(env, cwd), *BASE_PATH]:
+        if p not in path:
+            path.append(p)
+    return path
+
+
 def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
     """In the forked child: become `python -m MODULE ARGV` in the test's cwd, env and stdio."""
     conn.close()
@@ -280,7 +294,7 @@ def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.path[0] = os.getcwd()
+    sys.path[:] = child_path(os.getcwd(), request["env"], os.getcwd())
     tempfile.tempdir = None
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()  # a fresh process seeds numpy's global state from the OS
