@@ -87,7 +87,11 @@ def test_pythonpath_counts_without_the_boot_shim_and_the_checkout_gpuplan_is_ins
     assert fork_env.BOOT in fork_env.SERVED_PATHS
     with_shim = {**bare, "PYTHONPATH": f"{REPO}{os.pathsep}{fork_env.BOOT}"}
     same = fork_env.signature(with_shim) == fork_env.signature(bare)
-    assert same == (str(REPO) in fork_env.SERVED_PATHS)  # this checkout only where gpuplan is installed from it
+    assert same == (str(REPO) in fork_env.SERVED_PATHS)
+    # the checkout is served exactly where a process without it on its path imports gpuplan from it anyway
+    where = _fresh([sys.executable, "-c", "import gpuplan; print(gpuplan.__file__)"], env=bare, cwd=tmp_path)
+    assert where.returncode == 0, where.stderr
+    assert (Path(where.stdout.strip()).resolve() == (REPO / "gpuplan" / "__init__.py").resolve()) == same
     stand_ins = {**with_shim, "PYTHONPATH": f"{tmp_path}{os.pathsep}{with_shim['PYTHONPATH']}"}
     assert fork_env.signature(stand_ins) != fork_env.signature(with_shim)  # a folder that may shadow a loaded module
 

@@ -10,7 +10,9 @@ PYTHONPATH counts without the entries that change no module a server has loaded 
 shim's folder, and this checkout where gpuplan is installed editable from it (a fresh process without it on
 its path imports the same gpuplan files). The forked child rebuilds sys.path from its own PYTHONPATH as a
 fresh interpreter would (fork_server.child_path), so a server started without them serves commands with them
-and the other way round; any other entry (a folder of stand-in modules, say) keeps its own server.
+and the other way round; any other entry (a folder of stand-in modules, say) keeps its own server. One
+difference is left: the server has imported tests.helpers from the checkout, so a served command whose path
+lacks the checkout could still import it where a fresh one could not (no gpuplan command imports tests).
 """
 
 from __future__ import annotations
@@ -63,15 +65,19 @@ BOOT = os.path.join(REPO, "tests", "helpers", "boot")
 
 
 def _installed_from_checkout() -> bool:
-    """gpuplan installed editable from this checkout (`pip install -e .`, PEP 610's direct_url.json)."""
-    try:
-        text = metadata.distribution("gpuplan").read_text("direct_url.json")
-        url = json.loads(text or "{}")
-    except (metadata.PackageNotFoundError, ValueError):
-        return False
-    where = str(url.get("url", ""))
-    editable = bool(url.get("dir_info", {}).get("editable"))
-    return editable and where.startswith("file://") and os.path.realpath(where[len("file://") :]) == os.path.realpath(REPO)
+    """gpuplan installed editable from this checkout (`pip install -e .`, PEP 610's direct_url.json in its
+    dist-info). Every distribution named gpuplan is read: with the checkout on sys.path, the first one found
+    is the checkout's own gpuplan.egg-info, which has no direct_url.json."""
+    for dist in metadata.distributions(name="gpuplan"):
+        try:
+            url = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
+            continue
+        where = str(url.get("url", ""))
+        if url.get("dir_info", {}).get("editable") and where.startswith("file://"):
+            if os.path.realpath(where[len("file://") :]) == os.path.realpath(REPO):
+                return True
+    return False
 
 
 # The boot shim's folder holds only sitecustomize.py, which returns at once in a served child; this checkout
