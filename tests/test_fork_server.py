@@ -127,6 +127,16 @@ def test_a_childs_sys_path_is_the_one_a_fresh_interpreter_builds_from_its_python
         assert json.loads(got.stdout) == json.loads(fresh.stdout), command_path
 
 
+def test_ray_workers_and_unbuffered_stdio_keep_the_server_a_command_is_served_by():
+    """A Ray worker's own variables are read by no library at import (fork_env.IMPORT_FREE), and
+    PYTHONUNBUFFERED only sets the interpreter's stdio, which the child rebuilds unbuffered as `-u` does."""
+    from tests.helpers import fork_env
+
+    ray = {"RAY_RAYLET_PID": "1", "RAY_JOB_ID": "01000000", "RAY_CLIENT_MODE": "0", "SPT_NOENV": "1", "PYTHONBREAKPOINT": "0"}
+    assert forked._signature(env(**ray, PYTHONUNBUFFERED="1")) == forked._signature(env())
+    assert fork_env.unbuffered(env(PYTHONUNBUFFERED="1")) and not fork_env.unbuffered(env(PYTHONUNBUFFERED=""))
+
+
 def test_an_environment_read_at_import_gets_a_fresh_process():
     e = env(HF_HUB_CACHE="/nonexistent/hub")  # huggingface_hub reads it once, at import
     assert forked._signature(e) != forked._signature(env())

@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from gpuplan.clusters.ray import SCRIPT_FILE
 from gpuplan.plan.build import plan_file
 from gpuplan.plan.inputs.environment import local_environment
 from tests.helpers.apply_plans import CORPUS, REPO, read_jsonl
+from tests.helpers.cli_runs import BOOT
+from tests.helpers.forked import SOCKET_VAR, socket_for
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'ray[train]')")
 MODEL = REPO / "specs" / "models" / "tiny-llama-cpu.json"
@@ -114,7 +118,7 @@ def stop(head: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_a_local_ray_cluster_runs_the_rendered_torchtrainer_job_to_the_end(tmp_path, tmp_path_factory):
+def test_a_local_ray_cluster_runs_the_rendered_torchtrainer_job_to_the_end(tmp_path):
     gcs_port, master_port = free_port(), free_port()
     spec = ray_spec(tmp_path, gcs_port, master_port)
     plan = plan_file(spec, environment=local_environment())
@@ -126,12 +130,23 @@ def test_a_local_ray_cluster_runs_the_rendered_torchtrainer_job_to_the_end(tmp_p
     assert "ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={'CPU': 1.0})" in text
 
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env |= {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
-    head = start_ray_head(tmp_path_factory.mktemp("ray"), gcs_port, env)
+    env |= {"PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+    # each Ray worker's `gpuplan apply`, its torchrun agent and ranks are forked from this test worker's
+    # pre-imported server through the boot shim (tests/helpers/forked.py socket_for); fresh ones where it cannot
+    served = socket_for(env)
+    if served is not None:
+        env[SOCKET_VAR] = served
+    # Ray's session sockets live under its temp dir, and an AF_UNIX path holds at most 107 bytes
+    # (ray/_private/utils.py validate_socket_filepath): a short folder of the test's own, not one under tmp_path
+    ray_temp = tempfile.mkdtemp(prefix="ray-")
     try:
-        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=540, cwd=tmp_path)
+        head = start_ray_head(Path(ray_temp), gcs_port, env)
+        try:
+            run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=540, cwd=tmp_path)
+        finally:
+            stop(head)
     finally:
-        stop(head)
+        shutil.rmtree(ray_temp, ignore_errors=True)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
 
     out = tmp_path / "shared" / "runs" / "tiny"

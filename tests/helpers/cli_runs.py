@@ -91,10 +91,21 @@ def child_tmp() -> str:
     return _CHILD_TMP[0]
 
 
+# What an in-process apply sets in this process's os.environ (gpuplan/apply/quiet.py), which a user's shell
+# does not hold: a command started after one gets the environment it would get from the shell. (It also
+# kept the test worker's fork server from serving it: datasets reads the second at import.)
+IN_PROCESS_SWITCHES = {"TQDM_DISABLE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+_AT_START = {k: os.environ.get(k) for k in IN_PROCESS_SWITCHES}
+
+
 def env(**extra: str) -> dict[str, str]:
     """This process's environment for a gpuplan subprocess, without what a launcher around the test
-    run would leave there (SLURM_*, WORLD_SIZE, MASTER_ADDR: apply would take itself for a rank)."""
+    run would leave there (SLURM_*, WORLD_SIZE, MASTER_ADDR: apply would take itself for a rank) and
+    without the switches an in-process apply of the test set (IN_PROCESS_SWITCHES)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("WORLD_SIZE", "MASTER_ADDR")}
+    for k, v in IN_PROCESS_SWITCHES.items():
+        if _AT_START[k] is None and e.get(k) == v:
+            del e[k]
     e = {**e, "HF_HUB_OFFLINE": "1", "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}", "NO_COLOR": "1", "TMPDIR": child_tmp()}
     e.pop("GPUPLAN_TEST_INJECT_OOM", None)
     return {**e, **extra}

@@ -49,8 +49,30 @@ IMPORT_FREE = frozenset(
         "MASTER_ADDR",
         "MASTER_PORT",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        # what a Ray worker process adds to the raylet's environment (measured in a Ray Train worker, ray 2.60;
+        # ray/_private/services.py, worker start-up): read by Ray itself in its own worker, and by none of the
+        # libraries a gpuplan command imports (grep of their site-packages: no RAY_* read at import; transformers'
+        # integrations read RAY_SCOPE only inside a Ray Tune search). PYTHONBREAKPOINT is read when breakpoint()
+        # is called, SPT_NOENV by setproctitle, which gpuplan's libraries do not import.
+        "RAY_RAYLET_PID",
+        "RAY_JOB_ID",
+        "RAY_LD_PRELOAD_ON_WORKERS",
+        "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC",
+        "RAY_CLIENT_MODE",
+        "SPT_NOENV",
+        "PYTHONBREAKPOINT",
     }
 )
+# Read by the interpreter at start-up for its stdio only (Python/initconfig.c: PYTHONUNBUFFERED is `-u`): the
+# forked child builds its sys.stdout/stderr unbuffered when it is set (fork_server._std_streams), as `-u` does.
+STDIO_VARS = ("PYTHONUNBUFFERED",)
+
+
+def unbuffered(env: Mapping[str, str]) -> bool:
+    """Whether `python` started under env has unbuffered stdio (a non-empty PYTHONUNBUFFERED, as for any PYTHON* flag)."""
+    return bool(env.get("PYTHONUNBUFFERED"))
+
+
 # Read at import (libgomp and OpenBLAS size their pools from it when they load; torch's intra-op count
 # follows), and torchrun sets it to 1 for every rank of a multi-process node (torch/distributed/run.py):
 # the forked child applies it with torch.set_num_threads and threadpoolctl (fork_server.apply_threads),
@@ -101,7 +123,11 @@ def signature(env: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     sig = {
         (k, v)
         for k, v in env.items()
-        if k not in IMPORT_FREE and k not in THREAD_VARS and k != "PYTHONPATH" and not k.startswith(IMPORT_FREE_PREFIXES)
+        if k not in IMPORT_FREE
+        and k not in THREAD_VARS
+        and k not in STDIO_VARS
+        and k != "PYTHONPATH"
+        and not k.startswith(IMPORT_FREE_PREFIXES)
     }
     # relative entries stay as written (they depend on the command's cwd): such a command gets a server of its own
     kept = [e for e in python_path(env) if not (os.path.isabs(e) and os.path.normpath(e) in SERVED_PATHS)]

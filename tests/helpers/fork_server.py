@@ -35,7 +35,8 @@ A request may also carry (the boot shim's do, boot/sitecustomize.py, for torchru
   interpreter);
 - "hangup_kills": true: the client going away before the child ends (the shim killed by SIGKILL) kills
   the child with SIGKILL, as the process the client stands for would have been;
-- "unbuffered": true: stdout and stderr unbuffered, as `python -u` makes them (torchrun starts ranks so).
+- "unbuffered": true: stdout and stderr unbuffered, as `python -u` makes them (torchrun starts ranks so);
+  a command whose environment sets PYTHONUNBUFFERED gets the same (fork_env.STDIO_VARS).
 Each command served is logged as a line of JSON {module, client (the client's pid), pid} in
 `served.jsonl` beside the socket (how tests/test_fork_server.py sees that a rank was forked).
 Run: python tests/helpers/fork_server.py SOCKET_PATH   (prints `ready` on stdout when it serves).
@@ -144,6 +145,7 @@ def serve(path: str) -> tuple[socket.socket, list[int], dict] | None:
             refusal = _refusal(request) if request.get("check") else None
             if refusal is not None:
                 conn.sendall(f"refused {refusal}\n".encode())
+                _log_refusal(request, refusal)
         except (OSError, ValueError, struct.error, AttributeError, TypeError):
             conn.close()
             for fd in fds:
@@ -193,6 +195,18 @@ def _refusal(request: dict) -> str | None:
     if not fork_env.threads_applicable(env) or any(v is not None and env.get(k) != v for k, v in OWN_THREADS.items()):
         return "a thread count the child cannot apply: " + ",".join(fork_env.THREAD_VARS)
     return None
+
+
+def _log_refusal(request: dict, why: str) -> None:
+    """With GPUPLAN_TEST_FORK_LOG set (tests/helpers/forked.py LOG_VAR), a line saying what was refused and why:
+    each refusal is a fresh interpreter's imports (about 9 s) the run paid."""
+    log = os.environ.get("GPUPLAN_TEST_FORK_LOG")
+    if log:
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"refused": request.get("module") or request.get("path"), "why": why}) + "\n")
+        except OSError:
+            pass
 
 
 def _log(path: str, conn: socket.socket, request: dict, child: int) -> None:
@@ -299,7 +313,7 @@ def run_child(conn: socket.socket, fds: list[int], request: dict) -> None:
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()  # a fresh process seeds numpy's global state from the OS
     apply_threads(request["env"])
-    _std_streams(unbuffered=bool(request.get("unbuffered")))
+    _std_streams(unbuffered=bool(request.get("unbuffered")) or fork_env.unbuffered(request["env"]))
     import runpy
 
     try:

@@ -132,6 +132,15 @@ def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
     return server if server.ok else None
 
 
+def socket_for(env: dict[str, str]) -> str | None:
+    """The socket of this worker's server for the `gpuplan apply` commands a process the test does not start
+    itself will start under env (the workers of a Ray cluster the test runs: tests/clusters/test_ray_job.py),
+    started now if none runs; None where none can serve them. Put it in their environment as SOCKET_VAR, with
+    the boot shim on PYTHONPATH, and the shim asks the server to fork them (boot/sitecustomize.py)."""
+    server = _server_for(env, ["apply"])
+    return server.path if server is not None else None
+
+
 @atexit.register
 def _close_all() -> None:
     for server in _servers.values():

@@ -489,14 +489,18 @@ def _planned_trainable_dtypes(plan: Plan, p: Planned) -> list[str]:
 
 
 def _objective_class(trainer: Any, obj: Any) -> str:
-    import trl
     from transformers import Trainer
 
     if obj.is_preference or obj.is_rl:
+        import trl
+
         cls = getattr(trl, obj.trainer_class)
         return obj.trainer_class if isinstance(trainer, cls) else type(trainer).__name__
-    trl_trainers = (trl.DPOTrainer, trl.KTOTrainer, trl.GRPOTrainer, trl.RLOOTrainer)
-    return "Trainer" if isinstance(trainer, Trainer) and not isinstance(trainer, trl_trainers) else type(trainer).__name__
+    # A TRL trainer (any of them) has a class of trl's in its MRO. Asked so, the check imports no TRL trainer
+    # module: trl's are lazy (trl/_lazy_module.py), and trl.GRPOTrainer's import loads mlflow through
+    # trl/extras/profiling.py where it is installed, 5-10 s that a plain causal-LM apply paid at its audit.
+    from_trl = any(c.__module__.split(".")[0] == "trl" for c in type(trainer).__mro__)
+    return "Trainer" if isinstance(trainer, Trainer) and not from_trl else type(trainer).__name__
 
 
 def _uses_dora(model: Any) -> bool:
