@@ -1,0 +1,165 @@
+"""Chat rows with images from parquet files: the layout of the Hub's image datasets, local or fetched.
+
+A Hub image dataset (HuggingFaceH4/llava-instruct-mix-vsft, the lmms-lab sets, TRL's VLM examples)
+is parquet whose rows hold the chat and the images apart:
+
+    messages: [{"role": "user", "content": [{"type": "image", "text": null}, {"type": "text", "text": "What is it?"}]}, ...]
+    images:   [{"bytes": b"\\x89PNG...", "path": "cat.png"}]
+
+The images are the `datasets` Image feature's storage, a struct of the encoded file's bytes and a
+path (datasets/features/image.py: Image.pa_type = struct<bytes: binary, path: string>; decoding
+prefers the bytes and falls back to the path). Each image part of the messages that names no file
+is a placeholder for the next entry of the images list, in order (TRL's SFTTrainer pairs them the
+same way: the processor gets the row's images with the text whose template writes one image token
+per part). A column named "image" holding one struct stands for a list of one.
+
+`read_image_rows` turns every row into the form spec/chat_images.py reads: each placeholder
+becomes {"type": "image", "bytes": ..., "path": ..., "column": "images[k]"} (a null entry gets
+"null": true), so the plan (plan/checks/image_rows.py) and apply (apply/data/vision.py) count,
+decode and train the same images. A row whose placeholders and images differ in number is
+listed, not matched: which image belongs to which part would be a guess.
+
+pyarrow is imported only here, lazily, when a parquet file is read: it is part of the `vision`
+extra (pyproject.toml), which planning an image dataset needs anyway for Pillow. No torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplan.spec.chat_images import IMAGE_KEYS, is_image_part
+
+IMAGES_COLUMNS = ("images", "image")  # a list of Image structs (TRL, lmms-lab), else one (VQA sets)
+INSTALL = "pip install 'gpuplan[vision]'"
+
+
+class ImageRowsError(Exception):
+    """A parquet file of image rows that cannot be read as one: the summary says what, the fix what to do."""
+
+    def __init__(self, summary: str, fix: str | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.fix = fix
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    row: int  # 0-based
+    placeholders: int  # image parts naming no file
+    images: int  # entries of the row's images column
+
+
+@dataclass(frozen=True)
+class ImageRows:
+    rows: list[Any]  # rows with their placeholders filled from the images column
+    mismatched: list[Mismatch] = field(default_factory=list)
+    images_column: str | None = None  # the column the images came from (None: no placeholder needed one)
+
+
+def is_parquet(path: str) -> bool:
+    return path.lower().endswith(".parquet")
+
+
+def _placeholders(messages: Any) -> list[Mapping[str, Any]]:
+    """The image parts of a row that name no file: each takes the next entry of the images column."""
+    out = []
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        for part in content if isinstance(content, list) else []:
+            if is_image_part(part) and not any(isinstance(part.get(k), str) and part[k] for k in IMAGE_KEYS):
+                out.append(part)
+    return out
+
+
+def _entry(image: Any, column: str) -> dict[str, Any]:
+    """An images column entry as an image part."""
+    if image is None:
+        return {"type": "image", "column": column, "null": True}
+    if isinstance(image, (bytes, bytearray)):  # a binary column
+        return {"type": "image", "column": column, "bytes": bytes(image), "path": None}
+    if isinstance(image, str):  # a string column: a path
+        return {"type": "image", "column": column, "bytes": None, "path": image}
+    data = image.get("bytes") if isinstance(image, Mapping) else None
+    path = image.get("path") if isinstance(image, Mapping) else None
+    return {"type": "image", "column": column, "bytes": data, "path": path if isinstance(path, str) and path else None}
+
+
+def _fill(messages: list[Any], entries: list[dict[str, Any]]) -> list[Any]:
+    """The messages with each placeholder replaced by its entry, in order (a copy; the row read stays as it was)."""
+    queue = iter(entries)
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if not isinstance(content, list):
+            out.append(m)
+            continue
+        parts = []
+        for part in content:
+            is_placeholder = is_image_part(part) and not any(isinstance(part.get(k), str) and part[k] for k in IMAGE_KEYS)
+            parts.append(next(queue) if is_placeholder else part)
+        out.append({**m, "content": parts})
+    return out
+
+
+def table_rows(path: str) -> tuple[list[str], list[Any]]:
+    """(column names, rows as dicts) of a parquet file. Raises ImageRowsError."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImageRowsError(f"{path}: reading parquet needs pyarrow", fix=INSTALL) from None
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise ImageRowsError(f"{path}: cannot read it as parquet ({type(e).__name__}: {e})") from None
+    return list(table.column_names), table.to_pylist()
+
+
+def read_image_rows(path: str, messages_field: str) -> ImageRows:
+    """Every row of a parquet file with its image placeholders filled from its images column. Raises ImageRowsError
+    when rows hold placeholders but the file has no images column."""
+    columns, rows = table_rows(path)
+    column = next((c for c in IMAGES_COLUMNS if c in columns), None)
+    needing = [i for i, r in enumerate(rows) if isinstance(r, Mapping) and _placeholders(r.get(messages_field))]
+    if not needing:
+        return ImageRows(rows)
+    if column is None:
+        raise ImageRowsError(
+            f'{len(needing)} of {len(rows)} rows of {path} hold {{"type": "image"}} parts naming no file (rows '
+            f"{', '.join(str(i) for i in needing[:5])}{', ...' if len(needing) > 5 else ''}), and the file has no "
+            f"{' or '.join(repr(c) for c in IMAGES_COLUMNS)} column to take them from (its columns: {', '.join(map(repr, columns))})",
+            fix='add an "images" column, a list of {"bytes": ..., "path": ...} structs (datasets\' Image feature) with one '
+            'entry per {"type": "image"} part in order, or give each part its file as {"type": "image", "path": "images/x.png"}',
+        )
+    out: list[Any] = []
+    mismatched = []
+    for i, row in enumerate(rows):
+        wanted = _placeholders(row.get(messages_field)) if isinstance(row, Mapping) else []
+        if not wanted:
+            out.append(row)
+            continue
+        value = row.get(column)
+        images = value if column == "images" and isinstance(value, list) else [] if column == "images" and value is None else [value]
+        if len(images) != len(wanted):
+            mismatched.append(Mismatch(i, len(wanted), len(images)))
+            out.append(row)
+            continue
+        entries = [_entry(image, f"{column}[{k}]" if column == "images" else column) for k, image in enumerate(images)]
+        out.append({**row, messages_field: _fill(row[messages_field], entries)})
+    return ImageRows(out, mismatched, column)
+
+
+def describe_mismatches(mismatched: list[Mismatch], total: int, path: str, shown: int = 5) -> str:
+    """One sentence naming the rows whose placeholders and images differ in number, the first `shown` of them."""
+    first = "; ".join(
+        f"row {m.row}: {m.placeholders} image part{'s' if m.placeholders != 1 else ''}, {m.images} image{'s' if m.images != 1 else ''}"
+        for m in mismatched[:shown]
+    )
+    return (
+        f"{len(mismatched)} of {total} rows of {path} have a different number of {{\"type\": \"image\"}} parts than of images "
+        f"({first}{'; ...' if len(mismatched) > shown else ''})"
+    )
+
+
+MISMATCH_FIX = 'give each row one entry in its "images" column per {"type": "image"} part, in the order of the parts, or remove those rows'
