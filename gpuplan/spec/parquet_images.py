@@ -157,7 +157,7 @@ def describe_mismatches(mismatched: list[Mismatch], total: int, path: str, shown
         for m in mismatched[:shown]
     )
     return (
-        f"{len(mismatched)} of {total} rows of {path} have a different number of {{\"type\": \"image\"}} parts than of images "
+        f'{len(mismatched)} of {total} rows of {path} have a different number of {{"type": "image"}} parts than of images '
         f"({first}{'; ...' if len(mismatched) > shown else ''})"
     )
 

@@ -142,7 +142,7 @@ def test_apply_refuses_rows_whose_placeholders_and_images_differ(tmp_path):
     data = write_parquet(tmp_path / "train.parquet", rows)
     with pytest.raises(ApplyError, match=r"data.train_files: 1 of 2 rows of .* \(row 1: 2 image parts, 1 image\)") as e:
         rows_of(str(data), "data.train_files", "messages")
-    assert "per {\"type\": \"image\"} part" in e.value.diagnostics[0].fix
+    assert 'per {"type": "image"} part' in e.value.diagnostics[0].fix
 
 
 def test_apply_refuses_placeholders_without_an_images_column(tmp_path):

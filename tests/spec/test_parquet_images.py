@@ -17,7 +17,8 @@ pytest.importorskip("pyarrow")
 
 def test_placeholders_take_the_images_column_in_order_and_decode_from_bytes(tmp_path):
     red, blue = png_bytes("red", 20), png_bytes("blue", 30)
-    path = write_parquet(tmp_path / "train.parquet", [image_row(QUESTION, "red then blue", [{"bytes": red, "path": "a.png"}, {"bytes": blue, "path": None}])])
+    images = [{"bytes": red, "path": "a.png"}, {"bytes": blue, "path": None}]
+    path = write_parquet(tmp_path / "train.parquet", [image_row(QUESTION, "red then blue", images)])
     table = read_image_rows(str(path), "messages")
     assert table.mismatched == [] and table.images_column == "images"
     parts = image_parts(table.rows[0]["messages"], str(path))

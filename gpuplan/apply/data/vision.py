@@ -133,7 +133,9 @@ def read_rows(path: str, key: str, field: str = "messages") -> list[Any]:
         except ImageRowsError as e:
             raise ApplyError(f"{key}: {e.summary}", key=key, fix=e.fix) from None
         if table.mismatched:
-            raise ApplyError(f"{key}: {describe_mismatches(table.mismatched, len(table.rows), path, SHOWN_ROWS)}", key=key, fix=MISMATCH_FIX)
+            raise ApplyError(
+                f"{key}: {describe_mismatches(table.mismatched, len(table.rows), path, SHOWN_ROWS)}", key=key, fix=MISMATCH_FIX
+            )
         return table.rows
     try:
         with open(path, encoding="utf-8") as f:

@@ -217,7 +217,15 @@ def _image_problems(where: str, path: str, report: ImageReport, limit: ImageLimi
     out = []
     detail, fix = (COLUMN_DETAIL, COLUMN_FIX) if is_parquet(path) else (PATH_DETAIL, PATH_FIX)
     for problem, bad in report.problems.items():
-        out.append(Diagnostic("error", where, f"{where}: {len(bad)} of {report.images} images in {path}: {problem} (rows {_rows(bad)})", detail=detail, fix=fix))
+        out.append(
+            Diagnostic(
+                "error",
+                where,
+                f"{where}: {len(bad)} of {report.images} images in {path}: {problem} (rows {_rows(bad)})",
+                detail=detail,
+                fix=fix,
+            )
+        )
     if report.resized and limit is not None:
         largest = f"; the largest is {report.largest[0]} x {report.largest[1]} px" if report.largest else ""
         out.append(
