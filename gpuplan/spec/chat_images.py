@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 IMAGE_KEYS = ("path", "image", "url")  # where an image part names its file, in the order read
-NULL_IMAGE = "is null (no image)"  # an images column entry that holds nothing
+NULL_IMAGE = "is null"  # an images column entry that holds nothing (no struct at all)
 EMPTY_IMAGE = 'has neither "bytes" nor "path"'  # an images column struct that names no image
 
 

@@ -121,33 +121,40 @@ def read_image_rows(path: str, messages_field: str) -> ImageRows:
     when rows hold placeholders but the file has no images column."""
     columns, rows = table_rows(path)
     column = next((c for c in IMAGES_COLUMNS if c in columns), None)
-    needing = [i for i, r in enumerate(rows) if isinstance(r, Mapping) and _placeholders(r.get(messages_field))]
-    if not needing:
-        return ImageRows(rows)
     if column is None:
-        raise ImageRowsError(
-            f'{len(needing)} of {len(rows)} rows of {path} hold {{"type": "image"}} parts naming no file (rows '
-            f"{', '.join(str(i) for i in needing[:5])}{', ...' if len(needing) > 5 else ''}), and the file has no "
-            f"{' or '.join(repr(c) for c in IMAGES_COLUMNS)} column to take them from (its columns: {', '.join(map(repr, columns))})",
-            fix='add an "images" column, a list of {"bytes": ..., "path": ...} structs (datasets\' Image feature) with one '
-            'entry per {"type": "image"} part in order, or give each part its file as {"type": "image", "path": "images/x.png"}',
-        )
+        needing = [i for i, r in enumerate(rows) if isinstance(r, Mapping) and _placeholders(r.get(messages_field))]
+        if needing:
+            raise ImageRowsError(
+                f'{len(needing)} of {len(rows)} rows of {path} hold {{"type": "image"}} parts naming no file (rows '
+                f"{', '.join(str(i) for i in needing[:5])}{', ...' if len(needing) > 5 else ''}), and the file has no "
+                f"{' or '.join(repr(c) for c in IMAGES_COLUMNS)} column to take them from (its columns: {', '.join(map(repr, columns))})",
+                fix='add an "images" column, a list of {"bytes": ..., "path": ...} structs (datasets\' Image feature) with one '
+                'entry per {"type": "image"} part in order, or give each part its file as {"type": "image", "path": "images/x.png"}',
+            )
+        return ImageRows(rows)
     out: list[Any] = []
     mismatched = []
     for i, row in enumerate(rows):
         wanted = _placeholders(row.get(messages_field)) if isinstance(row, Mapping) else []
-        if not wanted:
+        images = _images_of(row.get(column) if isinstance(row, Mapping) else None, column, bool(wanted))
+        if not wanted and not images:
             out.append(row)
             continue
-        value = row.get(column)
-        images = value if column == "images" and isinstance(value, list) else [] if column == "images" and value is None else [value]
-        if len(images) != len(wanted):
+        if len(images) != len(wanted):  # an image without its part, too: the template would never place it
             mismatched.append(Mismatch(i, len(wanted), len(images)))
             out.append(row)
             continue
         entries = [_entry(image, f"{column}[{k}]" if column == "images" else column) for k, image in enumerate(images)]
         out.append({**row, messages_field: _fill(row[messages_field], entries)})
     return ImageRows(out, mismatched, column)
+
+
+def _images_of(value: Any, column: str, has_parts: bool) -> list[Any]:
+    """A row's images column as a list: "images" is one already (null: none); "image" is one image, or none
+    when it is null and the row has no part for it."""
+    if column == "images":
+        return value if isinstance(value, list) else []
+    return [value] if value is not None or has_parts else []
 
 
 def describe_mismatches(mismatched: list[Mismatch], total: int, path: str, shown: int = 5) -> str:

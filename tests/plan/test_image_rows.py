@@ -124,10 +124,10 @@ def test_parquet_images_null_empty_and_undecodable_are_counted_with_their_rows(t
     path = _parquet(tmp_path, rows)
     diags = image_row_problems(_values(path), vision_family="idefics3", model_type="idefics3", model_dir=None)
     by = {d.summary.split(": ", 2)[2].split(" (rows")[0]: d for d in diags}
-    assert set(by) == {"is null (no image)", 'has neither "bytes" nor "path"', "cannot be decoded as an image"}, by
-    null = by["is null (no image)"]
+    assert set(by) == {"is null", 'has neither "bytes" nor "path"', "cannot be decoded as an image"}, by
+    null = by["is null"]
     assert null.severity == "error" and null.key == "data.train_files[0]"
-    assert null.summary == f"data.train_files[0]: 2 of 6 images in {path}: is null (no image) (rows 1, 4)"
+    assert null.summary == f"data.train_files[0]: 2 of 6 images in {path}: is null (rows 1, 4)"
     assert "(rows 3)" in by['has neither "bytes" nor "path"'].summary and "(rows 2)" in by["cannot be decoded as an image"].summary
     assert "datasets' Image feature" in null.detail and "the image's encoded bytes" in null.fix
 
@@ -174,13 +174,13 @@ def test_plan_of_bad_parquet_images_exits_1_naming_the_key_and_the_fix(tmp_path,
     spec = tmp_path / "spec.toml"
     spec.write_text(
         f'[model]\nconfig = "{REPO / "specs" / "models" / "qwen2.5-vl-7b.json"}"\nmethod = "qlora"\n[vision]\nimage_size = 448\n'
-        f'[hardware]\ngpu = "RTX-4090"\n[data]\ntrain_files = ["{data}"]\nformat = "chat"\nseq_len = 1024\n'
+        f'[hardware]\ngpu = "RTX-4090"\n[data]\ntrain_files = ["{data}"]\nformat = "chat"\nchat_template = "chatml"\nseq_len = 1024\n'
         f'[training]\neffective_batch_size = 8\n[output]\ndir = "{tmp_path / "run"}"\n'
     )
     assert main(["plan", str(spec)]) == 1
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    assert f"data.train_files[0]: 1 of 2 images in {data}: is null (no image) (rows 1)" in text, text
+    assert f"data.train_files[0]: 1 of 2 images in {data}: is null (rows 1)" in text, text
     assert "the image's encoded bytes" in text and "Traceback" not in text
     assert not (tmp_path / "run").exists()
 
@@ -202,7 +202,7 @@ def _hub_spec(tmp_path, monkeypatch, files: dict[str, bytes] | None) -> str:
     add_repo(cache, "acme/colours", {"README.md": CARD, **(files or {})}, repo_type="dataset")
     return (
         f'[model]\nconfig = "{REPO / "specs" / "models" / "qwen2.5-vl-7b.json"}"\nmethod = "qlora"\n[vision]\nimage_size = 448\n'
-        '[hardware]\ngpu = "RTX-4090"\n[data]\ndataset = "acme/colours"\nformat = "chat"\nseq_len = 1024\n'
+        '[hardware]\ngpu = "RTX-4090"\n[data]\ndataset = "acme/colours"\nformat = "chat"\nchat_template = "chatml"\nseq_len = 1024\n'
         "[training]\neffective_batch_size = 8\n"
     )
 
@@ -218,8 +218,8 @@ def test_a_cached_hub_image_dataset_is_checked_as_local_parquet(tmp_path, monkey
     with pytest.raises(PlanError) as e:
         plan_text(tmp_path, spec)
     (d,) = [d for d in e.value.diagnostics if d.severity == "error"]
-    assert d.key == "data.dataset" and "2 of 4 images in " in d.summary and "is null (no image) (rows 1, 2)" in d.summary
-    assert "train-00000-of-00001.parquet: is null" in d.summary and "test-" not in d.summary  # the split's file only
+    assert d.key == "data.dataset" and "2 of 4 images in " in d.summary and "is null (rows 1, 2)" in d.summary
+    assert "train-00000-of-00001.parquet: is null" in d.summary and "/data/test-" not in d.summary  # the split's file only
 
 
 def test_a_hub_image_dataset_whose_files_are_not_cached_is_left_to_apply_with_a_note(tmp_path, monkeypatch):

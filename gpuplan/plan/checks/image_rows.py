@@ -120,9 +120,11 @@ def _json_rows(path: str) -> list[Any] | None:
     return None
 
 
-def check_images(rows: list[Any], field_name: str, data_file: str, limit: ImageLimit | None) -> ImageReport:
+def check_images(rows: list[Any], field_name: str, data_file: str, limit: ImageLimit | None, skip: set[int] | None = None) -> ImageReport:
     report = ImageReport()
     for i, row in enumerate(rows):
+        if skip and i in skip:
+            continue
         parts = image_parts(row.get(field_name) if isinstance(row, Mapping) else None, data_file)
         if parts:
             report.rows_with_images += 1
@@ -177,7 +179,8 @@ def image_row_problems(
         if vision_family is None:
             out += _text_model_images(where, path, table.rows, field_name, model_type)
         else:
-            out += _image_problems(where, path, check_images(table.rows, field_name, path, limit), limit)
+            skip = {m.row for m in table.mismatched}  # refused above: their placeholders hold no image to open
+            out += _image_problems(where, path, check_images(table.rows, field_name, path, limit, skip), limit)
     return out
 
 
