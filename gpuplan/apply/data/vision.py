@@ -19,8 +19,8 @@ Rows are read as JSON, not by `datasets`' json builder: a user turn's content is
 and an assistant's often a string, a column Arrow cannot type. Parquet rows (a Hub image dataset's
 files, or local ones) are read by spec/parquet_images.py, the plan's reader too: their images are
 the encoded bytes of an images column, matched in order to the {"type": "image"} placeholders.
-Each image is carried as datasets' Image storage, {"bytes": ..., "path": ...} (bytes first). Rows longer than data.seq_len are
-refused, not cut: a cut through an image's tokens leaves the model fewer tokens than image
+Each image is carried as datasets' Image storage, {"bytes": ..., "path": ...} (bytes first).
+Rows longer than data.seq_len are refused, not cut: a cut through an image's tokens leaves the model fewer tokens than image
 features, which it refuses (modeling_idefics3.py inputs_merger, Qwen2-VL get_placeholder_mask).
 """
 
@@ -233,7 +233,7 @@ def data_key(plan: Plan) -> str:
 
 
 def check_before_run(plan: Plan) -> None:
-    """Chat rows from one file per split, every image of them opened (PIL, no torch), before apply writes anything."""
+    """The chat rows of every file of each split, every image of them opened (PIL, no torch), before apply writes anything."""
     from gpuplan.apply.data.prepare import train_paths
 
     if plan.resolved.data.format != "chat":
