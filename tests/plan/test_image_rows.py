@@ -166,11 +166,35 @@ def test_parquet_placeholders_without_an_images_column_are_an_error(tmp_path):
     assert 'add an "images" column' in d.fix
 
 
-def test_plan_of_bad_parquet_images_exits_1_naming_the_key_and_the_fix(tmp_path, capsys):
-    from gpuplan.cli.main import main
+def _bad(kind: str) -> list[dict]:
     from tests.helpers.vlm_base import QUESTION, image_row
 
-    data = _parquet(tmp_path, [image_row(QUESTION, "red", [_img()]), image_row(QUESTION, "x", [None])])
+    rows = [image_row(QUESTION, "red", [_img()]), image_row(QUESTION, "x", [_img()])]
+    if kind == "null":
+        rows[1]["images"] = [None]
+    elif kind == "empty":
+        rows[1]["images"] = [{"bytes": None, "path": None}]
+    elif kind == "mismatch":
+        rows[1]["images"] = [_img(), _img()]
+    else:  # no images column
+        for r in rows:
+            r["pictures"] = r.pop("images")
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("kind", "said", "fix"),
+    [
+        ("null", "1 of 2 images in {data}: is null (rows 1)", "the image's encoded bytes"),
+        ("empty", '1 of 2 images in {data}: has neither "bytes" nor "path" (rows 1)', "the image's encoded bytes"),
+        ("mismatch", "(row 1: 1 image part, 2 images)", 'one entry in its "images" column per {{"type": "image"}} part'),
+        ("no-column", "no 'images' or 'image' column to take them from (its columns: 'messages', 'pictures')", 'add an "images" column'),
+    ],
+)
+def test_plan_of_bad_parquet_images_exits_1_naming_the_key_and_the_fix(tmp_path, capsys, kind, said, fix):
+    from gpuplan.cli.main import main
+
+    data = _parquet(tmp_path, _bad(kind))
     spec = tmp_path / "spec.toml"
     spec.write_text(
         f'[model]\nconfig = "{REPO / "specs" / "models" / "qwen2.5-vl-7b.json"}"\nmethod = "qlora"\n[vision]\nimage_size = 448\n'
@@ -180,8 +204,8 @@ def test_plan_of_bad_parquet_images_exits_1_naming_the_key_and_the_fix(tmp_path,
     assert main(["plan", str(spec)]) == 1
     captured = capsys.readouterr()
     text = captured.out + captured.err
-    assert f"data.train_files[0]: 1 of 2 images in {data}: is null (rows 1)" in text, text
-    assert "the image's encoded bytes" in text and "Traceback" not in text
+    assert "Error: data.train_files[0]: " in text and said.format(data=data) in text, text
+    assert "fix: " in text and fix.format() in text and "Traceback" not in text
     assert not (tmp_path / "run").exists()
 
 
