@@ -121,6 +121,8 @@ def read_image_rows(path: str, messages_field: str) -> ImageRows:
     when rows hold placeholders but the file has no images column."""
     columns, rows = table_rows(path)
     column = next((c for c in IMAGES_COLUMNS if c in columns), None)
+    if column is not None:
+        _refuse_turns_without_roles(rows, messages_field, path)
     if column is None:
         needing = [i for i, r in enumerate(rows) if isinstance(r, Mapping) and _placeholders(r.get(messages_field))]
         if needing:
@@ -147,6 +149,26 @@ def read_image_rows(path: str, messages_field: str) -> ImageRows:
         entries = [_entry(image, f"{column}[{k}]" if column == "images" else column) for k, image in enumerate(images)]
         out.append({**row, messages_field: _fill(row[messages_field], entries)})
     return ImageRows(out, mismatched, column)
+
+
+def _refuse_turns_without_roles(rows: list[Any], messages_field: str, path: str) -> None:
+    """Image rows whose chat is not {role, content} messages (HuggingFaceM4/the_cauldron's `texts` of
+    {user, assistant, source} turns, which place no image part) are refused: where the images go is not written."""
+    for i, row in enumerate(rows):
+        turns = row.get(messages_field) if isinstance(row, Mapping) else None
+        if not isinstance(turns, list) or not turns:
+            continue
+        first = turns[0]
+        if isinstance(first, Mapping) and "role" not in first:
+            raise ImageRowsError(
+                f"data.messages_field = {messages_field!r}: row {i} of {path} holds its chat as "
+                f"{{{', '.join(map(repr, first))}}} turns, not {{role, content}} messages whose content places each image "
+                'with a {"type": "image"} part; gpuplan reads only the latter',
+                fix='convert the rows first (datasets\' map): {"role": "user", "content": [{"type": "image"}, {"type": "text", '
+                '"text": ...}]}, {"role": "assistant", "content": [{"type": "text", "text": ...}]}, one image part per entry '
+                "of the images column; or set data.messages_field to the column that holds such messages",
+            )
+        return
 
 
 def _images_of(value: Any, column: str, has_parts: bool) -> list[Any]:

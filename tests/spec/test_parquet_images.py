@@ -85,3 +85,13 @@ def test_a_single_image_column_stands_for_a_list_of_one(tmp_path):
     path = str(write_parquet(tmp_path / "vqa.parquet", [row]))
     (part,) = image_parts(read_image_rows(path, "messages").rows[0]["messages"], path)
     assert part.source == "image" and decode_part(part).width == 14
+
+
+def test_turns_without_roles_are_refused_with_the_conversion(tmp_path):
+    """HuggingFaceM4/the_cauldron's layout: `texts` of {user, assistant, source} turns, with no part placing the images."""
+    row = {"images": [{"bytes": png_bytes("red"), "path": None}], "texts": [{"user": QUESTION, "assistant": "red", "source": "x"}]}
+    path = write_parquet(tmp_path / "cauldron.parquet", [row])
+    with pytest.raises(
+        ImageRowsError, match=r"data.messages_field = 'texts': row 0 of .* holds its chat as \{'user', 'assistant', 'source'\} turns"
+    ):
+        read_image_rows(str(path), "texts")
