@@ -11,7 +11,9 @@ path (datasets/features/image.py: Image.pa_type = struct<bytes: binary, path: st
 prefers the bytes and falls back to the path). Each image part of the messages that names no file
 is a placeholder for the next entry of the images list, in order (TRL's SFTTrainer pairs them the
 same way: the processor gets the row's images with the text whose template writes one image token
-per part). A column named "image" holding one struct stands for a list of one.
+per part). A column named "image" holding one struct stands for a list of one. Messages of plain
+text contents, which place no image, get the row's images at the start of the first user turn, as
+TRL gives them (trl/data_utils.py prepare_multimodal_messages).
 
 `read_image_rows` turns every row into the form spec/chat_images.py reads: each placeholder
 becomes {"type": "image", "bytes": ..., "path": ..., "column": "images[k]"} (a null entry gets
@@ -139,6 +141,9 @@ def read_image_rows(path: str, messages_field: str) -> ImageRows:
     for i, row in enumerate(rows):
         wanted = _placeholders(row.get(messages_field)) if isinstance(row, Mapping) else []
         images = _images_of(row.get(column) if isinstance(row, Mapping) else None, column, bool(wanted))
+        if images and not wanted and (opened := _opened_with_images(row.get(messages_field), len(images))) is not None:
+            row = {**row, messages_field: opened}
+            wanted = _placeholders(opened)
         if not wanted and not images:
             out.append(row)
             continue
@@ -149,6 +154,19 @@ def read_image_rows(path: str, messages_field: str) -> ImageRows:
         entries = [_entry(image, f"{column}[{k}]" if column == "images" else column) for k, image in enumerate(images)]
         out.append({**row, messages_field: _fill(row[messages_field], entries)})
     return ImageRows(out, mismatched, column)
+
+
+def _opened_with_images(messages: Any, n: int) -> list[Any] | None:
+    """Messages of plain-text contents with `n` placeholders opening the first user turn whose content is text, as TRL
+    places a row's images when its messages name none (trl 1.16 data_utils.py prepare_multimodal_messages); None when
+    no user turn has text content."""
+    if not isinstance(messages, list):
+        return None
+    for i, m in enumerate(messages):
+        if isinstance(m, Mapping) and m.get("role") == "user" and isinstance(m.get("content"), str):
+            parts = [*({"type": "image"} for _ in range(n)), {"type": "text", "text": m["content"]}]
+            return [*messages[:i], {**m, "content": parts}, *messages[i + 1 :]]
+    return None
 
 
 def _refuse_turns_without_roles(rows: list[Any], messages_field: str, path: str) -> None:

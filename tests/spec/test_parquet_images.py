@@ -95,3 +95,29 @@ def test_turns_without_roles_are_refused_with_the_conversion(tmp_path):
         ImageRowsError, match=r"data.messages_field = 'texts': row 0 of .* holds its chat as \{'user', 'assistant', 'source'\} turns"
     ):
         read_image_rows(str(path), "texts")
+
+
+PLAIN = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}, {"role": "assistant", "content": "red"}]
+
+
+def _plain_row_read(tmp_path) -> tuple[str, list]:
+    row = {"messages": PLAIN, "images": [{"bytes": png_bytes("red"), "path": None}, {"bytes": png_bytes("blue"), "path": None}]}
+    path = str(write_parquet(tmp_path / "plain.parquet", [row]))
+    return path, read_image_rows(path, "messages").rows[0]["messages"]
+
+
+def test_text_messages_get_the_images_at_the_start_of_the_first_user_turn(tmp_path):
+    path, read = _plain_row_read(tmp_path)
+    parts = image_parts(read, path)
+    assert [p.data for p in parts] == [png_bytes("red"), png_bytes("blue")] and [p.message for p in parts] == [1, 1]
+    assert read[1]["content"][-1] == {"type": "text", "text": QUESTION} and read[0] == PLAIN[0] and read[2] == PLAIN[2]
+
+
+@pytest.mark.slow
+def test_text_messages_get_their_images_where_trl_places_them(tmp_path):
+    """The same row through TRL's own placing (importing trl takes seconds)."""
+    from trl.data_utils import prepare_multimodal_messages
+
+    _, read = _plain_row_read(tmp_path)
+    trl = prepare_multimodal_messages(PLAIN, images=["a", "b"])
+    assert [[p["type"] for p in m["content"]] for m in trl[1:2]] == [[p["type"] for p in read[1]["content"]]]
