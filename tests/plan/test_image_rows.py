@@ -253,3 +253,27 @@ def test_a_hub_image_dataset_whose_files_are_not_cached_is_left_to_apply_with_a_
     (d,) = [d for d in plan.diagnostics if d.key == "data.dataset"]
     assert d.severity == "note" and "not in the cache" in d.summary and "checked by apply" in d.summary
     assert d.fix.startswith("hf download acme/colours --revision ") and "--repo-type dataset" in d.fix
+
+
+def test_a_hub_models_cached_processor_sets_the_resize_limit(tmp_path, monkeypatch):
+    """model.name_or_path a Hub id: the processor files in its cached snapshot give the limit, as a local directory's do."""
+    import huggingface_hub.constants
+
+    from tests.helpers.hub_cache import add_repo
+    from tests.helpers.planning import plan_text
+    from tests.helpers.vlm_base import QUESTION, image_row
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    config = (REPO / "specs" / "models" / "qwen2.5-vl-7b.json").read_bytes()
+    add_repo(cache, "acme/vl", {"config.json": config, "preprocessor_config.json": json.dumps({"max_pixels": 1000}).encode()})
+    data = _parquet(tmp_path, [image_row(QUESTION, "red", [_img("red", 20)]), image_row(QUESTION, "blue", [_img("blue", 40)])])
+    plan = plan_text(
+        tmp_path,
+        '[model]\nname_or_path = "acme/vl"\nmethod = "qlora"\n[vision]\nimage_size = 448\n[hardware]\ngpu = "RTX-4090"\n'
+        f'[data]\ntrain_files = ["{data}"]\nformat = "chat"\nchat_template = "chatml"\nseq_len = 1024\n'
+        "[training]\neffective_batch_size = 8\n",
+    )
+    (d,) = [d for d in plan.diagnostics if d.key == "data.train_files[0]"]
+    assert d.severity == "note" and "1 of 2 images" in d.summary and "limit (1,000 pixels)" in d.summary and "40 x 40 px" in d.summary
