@@ -39,7 +39,7 @@ from gpuplan.plan.fit.search import workload as solve_workload
 from gpuplan.plan.inputs.environment import Environment, EnvironmentLike
 from gpuplan.plan.inputs.lookup import load_facts, resolve_gpu
 from gpuplan.plan.inputs.preference_lengths import example_lengths
-from gpuplan.plan.inputs.sources import resolve_sources, source_settings
+from gpuplan.plan.inputs.sources import cached_split_files, resolve_sources, source_settings
 from gpuplan.plan.inputs.spec_settings import PATH_LIST_KEYS, flatten
 from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.chat_data import has_chat_template
@@ -119,12 +119,31 @@ def check(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec) ->
 
 def image_rows(ctx: Resolver, values: Mapping[str, Any], source: str | None) -> list[Diagnostic]:
     """The images of chat rows: missing, undecodable, resized, or given to a text model (plan/checks/image_rows.py)."""
+    from gpuplan.hub.resolve import fetch_command
     from gpuplan.plan.checks.image_rows import image_row_problems
 
     vision = getattr(ctx.facts, "vision", None)
     family = (getattr(vision, "family", None) or ctx.facts.model_type) if vision is not None else None
+    refs = ctx.internal[SOURCE_REFS]
     model_dir = source if isinstance(source, str) and os.path.isdir(source) else None
-    return image_row_problems(values, vision_family=family, model_type=ctx.facts.model_type, model_dir=model_dir)
+    if model_dir is None and "model.name_or_path" in refs:  # a Hub model: its snapshot, where a fetched processor lies
+        model_dir = os.path.dirname(refs["model.name_or_path"].path)
+    out: list[Diagnostic] = []
+    files = None
+    if family is not None and values.get("data.format") == "chat" and "data.dataset" in refs:
+        ref = refs["data.dataset"]
+        files = cached_split_files(ref, values.get("data.split") or "train")
+        if files is None:
+            out.append(
+                Diagnostic(
+                    "note",
+                    "data.dataset",
+                    f"data.dataset: the files of split {values.get('data.split') or 'train'!r} of {ref.repo_id} are not in the "
+                    "cache, so their images are checked by apply once it has fetched them",
+                    fix=f"{fetch_command(ref.repo_id, 'dataset', ref.commit)} to check them at plan time",
+                )
+            )
+    return out + image_row_problems(values, vision_family=family, model_type=ctx.facts.model_type, model_dir=model_dir, dataset_files=files)
 
 
 def data_steps(ctx: Resolver, settings: Mapping[str, Setting], loaded: LoadedSpec, source: str | None) -> list[Diagnostic]:

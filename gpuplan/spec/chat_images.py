@@ -7,8 +7,11 @@ transformers' multimodal chat templates (processing_utils.py ProcessorMixin.appl
 
 An image part names its file by "path" (or "image" / "url" holding a local path, as
 transformers accepts); a relative path is relative to the data file's directory, so a data
-folder moves as a whole. Both the plan (plan/checks/image_rows.py) and apply
-(apply/data/vision.py) read rows through here, so they agree on which images a row has.
+folder moves as a whole. Rows read from parquet (spec/parquet_images.py: the Hub image datasets'
+layout) carry the image itself instead: their parts hold "bytes" (the encoded file) or a
+"path" from the row's images column, and "column" names the entry they came from ("images[0]").
+Both the plan (plan/checks/image_rows.py) and apply (apply/data/vision.py) read rows through
+here, so they agree on which images a row has.
 
 Decoding uses PIL (Pillow, the `vision` extra) when it is importable, without torch:
 `Image.open` reads the header (format, size) and `verify()` checks the file's structure,
@@ -18,19 +21,24 @@ unusable, so it is reopened). Without PIL only existence is checked.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 IMAGE_KEYS = ("path", "image", "url")  # where an image part names its file, in the order read
+NULL_IMAGE = "is null"  # an images column entry that holds nothing (no struct at all)
+EMPTY_IMAGE = 'has neither "bytes" nor "path"'  # an images column struct that names no image
 
 
 @dataclass(frozen=True)
 class ImagePart:
     message: int  # index of the message in the row
-    source: str | None  # what the row wrote (None: an image part naming no file)
+    source: str | None  # what the row wrote (None: an image part naming no file; "images[0]": an images column entry)
     path: str | None  # resolved against the data file's directory
+    data: bytes | None = None  # the encoded image itself (an images column's "bytes")
+    problem: str | None = None  # why the images column entry gives no image (NULL_IMAGE, EMPTY_IMAGE)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,14 @@ def image_parts(messages: Any, data_file: str) -> list[ImagePart]:
                 continue
             source = next((part[k] for k in IMAGE_KEYS if isinstance(part.get(k), str) and part[k]), None)
             path = None if source is None else os.path.normpath(os.path.join(here, os.path.expanduser(source)))
-            out.append(ImagePart(i, source, path))
+            column = part.get("column")
+            if not isinstance(column, str):
+                out.append(ImagePart(i, source, path))
+                continue
+            data = part.get("bytes")
+            data = bytes(data) if isinstance(data, (bytes, bytearray)) and data else None
+            problem = NULL_IMAGE if part.get("null") else EMPTY_IMAGE if data is None and path is None else None
+            out.append(ImagePart(i, column, None if data is not None else path, data, problem))
     return out
 
 
@@ -88,21 +103,31 @@ def pil_available() -> bool:
     return True
 
 
-def decode(path: str | None) -> Decoded:
-    """Open the image at `path` as apply will (PIL), or say why it cannot be."""
-    if path is None:
+def decode(image: str | bytes | None) -> Decoded:
+    """Open the image (a file's path, or the encoded file's bytes) as apply will (PIL), or say why it cannot be."""
+    if image is None:
         return Decoded(problem='names no file (give it "path": "images/x.png")')
-    if not os.path.isfile(path):
-        return Decoded(problem="no such file" if not os.path.isdir(path) else "a directory, not an image file")
+    if isinstance(image, str) and not os.path.isfile(image):
+        return Decoded(problem="no such file" if not os.path.isdir(image) else "a directory, not an image file")
     if not pil_available():
         return Decoded()
     from PIL import Image, UnidentifiedImageError
 
+    def source() -> Any:
+        return io.BytesIO(image) if isinstance(image, bytes) else image
+
     try:
-        with Image.open(path) as im:
+        with Image.open(source()) as im:
             im.verify()
-        with Image.open(path) as im:
+        with Image.open(source()) as im:
             im.load()
             return Decoded(width=im.width, height=im.height)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:  # PIL raises SyntaxError for some broken files
         return Decoded(problem=f"cannot be decoded as an image ({type(e).__name__}: {e})")
+
+
+def decode_part(part: ImagePart) -> Decoded:
+    """decode() of an image part: its bytes, else its file; an images column entry that names no image says so."""
+    if part.problem is not None:
+        return Decoded(problem=part.problem)
+    return decode(part.data if part.data is not None else part.path)

@@ -149,3 +149,50 @@ def colour_rows(directory: Path, per_colour: int = 8, name: str = "colours.jsonl
     path = directory / name
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def png_bytes(colour: str, size: int = 20, jitter: int = 0, seed: int = 0) -> bytes:
+    """solid_image's PNG, encoded in memory: what a Hub image dataset's images column holds."""
+    import io
+
+    from PIL import Image
+
+    rnd = random.Random(seed)
+    rgb = tuple(max(0, min(255, c + rnd.randint(-jitter, jitter))) for c in COLOURS[colour])
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), rgb).save(out, format="PNG")
+    return out.getvalue()
+
+
+def image_row(question: str, answer: str, images: list) -> dict:
+    """A row in the Hub image datasets' layout (HuggingFaceH4/llava-instruct-mix-vsft): every content a list of parts,
+    one {"type": "image"} placeholder per entry of `images` ({"bytes", "path"} structs, datasets' Image storage)."""
+    parts = [{"type": "image", "text": None} for _ in images]
+    return {
+        "messages": [
+            {"role": "user", "content": [*parts, {"type": "text", "text": question}]},
+            {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+        ],
+        "images": images,
+    }
+
+
+def colour_table_rows(per_colour: int = 8) -> list[dict]:
+    """colour_rows' task as Hub image dataset rows, the images as PNG bytes in the rows."""
+    rows = []
+    for c in COLOURS:
+        for i in range(per_colour):
+            png = png_bytes(c, size=16 + 4 * (i % 4), jitter=20, seed=100 * list(COLOURS).index(c) + i)
+            rows.append(image_row(QUESTION, c, [{"bytes": png, "path": f"{c}-{i}.png"}]))
+    random.Random(0).shuffle(rows)
+    return rows
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    """`rows` as one parquet file (pyarrow infers the columns: images as struct<bytes: binary, path: string>)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path

@@ -30,6 +30,7 @@ DATA_TYPES = (
     "gpuplan.plan.estimate.memory.types",
     # the image parts of a chat row: the data's format, read by the plan's image check and by apply alike
     "gpuplan.spec.chat_images",
+    "gpuplan.spec.parquet_images",
 )
 HIGHER = (
     "gpuplan.plan.engine",

@@ -16,8 +16,11 @@ is not padding (attention_mask 0), and is none of the processor's image tokens
 (`image_token_ids`): an image token is an input, never a target, even under train_on_prompt.
 
 Rows are read as JSON, not by `datasets`' json builder: a user turn's content is a list of parts
-and an assistant's often a string, a column Arrow cannot type. Rows longer than data.seq_len are
-refused, not cut: a cut through an image's tokens leaves the model fewer tokens than image
+and an assistant's often a string, a column Arrow cannot type. Parquet rows (a Hub image dataset's
+files, or local ones) are read by spec/parquet_images.py, the plan's reader too: their images are
+the encoded bytes of an images column, matched in order to the {"type": "image"} placeholders.
+Each image is carried as datasets' Image storage, {"bytes": ..., "path": ...} (bytes first).
+Rows longer than data.seq_len are refused, not cut: a cut through an image's tokens leaves the model fewer tokens than image
 features, which it refuses (modeling_idefics3.py inputs_merger, Qwen2-VL get_placeholder_mask).
 """
 
@@ -31,9 +34,11 @@ from typing import Any
 from gpuplan.apply.data.chat import IGNORE_INDEX, chat_template_of, conversation_segments
 from gpuplan.apply.errors import ApplyError
 from gpuplan.plan.types import Plan
-from gpuplan.spec.chat_images import decode, image_parts, is_image_part
+from gpuplan.spec.chat_images import ImagePart, decode_part, image_parts, is_image_part
+from gpuplan.spec.parquet_images import MISMATCH_FIX, ImageRowsError, describe_mismatches, is_parquet, read_image_rows
 
 JSON_SUFFIXES = (".jsonl", ".json")
+ROW_SUFFIXES = (*JSON_SUFFIXES, ".parquet")
 SHOWN_ROWS = 5
 
 
@@ -101,21 +106,37 @@ def image_token_ids(processor: Any, model_config: Any = None) -> list[int]:
 
 @dataclass(frozen=True)
 class Row:
-    """One chat row: its messages as the template reads them and its images' files."""
+    """One chat row: its messages as the template reads them and its images."""
 
     index: int
     messages: list[dict[str, Any]]
-    images: list[str]  # absolute paths, in the order the parts appear
+    images: list[dict[str, Any]]  # {"bytes": encoded file or None, "path": absolute path or None}, in the order the parts appear
 
 
-def read_rows(path: str, key: str) -> list[Any]:
+def image_of(part: ImagePart) -> dict[str, Any]:
+    """An image part as datasets' Image storage: its bytes, else its file."""
+    return {"bytes": part.data, "path": None if part.data is not None else part.path}
+
+
+def read_rows(path: str, key: str, field: str = "messages") -> list[Any]:
+    """The rows of a .jsonl / .json / .parquet file (parquet: placeholders filled from its images column)."""
     suffix = os.path.splitext(path)[1].lower()
-    if suffix not in JSON_SUFFIXES:
+    if suffix not in ROW_SUFFIXES:
         raise ApplyError(
-            f"{key}: {path}: chat rows with images are read from .jsonl or .json files, not {suffix!r}",
+            f"{key}: {path}: chat rows with images are read from .jsonl, .json or .parquet files, not {suffix!r}",
             key=key,
             fix='write the rows as JSON lines (one {"messages": [...]} per line)',
         )
+    if is_parquet(path):
+        try:
+            table = read_image_rows(path, field)
+        except ImageRowsError as e:
+            raise ApplyError(f"{key}: {e.summary}", key=key, fix=e.fix) from None
+        if table.mismatched:
+            raise ApplyError(
+                f"{key}: {describe_mismatches(table.mismatched, len(table.rows), path, SHOWN_ROWS)}", key=key, fix=MISMATCH_FIX
+            )
+        return table.rows
     try:
         with open(path, encoding="utf-8") as f:
             if suffix == ".jsonl":
@@ -165,7 +186,7 @@ def image_problems(rows: list[Any], field: str, data_file: str, key: str) -> Non
     for i, row in enumerate(rows):
         for part in image_parts(row.get(field) if isinstance(row, dict) else None, data_file):
             total += 1
-            d = decode(part.path)
+            d = decode_part(part)
             if d.problem is not None:
                 bad.setdefault(d.problem.split(" (")[0], []).append(f"row {i}: {part.source or '(no path)'}")
     if not bad:
@@ -174,15 +195,21 @@ def image_problems(rows: list[Any], field: str, data_file: str, key: str) -> Non
     for problem, where in bad.items():
         shown = ", ".join(where[:SHOWN_ROWS]) + (", ..." if len(where) > SHOWN_ROWS else "")
         lines.append(f"{len(where)} {problem} ({shown})")
+    fix = (
+        'an images column holds one {"bytes": ..., "path": ...} struct per image part; give those entries the image\'s bytes, '
+        "or remove those rows (gpuplan drops no row silently)"
+        if is_parquet(data_file)
+        else "image paths are relative to the data file's directory; fix or remove those rows (gpuplan drops no row silently)"
+    )
     raise ApplyError(
         f"{key}: {sum(len(w) for w in bad.values())} of {total} images in {data_file} cannot be used: " + "; ".join(lines),
         key=key,
-        fix="image paths are relative to the data file's directory; fix or remove those rows (gpuplan drops no row silently)",
+        fix=fix,
     )
 
 
 def rows_of(path: str, key: str, field: str) -> list[Row]:
-    raw = read_rows(path, key)
+    raw = read_rows(path, key, field)
     if not raw:
         raise ApplyError(f"{key}: {path} has no rows", key=key)
     image_problems(raw, field, path, key)
@@ -196,12 +223,17 @@ def rows_of(path: str, key: str, field: str) -> list[Row]:
                 key="data.messages_field",
             )
         parts = image_parts(r[field], path)
-        out.append(Row(i, _template_messages(r[field], field, i), [p.path for p in parts if p.path]))
+        out.append(Row(i, _template_messages(r[field], field, i), [image_of(p) for p in parts]))
     return out
 
 
+def data_key(plan: Plan) -> str:
+    """The spec key the training rows come from: a Hub dataset's, or the local files'."""
+    return "data.dataset" if plan.resolved.data.dataset else "data.train_files"
+
+
 def check_before_run(plan: Plan) -> None:
-    """Chat rows from one file per split, every image of them opened (PIL, no torch), before apply writes anything."""
+    """The chat rows of every file of each split, every image of them opened (PIL, no torch), before apply writes anything."""
     from gpuplan.apply.data.prepare import train_paths
 
     if plan.resolved.data.format != "chat":
@@ -211,23 +243,25 @@ def check_before_run(plan: Plan) -> None:
             fix='set data.format = "chat" and write each row as {"messages": [{"role": "user", "content": '
             '[{"type": "image", "path": "images/x.png"}, {"type": "text", "text": ...}]}, {"role": "assistant", "content": ...}]}',
         )
-    for key, files in (("data.train_files", train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
-        if len(files) > 1:
-            raise ApplyError(f"{key}: list one .jsonl file of image rows ({len(files)} given)", key=key, fix="put the rows in one file")
     field = plan.resolved.data.messages_field
-    for key, paths in (("data.train_files", train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
+    for key, paths in ((data_key(plan), train_paths(plan)), ("data.eval_files", list(plan.resolved.data.eval_files))):
         for path in paths:
             if not os.path.isfile(path):
                 raise ApplyError(f"{key}: {path} does not exist", key=key)
-            image_problems(read_rows(path, key), field, path, key)
+            image_problems(read_rows(path, key, field), field, path, key)
 
 
-def open_images(paths: list[str]) -> list[Any]:
+def open_images(images: list[Any]) -> list[Any]:
+    """PIL images (RGB) of a row's images: file paths, encoded bytes, or datasets' {"bytes", "path"} structs (bytes first)."""
+    import io
+
     from PIL import Image
 
     out = []
-    for p in paths:
-        with Image.open(p) as im:
+    for image in images:
+        if isinstance(image, dict):
+            image = image["bytes"] if image.get("bytes") is not None else image.get("path")
+        with Image.open(io.BytesIO(image) if isinstance(image, bytes) else image) as im:
             out.append(im.convert("RGB"))
     return out
 
@@ -240,7 +274,7 @@ class Encoded:
     text: str  # the row rendered by the chat template (image placeholders unexpanded)
     input_ids: list[int]
     trained: list[bool]
-    images: list[str]
+    images: list[dict[str, Any]]
 
 
 class RowEncoder:
@@ -293,13 +327,27 @@ class _TemplateHolder:
         self.chat_template = getattr(processor, "chat_template", None) or getattr(processor.tokenizer, "chat_template", None)
 
 
-def encode_split(plan: Plan, processor: Any, path: str, key: str) -> Any:
-    """A datasets.Dataset of encoded rows (text, input_ids, trained, images); refuses rows over data.seq_len."""
+def encode_split(plan: Plan, processor: Any, paths: list[str], key: str) -> Any:
+    """A datasets.Dataset of the encoded rows of `paths` (text, input_ids, trained, images); refuses rows over data.seq_len."""
     import datasets
 
-    field = plan.resolved.data.messages_field
     encoder = RowEncoder(plan, processor)
-    encoded = [encoder.encode(r) for r in rows_of(path, key, field)]
+    kept = [e for path in paths for e in _encode_file(plan, encoder, path, key)]
+    if not kept:
+        raise ApplyError(f"{key}: no row of {', '.join(paths)} has a trained token; check the assistant turns", key=key)
+    return datasets.Dataset.from_dict(
+        {
+            "text": [e.text for e in kept],
+            "input_ids": [e.input_ids for e in kept],
+            "trained": [e.trained for e in kept],
+            "images": [e.images for e in kept],
+        }
+    )
+
+
+def _encode_file(plan: Plan, encoder: RowEncoder, path: str, key: str) -> list[Encoded]:
+    """The encoded rows of one file that have a trained token."""
+    encoded = [encoder.encode(r) for r in rows_of(path, key, plan.resolved.data.messages_field)]
     seq_len = plan.resolved.data.seq_len
     long = [(i, len(e.input_ids)) for i, e in enumerate(encoded) if len(e.input_ids) > seq_len]
     if long:
@@ -311,17 +359,7 @@ def encode_split(plan: Plan, processor: Any, path: str, key: str) -> Any:
             key="data.seq_len",
             fix=f"set data.seq_len = {longest}: rows with images are not cut, a cut through an image's tokens breaks the row",
         )
-    kept = [e for e in encoded if any(e.trained)]
-    if not kept:
-        raise ApplyError(f"{key}: no row of {path} has a trained token; check the assistant turns", key=key)
-    return datasets.Dataset.from_dict(
-        {
-            "text": [e.text for e in kept],
-            "input_ids": [e.input_ids for e in kept],
-            "trained": [e.trained for e in kept],
-            "images": [e.images for e in kept],
-        }
-    )
+    return [e for e in encoded if any(e.trained)]
 
 
 class ImageTextCollator:
@@ -393,11 +431,10 @@ def prepare_vision(plan: Plan, processor: Any, model_config: Any = None) -> Any:
     from gpuplan.apply.data.prepare import PreparedData, train_paths
 
     check_before_run(plan)
-    paths = train_paths(plan)
-    train = encode_split(plan, processor, paths[0], "data.train_files")
+    train = encode_split(plan, processor, train_paths(plan), data_key(plan))
     ev = None
     if plan.resolved.data.eval_files:
-        ev = encode_split(plan, processor, list(plan.resolved.data.eval_files)[0], "data.eval_files")
+        ev = encode_split(plan, processor, list(plan.resolved.data.eval_files), "data.eval_files")
     elif plan.resolved.data.eval_fraction > 0:
         parts = train.train_test_split(test_size=plan.resolved.data.eval_fraction, seed=plan.resolved.training.seed)
         train, ev = parts["train"], parts["test"]
@@ -416,9 +453,9 @@ def preview_vision(plan: Plan, n_examples: int) -> dict[str, Any]:
 
     check_before_run(plan)
     processor = load_processor(model_dir(plan.resolved.model.hub), plan.resolved.model.trust_remote_code)
-    path = train_paths(plan)[0]
-    rows = len(read_rows(path, "data.train_files"))
-    ds = encode_split(plan, processor, path, "data.train_files")
+    paths, key = train_paths(plan), data_key(plan)
+    rows = sum(len(read_rows(p, key, plan.resolved.data.messages_field)) for p in paths)
+    ds = encode_split(plan, processor, paths, key)
     token: str = getattr(processor, "image_token", None) or ""
 
     def shown(text: str) -> str:

@@ -104,3 +104,16 @@ def source_settings(refs: dict[str, Any], spec_path: Path) -> tuple[dict[str, Se
         settings[commit_key] = Setting(ref.commit, "derived", reason, RULE)
         changes.append(Change("add", commit_key, None, ref.commit, RULE, reason))
     return settings, changes, diags
+
+
+def cached_split_files(ref: Any, split: str) -> list[str] | None:
+    """The files of data.dataset's split (gpuplan/hub/fetch.py dataset_files) that are already in the cache: the
+    plan reads their rows without downloading any (apply fetches them); None when none is cached."""
+    from gpuplan.hub.fetch import DatasetRef, dataset_files
+    from gpuplan.hub.resolve import HubError
+    from gpuplan.hub.splits import SplitError
+
+    try:
+        return dataset_files(DatasetRef(ref.repo_id, ref.commit, split))  # local files only
+    except (HubError, SplitError, ImportError):  # not cached; a SplitError is the plan's own error already
+        return None
