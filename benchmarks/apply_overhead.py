@@ -210,8 +210,9 @@ def main() -> None:
         a.runs, a.steps, a.no_write = 1, 3, True
     if a.one:
         return one(a.one, a.steps)
-    # the caller's own values win (under tests/test_benchmarks.py, the same environment lets its fork server serve the runs)
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", **os.environ}
+    # the caller's own environment, offline: no variable of its own, so that under tests/test_benchmarks.py the
+    # worker's fork server serves both runs (a TRANSFORMERS_VERBOSITY set here made each a fresh interpreter, read at import)
+    env = {"HF_HUB_OFFLINE": "1", **os.environ}
     load_before = os.getloadavg()[0]
     results: dict[str, list[dict]] = {"gpuplan": [], "hand": []}
     for i in range(a.runs):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Literal
 
@@ -92,6 +92,15 @@ class ModelFacts:
     # a vision-language model: its tower, projector and language model (the dims above are the
     # language model's); None for a text-only model
     vision: VisionFacts | None = None
+
+    # The fields' hash, computed once per record: param_shapes holds a tuple per tensor (hundreds to thousands),
+    # and the estimate's caches (plan/estimate/memory/layout.py) hash the record for every candidate the fit
+    # search prices. Kept in the instance's __dict__ like the cached properties below; equality is the fields'.
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        return h
 
     # Derived once per record (a plan asks for them for every candidate the fit search prices); cached in the
     # instance's __dict__, outside the fields, so equality, replace() and the summary are unchanged.

@@ -19,8 +19,11 @@ get_nb_trainable_parameters beside the frozen original.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
+from typing import Any, TypeVar
 
 from gpuplan.errors import OneProblem
 from gpuplan.modelinfo.facts import ModelFacts
@@ -33,6 +36,28 @@ OUTPUT_LAYERS = frozenset({"cls.predictions.decoder", "lm_head.decoder"})
 
 class TargetError(OneProblem, ValueError):
     """A target or saved-module name the model does not have; the message says what it has."""
+
+
+_T = TypeVar("_T")
+
+
+def _by_facts(compute: Callable[..., _T]) -> Callable[..., _T]:
+    """`compute(facts, *args)` remembered for hashable arguments (lists given as tuples): a plan asks the same
+    questions of the same record once per candidate it plans (the no-fit alternatives plan the spec again on
+    every catalog GPU: plan/fit/hardware_alternatives.py). Records built with unhashable parts are computed."""
+    cached = lru_cache(maxsize=256)(compute)
+
+    def call(facts: ModelFacts, *args: Any) -> _T:
+        try:
+            return cached(facts, *args)
+        except TypeError:  # unhashable: a record or an argument of lists
+            return compute(facts, *args)
+
+    return call
+
+
+def _key(names: str | list[str] | tuple[str, ...] | None) -> Any:
+    return names if names is None or isinstance(names, str) else tuple(names)
 
 
 def peft_matches(module: str, target: str) -> bool:
@@ -54,6 +79,11 @@ def module_params(facts: ModelFacts, module: str) -> int:
 
 def check_saved(facts: ModelFacts, names: list[str] | None) -> None:
     """Each modules_to_save name must end some module's name (peft matches by suffix)."""
+    _check_saved(facts, _key(names))
+
+
+@_by_facts
+def _check_saved(facts: ModelFacts, names: tuple[str, ...] | None) -> None:
     modules = module_names(facts)
     short = list(dict.fromkeys(m.rsplit(".", 1)[-1] for m in modules))
     for n in names or []:
@@ -87,12 +117,17 @@ def default_modules_to_save(facts: ModelFacts, asked: list[str] | None) -> list[
 def lora_candidates(facts: ModelFacts, saved: list[str], excluded: tuple[str, ...] = ()) -> list[tuple[str, str, int, int]]:
     """Linear layers LoRA may target: not the output embedding, not inside a saved module or a seq-cls head,
     not under an `excluded` prefix (a VLM's frozen vision tower: peft's exclude_modules, plan/vision_settings.py)."""
+    return list(_lora_candidates(facts, _key(saved), _key(excluded)))
+
+
+@_by_facts
+def _lora_candidates(facts: ModelFacts, saved: tuple[str, ...], excluded: tuple[str, ...]) -> tuple[tuple[str, str, int, int], ...]:
     heads = set(saved) | ({h for h in SEQ_CLS_HEADS} if facts.task == "seq-cls" else set()) | set(excluded)
-    return [
+    return tuple(
         layer
         for layer in facts.linear_layers
         if layer[0] not in OUTPUT_LAYERS and not any(layer[0] == h or layer[0].startswith(h + ".") for h in heads)
-    ]
+    )
 
 
 def _suffixes(name: str) -> set[str]:
@@ -116,7 +151,14 @@ def _unambiguous_suffix(name: str, taken: set[str]) -> str:
 
 def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: list[str], excluded: tuple[str, ...] = ()) -> list[str]:
     """The explicit list of names peft matches; raises TargetError for a name matching no linear layer."""
-    layers = lora_candidates(facts, saved, excluded)
+    return list(_resolve_targets(facts, _key(target_modules), _key(saved), _key(excluded)))
+
+
+@_by_facts
+def _resolve_targets(
+    facts: ModelFacts, target_modules: str | tuple[str, ...], saved: tuple[str, ...], excluded: tuple[str, ...]
+) -> tuple[str, ...]:
+    layers = _lora_candidates(facts, saved, excluded)
     if target_modules == "all-linear":
         out: dict[str, None] = {}
         linear = {name for name, *_ in layers}
@@ -125,7 +167,7 @@ def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: l
         taken = set().union(*(_suffixes(m) for m in others))  # one pass, not every layer against every module
         for name, *_ in layers:
             out.setdefault(_unambiguous_suffix(name, taken), None)
-        return list(out)
+        return tuple(out)
     short = list(dict.fromkeys(name.rsplit(".", 1)[-1] for name, *_ in layers))
     for t in target_modules:
         if any(peft_matches(name, t) for name, *_ in layers):
@@ -138,7 +180,7 @@ def resolve_targets(facts: ModelFacts, target_modules: str | list[str], saved: l
         close = difflib.get_close_matches(t, short, n=2, cutoff=0.5)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise TargetError(f"{t!r} matches no layer of this {facts.model_type} model; {hint}its linear layers are {', '.join(short)}")
-    return list(dict.fromkeys(target_modules))
+    return tuple(dict.fromkeys(target_modules))
 
 
 @dataclass(frozen=True)
@@ -173,7 +215,15 @@ class AdapterCount:
 def count_adapters(
     facts: ModelFacts, targets: list[str], r: int, use_dora: bool, saved: list[str], excluded: tuple[str, ...] = ()
 ) -> AdapterCount:
-    layers = lora_candidates(facts, saved, excluded)
+    """The adapters' parameters, layer by layer as peft adds them (one record per question: not to be changed)."""
+    return _count_adapters(facts, _key(targets), r, use_dora, _key(saved), _key(excluded))
+
+
+@_by_facts
+def _count_adapters(
+    facts: ModelFacts, targets: tuple[str, ...], r: int, use_dora: bool, saved: tuple[str, ...], excluded: tuple[str, ...]
+) -> AdapterCount:
+    layers = _lora_candidates(facts, saved, excluded)
     per: dict[str, tuple[int, int]] = {t: (0, 0) for t in targets}
     matched = []
     for layer in layers:
@@ -186,7 +236,7 @@ def count_adapters(
         per[hit] = (k + 1, p + n)
         matched.append(layer)
     saved_params = 0
-    for m in saved_modules(facts, saved):
+    for m in saved_modules(facts, list(saved)):
         saved_params += module_params(facts, m)
     adapter = sum(p for _, p in per.values())
     largest = max((fi * fo for _, _, fi, fo in matched), default=0)

@@ -4,6 +4,7 @@ model's facts (its config.json, from a path or the Hub snapshot the plan pinned)
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +55,27 @@ def load_facts(settings: Mapping[str, Setting], spec: Spec, refs: Mapping[str, A
     hub = (refs or {}).get(src_key)
     try:
         config = read_config(hub.path if hub is not None else settings[src_key].value)
-        return model_facts(config, spec.model.task, spec.model.num_labels or 2)
+        return _facts_of(config, spec.model.task, spec.model.num_labels or 2)
     except ModelConfigError as e:
         raise PlanError([Diagnostic("error", src_key, f"{src_key}: {e}")]) from None
+
+
+# The facts of the configs planned in this process, by their content: a plan that does not fit plans the spec
+# again on other hardware (plan/fit/hardware_alternatives.py), and `compare` plans it on every GPU; each gets the
+# same record, so the estimate's caches keyed by it (plan/estimate/memory/layout.py) find it by identity.
+_FACTS: dict[tuple[str, str, int], ModelFacts] = {}
+_FACTS_KEPT = 64
+
+
+def _facts_of(config: Mapping[str, Any], task: str, num_labels: int) -> ModelFacts:
+    try:
+        key = (json.dumps(config, sort_keys=True, allow_nan=True), task, num_labels)
+    except (TypeError, ValueError):  # not JSON-like (a config built by hand): counted, not kept
+        return model_facts(config, task, num_labels)
+    facts = _FACTS.get(key)
+    if facts is None:
+        facts = model_facts(config, task, num_labels)
+        if len(_FACTS) >= _FACTS_KEPT:
+            _FACTS.pop(next(iter(_FACTS)))
+        _FACTS[key] = facts
+    return facts
