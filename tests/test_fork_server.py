@@ -28,7 +28,7 @@ def _fresh(args: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def _forked(args: list[str], **kw) -> subprocess.CompletedProcess:
-    forked._server_for(kw["env"], ["apply"])  # a torch command starts its environment's server; a torch-free one never does
+    forked._server_for(kw["env"], ["apply"], start=True)  # a torch command starts a server; a torch-free one never does
     r = run(args, capture_output=True, text=True, timeout=120, **kw)
     assert forked._servers.get(forked._signature(kw["env"])) is not None, "no fork server served this command"
     return r

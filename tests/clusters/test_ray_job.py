@@ -133,6 +133,8 @@ def test_a_local_ray_cluster_runs_the_rendered_torchtrainer_job_to_the_end(tmp_p
     env |= {"PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
     # each Ray worker's `gpuplan apply`, its torchrun agent and ranks are forked from this test worker's
     # pre-imported server through the boot shim (tests/helpers/forked.py socket_for); fresh ones where it cannot
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")  # what the workers' commands put there (torchrun's torchelastic_* folders) is the test's
     served = socket_for(env)
     if served is not None:
         env[SOCKET_VAR] = served

@@ -9,9 +9,9 @@ the connection, since the child is the server's and not ours.
 
 A server serves one import-time environment: the environment minus the variables the code reads
 only when it runs (tests/helpers/fork_env.py, the rule the server applies too). A command is forked
-when a server for its environment is running, or when it is the first torch command in that
-environment or the environment is seen for the second time (then a server is started for it; past
-MAX_SERVERS per worker the least recently used one stops). Anything else (a per-test Hugging Face
+when a server for its environment is running, or when it is a torch command in the worker's own
+environment (cli_runs.env()) or the second one in another (then a server is started for it; past
+MAX_SERVERS per worker the least recently used one stops, the worker's own last). Anything else (a per-test Hugging Face
 cache, a one-off variable, Popen options a fork cannot honour) runs as a plain subprocess.
 Besides `python -m gpuplan[.cli]`, the scripts of benchmarks/ (`python SCRIPT --quick`) are served.
 The torchrun agent and ranks a forked command starts are served by the same server through the boot
@@ -115,7 +115,22 @@ _servers: OrderedDict[frozenset, _Server] = OrderedDict()
 NEEDS_TORCH = frozenset({"apply", "generate", "chat", "eval", "export", "data"})
 
 
-def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
+# Environments other than the worker's own in which a torch command ran fresh: the second such command in one
+# starts its server. A server imports more than one command does (12-15 s against about 9 s on the 2-core
+# machine), so an environment a test makes for one command (a Hugging Face cache of its own) runs it fresh.
+_SEEN: set[frozenset] = set()
+
+
+def _own_signature() -> frozenset:
+    """The import-time environment of the commands tests start with cli_runs.env(): the one most of them share."""
+    from tests.helpers.cli_runs import env
+
+    return _signature(env())
+
+
+def _server_for(env: dict[str, str], argv: list[str], *, start: bool = False) -> _Server | None:
+    """The running server for env's import-time environment, or one started now for a torch command in the
+    worker's own environment, in one seen before, or when `start` says the environment serves several."""
     if "0" in (os.environ.get("GPUPLAN_TEST_FORK"), env.get("GPUPLAN_TEST_FORK")) or not threads_applicable(env):
         return None
     sig = _signature(env)
@@ -126,8 +141,13 @@ def _server_for(env: dict[str, str], argv: list[str]) -> _Server | None:
     heavy = bool(argv) and (argv[0] in NEEDS_TORCH or argv[0] == "--script" or "--trace" in argv)  # benchmark scripts import torch
     if not heavy:
         return None
-    if len(_servers) >= MAX_SERVERS:  # the least recently used one goes (its running children are not its)
-        _servers.popitem(last=False)[1].close()
+    own = _own_signature()
+    if not start and sig != own and sig not in _SEEN:
+        _SEEN.add(sig)
+        return None
+    if len(_servers) >= MAX_SERVERS:  # the least recently used one goes, the worker's own last (its running children are not its)
+        others = [k for k in _servers if k != own]
+        _servers.pop(others[0] if others else next(iter(_servers))).close()
     _servers[sig] = server = _Server(env)
     return server if server.ok else None
 
@@ -137,7 +157,7 @@ def socket_for(env: dict[str, str]) -> str | None:
     itself will start under env (the workers of a Ray cluster the test runs: tests/clusters/test_ray_job.py),
     started now if none runs; None where none can serve them. Put it in their environment as SOCKET_VAR, with
     the boot shim on PYTHONPATH, and the shim asks the server to fork them (boot/sitecustomize.py)."""
-    server = _server_for(env, ["apply"])
+    server = _server_for(env, ["apply"], start=True)
     return server.path if server is not None else None
 
 

@@ -103,6 +103,7 @@ def work(tmp_path_factory) -> Path:
 
 
 # ---- (a) valid ---------------------------------------------------------------------------
+@pytest.mark.slow  # hundreds of examples planned in-process: the full run has them, the inner loop (-m "not slow") not
 @fuzz("valid")
 @given(data=st.data(), strict=st.booleans(), no_bnb=st.booleans())
 def test_valid_specs_plan_or_reject_cleanly(work, data, strict, no_bnb):
@@ -111,6 +112,7 @@ def test_valid_specs_plan_or_reject_cleanly(work, data, strict, no_bnb):
 
 
 # ---- (b) near-valid ----------------------------------------------------------------------
+@pytest.mark.slow  # hundreds of examples planned in-process: the full run has them, the inner loop (-m "not slow") not
 @fuzz("near_valid")
 @given(data=st.data(), muts=st.lists(mutation(), min_size=1, max_size=3))
 def test_near_valid_specs_name_the_key(work, data, muts):
@@ -118,6 +120,7 @@ def test_near_valid_specs_name_the_key(work, data, muts):
     check("near_valid", write(work, toml_doc(spec)))
 
 
+@pytest.mark.slow  # hundreds of examples planned in-process: the full run has them, the inner loop (-m "not slow") not
 @fuzz("damaged_text")
 @given(data=st.data())
 def test_damaged_toml_names_the_position(work, data):
@@ -125,6 +128,7 @@ def test_damaged_toml_names_the_position(work, data):
     check("damaged_text", write(work, data.draw(text_damage(text))))
 
 
+@pytest.mark.slow  # hundreds of examples planned in-process: the full run has them, the inner loop (-m "not slow") not
 @fuzz("model_config")
 @given(cfg=damaged_model_config(), data=st.data())
 def test_hostile_model_config_is_an_error_on_model_config(work, cfg, data):
