@@ -181,6 +181,7 @@ class Job:
             f"  output.dir {self.output_dir}"
             + (f" on the shared storage {self.storage}" if self.storage else "")
             + f"; the job's files in {self.job_dir}",
+            *storage_lines(self),
             f"  each node runs: {shlex.join(self.command)}",
             f"  preempted or requeued, it resumes from the last checkpoint (every {self.save_steps} steps, training.save_steps)",
         ]
@@ -190,6 +191,28 @@ class Job:
         if extra:
             out.append(f"  {self.target}: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
         return out
+
+
+def storage_lines(job: Job) -> list[str]:
+    """How the storage reaches the nodes, where the engine mounts it (SkyPilot's bucket)."""
+    from gpuplan.spec.buckets import MOUNT_MODE
+
+    launch = job.launch
+    if launch.target != "skypilot" or not job.storage:
+        return []
+    if launch.storage_bucket:
+        return [
+            f"  storage: SkyPilot mounts {launch.storage_bucket} at {job.storage} on every node ({MOUNT_MODE}: "
+            "checkpoints upload in the background; one a VM did not finish uploading is set aside on resume)",
+            f"    the job's files are written here, into {job.job_dir}: mount the bucket at {job.storage} on this machine too "
+            "(rclone mount, mount-s3, gcsfuse) so the nodes find them",
+        ]
+    if launch.storage_shared:
+        return [f"  storage: {job.storage} is a shared file system the nodes already mount (launch.storage_shared)"]
+    return [
+        f"  storage: {job.storage} is on the VM's own disk: a job SkyPilot relaunches on a new VM starts from step 0 "
+        "(set launch.storage_bucket to keep the checkpoints)"
+    ]
 
 
 def choice_lines(choice: Choice, per_node: int, nodes: int) -> list[str]:
@@ -313,6 +336,15 @@ def skypilot_choice(
 
 def check_storage(launch: LaunchSettings, nodes: int, output_dir: str) -> None:
     storage = launch.storage
+    if launch.target == "skypilot" and nodes > 1 and storage is not None and not (launch.storage_bucket or launch.storage_shared):
+        raise JobError(
+            f"hardware.nodes = {nodes} on SkyPilot with launch.storage = {storage!r} but nothing shares it: the VMs "
+            "SkyPilot provisions have no shared file system, so the other nodes, and a job relaunched after a "
+            "preemption, would not see the saved plan and the checkpoints",
+            key="launch.storage_bucket",
+            fix='set launch.storage_bucket to a bucket SkyPilot mounts at launch.storage on every node ("s3://my-bucket"), '
+            "or launch.storage_shared = true if the image or the cloud already mounts a shared file system there",
+        )
     if storage is None:
         if nodes > 1:
             raise JobError(

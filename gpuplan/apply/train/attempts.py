@@ -76,7 +76,7 @@ def train_within_memory(
         attempt.prepared = None  # the last reference to the model: now it can be freed
         _release(device)
         plan = retry[0]
-        resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
+        resume_from = find_resumable(output_dir, on_bucket=plan.resolved.launch.on_bucket)[0]  # this run's newest complete checkpoint
         trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
         state.replanned(plan, {**retry[1], "resumed_from": resume_from})
         echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))

@@ -6,6 +6,13 @@ Trainer has written everything (its `on_save` event fires after `_save_checkpoin
 transformers trainer.py `_maybe_log_save_evaluate`), gpuplan fsyncs the files and writes
 gpuplan-checkpoint.json naming each file and its size, through a temporary file, fsync
 and rename. A checkpoint counts only with that marker and every file at its size.
+
+On a cloud bucket mounted with write-back (launch.storage_bucket: SkyPilot's MOUNT_CACHED,
+gpuplan/spec/buckets.py) the marker says less: rclone uploads each file once it is closed, in no set
+order, so a VM that dies after a save can leave the marker in the bucket with a file missing or
+short. There a checkpoint with a marker and a missing or short file is a save that did not finish
+uploading, set aside like one killed while saving; on a disk the files changed after they were
+complete, and a person must decide.
 """
 
 from __future__ import annotations
@@ -74,11 +81,13 @@ def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
     return sorted(out, reverse=True)
 
 
-def find_resumable(output_dir: str) -> tuple[str | None, list[str], list[tuple[str, str]]]:
+def find_resumable(output_dir: str, *, on_bucket: bool = False) -> tuple[str | None, list[str], list[tuple[str, str]]]:
     """(newest complete checkpoint, incomplete ones newer than it, corrupt ones newer than it).
 
     Incomplete: the marker never got written (killed while saving); safe to set aside.
     Corrupt: the marker is there but the files changed since; a person must decide.
+    on_bucket (output.dir on a write-back bucket mount): a marker with a missing or short file is a
+    save whose upload did not finish, so it is incomplete too.
     """
     incomplete: list[str] = []
     corrupt: list[tuple[str, str]] = []
@@ -86,11 +95,16 @@ def find_resumable(output_dir: str) -> tuple[str | None, list[str], list[tuple[s
         problem = checkpoint_problem(d)
         if problem is None:
             return d, incomplete, corrupt
-        if problem.startswith("incomplete"):
+        if problem.startswith("incomplete") or (on_bucket and not_uploaded(problem)):
             incomplete.append(d)
         else:
             corrupt.append((d, problem))
     return None, incomplete, corrupt
+
+
+def not_uploaded(problem: str) -> bool:
+    """A checkpoint_problem that a write-back upload cut short leaves: a file missing, or short."""
+    return problem.startswith("corrupt: ") and (problem.endswith(" is missing") or " bytes, " in problem)
 
 
 def set_aside(dirs: list[str]) -> list[str]:
