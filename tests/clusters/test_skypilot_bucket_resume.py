@@ -1,0 +1,92 @@
+"""A SkyPilot job's run on its bucket (launch.storage_bucket, MOUNT_CACHED write-back), on the real CLI and Trainer.
+
+The job's own command runs here as it runs on a node: `gpuplan apply JOB_DIR/plan.json --yes --in-job`
+of the plan that `gpuplan apply SPEC --dry-run` wrote, with the GPUPLAN_JOB_ID the task sets, on a
+folder standing for the bucket's mount. The VM dies (SIGKILL) after a few saves, and its last complete
+checkpoint is cut short on disk, as an upload that never finished leaves it: the relaunched job's
+apply sets it aside, says so, and resumes from the checkpoint before it, at its step.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuplan.apply.train.checkpoints import checkpoint_dirs, checkpoint_problem, find_resumable
+from gpuplan.lifecycle.run_lock import JOB_ID_ENV
+from tests.helpers.cli_runs import gpuplan, start, state, tiny_spec, train_steps
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+JOB_ID = "skypilot:tiny-bucket"
+
+
+def bucket_spec(tmp_path: Path) -> tuple[Path, Path]:
+    """(spec, output.dir): the tiny CPU run as a one-node SkyPilot job whose launch.storage is a bucket mount."""
+    mount = tmp_path / "bucket"
+    out = mount / "runs" / "tiny"
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=12, save_steps=2, keep=3)
+    spec.write_text(
+        spec.read_text()
+        + f'\n[launch]\ntarget = "skypilot"\nimage = "ghcr.io/example/gpuplan:0.1"\nstorage = "{mount}"\nstorage_bucket = "s3://my-bucket"\n'
+    )
+    return spec, out
+
+
+def _complete(out: Path) -> list[int]:
+    try:
+        return [step for step, d in checkpoint_dirs(str(out)) if checkpoint_problem(d) is None]
+    except OSError:  # rotated away while we looked
+        return []
+
+
+def _wait_for(predicate, proc, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"apply ended early (rc {proc.returncode}): {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.02)
+
+
+def test_a_checkpoint_the_dead_vm_did_not_finish_uploading_is_set_aside_and_the_run_resumes_from_the_one_before(tmp_path):
+    spec, out = bucket_spec(tmp_path)
+    r = gpuplan("apply", spec, "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan_json = out / "gpuplan-job" / "plan.json"
+    assert "file_mounts" in (out / "gpuplan-job" / "sky-task.yaml").read_text()
+
+    job = ("apply", plan_json, "--yes", "--in-job", "--node-rank", "0")
+    proc = start(*job, **{JOB_ID_ENV: JOB_ID})
+    _wait_for(lambda: len(_complete(out)) >= 2, proc)
+    time.sleep(random.uniform(0.0, 0.2))
+    assert proc.poll() is None, "the run finished before the VM was killed"
+    proc.kill()  # the VM is gone: no handler, no cleanup
+    proc.wait()
+    assert state(out)["status"] == "running"
+
+    last, before = _complete(out)[:2]
+    weights = out / f"checkpoint-{last}" / "model.safetensors"
+    full = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[: full // 3])  # the upload of the weights never finished
+    cut = f"corrupt: model.safetensors is {full // 3} bytes, {full} when saved"
+    assert checkpoint_problem(str(weights.parent)) == cut
+    # on a disk this is a checkpoint whose files changed (a person decides); on the bucket, an unfinished upload
+    assert find_resumable(str(out))[2] == [(str(weights.parent), cut)]
+    assert find_resumable(str(out), on_bucket=True)[0] == str(out / f"checkpoint-{before}")
+
+    r = gpuplan(*job, **{JOB_ID_ENV: JOB_ID})  # the relaunched job on a new VM: same job id, takes its own lock over
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stdout + r.stderr
+    assert f"Set aside {weights.parent} ({cut}): the last apply did not finish saving or uploading it" in said
+    assert f"resuming the running run from {out / f'checkpoint-{before}'}" in said
+    s = state(out)
+    assert s["status"] == "completed" and s["resumed_from"] == str(out / f"checkpoint-{before}")
+    assert s["progress"]["global_step"] == 12
+    assert train_steps(out) == list(range(1, 13))  # resumed at step `before`: no step lost, none logged twice
+    (moved,) = [p for p in out.glob(f"incomplete-checkpoint-{last}-*") if p.is_dir()]
+    assert (moved / "model.safetensors").stat().st_size == full // 3  # set aside, never deleted
+    assert all(checkpoint_problem(d) is None for _, d in checkpoint_dirs(str(out)))
+

@@ -1,0 +1,131 @@
+"""A SkyPilot job's shared storage: launch.storage_bucket mounted at launch.storage (file_mounts, MOUNT_CACHED),
+or launch.storage_shared for an image or cloud that already shares it; several nodes with neither are refused
+at plan time. `gpuplan plan` runs in this process (torch-free), its output captured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplan.cli.main import main
+from gpuplan.clusters.skypilot import TASK_FILE
+from gpuplan.spec.buckets import BUCKET_STORES, bucket_problem
+from tests.helpers.planning import MODELS, SPECS
+
+
+def spec(tmp_path: Path, launch: str, nodes: int = 2) -> Path:
+    shared = tmp_path / "shared"
+    path = tmp_path / "sky.toml"
+    path.write_text(f"""
+[model]
+config = "{MODELS / "llama-3.1-8b.json"}"
+dtype = "bfloat16"
+[hardware]
+gpu = "H100-80GB"
+count = 8
+nodes = {nodes}
+[data]
+train_files = ["{SPECS / "data" / "tiny-corpus.txt"}"]
+seq_len = 2048
+[training]
+effective_batch_size = 128
+max_steps = 1000
+[output]
+dir = "{shared / "runs" / "llama"}"
+[launch]
+target = "skypilot"
+storage = "{shared}"
+image = "ghcr.io/example/gpuplan:0.1"
+{launch}
+""")
+    return path
+
+
+def gpuplan(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_plan_shows_the_bucket_mounted_at_launch_storage_and_the_dry_run_renders_it(tmp_path, capsys):
+    path = spec(tmp_path, 'storage_bucket = "s3://my-bucket"')
+    code, out, err = gpuplan(capsys, "plan", path, "--no-color")
+    assert code == 0, err
+    shared = tmp_path / "shared"
+    assert f"  storage: SkyPilot mounts s3://my-bucket at {shared} on every node (MOUNT_CACHED: " in out
+    assert f"mount the bucket at {shared} on this machine too" in out
+    assert "skypilot: image ghcr.io/example/gpuplan:0.1, storage_bucket s3://my-bucket" in out
+
+    code, out, err = gpuplan(capsys, "apply", path, "--dry-run")
+    assert code == 0, err
+    task = yaml.safe_load((shared / "runs" / "llama" / "gpuplan-job" / TASK_FILE).read_text())
+    assert task["file_mounts"] == {str(shared): {"source": "s3://my-bucket", "mode": "MOUNT_CACHED"}}
+
+
+def test_several_nodes_without_a_bucket_or_a_shared_mount_are_refused_at_plan_time(tmp_path, capsys):
+    code, out, err = gpuplan(capsys, "plan", spec(tmp_path, ""), "--no-color")
+    assert code == 1 and "Traceback" not in err
+    assert "launch.storage_bucket" in err and "hardware.nodes = 2 on SkyPilot" in err
+    assert "the VMs SkyPilot provisions have no shared file system" in err
+    assert 'set launch.storage_bucket to a bucket SkyPilot mounts at launch.storage on every node ("s3://my-bucket")' in err
+    # the fix, followed, plans
+    fixed = spec(tmp_path, 'storage_bucket = "s3://my-bucket"')
+    assert gpuplan(capsys, "plan", fixed)[0] == 0
+
+
+def test_storage_shared_mounts_nothing(tmp_path, capsys):
+    path = spec(tmp_path, "storage_shared = true")
+    code, out, err = gpuplan(capsys, "plan", path, "--no-color")
+    assert code == 0, err
+    assert f"  storage: {tmp_path / 'shared'} is a shared file system the nodes already mount (launch.storage_shared)" in out
+    assert gpuplan(capsys, "apply", path, "--dry-run")[0] == 0
+    task = yaml.safe_load((tmp_path / "shared" / "runs" / "llama" / "gpuplan-job" / TASK_FILE).read_text())
+    assert "file_mounts" not in task
+
+
+def test_one_node_without_a_bucket_is_told_a_relaunch_starts_over(tmp_path, capsys):
+    code, out, err = gpuplan(capsys, "plan", spec(tmp_path, "", nodes=1), "--no-color")
+    assert code == 0, err
+    assert "is on the VM's own disk: a job SkyPilot relaunches on a new VM starts from step 0" in out
+
+
+@pytest.mark.parametrize(
+    "launch, message",
+    [
+        ('storage_bucket = "s3://my-bucket/runs"', "SkyPilot mounts a whole bucket, not a folder in one"),
+        ('storage_bucket = "ftp://my-bucket"', "it is not a bucket URL SkyPilot mounts (supported: s3://, gs://"),
+        ('storage_bucket = "/data/bucket"', "it is not a bucket URL SkyPilot mounts"),
+        ('storage_bucket = "cos://us-east/my-bucket"', "IBM COS has no MOUNT_CACHED mount in SkyPilot 0.14"),
+        ('storage_bucket = "hf://buckets/me/b"', "without rclone's write-back"),
+        ('storage_bucket = "https://example.com/c"', "an https:// bucket is an Azure container"),
+        ('storage_bucket = "s3://my-bucket"\nstorage_shared = true', "both say what launch.storage is"),
+    ],
+)
+def test_a_bucket_skypilot_cannot_mount_for_checkpoints_is_refused_with_the_key_and_the_fix(tmp_path, capsys, launch, message):
+    code, out, err = gpuplan(capsys, "plan", spec(tmp_path, launch))
+    assert code == 1 and "Traceback" not in err and out == ""
+    assert "launch.storage_bucket" in err and message in err, err
+    assert not (tmp_path / "shared").exists()
+
+
+def test_a_folder_in_the_bucket_goes_into_output_dir_and_the_fix_names_the_bucket():
+    why, instead = bucket_problem("gs://my-bucket/runs/a")
+    assert instead == '"gs://my-bucket"' and "put the folder in output.dir instead" in why
+    assert bucket_problem("https://myaccount.blob.core.windows.net/ckpt/x")[1] == '"https://myaccount.blob.core.windows.net/ckpt"'
+    for scheme in BUCKET_STORES:
+        url = "https://myaccount.blob.core.windows.net/ckpt" if scheme == "https" else f"{scheme}://my-bucket"
+        assert bucket_problem(url) is None and bucket_problem(url + "/") is None
+
+
+def test_a_bucket_needs_its_mount_path_and_is_for_skypilot_only(tmp_path, capsys):
+    path = spec(tmp_path, 'storage_bucket = "s3://my-bucket"')
+    path.write_text(path.read_text().replace(f'storage = "{tmp_path / "shared"}"\n', ""))
+    code, _, err = gpuplan(capsys, "plan", path)
+    assert code == 1 and "has no mount path: set launch.storage to where the bucket is mounted" in err
+    slurm = spec(tmp_path, 'storage_bucket = "s3://my-bucket"')
+    slurm.write_text(slurm.read_text().replace('target = "skypilot"', 'target = "slurm"').replace('image = "ghcr.io/example/gpuplan:0.1"\n', ""))
+    code, _, err = gpuplan(capsys, "plan", slurm)
+    assert code == 1 and 'launch.storage_bucket is for launch.target = "skypilot", not "slurm"' in err
+
