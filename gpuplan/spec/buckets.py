@@ -50,31 +50,31 @@ _AZURE_HOST = re.compile(r"^[a-z0-9]{3,24}\.blob\.core\.windows\.net$")
 
 
 def bucket_problem(url: str) -> tuple[str, str] | None:
-    """None when SkyPilot can mount `url` with MOUNT_CACHED; else (what is wrong, the value that would work)."""
+    """None when SkyPilot can mount `url` with MOUNT_CACHED; else (what is wrong, the fix)."""
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
     known = ", ".join(f"{s}://" for s in BUCKET_STORES)
     if scheme in REFUSED_STORES:
-        return REFUSED_STORES[scheme], f"a bucket on one of {known}"
+        return REFUSED_STORES[scheme], f"set launch.storage_bucket to a bucket on one of {known}"
     if scheme not in BUCKET_STORES or not parts.netloc:
-        return f"it is not a bucket URL SkyPilot mounts (supported: {known})", '"s3://my-bucket"'
+        return f"it is not a bucket URL SkyPilot mounts (supported: {known})", 'set launch.storage_bucket = "s3://my-bucket" (your bucket)'
     if scheme == "https":  # Azure: the container is the first path segment (sky/data/data_utils.py split_az_path)
         container, _, rest = parts.path.strip("/").partition("/")
         if not _AZURE_HOST.match(parts.netloc) or not container:
-            return "an https:// bucket is an Azure container: https://ACCOUNT.blob.core.windows.net/CONTAINER", (
-                '"https://myaccount.blob.core.windows.net/my-container"'
+            return "an https:// bucket is an Azure container, https://ACCOUNT.blob.core.windows.net/CONTAINER", (
+                'set launch.storage_bucket = "https://myaccount.blob.core.windows.net/my-container" (your account and container)'
             )
         if rest:
-            return _folder_problem(url, f"https://{parts.netloc}/{container}")
+            return _folder_problem(f"https://{parts.netloc}/{container}")
         return None
     if parts.path.strip("/"):
-        return _folder_problem(url, f"{scheme}://{parts.netloc}")
+        return _folder_problem(f"{scheme}://{parts.netloc}")
     return None
 
 
-def _folder_problem(url: str, bucket: str) -> tuple[str, str]:
+def _folder_problem(bucket: str) -> tuple[str, str]:
     return (
-        f"SkyPilot mounts a whole bucket, not a folder in one ({url} names a folder; MOUNT modes refuse it: "
-        "sky/data/storage.py Storage._validate_source); put the folder in output.dir instead",
-        f'"{bucket}"',
+        "it names a folder in a bucket, and SkyPilot mounts only a whole bucket (its MOUNT modes refuse a folder: "
+        "sky/data/storage.py Storage._validate_source)",
+        f'set launch.storage_bucket = "{bucket}" and put the folder in output.dir (under launch.storage)',
     )

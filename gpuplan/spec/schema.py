@@ -441,6 +441,14 @@ class EvalSpec(_Section):
     sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
 
 
+def _mountable_bucket(url: str) -> str:
+    """launch.storage_bucket: a bucket SkyPilot mounts with MOUNT_CACHED (spec/buckets.py)."""
+    if (problem := bucket_problem(url)) is not None:
+        why, fix = problem
+        raise ValueError(f"{url!r}: {why}; {fix}")
+    return url
+
+
 # The [launch] keys that belong to some targets only (gpuplan/clusters/ reads them); a key set for
 # another target is refused, since it would do nothing there.
 LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
@@ -506,7 +514,7 @@ class LaunchSpec(_Section):
     )
     storage_claim: _Name | None = Field(None, description="kubernetes: the PersistentVolumeClaim mounted at launch.storage on every pod.")
     spot: bool = Field(False, description="skypilot: a managed job on spot instances, recovered after preemption and resumed by gpuplan.")
-    storage_bucket: Annotated[str, Field(min_length=1, max_length=1000)] | None = Field(
+    storage_bucket: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_mountable_bucket)] | None = Field(
         None,
         description='skypilot: the cloud bucket mounted at launch.storage on every node ("s3://my-bucket"; gs://, r2://, '
         "https:// Azure, oci://, nebius://, cw://, vastdata://), in SkyPilot's MOUNT_CACHED mode (gpuplan/spec/buckets.py).",
@@ -527,7 +535,7 @@ class LaunchSpec(_Section):
                 'is mounted on every node ("/shared")'
             )
         if self.storage_bucket is not None:
-            _check_bucket(self.storage_bucket, self.storage, self.storage_shared)
+            _check_bucket_mount(self.storage_bucket, self.storage, self.storage_shared)
         if target == "local":  # trains here; the other keys wait for a target (a spec may keep them while it trains here)
             return self
         for key in sorted(self.model_fields_set):
@@ -545,11 +553,8 @@ class LaunchSpec(_Section):
         return self
 
 
-def _check_bucket(url: str, storage: str | None, shared: bool) -> None:
-    """launch.storage_bucket: a bucket SkyPilot mounts with MOUNT_CACHED (spec/buckets.py), at launch.storage."""
-    if (problem := bucket_problem(url)) is not None:
-        why, instead = problem
-        raise ValueError(f"launch.storage_bucket = {url!r}: {why}; set launch.storage_bucket = {instead}")
+def _check_bucket_mount(url: str, storage: str | None, shared: bool) -> None:
+    """launch.storage_bucket is mounted at launch.storage, and says what launch.storage_shared would say too."""
     if storage is None:
         raise ValueError(
             f"launch.storage_bucket = {url!r} has no mount path: set launch.storage to where the bucket is mounted "

@@ -94,7 +94,7 @@ def test_one_node_without_a_bucket_is_told_a_relaunch_starts_over(tmp_path, caps
 @pytest.mark.parametrize(
     "launch, message",
     [
-        ('storage_bucket = "s3://my-bucket/runs"', "SkyPilot mounts a whole bucket, not a folder in one"),
+        ('storage_bucket = "s3://my-bucket/runs"', 'SkyPilot mounts only a whole bucket (its MOUNT modes refuse a folder'),
         ('storage_bucket = "ftp://my-bucket"', "it is not a bucket URL SkyPilot mounts (supported: s3://, gs://"),
         ('storage_bucket = "/data/bucket"', "it is not a bucket URL SkyPilot mounts"),
         ('storage_bucket = "cos://us-east/my-bucket"', "IBM COS has no MOUNT_CACHED mount in SkyPilot 0.14"),
@@ -111,9 +111,11 @@ def test_a_bucket_skypilot_cannot_mount_for_checkpoints_is_refused_with_the_key_
 
 
 def test_a_folder_in_the_bucket_goes_into_output_dir_and_the_fix_names_the_bucket():
-    why, instead = bucket_problem("gs://my-bucket/runs/a")
-    assert instead == '"gs://my-bucket"' and "put the folder in output.dir instead" in why
-    assert bucket_problem("https://myaccount.blob.core.windows.net/ckpt/x")[1] == '"https://myaccount.blob.core.windows.net/ckpt"'
+    why, fix = bucket_problem("gs://my-bucket/runs/a")
+    assert "names a folder in a bucket" in why
+    assert fix == 'set launch.storage_bucket = "gs://my-bucket" and put the folder in output.dir (under launch.storage)'
+    azure = bucket_problem("https://myaccount.blob.core.windows.net/ckpt/x")
+    assert azure is not None and 'launch.storage_bucket = "https://myaccount.blob.core.windows.net/ckpt" and' in azure[1]
     for scheme in BUCKET_STORES:
         url = "https://myaccount.blob.core.windows.net/ckpt" if scheme == "https" else f"{scheme}://my-bucket"
         assert bucket_problem(url) is None and bucket_problem(url + "/") is None
