@@ -89,4 +89,3 @@ def test_a_checkpoint_the_dead_vm_did_not_finish_uploading_is_set_aside_and_the_
     (moved,) = [p for p in out.glob(f"incomplete-checkpoint-{last}-*") if p.is_dir()]
     assert (moved / "model.safetensors").stat().st_size == full // 3  # set aside, never deleted
     assert all(checkpoint_problem(d) is None for _, d in checkpoint_dirs(str(out)))
-

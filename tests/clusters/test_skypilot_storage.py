@@ -94,7 +94,7 @@ def test_one_node_without_a_bucket_is_told_a_relaunch_starts_over(tmp_path, caps
 @pytest.mark.parametrize(
     "launch, message",
     [
-        ('storage_bucket = "s3://my-bucket/runs"', 'SkyPilot mounts only a whole bucket (its MOUNT modes refuse a folder'),
+        ('storage_bucket = "s3://my-bucket/runs"', "SkyPilot mounts only a whole bucket (its MOUNT modes refuse a folder"),
         ('storage_bucket = "ftp://my-bucket"', "it is not a bucket URL SkyPilot mounts (supported: s3://, gs://"),
         ('storage_bucket = "/data/bucket"', "it is not a bucket URL SkyPilot mounts"),
         ('storage_bucket = "cos://us-east/my-bucket"', "IBM COS has no MOUNT_CACHED mount in SkyPilot 0.14"),
@@ -127,7 +127,8 @@ def test_a_bucket_needs_its_mount_path_and_is_for_skypilot_only(tmp_path, capsys
     code, _, err = gpuplan(capsys, "plan", path)
     assert code == 1 and "has no mount path: set launch.storage to where the bucket is mounted" in err
     slurm = spec(tmp_path, 'storage_bucket = "s3://my-bucket"')
-    slurm.write_text(slurm.read_text().replace('target = "skypilot"', 'target = "slurm"').replace('image = "ghcr.io/example/gpuplan:0.1"\n', ""))
+    slurm.write_text(
+        slurm.read_text().replace('target = "skypilot"', 'target = "slurm"').replace('image = "ghcr.io/example/gpuplan:0.1"\n', "")
+    )
     code, _, err = gpuplan(capsys, "plan", slurm)
     assert code == 1 and 'launch.storage_bucket is for launch.target = "skypilot", not "slurm"' in err
-
