@@ -534,8 +534,6 @@ class LaunchSpec(_Section):
                 f"launch.storage = {self.storage!r} is not an absolute path; set it to where the shared file system "
                 'is mounted on every node ("/shared")'
             )
-        if self.storage_bucket is not None:
-            _check_bucket_mount(self.storage_bucket, self.storage, self.storage_shared)
         if target == "local":  # trains here; the other keys wait for a target (a spec may keep them while it trains here)
             return self
         for key in sorted(self.model_fields_set):
@@ -550,6 +548,8 @@ class LaunchSpec(_Section):
                 raise ValueError(
                     f'launch.target = "{target}" needs launch.{key}: set it to the container image the nodes run ("registry/name:tag")'
                 )
+        if self.storage_bucket is not None:
+            _check_bucket_mount(self.storage_bucket, self.storage, self.storage_shared)
         return self
 
 
