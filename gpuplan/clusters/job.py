@@ -33,6 +33,7 @@ from gpuplan.clusters.accelerators import Choice, fitting_accelerators
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.plan.resolved import LaunchSettings
 from gpuplan.plan.types import Plan
+from gpuplan.spec.buckets import MOUNT_MODE
 from gpuplan.units import GIB
 
 JOB_DIR = "gpuplan-job"  # inside output.dir
@@ -159,6 +160,7 @@ class Job:
             "command": list(self.command),
             "env": dict(self.env),
             "storage": self.storage,
+            **({"storage_mount": mount} if (mount := self.storage_mount()) else {}),
             "output_dir": self.output_dir,
             "job_dir": self.job_dir,
             "plan_file": self.plan_file,
@@ -167,6 +169,12 @@ class Job:
             "planned": dict(self.planned),
             **({"accelerators": self.choice.to_dict()} if self.choice is not None else {}),
         }
+
+    def storage_mount(self) -> dict[str, str] | None:
+        """The bucket the engine mounts at launch.storage (SkyPilot's launch.storage_bucket), or None."""
+        if self.target != "skypilot" or not self.storage or not self.launch.storage_bucket:
+            return None
+        return {"path": self.storage, "source": self.launch.storage_bucket, "mode": MOUNT_MODE}
 
     def lines(self) -> list[str]:
         """What `gpuplan plan` prints about the job it would submit."""
@@ -195,14 +203,12 @@ class Job:
 
 def storage_lines(job: Job) -> list[str]:
     """How the storage reaches the nodes, where the engine mounts it (SkyPilot's bucket)."""
-    from gpuplan.spec.buckets import MOUNT_MODE
-
     launch = job.launch
     if launch.target != "skypilot" or not job.storage:
         return []
-    if launch.storage_bucket:
+    if mount := job.storage_mount():
         return [
-            f"  storage: SkyPilot mounts {launch.storage_bucket} at {job.storage} on every node ({MOUNT_MODE}: "
+            f"  storage: SkyPilot mounts {mount['source']} at {mount['path']} on every node ({mount['mode']}: "
             "checkpoints upload in the background; one a VM did not finish uploading is set aside on resume)",
             f"    the job's files are written here, into {job.job_dir}: mount the bucket at {job.storage} on this machine too "
             "(rclone mount, mount-s3, gcsfuse) so the nodes find them",

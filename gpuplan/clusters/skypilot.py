@@ -41,7 +41,6 @@ from gpuplan.clusters.engine import Engine, RemoteStatus, SubmitError
 from gpuplan.clusters.job import Job, JobError
 from gpuplan.clusters.yaml_text import dump
 from gpuplan.lifecycle.run_lock import JOB_ID_ENV
-from gpuplan.spec.buckets import MOUNT_MODE
 
 TASK_FILE = "sky-task.yaml"
 RESTARTS_ON_ERRORS = 3
@@ -103,7 +102,7 @@ def task_config(job: Job) -> dict[str, Any]:
         "name": job.name,
         "num_nodes": job.nodes,
         "resources": resources,
-        **({"file_mounts": file_mounts(job)} if job.storage and job.launch.storage_bucket else {}),
+        **({"file_mounts": file_mounts(job)} if job.storage_mount() else {}),
         "envs": {**job.env, JOB_ID_ENV: f"skypilot:{job.name}", "MASTER_PORT": str(job.master_port)},
         "run": run_script(job),
     }
@@ -111,8 +110,9 @@ def task_config(job: Job) -> dict[str, Any]:
 
 def file_mounts(job: Job) -> dict[str, dict[str, str]]:
     """{launch.storage: the bucket, mounted with write-back} (SkyPilot's "Cloud Buckets" file_mounts entry)."""
-    assert job.storage and job.launch.storage_bucket
-    return {job.storage: {"source": job.launch.storage_bucket, "mode": MOUNT_MODE}}
+    mount = job.storage_mount()
+    assert mount is not None
+    return {mount["path"]: {"source": mount["source"], "mode": mount["mode"]}}
 
 
 def planned_seconds(job: Job) -> dict[str, float]:

@@ -4,6 +4,7 @@ at plan time. `gpuplan plan` runs in this process (torch-free), its output captu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,9 @@ def test_plan_shows_the_bucket_mounted_at_launch_storage_and_the_dry_run_renders
     assert f"  storage: SkyPilot mounts s3://my-bucket at {shared} on every node (MOUNT_CACHED: " in out
     assert f"mount the bucket at {shared} on this machine too" in out
     assert "skypilot: image ghcr.io/example/gpuplan:0.1, storage_bucket s3://my-bucket" in out
+    code, out, err = gpuplan(capsys, "plan", path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["job"]["storage_mount"] == {"path": str(shared), "source": "s3://my-bucket", "mode": "MOUNT_CACHED"}
 
     code, out, err = gpuplan(capsys, "apply", path, "--dry-run")
     assert code == 0, err
