@@ -136,3 +136,23 @@ def test_a_bucket_needs_its_mount_path_and_is_for_skypilot_only(tmp_path, capsys
     )
     code, _, err = gpuplan(capsys, "plan", slurm)
     assert code == 1 and 'launch.storage_bucket is for launch.target = "skypilot", not "slurm"' in err
+
+
+def test_on_a_bucket_a_missing_file_is_an_unfinished_upload_and_an_unreadable_marker_still_stops(tmp_path):
+    """find_resumable on real checkpoint dirs (marker written by write_marker): what a cut upload leaves is set
+    aside on a bucket; a marker that does not parse is no upload's doing (an object lands whole), so it still stops."""
+    from gpuplan.apply.train.checkpoints import MARKER, find_resumable, write_marker
+
+    for step in (2, 4, 6):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"w" * 64)
+        (d / "trainer_state.json").write_text("{}")
+        write_marker(str(d), step)
+    (tmp_path / "checkpoint-6" / "model.safetensors").unlink()  # never uploaded
+    assert find_resumable(str(tmp_path), on_bucket=True) == (str(tmp_path / "checkpoint-4"), [str(tmp_path / "checkpoint-6")], [])
+    assert find_resumable(str(tmp_path))[2] == [(str(tmp_path / "checkpoint-6"), "corrupt: model.safetensors is missing")]
+    (tmp_path / "checkpoint-4" / MARKER).write_text("{not json")
+    ckpt, incomplete, corrupt = find_resumable(str(tmp_path), on_bucket=True)
+    assert ckpt == str(tmp_path / "checkpoint-2") and incomplete == [str(tmp_path / "checkpoint-6")]
+    assert [d for d, _ in corrupt] == [str(tmp_path / "checkpoint-4")]  # refused by the apply (session.latest_checkpoint)
