@@ -9,7 +9,10 @@ apply sets it aside, says so, and resumes from the checkpoint before it, at its 
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -89,3 +92,91 @@ def test_a_checkpoint_the_dead_vm_did_not_finish_uploading_is_set_aside_and_the_
     (moved,) = [p for p in out.glob(f"incomplete-checkpoint-{last}-*") if p.is_dir()]
     assert (moved / "model.safetensors").stat().st_size == full // 3  # set aside, never deleted
     assert all(checkpoint_problem(d) is None for _, d in checkpoint_dirs(str(out)))
+
+
+# SkyPilot's MOUNT_CACHED mount, as its nodes run it (sky/data/mounting_utils.py get_mount_cached_cmd), without
+# --daemon (the test holds the process) and on rclone's local backend: a folder stands for the bucket
+RCLONE_FLAGS = ["--vfs-cache-mode", "full", "--dir-cache-time", "10s", "--vfs-cache-poll-interval", "10s", "--vfs-fast-fingerprint"]
+
+
+def _rclone_missing() -> str | None:
+    missing = [b for b in ("rclone", "fusermount3") if shutil.which(b) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (apt-get install -y rclone fuse3)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse here"
+    return None
+
+
+def _mounted(path: Path) -> bool:
+    with open("/proc/mounts", encoding="utf-8") as f:
+        return any(line.split()[1] == str(path) for line in f)
+
+
+class Mount:
+    """`rclone mount` of `bucket` at `path` with a VFS cache of its own (one VM's disk)."""
+
+    def __init__(self, bucket: Path, path: Path, cache: Path):
+        self.path = path
+        env = {**os.environ, "RCLONE_CONFIG": str(cache.parent / "rclone.conf")}  # no ~/.config/rclone
+        args = ["rclone", "mount", f":local:{bucket}", str(path), *RCLONE_FLAGS, "--cache-dir", str(cache)]
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while not _mounted(path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.skip(f"rclone cannot mount here: {self.proc.communicate()[1][-500:]}")
+            time.sleep(0.1)
+
+    def die(self) -> None:
+        """The VM is gone: rclone killed with what it had not uploaded, the dead mount detached."""
+        self.proc.kill()
+        self.proc.wait()
+        subprocess.run(["fusermount3", "-uz", str(self.path)], check=False, capture_output=True)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # rclone uploads what is pending, then unmounts
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        subprocess.run(["fusermount3", "-uz", str(self.path)], check=False, capture_output=True)
+
+
+@pytest.mark.skipif(_rclone_missing() is not None, reason=str(_rclone_missing()))
+def test_on_a_real_write_back_mount_a_job_killed_with_its_vm_resumes_on_a_fresh_one(tmp_path):
+    """The job's command on rclone's MOUNT_CACHED mount: the VM dies (apply and rclone killed, its cache lost with
+    it, uploads cut wherever they were); a fresh mount on a new cache (the relaunched VM) resumes from a complete
+    checkpoint, and what the bucket holds at the end is the whole run."""
+    spec, out = bucket_spec(tmp_path)
+    mount_path, bucket = tmp_path / "bucket", tmp_path / "store"
+    mount_path.mkdir()
+    bucket.mkdir()
+    first = Mount(bucket, mount_path, tmp_path / "vm1-cache")
+    try:
+        r = gpuplan("apply", spec, "--dry-run")  # the job dir, written into the bucket through the mount
+        assert r.returncode == 0, r.stderr[-2000:]
+        job = ("apply", out / "gpuplan-job" / "plan.json", "--yes", "--in-job", "--node-rank", "0")
+        proc = start(*job, **{JOB_ID_ENV: JOB_ID})
+        time.sleep(6)  # rclone's write-back (5 s) has uploaded the job dir
+        _wait_for(lambda: len(_complete(out)) >= 2, proc)
+        proc.kill()
+        first.die()
+        proc.wait()
+    finally:
+        first.close()
+    second = Mount(bucket, mount_path, tmp_path / "vm2-cache")
+    try:
+        r = gpuplan(*job, **{JOB_ID_ENV: JOB_ID})
+        assert r.returncode == 0, r.stderr[-3000:]
+        s = state(out)
+        assert s["status"] == "completed" and s["progress"]["global_step"] == 12
+        assert s["resumed_from"] is not None and checkpoint_problem(s["resumed_from"]) is None
+        assert train_steps(out) == list(range(1, 13))
+    finally:
+        second.close()
+    # the bucket alone (no mount, no cache): the run's state, its metrics and complete checkpoints
+    run = bucket / "runs" / "tiny"
+    assert state(run)["status"] == "completed" and train_steps(run) == list(range(1, 13))
+    assert [step for step, d in checkpoint_dirs(str(run)) if checkpoint_problem(d) is None][:1] == [12]
