@@ -27,11 +27,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning"
 JOB_ID = "skypilot:tiny-bucket"
 
 
-def bucket_spec(tmp_path: Path) -> tuple[Path, Path]:
+def bucket_spec(tmp_path: Path, max_steps: int = 12, save_steps: int = 2) -> tuple[Path, Path]:
     """(spec, output.dir): the tiny CPU run as a one-node SkyPilot job whose launch.storage is a bucket mount."""
     mount = tmp_path / "bucket"
     out = mount / "runs" / "tiny"
-    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=12, save_steps=2, keep=3)
+    spec = tiny_spec(tmp_path / "tiny.toml", out, max_steps=max_steps, save_steps=save_steps, keep=3)
     spec.write_text(
         spec.read_text()
         + f'\n[launch]\ntarget = "skypilot"\nimage = "ghcr.io/example/gpuplan:0.1"\nstorage = "{mount}"\nstorage_bucket = "s3://my-bucket"\n'
@@ -144,13 +144,17 @@ class Mount:
         subprocess.run(["fusermount3", "-uz", str(self.path)], check=False, capture_output=True)
 
 
+STEPS = 48  # long enough to outlast the first upload of a checkpoint
+
+
 @pytest.mark.skipif(_rclone_missing() is not None, reason=str(_rclone_missing()))
 def test_on_a_real_write_back_mount_a_job_killed_with_its_vm_resumes_on_a_fresh_one(tmp_path):
     """The job's command on rclone's MOUNT_CACHED mount: the VM dies (apply and rclone killed, its cache lost with
     it, uploads cut wherever they were); a fresh mount on a new cache (the relaunched VM) resumes from a complete
     checkpoint, and what the bucket holds at the end is the whole run."""
-    spec, out = bucket_spec(tmp_path)
+    spec, out = bucket_spec(tmp_path, max_steps=STEPS, save_steps=4)
     mount_path, bucket = tmp_path / "bucket", tmp_path / "store"
+    run = bucket / "runs" / "tiny"  # what the bucket itself holds, uploaded
     mount_path.mkdir()
     bucket.mkdir()
     first = Mount(bucket, mount_path, tmp_path / "vm1-cache")
@@ -159,24 +163,29 @@ def test_on_a_real_write_back_mount_a_job_killed_with_its_vm_resumes_on_a_fresh_
         assert r.returncode == 0, r.stderr[-2000:]
         job = ("apply", out / "gpuplan-job" / "plan.json", "--yes", "--in-job", "--node-rank", "0")
         proc = start(*job, **{JOB_ID_ENV: JOB_ID})
-        time.sleep(6)  # rclone's write-back (5 s) has uploaded the job dir
-        _wait_for(lambda: len(_complete(out)) >= 2, proc)
+        _wait_for(lambda: len(_complete(run)) >= 1, proc)  # rclone's write-back (5 s after a close) uploaded a save
         proc.kill()
         first.die()
         proc.wait()
     finally:
         first.close()
+    uploaded = _complete(run)  # what the relaunched VM finds: complete checkpoints, newest first
+    assert uploaded, "no checkpoint reached the bucket before the VM died"
     second = Mount(bucket, mount_path, tmp_path / "vm2-cache")
     try:
         r = gpuplan(*job, **{JOB_ID_ENV: JOB_ID})
         assert r.returncode == 0, r.stderr[-3000:]
         s = state(out)
-        assert s["status"] == "completed" and s["progress"]["global_step"] == 12
-        assert s["resumed_from"] is not None and checkpoint_problem(s["resumed_from"]) is None
-        assert train_steps(out) == list(range(1, 13))
+        assert s["status"] == "completed" and s["progress"]["global_step"] == STEPS
+        assert s["resumed_from"] == str(out / f"checkpoint-{uploaded[0]}"), r.stdout[-3000:]
+        assert train_steps(out) == list(range(1, STEPS + 1)), r.stdout[-3000:]  # no step lost or logged twice
+        deadline = time.monotonic() + 60  # the last writes reach the bucket once they stop changing (write-back)
+        while not ((run / "gpuplan-state.json").is_file() and state(run)["status"] == "completed"):
+            assert time.monotonic() < deadline, "the finished run's state never reached the bucket"
+            time.sleep(0.5)
+        time.sleep(6)
     finally:
         second.close()
     # the bucket alone (no mount, no cache): the run's state, its metrics and complete checkpoints
-    run = bucket / "runs" / "tiny"
-    assert state(run)["status"] == "completed" and train_steps(run) == list(range(1, 13))
-    assert [step for step, d in checkpoint_dirs(str(run)) if checkpoint_problem(d) is None][:1] == [12]
+    assert state(run)["status"] == "completed" and train_steps(run) == list(range(1, STEPS + 1))
+    assert [step for step, d in checkpoint_dirs(str(run)) if checkpoint_problem(d) is None][:1] == [STEPS]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuplan.apply.launch.backends import Launcher, launcher_for
 from gpuplan.errors import Diagnostic, GpuplanError
-from gpuplan.lifecycle.run_dir import CHECKPOINT_PREFIX
+from gpuplan.lifecycle.run_dir import CHECKPOINT_PREFIX, STATE_FILE
 from gpuplan.plan.types import Plan
 
 
@@ -88,6 +88,10 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     if restart:
         return None, "--restart: training from the start (old checkpoints are moved aside, not deleted)"
     if state is None:
+        if plan.resolved.launch.on_bucket and (ckpt := latest_checkpoint(out, on_bucket=True)):
+            # rclone uploads a file once it has not changed for a while (--vfs-write-back, 5 s): the state, rewritten
+            # every step, may never have reached the bucket when the VM stopped, while the checkpoints did
+            return ckpt, f"resuming from {ckpt}: the run's {STATE_FILE} had not reached the bucket when its VM stopped"
         return None, "new run"
     conflicts = resume_conflicts(Plan.from_dict(state["plan"]), plan)
     ckpt = latest_checkpoint(out, on_bucket=plan.resolved.launch.on_bucket)

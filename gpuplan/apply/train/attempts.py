@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def check_resume_point(resume_from: str, output_dir: str) -> None:
     """Refuse a directory that is not a complete Trainer checkpoint; trim metrics.jsonl back to its step."""
-    from gpuplan.apply.train.checkpoints import checkpoint_problem, checkpoint_step, trim_metrics
+    from gpuplan.apply.train.checkpoints import checkpoint_problem, checkpoint_step, restore_metrics, trim_metrics
 
     if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
         raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it (not a Trainer checkpoint)")
@@ -34,6 +34,7 @@ def check_resume_point(resume_from: str, output_dir: str) -> None:
             fix=f"rerun with --restart, or delete {resume_from} to resume from the one before",
         )
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
+        restore_metrics(output_dir, resume_from)  # a bucket run's: the copy saved with the checkpoint, when further on
         trim_metrics(output_dir, checkpoint_step(resume_from))
 
 
