@@ -5,6 +5,10 @@ of the plan that `gpuplan apply SPEC --dry-run` wrote, with the GPUPLAN_JOB_ID t
 folder standing for the bucket's mount. The VM dies (SIGKILL) after a few saves, and its last complete
 checkpoint is cut short on disk, as an upload that never finished leaves it: the relaunched job's
 apply sets it aside, says so, and resumes from the checkpoint before it, at its step.
+
+Then the same on a real write-back mount: rclone (Debian's rclone and fuse3; .ci/run installs them, the test
+skips without them) mounts a local folder standing for the bucket with SkyPilot's MOUNT_CACHED flags; the VM
+dies with rclone and its cache, and a fresh mount resumes the run from what reached the bucket.
 """
 
 from __future__ import annotations
