@@ -156,3 +156,29 @@ def test_on_a_bucket_a_missing_file_is_an_unfinished_upload_and_an_unreadable_ma
     ckpt, incomplete, corrupt = find_resumable(str(tmp_path), on_bucket=True)
     assert ckpt == str(tmp_path / "checkpoint-2") and incomplete == [str(tmp_path / "checkpoint-6")]
     assert [d for d, _ in corrupt] == [str(tmp_path / "checkpoint-4")]  # refused by the apply (session.latest_checkpoint)
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_a_relaunch_whose_state_never_reached_the_bucket_resumes_from_its_checkpoint(tmp_path, bucket):
+    """rclone uploads a file once it stops changing: the state (rewritten every step) can miss the bucket while a
+    checkpoint made it. On a bucket the run resumes from that checkpoint; elsewhere no state is a new run."""
+    from gpuplan.apply.launch.session import resume_point
+    from gpuplan.apply.train.checkpoints import write_marker
+    from gpuplan.plan.build import plan_file
+    from tests.helpers.cli_runs import tiny_spec
+    from tests.helpers.planning import ENV
+
+    mount = tmp_path / "bucket"
+    out = mount / "runs" / "tiny"
+    path = tiny_spec(tmp_path / "tiny.toml", out)
+    launch = f'storage = "{mount}"\nimage = "ghcr.io/example/gpuplan:0.1"\n' + ('storage_bucket = "s3://my-bucket"\n' if bucket else "")
+    path.write_text(path.read_text() + '\n[launch]\ntarget = "skypilot"\n' + launch)
+    ckpt = out / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    write_marker(str(ckpt), 2)
+    got = resume_point(plan_file(path, environment=ENV), restart=False)
+    if bucket:
+        assert got == (str(ckpt), f"resuming from {ckpt}: the run's gpuplan-state.json had not reached the bucket when its VM stopped")
+    else:
+        assert got == (None, "new run")
