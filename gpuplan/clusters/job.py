@@ -33,6 +33,7 @@ from gpuplan.clusters.accelerators import Choice, fitting_accelerators
 from gpuplan.errors import Diagnostic, GpuplanError
 from gpuplan.plan.resolved import LaunchSettings
 from gpuplan.plan.types import Plan
+from gpuplan.spec.buckets import MOUNT_MODE
 from gpuplan.units import GIB
 
 JOB_DIR = "gpuplan-job"  # inside output.dir
@@ -159,6 +160,7 @@ class Job:
             "command": list(self.command),
             "env": dict(self.env),
             "storage": self.storage,
+            **({"storage_mount": mount} if (mount := self.storage_mount()) else {}),
             "output_dir": self.output_dir,
             "job_dir": self.job_dir,
             "plan_file": self.plan_file,
@@ -167,6 +169,12 @@ class Job:
             "planned": dict(self.planned),
             **({"accelerators": self.choice.to_dict()} if self.choice is not None else {}),
         }
+
+    def storage_mount(self) -> dict[str, str] | None:
+        """The bucket the engine mounts at launch.storage (SkyPilot's launch.storage_bucket), or None."""
+        if self.target != "skypilot" or not self.storage or not self.launch.storage_bucket:
+            return None
+        return {"path": self.storage, "source": self.launch.storage_bucket, "mode": MOUNT_MODE}
 
     def lines(self) -> list[str]:
         """What `gpuplan plan` prints about the job it would submit."""
@@ -181,6 +189,7 @@ class Job:
             f"  output.dir {self.output_dir}"
             + (f" on the shared storage {self.storage}" if self.storage else "")
             + f"; the job's files in {self.job_dir}",
+            *storage_lines(self),
             f"  each node runs: {shlex.join(self.command)}",
             f"  preempted or requeued, it resumes from the last checkpoint (every {self.save_steps} steps, training.save_steps)",
         ]
@@ -190,6 +199,26 @@ class Job:
         if extra:
             out.append(f"  {self.target}: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
         return out
+
+
+def storage_lines(job: Job) -> list[str]:
+    """How the storage reaches the nodes, where the engine mounts it (SkyPilot's bucket)."""
+    launch = job.launch
+    if launch.target != "skypilot" or not job.storage:
+        return []
+    if mount := job.storage_mount():
+        return [
+            f"  storage: SkyPilot mounts {mount['source']} at {mount['path']} on every node ({mount['mode']}: "
+            "checkpoints upload in the background; one a VM did not finish uploading is set aside on resume)",
+            f"    the job's files are written here, into {job.job_dir}: mount the bucket at {job.storage} on this machine too "
+            "(rclone mount, mount-s3, gcsfuse) so the nodes find them",
+        ]
+    if launch.storage_shared:
+        return [f"  storage: {job.storage} is a shared file system the nodes already mount (launch.storage_shared)"]
+    return [
+        f"  storage: {job.storage} is on the VM's own disk: a job SkyPilot relaunches on a new VM starts from step 0 "
+        "(set launch.storage_bucket to keep the checkpoints)"
+    ]
 
 
 def choice_lines(choice: Choice, per_node: int, nodes: int) -> list[str]:
@@ -313,6 +342,15 @@ def skypilot_choice(
 
 def check_storage(launch: LaunchSettings, nodes: int, output_dir: str) -> None:
     storage = launch.storage
+    if launch.target == "skypilot" and nodes > 1 and storage is not None and not (launch.storage_bucket or launch.storage_shared):
+        raise JobError(
+            f"hardware.nodes = {nodes} on SkyPilot with launch.storage = {storage!r} but nothing shares it: the VMs "
+            "SkyPilot provisions have no shared file system, so the other nodes, and a job relaunched after a "
+            "preemption, would not see the saved plan and the checkpoints",
+            key="launch.storage_bucket",
+            fix='set launch.storage_bucket to a bucket SkyPilot mounts at launch.storage on every node ("s3://my-bucket"), '
+            "or launch.storage_shared = true if the image or the cloud already mounts a shared file system there",
+        )
     if storage is None:
         if nodes > 1:
             raise JobError(

@@ -6,6 +6,10 @@ The task (SkyPilot 0.14 task YAML, sky/utils/schemas.py get_task_schema):
   `cpus` / `memory` as "N+" minimums from the plan; `image_id: docker:<launch.image>`;
   `use_spot` = launch.spot; `job_recovery` FAILOVER with restarts on errors, so a preempted or failed
   managed job is relaunched (sky/jobs/recovery_strategy.py) and gpuplan resumes it from the last checkpoint.
+- `file_mounts`: launch.storage_bucket mounted at launch.storage on every node, in MOUNT_CACHED mode
+  (sky/utils/schemas.py get_storage_schema: source, mode; gpuplan/spec/buckets.py says why that mode),
+  so a relaunched VM and the other nodes find the saved plan, the state and the checkpoints there;
+  none where launch.storage_shared says the image or the cloud already shares it.
 - `run`: each node runs `gpuplan apply` of the saved plan with --node-rank $SKYPILOT_NODE_RANK; the
   rendezvous host is the first line of $SKYPILOT_NODE_IPS (node 0); the run refuses a node whose
   $SKYPILOT_NUM_GPUS_PER_NODE is not the plan's (SkyPilot docs, "Distributed Multi-Node Jobs":
@@ -98,9 +102,17 @@ def task_config(job: Job) -> dict[str, Any]:
         "name": job.name,
         "num_nodes": job.nodes,
         "resources": resources,
+        **({"file_mounts": file_mounts(job)} if job.storage_mount() else {}),
         "envs": {**job.env, JOB_ID_ENV: f"skypilot:{job.name}", "MASTER_PORT": str(job.master_port)},
         "run": run_script(job),
     }
+
+
+def file_mounts(job: Job) -> dict[str, dict[str, str]]:
+    """{launch.storage: the bucket, mounted with write-back} (SkyPilot's "Cloud Buckets" file_mounts entry)."""
+    mount = job.storage_mount()
+    assert mount is not None
+    return {mount["path"]: {"source": mount["source"], "mode": mount["mode"]}}
 
 
 def planned_seconds(job: Job) -> dict[str, float]:

@@ -138,6 +138,7 @@ EXAMPLES: dict[str, Any] = {
     "launch.namespace": "ml",
     "launch.queue": "team-a",
     "launch.storage_claim": "shared-pvc",
+    "launch.storage_bucket": "s3://my-bucket",
     "launch.ray_address": "auto",
     "vision.image_size": 1024,
     "vision.processor_config": "models/my-vlm/processor_config.json",

@@ -437,12 +437,19 @@ class LaunchSettings:
     kubernetes_api: Literal["trainjob", "job"] = "trainjob"
     storage_claim: str | None = None  # kubernetes: the PVC mounted at storage
     spot: bool = False  # skypilot: managed job on spot instances
+    storage_bucket: str | None = None  # skypilot: the bucket mounted at storage (MOUNT_CACHED)
+    storage_shared: bool = False  # skypilot: storage is already a shared mount on every node
     ray_address: str | None = None  # ray
 
     @property
     def remote(self) -> bool:
         """The plan is handed off to a cluster rather than trained here."""
         return self.target != "local"
+
+    @property
+    def on_bucket(self) -> bool:
+        """output.dir is on a cloud bucket mounted with write-back (spec/buckets.py): a checkpoint may be half uploaded."""
+        return self.target == "skypilot" and self.storage_bucket is not None
 
 
 @dataclass(frozen=True)

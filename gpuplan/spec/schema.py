@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from gpuplan.spec.buckets import bucket_problem
 from gpuplan.spec.names import COMPILE_BACKENDS, COMPILE_MODES, SCHEDULER_TYPES
 from gpuplan.spec.trackers import TRACKER_NAMES
 from gpuplan.spec.value_types import (
@@ -440,6 +441,14 @@ class EvalSpec(_Section):
     sample_at_eval: bool = Field(False, description="Also generate the sample prompts at every eval step.")
 
 
+def _mountable_bucket(url: str) -> str:
+    """launch.storage_bucket: a bucket SkyPilot mounts with MOUNT_CACHED (spec/buckets.py)."""
+    if (problem := bucket_problem(url)) is not None:
+        why, fix = problem
+        raise ValueError(f"{url!r}: {why}; {fix}")
+    return url
+
+
 # The [launch] keys that belong to some targets only (gpuplan/clusters/ reads them); a key set for
 # another target is refused, since it would do nothing there.
 LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
@@ -452,6 +461,8 @@ LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
     "kubernetes_api": ("kubernetes",),
     "storage_claim": ("kubernetes",),
     "spot": ("skypilot",),
+    "storage_bucket": ("skypilot",),
+    "storage_shared": ("skypilot",),
     "ray_address": ("ray",),
 }
 LAUNCH_REQUIRED: dict[str, tuple[str, ...]] = {"kubernetes": ("image",), "skypilot": ("image",)}
@@ -503,6 +514,16 @@ class LaunchSpec(_Section):
     )
     storage_claim: _Name | None = Field(None, description="kubernetes: the PersistentVolumeClaim mounted at launch.storage on every pod.")
     spot: bool = Field(False, description="skypilot: a managed job on spot instances, recovered after preemption and resumed by gpuplan.")
+    storage_bucket: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_mountable_bucket)] | None = Field(
+        None,
+        description='skypilot: the cloud bucket mounted at launch.storage on every node ("s3://my-bucket"; gs://, r2://, '
+        "https:// Azure, oci://, nebius://, cw://, vastdata://), in SkyPilot's MOUNT_CACHED mode (gpuplan/spec/buckets.py).",
+    )
+    storage_shared: bool = Field(
+        False,
+        description="skypilot: launch.storage is already a shared file system on every node (the image or the cloud mounts it), "
+        "so no bucket is mounted; several nodes need it or launch.storage_bucket.",
+    )
     ray_address: _Name | None = Field(None, description='ray: the cluster to connect to (ray.init address); default: "auto".')
 
     @model_validator(mode="after")
@@ -527,7 +548,23 @@ class LaunchSpec(_Section):
                 raise ValueError(
                     f'launch.target = "{target}" needs launch.{key}: set it to the container image the nodes run ("registry/name:tag")'
                 )
+        if self.storage_bucket is not None:
+            _check_bucket_mount(self.storage_bucket, self.storage, self.storage_shared)
         return self
+
+
+def _check_bucket_mount(url: str, storage: str | None, shared: bool) -> None:
+    """launch.storage_bucket is mounted at launch.storage, and says what launch.storage_shared would say too."""
+    if storage is None:
+        raise ValueError(
+            f"launch.storage_bucket = {url!r} has no mount path: set launch.storage to where the bucket is mounted "
+            'on every node ("/shared") and output.dir to a folder under it ("/shared/runs/NAME")'
+        )
+    if shared:
+        raise ValueError(
+            f"launch.storage_bucket = {url!r} and launch.storage_shared = true both say what launch.storage is: "
+            "remove launch.storage_shared to mount the bucket there, or launch.storage_bucket if the nodes already share it"
+        )
 
 
 class VisionSpec(_Section):

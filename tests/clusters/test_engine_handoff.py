@@ -17,7 +17,7 @@ from tests.helpers.planning import MODELS, SPECS
 
 LAUNCH = {
     "kubernetes": 'image = "ghcr.io/example/gpuplan:0.1"\nnamespace = "ml"\nqueue = "team-a"\nstorage_claim = "shared-pvc"\n',
-    "skypilot": 'image = "ghcr.io/example/gpuplan:0.1"\n',
+    "skypilot": 'image = "ghcr.io/example/gpuplan:0.1"\nstorage_bucket = "s3://my-bucket"\n',
     "ray": "",
 }
 RENDERED = {"kubernetes": "trainjob.yaml", "skypilot": "sky-task.yaml", "ray": "ray_job.py"}

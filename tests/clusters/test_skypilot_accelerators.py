@@ -135,6 +135,7 @@ dir = "{shared / "runs" / "llama"}"
 [launch]
 target = "skypilot"
 storage = "{shared}"
+storage_bucket = "s3://my-bucket"
 image = "ghcr.io/example/gpuplan:0.1"
 """)
     return path

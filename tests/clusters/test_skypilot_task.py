@@ -28,7 +28,8 @@ from gpuplan.clusters.engine import engine_for
 from gpuplan.clusters.job import JobError, job_for
 from gpuplan.clusters.skypilot import SKYPILOT_ACCELERATORS, TASK_FILE, default_seconds, planned_seconds
 from gpuplan.plan.build import plan_file
-from tests.helpers.cluster_launches import IMAGE, MULTI_NODE_SPEC, launch_for
+from gpuplan.spec.buckets import BUCKET_STORES, bucket_problem
+from tests.helpers.cluster_launches import BUCKET, IMAGE, MULTI_NODE_SPEC, launch_for
 from tests.helpers.planning import ENV
 
 SKYPILOT_PYTHON_ENV = "GPUPLAN_TEST_SKYPILOT_PYTHON"
@@ -76,14 +77,29 @@ def sky_python(tmp_path: Path, code: str, *args: str) -> dict:
 LOAD = """
 import json, sys
 import sky
+from sky.data.storage import Storage, StorageMode
 task = sky.Task.from_yaml(sys.argv[1])
+
+def verdict(url):  # what SkyPilot's API server checks of a mounted source (Storage.construct -> _validate_source)
+    try:
+        Storage._validate_source(url, StorageMode.MOUNT_CACHED, False)
+        return "ok"
+    except Exception as e:
+        return type(e).__name__
+
 print(json.dumps({
     "num_nodes": task.num_nodes,
     "resources": [{"accelerators": r.accelerators, "use_spot": r.use_spot, "image_id": r.image_id[None] if r.image_id else None,
                    "cpus": r.cpus, "memory": r.memory, "job_recovery": r.job_recovery} for r in task.resources],
     "envs": dict(task.envs), "run": task.run, "name": task.name,
+    "storage_mounts": {p: {"source": m.source, "mode": m.mode.value} for p, m in task.storage_mounts.items()},
+    "file_mounts": task.file_mounts,
+    "sources": {url: verdict(url) for url in json.loads(sys.argv[2])},
 }))
 """
+# buckets gpuplan takes (one per scheme of spec/buckets.py) and one it refuses, as SkyPilot's own check judges them
+ACCEPTED = ["https://myaccount.blob.core.windows.net/ckpt" if s == "https" else f"{s}://my-bucket" for s in BUCKET_STORES]
+FOLDER = "s3://my-bucket/runs"
 
 
 @needs_skypilot
@@ -92,8 +108,13 @@ def test_the_task_loads_with_skypilots_own_from_yaml(plan, tmp_path):
     job = sky_job(plan)
     path = tmp_path / TASK_FILE
     path.write_text(engine_for("skypilot").render(job)[TASK_FILE])
-    got = sky_python(tmp_path, LOAD, str(path))
+    got = sky_python(tmp_path, LOAD, str(path), json.dumps([*ACCEPTED, FOLDER]))
     assert got["num_nodes"] == job.nodes == 2 and got["name"] == job.name
+    # the bucket the plan chose, mounted with write-back at launch.storage, where output.dir is
+    assert got["storage_mounts"] == {job.storage: {"source": BUCKET, "mode": "MOUNT_CACHED"}} and not got["file_mounts"]
+    assert job.output_dir.startswith(job.storage + "/")
+    assert {u: got["sources"][u] for u in ACCEPTED} == dict.fromkeys(ACCEPTED, "ok")
+    assert got["sources"][FOLDER] == "StorageModeError" and bucket_problem(FOLDER) is not None  # refused by both
     # one Resources per GPU type that fits 2 x 8 (clusters/accelerators.py), each with the plan's 8 per node
     assert len(job.resources.accelerators) > 10 and "H100-80GB" in job.resources.accelerators
     listed = sorted(item for r in got["resources"] for item in r["accelerators"].items())

@@ -15,10 +15,11 @@ from tests.helpers.planning import SPECS
 
 MULTI_NODE_SPEC = SPECS / "llama-8b-2nodes-slurm.toml"
 IMAGE = "ghcr.io/example/gpuplan:0.1"
+BUCKET = "s3://my-bucket"  # SkyPilot's VMs share no file system: the bucket it mounts at launch.storage
 # each engine's own [launch] keys, as docs/clusters.md writes them
 ENGINE_LAUNCH: dict[str, dict[str, Any]] = {
     "kubernetes": {"image": IMAGE, "namespace": "ml", "queue": "team-a", "storage_claim": "shared-pvc", "kubernetes_api": "trainjob"},
-    "skypilot": {"image": IMAGE, "spot": True},
+    "skypilot": {"image": IMAGE, "spot": True, "storage_bucket": BUCKET},
     "ray": {},
 }
 _SLURM_ONLY = {"partition": None, "account": None, "qos": None}

@@ -10,7 +10,9 @@ count the plan's throughput estimate uses.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +53,16 @@ def builder_for(paths: list[str], key: str) -> str:
 
 
 def cache_dir(plan: Plan) -> str:
-    """The `datasets` cache inside output.dir: apply writes nothing outside it (not ~/.cache)."""
+    """The `datasets` cache inside output.dir: apply writes nothing outside it (not ~/.cache).
+
+    On a bucket mount (launch.storage_bucket, SkyPilot's MOUNT_CACHED) it is in the node's temp dir
+    instead: datasets writes its Arrow file into a `.incomplete` folder, renames the folder and
+    memory-maps the file, and rclone's write-back mount cannot serve that file while its upload is
+    pending (the mapped read dies with SIGBUS: tests/clusters/test_skypilot_bucket_resume.py runs it
+    on a real rclone mount). It is a cache of the data files, rebuilt on a fresh VM."""
+    if plan.resolved.launch.on_bucket:
+        digest = hashlib.sha256(plan.resolved.output.dir.encode()).hexdigest()[:16]
+        return os.path.join(tempfile.gettempdir(), f"gpuplan-datasets-{digest}")
     return os.path.join(plan.resolved.output.dir, ".cache", "datasets")
 
 

@@ -14,17 +14,18 @@ from pathlib import Path
 
 from gpuplan.apply.launch.backends import Launcher, launcher_for
 from gpuplan.errors import Diagnostic, GpuplanError
-from gpuplan.lifecycle.run_dir import CHECKPOINT_PREFIX
+from gpuplan.lifecycle.run_dir import CHECKPOINT_PREFIX, STATE_FILE
 from gpuplan.plan.types import Plan
 
 
-def latest_checkpoint(output_dir: str) -> str | None:
+def latest_checkpoint(output_dir: str, *, on_bucket: bool = False) -> str | None:
     """The newest complete checkpoint (gpuplan-checkpoint.json, every file at its size:
-    apply/train/checkpoints.py). Incomplete ones (killed while saving) are skipped; a corrupt
-    one newer than it is refused, since resuming past it would silently lose steps."""
+    apply/train/checkpoints.py). Incomplete ones (killed while saving; on a write-back bucket,
+    `on_bucket`, also those not fully uploaded) are skipped; a corrupt one newer than it is
+    refused, since resuming past it would silently lose steps."""
     from gpuplan.apply.train.checkpoints import find_resumable
 
-    ckpt, _, corrupt = find_resumable(output_dir)
+    ckpt, _, corrupt = find_resumable(output_dir, on_bucket=on_bucket)
     if corrupt:
         d, problem = corrupt[0]
         raise GpuplanError(
@@ -40,11 +41,29 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return ckpt
 
 
-def set_aside_incomplete(output_dir: str) -> list[str]:
-    """Rename checkpoints the last apply did not finish saving (never resumed, never deleted)."""
+def set_aside_incomplete(output_dir: str, *, on_bucket: bool = False) -> list[str]:
+    """Rename checkpoints the last apply did not finish saving (or, `on_bucket`, uploading): never resumed, never deleted."""
     from gpuplan.apply.train.checkpoints import find_resumable, set_aside
 
-    return set_aside(find_resumable(output_dir)[1])
+    return set_aside(find_resumable(output_dir, on_bucket=on_bucket)[1])
+
+
+def set_aside_lines(output_dir: str, *, on_bucket: bool) -> list[str]:
+    """Set the unfinished checkpoints aside; what to say about each (nothing when there are none)."""
+    from gpuplan.apply.train.checkpoints import checkpoint_problem, find_resumable, set_aside
+
+    partial = find_resumable(output_dir, on_bucket=on_bucket)[1]
+    if not partial:
+        return []
+    problems = [checkpoint_problem(d) for d in partial]
+    moved = set_aside(partial)
+    if not on_bucket:
+        return [f"Set aside checkpoints the last apply did not finish saving: {', '.join(moved)}"]
+    return [
+        f"Set aside {d} ({problem}): the last apply did not finish saving or uploading it to the bucket "
+        f"(launch.storage_bucket, write-back), now {new}"
+        for d, problem, new in zip(partial, problems, moved)
+    ]
 
 
 def supersede_checkpoints(output_dir: str) -> str | None:
@@ -69,9 +88,13 @@ def resume_point(plan: Plan, restart: bool) -> tuple[str | None, str]:
     if restart:
         return None, "--restart: training from the start (old checkpoints are moved aside, not deleted)"
     if state is None:
+        if plan.resolved.launch.on_bucket and (ckpt := latest_checkpoint(out, on_bucket=True)):
+            # rclone uploads a file once it has not changed for a while (--vfs-write-back, 5 s): the state, rewritten
+            # every step, may never have reached the bucket when the VM stopped, while the checkpoints did
+            return ckpt, f"resuming from {ckpt}: the run's {STATE_FILE} had not reached the bucket when its VM stopped"
         return None, "new run"
     conflicts = resume_conflicts(Plan.from_dict(state["plan"]), plan)
-    ckpt = latest_checkpoint(out)
+    ckpt = latest_checkpoint(out, on_bucket=plan.resolved.launch.on_bucket)
     if conflicts and ckpt:
         raise GpuplanError(
             [
@@ -101,7 +124,7 @@ def finished_lines(plan: Plan, restart: bool) -> list[str] | None:
     out = plan.resolved.output.dir
     state = None if restart else load_state(out)
     done = None if state is None else finished_run(state, plan)
-    return None if done is None else render_finished(done, out, find_resumable(out)[0])
+    return None if done is None else render_finished(done, out, find_resumable(out, on_bucket=plan.resolved.launch.on_bucket)[0])
 
 
 def apply_plan(
@@ -140,6 +163,7 @@ def apply_plan(
         confirm()
         if restart and (moved := supersede_checkpoints(out)):
             echo(f"Moved the old checkpoints to {moved}")
-        elif not restart and (partial := set_aside_incomplete(out)):
-            echo(f"Set aside checkpoints the last apply did not finish saving: {', '.join(partial)}")
+        elif not restart:
+            for line in set_aside_lines(out, on_bucket=plan.resolved.launch.on_bucket):
+                echo(line)
         return launcher.run(plan, resume_from=resume_from, echo=echo)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def check_resume_point(resume_from: str, output_dir: str) -> None:
     """Refuse a directory that is not a complete Trainer checkpoint; trim metrics.jsonl back to its step."""
-    from gpuplan.apply.train.checkpoints import checkpoint_problem, checkpoint_step, trim_metrics
+    from gpuplan.apply.train.checkpoints import checkpoint_problem, checkpoint_step, restore_metrics, trim_metrics
 
     if not os.path.isfile(os.path.join(resume_from, "trainer_state.json")):
         raise ApplyError(f"cannot resume from {resume_from}: no trainer_state.json in it (not a Trainer checkpoint)")
@@ -34,6 +34,7 @@ def check_resume_point(resume_from: str, output_dir: str) -> None:
             fix=f"rerun with --restart, or delete {resume_from} to resume from the one before",
         )
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns metrics.jsonl
+        restore_metrics(output_dir, resume_from)  # a bucket run's: the copy saved with the checkpoint, when further on
         trim_metrics(output_dir, checkpoint_step(resume_from))
 
 
@@ -76,7 +77,7 @@ def train_within_memory(
         attempt.prepared = None  # the last reference to the model: now it can be freed
         _release(device)
         plan = retry[0]
-        resume_from = find_resumable(output_dir)[0]  # this run's newest complete checkpoint
+        resume_from = find_resumable(output_dir, on_bucket=plan.resolved.launch.on_bucket)[0]  # this run's newest complete checkpoint
         trim_metrics(output_dir, checkpoint_step(resume_from) if resume_from else 0)  # one process here
         state.replanned(plan, {**retry[1], "resumed_from": resume_from})
         echo(retry[2] + (f"; resuming from {resume_from}" if resume_from else "; starting over"))

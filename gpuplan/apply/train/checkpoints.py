@@ -6,12 +6,20 @@ Trainer has written everything (its `on_save` event fires after `_save_checkpoin
 transformers trainer.py `_maybe_log_save_evaluate`), gpuplan fsyncs the files and writes
 gpuplan-checkpoint.json naming each file and its size, through a temporary file, fsync
 and rename. A checkpoint counts only with that marker and every file at its size.
+
+On a cloud bucket mounted with write-back (launch.storage_bucket: SkyPilot's MOUNT_CACHED,
+gpuplan/spec/buckets.py) the marker says less: rclone uploads each file once it is closed, in no set
+order, so a VM that dies after a save can leave the marker in the bucket with a file missing or
+short. There a checkpoint with a marker and a missing or short file is a save that did not finish
+uploading, set aside like one killed while saving; on a disk the files changed after they were
+complete, and a person must decide.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,7 @@ from gpuplan.lifecycle.run_dir import CHECKPOINT_PREFIX, METRICS_FILE
 from gpuplan.lifecycle.state import write_json_atomic
 
 MARKER = "gpuplan-checkpoint.json"
+METRICS_COPY = "gpuplan-metrics.jsonl"  # a bucket run's metrics.jsonl as it was at the save
 
 
 def _fsync(path: str) -> None:
@@ -74,11 +83,13 @@ def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
     return sorted(out, reverse=True)
 
 
-def find_resumable(output_dir: str) -> tuple[str | None, list[str], list[tuple[str, str]]]:
+def find_resumable(output_dir: str, *, on_bucket: bool = False) -> tuple[str | None, list[str], list[tuple[str, str]]]:
     """(newest complete checkpoint, incomplete ones newer than it, corrupt ones newer than it).
 
     Incomplete: the marker never got written (killed while saving); safe to set aside.
     Corrupt: the marker is there but the files changed since; a person must decide.
+    on_bucket (output.dir on a write-back bucket mount): a marker with a missing or short file is a
+    save whose upload did not finish, so it is incomplete too.
     """
     incomplete: list[str] = []
     corrupt: list[tuple[str, str]] = []
@@ -86,11 +97,16 @@ def find_resumable(output_dir: str) -> tuple[str | None, list[str], list[tuple[s
         problem = checkpoint_problem(d)
         if problem is None:
             return d, incomplete, corrupt
-        if problem.startswith("incomplete"):
+        if problem.startswith("incomplete") or (on_bucket and not_uploaded(problem)):
             incomplete.append(d)
         else:
             corrupt.append((d, problem))
     return None, incomplete, corrupt
+
+
+def not_uploaded(problem: str) -> bool:
+    """A checkpoint_problem that a write-back upload cut short leaves: a file missing, or short."""
+    return problem.startswith("corrupt: ") and (problem.endswith(" is missing") or " bytes, " in problem)
 
 
 def set_aside(dirs: list[str]) -> list[str]:
@@ -128,12 +144,43 @@ def trim_metrics(output_dir: str, step: int) -> None:
     os.replace(tmp, path)
 
 
+def _steps_through(path: str, step: int) -> int:
+    """How many of metrics.jsonl's records at or before `step` `path` holds (0 for no file)."""
+    if not os.path.isfile(path):
+        return 0
+    n = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            n += isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step
+    return n
+
+
+def restore_metrics(output_dir: str, ckpt_dir: str) -> bool:
+    """Put back the checkpoint's copy of metrics.jsonl (METRICS_COPY, bucket runs) where it holds more of the
+    steps up to the checkpoint than output.dir's file: on a write-back bucket that file, appended to at every
+    step, reaches the bucket only once it stops changing, so after a VM died it can be far behind the checkpoint."""
+    copy = os.path.join(ckpt_dir, METRICS_COPY)
+    step = checkpoint_step(ckpt_dir)
+    path = os.path.join(output_dir, METRICS_FILE)
+    if _steps_through(copy, step) <= _steps_through(path, step):
+        return False
+    tmp = path + ".tmp"
+    shutil.copyfile(copy, tmp)
+    os.replace(tmp, path)
+    return True
+
+
 def checkpoint_step(ckpt_dir: str) -> int:
     return int(Path(ckpt_dir).name.removeprefix(CHECKPOINT_PREFIX))
 
 
-def marker_callback() -> Any:
-    """A TrainerCallback writing the marker after each save (rank 0 only)."""
+def marker_callback(with_metrics: bool = False) -> Any:
+    """A TrainerCallback writing the marker after each save (rank 0 only); `with_metrics` (a run on a bucket)
+    first copies metrics.jsonl into the checkpoint, written once and so uploaded with it (restore_metrics)."""
     from transformers import TrainerCallback
 
     class CheckpointMarker(TrainerCallback):
@@ -146,6 +193,9 @@ def marker_callback() -> Any:
             if state.is_world_process_zero:
                 d = os.path.join(args.output_dir, f"{CHECKPOINT_PREFIX}{state.global_step}")
                 if os.path.isdir(d):
+                    metrics = os.path.join(args.output_dir, METRICS_FILE)
+                    if with_metrics and os.path.isfile(metrics):
+                        shutil.copyfile(metrics, os.path.join(d, METRICS_COPY))
                     write_marker(d, state.global_step)
 
     return CheckpointMarker()

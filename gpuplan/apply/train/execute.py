@@ -195,7 +195,7 @@ def build_trainer(
         *filter(None, [keep_offload]),
         auditor,
         metrics,
-        marker_callback(),
+        marker_callback(with_metrics=plan.resolved.launch.on_bucket),
         *(extra_callbacks or []),
         *filter(None, [injected_oom_callback()]),
     ]
