@@ -46,10 +46,13 @@ class ArchConstants:
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada" RTX 6000
 # Ada (fsdp_qlora).
 ETA = {"ampere-dc": 0.6868, "hopper": 0.4213, "ampere": 0.9296, "ada": 0.7114}
-# tokens per micro-batch at which a GEMM reaches half of `matmul_efficiency`: the
-# achievable fraction is eta * M / (M + M_HALF) (small M leaves SMs idle: wave
-# quantization and tile under-fill; the roofline's weight-read bound is separate).
+# tokens per micro-batch at which a 4096-wide GEMM reaches half of `matmul_efficiency`: the
+# achievable fraction is eta * MN / (MN + M_HALF * 4096) (a small output M x N leaves SMs idle:
+# wave quantization and tile under-fill; the roofline's weight-read bound is separate).
 M_HALF_TOKENS = 291.9
+# ... for a GEMM whose output is this many columns wide; a GEMM of N columns reaches half at
+# M_HALF_TOKENS x GEMM_REFERENCE_WIDTH / N rows (terms.gemm_efficiency: the output tiles fill the SMs).
+GEMM_REFERENCE_WIDTH = 4096
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
 # (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
 TRAINER_STEP_S = 0.0778
