@@ -185,11 +185,18 @@ def plan_run(row: dict[str, Any]) -> Run:
     return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf)
 
 
+_COMM: dict[int, dict[str, Any]] = {}
+
+
 def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any]:
     """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
     from gpuplan.plan.estimate.step_time import constants as K
 
-    comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects())
+    comm = _COMM.get(id(run))
+    if comm is None:  # the bytes and links depend on no fitted constant: once per run (the fit predicts each row ~2,000 times)
+        comm = _COMM[id(run)] = communication(
+            run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
+        )
     world = run.count * run.nodes
     bnb, trainer = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S
     if run.gptq:
