@@ -293,9 +293,9 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) 
     over more than one rank each module's fetch blocks the host on its in-flight all-gather
     (deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module: the fetch-event
     back-pressure `synchronize()` and the handle's wait, for a parameter in the in-flight
-    registry), so they add to the step; on one rank nothing is gathered and the host runs ahead
-    of the device as it does for kernel launches (the Qwen README's 1-GPU ZeRO-3 rows: ~2.1 s/it
-    from 256 to 2,048 tokens, then the device's time)."""
+    registry), so they add to the step; on one rank no fetch waits on another rank's shard and the
+    host runs ahead of the device as it does for kernel launches (the Qwen README's 1-GPU ZeRO-3
+    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time)."""
     kernels = kernels_per_micro_batch(s)
     out = [
         Term(
@@ -327,7 +327,7 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) 
                 "micro-batch",
                 "serial" if shards > 1 else "host",
                 f"{s.param_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us"
-                + (", blocking on the all-gathers" if shards > 1 else ", overlapping the device (one rank: nothing gathered)"),
+                + (", blocking on the all-gathers" if shards > 1 else ", overlapping the device (one rank: no fetch waits on another)"),
                 K.FIT_SOURCE,
             )
         )
