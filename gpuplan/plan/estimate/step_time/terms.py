@@ -83,6 +83,8 @@ def gemm_efficiency(c: K.ArchConstants, tokens: int, width: int = K.GEMM_REFEREN
     quantization", NVIDIA Matrix Multiplication Background User's Guide): a GEMM's output of m x N
     elements, not its m alone, so a narrow model (N = hidden 2048) needs twice the tokens of a
     4096-wide one to fill the same waves. M_HALF_TOKENS is the half-saturation m at N = 4096."""
+    if c.name == "cpu":  # tiles over SMs is a GPU's matter: a CPU's rate is its measured matmul's (constants.CPU)
+        width = K.GEMM_REFERENCE_WIDTH
     elements = tokens * max(width, 1)
     return c.matmul_efficiency * elements / (elements + K.M_HALF_TOKENS * K.GEMM_REFERENCE_WIDTH)
 
