@@ -241,7 +241,7 @@ def main() -> int:
     values, free, obj, nit = fit(runs, args.iterations)
 
     def report(what: str) -> None:
-        lines = [f"fitted on {len(runs)} rows ({what}, {nit} iterations, objective {obj:.4f}):"]
+        lines = [f"fitted on {len(runs)} rows ({nit} iterations, objective {obj:.4f}, {what}):"]
         lines += [f"  {n} = {v:.4g}" for n, v in zip(NAMES, values)]
         print("\n".join(lines), flush=True)
 
