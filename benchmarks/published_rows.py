@@ -56,7 +56,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1143
+GPTQ_DEQUANT_BW_FRACTION = 0.1042
 # The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
 # (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
 # (the rows' `framework`): their rows are planned without that term.
@@ -185,11 +185,18 @@ def plan_run(row: dict[str, Any]) -> Run:
     return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf)
 
 
+_COMM: dict[int, dict[str, Any]] = {}
+
+
 def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any]:
     """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
     from gpuplan.plan.estimate.step_time import constants as K
 
-    comm = communication(run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects())
+    comm = _COMM.get(id(run))
+    if comm is None:  # the bytes and links depend on no fitted constant: once per run (the fit predicts each row ~2,000 times)
+        comm = _COMM[id(run)] = communication(
+            run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
+        )
     world = run.count * run.nodes
     bnb, trainer = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S
     if run.gptq:

@@ -13,7 +13,7 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import constants as K
 from gpuplan.plan.estimate.step_time.model import combine, step_time
 from gpuplan.plan.estimate.step_time.shape import build_shape
-from gpuplan.plan.estimate.step_time.terms import Term, matmul_terms, memory_terms, optimizer_terms
+from gpuplan.plan.estimate.step_time.terms import Term, fixed_terms, gemm_efficiency, matmul_terms, memory_terms, optimizer_terms
 
 A100 = lookup("A100-80GB")  # bf16 312 TFLOP/s, 2039 GB/s
 PEAK, BW = 312e12, 2039e9 * 0.8  # HBM_FRACTION pinned to 0.8 below
@@ -291,3 +291,39 @@ def test_fp32_without_tensor_cores_runs_at_the_fp32_peak_not_a_whole_step_fracti
     # and a T4 (Turing, fp16 tensor cores, no bf16): bf16 weights plan on its fp16 peak's dtype rules
     t4 = _plan(GPT2_124M, "T4", amp="fp16")
     assert t4.peak_dtype == "fp16" and t4.peak_tflops == 65.0
+
+
+def test_a_gemm_fills_the_gpu_by_its_output_tiles_not_its_rows_alone():
+    # M_HALF pinned to 64 rows at the 4096-wide reference: eta = 0.8 x mN / (mN + 64 x 4096)
+    assert gemm_efficiency(C, 64) == pytest.approx(0.4, rel=1e-12)
+    assert gemm_efficiency(C, 64, 4096) == pytest.approx(0.4, rel=1e-12)
+    # half the width needs twice the rows for the same output tiles
+    assert gemm_efficiency(C, 128, 2048) == pytest.approx(0.4, rel=1e-12)
+    assert gemm_efficiency(C, 64, 2048) == pytest.approx(0.8 * 64 * 2048 / (64 * 2048 + 64 * 4096), rel=1e-12)
+    # the head writes m x vocab: a 32,000-wide GEMM is near its plateau at 64 rows
+    assert gemm_efficiency(C, 64, 32000) == pytest.approx(0.8 * 32000 / (32000 + 4096), rel=1e-12)
+    # a CPU's rate is its measured matmul's: no tiles over SMs, the width does not count
+    assert gemm_efficiency(K.CPU, 64, 256) == gemm_efficiency(K.CPU, 64, 4096)
+
+
+def test_a_narrow_models_matmuls_run_at_a_lower_fraction_of_the_peak():
+    # the same FLOPs and tokens priced at the model's hidden size: 2048 wide runs slower than 4096 wide
+    wide = shape(tokens=256, batch=1, seq_len=256)
+    narrow = dataclasses.replace(wide, hidden=2048)
+    t_wide = {t.name: t.seconds for t in matmul_terms(wide, C, PEAK, BW)}["matmuls"]
+    t_narrow = {t.name: t.seconds for t in matmul_terms(narrow, C, PEAK, BW)}["matmuls"]
+    assert t_narrow / t_wide == pytest.approx(gemm_efficiency(C, 256, 4096) / gemm_efficiency(C, 256, 2048), rel=1e-12)
+    # eta(256, 4096) = 0.8 x 256 / (256 + 64) = 0.64; eta(256, 2048) = 0.8 x 128 / (128 + 64) = 0.5333: 1.2x the time
+    assert t_narrow == pytest.approx(1.2 * t_wide, rel=1e-12)
+
+
+def test_zero3_hooks_overlap_the_device_on_one_rank_and_add_when_sharded():
+    s = shape(checkpointing=False)
+    hooks = {n: next(t for t in fixed_terms(s, C, True, n) if t.name == "ZeRO-3 parameter hooks") for n in (1, 4)}
+    assert hooks[1].kind == "host" and hooks[4].kind == "serial"
+    assert hooks[1].seconds == hooks[4].seconds == pytest.approx(s.param_tensors * 2 * K.ZERO3_HOOK_S)
+    dev = Term("d", "matmuls", 10 * hooks[1].seconds, "micro-batch", "device", "")
+    one, _, _ = combine([dev, hooks[1]], accumulation=1, on_cpu=False)
+    sharded, _, _ = combine([dev, hooks[4]], accumulation=1, on_cpu=False)
+    assert one == pytest.approx(dev.seconds)  # hidden behind the device's work
+    assert sharded == pytest.approx(dev.seconds + hooks[4].seconds)

@@ -104,13 +104,13 @@ def generation_time(
         kv_token = kv_per_token(facts, 2) / tp
         link = (link_gbps or 25.0) * 1e9
         sync = weight_bytes / link
-    eff_prefill = gemm_efficiency(constants, max(seqs * prompt, 1))
+    eff_prefill = gemm_efficiency(constants, max(seqs * prompt, 1), facts.hidden_size)
     prefill = 2 * n * seqs * prompt / share / (peak_flops * eff_prefill)
     per_wave = math.ceil(seqs / waves)
     ctx = prompt + completion / 2  # the average context a decode step reads
     step_bytes = read_weights + per_wave * ctx * kv_token
     step_flops = 2 * n * per_wave / share
-    device = max(step_bytes / bw, step_flops / (peak_flops * gemm_efficiency(constants, per_wave)))
+    device = max(step_bytes / bw, step_flops / (peak_flops * gemm_efficiency(constants, per_wave, facts.hidden_size)))
     decode = completion * waves * max(device, host_per_step)
     samples = wl.per_device_batch * wl.gradient_accumulation_steps
     rounds = samples / max(wl.generation_sequences, 1)

@@ -26,7 +26,7 @@ def chunked_loss_term(facts: ModelFacts, wl: Workload, gpu: GPUProfile, peak_flo
     m = wl.per_device_batch * wl.seq_len
     chunk = loss_chunking.loss_tokens(m, wl.loss_chunk_size)
     flops = loss_chunking.extra_flops_per_token(facts.hidden_size, facts.vocab_size) * m
-    eta = gemm_efficiency(K.constants_for(gpu), chunk)
+    eta = gemm_efficiency(K.constants_for(gpu), chunk, facts.vocab_size)  # the head GEMM writes rows x vocab
     return Term(
         loss_chunking.NAME,
         "matmuls",

@@ -76,9 +76,17 @@ class Term:
         }
 
 
-def gemm_efficiency(c: K.ArchConstants, tokens: int) -> float:
-    """Achievable fraction of the dense peak for GEMMs of `tokens` rows: eta x m / (m + M_HALF)."""
-    return c.matmul_efficiency * tokens / (tokens + K.M_HALF_TOKENS)
+def gemm_efficiency(c: K.ArchConstants, tokens: int, width: int = K.GEMM_REFERENCE_WIDTH) -> float:
+    """Achievable fraction of the dense peak for GEMMs of `tokens` rows and `width` output columns:
+    eta x mN / (mN + M_HALF x REFERENCE_WIDTH). What fills the GPU is the number of output tiles,
+    ceil(M / tile_M) x ceil(N / tile_N), against the SMs ("tile quantization" and "wave
+    quantization", NVIDIA Matrix Multiplication Background User's Guide): a GEMM's output of m x N
+    elements, not its m alone, so a narrow model (N = hidden 2048) needs twice the tokens of a
+    4096-wide one to fill the same waves. M_HALF_TOKENS is the half-saturation m at N = 4096."""
+    if c.name == "cpu":  # tiles over SMs is a GPU's matter: a CPU's rate is its measured matmul's (constants.CPU)
+        width = K.GEMM_REFERENCE_WIDTH
+    elements = tokens * max(width, 1)
+    return c.matmul_efficiency * elements / (elements + K.M_HALF_TOKENS * K.GEMM_REFERENCE_WIDTH)
 
 
 def matmul_flops(s: StepShape) -> tuple[float, float, float]:
@@ -95,10 +103,13 @@ def matmul_flops(s: StepShape) -> tuple[float, float, float]:
 def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> list[Term]:
     """Matmuls at eta(m) of the peak, against the weights they read (roofline per pass:
     a pass takes max(FLOPs / (eta(m) peak), weight bytes / BW), Williams et al. 2009)."""
-    eta = gemm_efficiency(c, s.tokens)
+    eta = gemm_efficiency(c, s.tokens, s.hidden)  # the layers' GEMMs: q, o and down write m x hidden
     fwd, bwd, rec = matmul_flops(s)
-    compute = (fwd + bwd + rec) / (eta * peak)
     p = s.body_params + s.head_params
+    compute = (fwd + bwd + rec) / (eta * peak)
+    if s.head_params and s.vocab:  # the head writes m x vocab: it fills the GPU at far fewer tokens
+        head = (fwd + bwd) * s.head_params / p
+        compute += head / (gemm_efficiency(c, s.tokens, s.vocab) * peak) - head / (eta * peak)
     grads = 0 if s.frozen_base else p * s.grad_bytes  # the weight-gradient GEMM writes dW
     weights = p * s.weight_bytes * 2 + grads + (s.body_params * s.weight_bytes if s.checkpointing else 0)
     read = weights / bw
@@ -110,7 +121,8 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
             "micro-batch",
             "device",
             f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
-            f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x m/(m + {K.M_HALF_TOKENS:.0f}))",
+            f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
+            f"h {s.hidden:,})",
             c.source,
         )
     ]
@@ -135,7 +147,7 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
     if s.attention == "flash":
         fwd = per_layer / 2  # causal: the kernel skips the masked half
         flops = s.layers * fwd * (passes + FLASH_BACKWARD_RATIO)
-        t = flops / (gemm_efficiency(c, s.tokens) * c.flash_relative * peak)
+        t = flops / (gemm_efficiency(c, s.tokens, s.hidden) * c.flash_relative * peak)
         return [
             Term(
                 "attention (flash, causal)",
@@ -156,7 +168,7 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
         Term(
             "attention (eager)",
             "attention",
-            flops / (gemm_efficiency(c, s.tokens) * peak),
+            flops / (gemm_efficiency(c, s.tokens, s.hidden) * peak),
             "micro-batch",
             "device",
             "4 b s^2 heads head_dim per layer forward, backward 2x",
@@ -277,7 +289,15 @@ def optimizer_terms(s: StepShape, bw: float, shards: int, host_bw: float | None)
     ]
 
 
-def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool) -> list[Term]:
+def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) -> list[Term]:
+    """Kernel launches (host, overlapping the device), the Trainer's per-step work (serial) and
+    DeepSpeed ZeRO-3's per-parameter hooks. The hooks are host work too; with parameters sharded
+    over more than one rank each module's fetch blocks the host on its in-flight all-gather
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module: the fetch-event
+    back-pressure `synchronize()` and the handle's wait, for a parameter in the in-flight
+    registry), so they add to the step; on one rank no fetch waits on another rank's shard and the
+    host runs ahead of the device as it does for kernel launches (the Qwen README's 1-GPU ZeRO-3
+    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time)."""
     kernels = kernels_per_micro_batch(s)
     out = [
         Term(
@@ -307,8 +327,9 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool) -> list[Term]:
                 "fixed costs",
                 s.param_tensors * passes * K.ZERO3_HOOK_S,
                 "micro-batch",
-                "serial",
-                f"{s.param_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us",
+                "serial" if shards > 1 else "host",
+                f"{s.param_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us"
+                + (", blocking on the all-gathers" if shards > 1 else ", overlapping the device (one rank: no fetch waits on another)"),
                 K.FIT_SOURCE,
             )
         )

@@ -42,7 +42,7 @@ def tower_terms(facts: ModelFacts, wl: Workload, gpu: GPUProfile, peak_flops: fl
         return []
     v = facts.vision
     assert v is not None
-    eta = gemm_efficiency(K.constants_for(gpu), rows)
+    eta = gemm_efficiency(K.constants_for(gpu), rows, v.hidden_size)
     passes = (
         "forward only (frozen)"
         if not wl.train_tower
