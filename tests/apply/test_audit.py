@@ -330,20 +330,25 @@ except audit.AuditError as e:
 
 
 def test_liger_kernels_the_plan_did_not_ask_for_are_caught(tmp_path, base):
-    """In a subprocess: Liger's instance patch also swaps transformers' module-level classes
-    (liger_kernel/transformers/monkey_patch.py), which would leak into every later test."""
+    """In a process of its own (forked from the worker's server: tests/helpers/forked.py python_file): Liger's
+    instance patch also swaps transformers' module-level classes (liger_kernel/transformers/monkey_patch.py),
+    which would leak into every later test."""
     import json
     import subprocess
-    import sys
 
     pytest.importorskip("liger_kernel")
     from tests.helpers.apply_plans import REPO
+    from tests.helpers.cli_runs import env
+    from tests.helpers.forked import python_file
 
     plan_json = tmp_path / "plan.json"
     plan_json.write_text(json.dumps(_plan(tmp_path, base).to_dict()))
-    proc = subprocess.run([sys.executable, "-c", _LIGER, str(plan_json)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "(train-begin" in proc.stdout and "training.use_liger_kernel: planned False, live True" in proc.stdout, proc.stdout
+    probe = tmp_path / "liger_probe.py"
+    probe.write_text(_LIGER)
+    with python_file(probe, [plan_json], env=env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3, err[-3000:]
+    assert "(train-begin" in out and "training.use_liger_kernel: planned False, live True" in out, out
 
 
 # ---- checkpointing -------------------------------------------------------------------------------------

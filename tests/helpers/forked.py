@@ -161,6 +161,19 @@ def socket_for(env: dict[str, str]) -> str | None:
     return server.path if server is not None else None
 
 
+def python_file(path: str | os.PathLike, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """`python PATH ARGV` as a process of its own, forked from this worker's server for its environment (the
+    libraries it imports already loaded) where one runs or can start, else exec'd: for a test that needs a
+    separate process only to keep what the file does (a library's monkeypatches) out of the test worker."""
+    args = [sys.executable, str(path), *map(str, argv)]
+    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+    server = _server_for(env, ["--script"])
+    if server is None or any(kwargs.get(k) not in (None, False) for k in UNFORKABLE):
+        return subprocess.Popen(args, **kwargs)
+    kwargs = {**kwargs, "env": {**env, SOCKET_VAR: server.path}, "cwd": os.path.abspath(kwargs.get("cwd") or os.getcwd())}
+    return ForkedPopen(args, server=server.path, target={"path": str(Path(path).resolve()), "argv": args[2:]}, **kwargs)
+
+
 @atexit.register
 def _close_all() -> None:
     for server in _servers.values():
