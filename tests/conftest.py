@@ -85,6 +85,11 @@ def pytest_configure(config):
     path = config.getoption("--record-file-costs")
     if path:
         config.pluginmanager.register(file_costs.Recorder(Path(path)), "gpuplan-file-costs")
+    # pytest-xdist's --dist loadfile queues the files by their number of tests unless told not to
+    # (xdist/scheduler/loadscope.py, --loadscope-reorder on by default): the longest-first order below
+    # would be undone, and the one-test files that run longest (the Slurm and Ray clusters) left for the end
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(session, config, items):
