@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -162,7 +163,7 @@ def _uploaded_state_is(run: Path, status: str) -> bool:
         return False
 
 
-STEPS = 64  # long enough to outlast the first upload of a checkpoint
+STEPS = 64  # the run is stopped (SIGSTOP) once a save is complete, until rclone has uploaded it
 
 
 @pytest.mark.skipif(_rclone_missing() is not None, reason=str(_rclone_missing()))
@@ -181,6 +182,10 @@ def test_on_a_real_write_back_mount_a_job_killed_with_its_vm_resumes_on_a_fresh_
         assert r.returncode == 0, r.stderr[-2000:]
         job = ("apply", out / "gpuplan-job" / "plan.json", "--yes", "--in-job", "--node-rank", "0")
         proc = start(*job, **{JOB_ID_ENV: JOB_ID})
+        _wait_for(lambda: len(_complete(out)) >= 1, proc)  # a save is complete on the VM's side of the mount
+        # the run holds still (a quiet machine trains the whole tiny run faster than rclone's first upload):
+        # once its write-back has uploaded that save, the VM dies with whatever else was still in flight
+        os.kill(proc.pid, signal.SIGSTOP)
         _wait_for(lambda: len(_complete(run)) >= 1, proc)  # rclone's write-back uploaded a save
         proc.kill()
         first.die()
