@@ -516,6 +516,18 @@ def test_a_trainer_for_another_objective_is_caught(tmp_path, base, dpo_full):
         audit.audit(dpo_full, sft.trainer, audit.BUILD, audit.AuditLog())
 
 
+def test_a_trl_trainer_on_an_sft_plan_is_caught(tmp_path, base):
+    """The live trainer is TRL's SFTTrainer, not the plan's transformers Trainer: told apart by its classes'
+    module, which asks nothing of TRL's GRPO / RLOO modules (their import loads mlflow)."""
+    import trl
+
+    plan = _plan(tmp_path, base)
+    built = _build(plan)
+    built.trainer.__class__ = trl.SFTTrainer  # TRL's own class on the same live object
+    with pytest.raises(audit.AuditError, match=r"training.objective: planned 'Trainer', live 'SFTTrainer'"):
+        audit.audit(plan, built.trainer, audit.BUILD, audit.AuditLog())
+
+
 def test_a_kto_run_that_samples_its_rows_at_random_is_caught(tmp_path, base):
     """KTO with a KL term reads its (seeded, shuffled) rows in order, as TRL's KTOTrainer requires
     (trl/trainer/kto_config.py train_sampling_strategy; apply/train/preference.py train_sampling): recorded at
