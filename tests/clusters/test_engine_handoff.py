@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuplan.cli.main import main
-from tests.helpers.planning import MODELS, SPECS
+from tests.helpers.cluster_launches import cluster_spec, in_process
 
 LAUNCH = {
     "kubernetes": 'image = "ghcr.io/example/gpuplan:0.1"\nnamespace = "ml"\nqueue = "team-a"\nstorage_claim = "shared-pvc"\n',
@@ -24,35 +23,10 @@ RENDERED = {"kubernetes": "trainjob.yaml", "skypilot": "sky-task.yaml", "ray": "
 
 
 def spec(tmp_path: Path, target: str) -> Path:
-    shared = tmp_path / "shared"
-    path = tmp_path / f"{target}.toml"
-    path.write_text(f"""
-[model]
-config = "{MODELS / "llama-3.1-8b.json"}"
-dtype = "bfloat16"
-[hardware]
-gpu = "H100-80GB"
-count = 8
-nodes = 2
-[data]
-train_files = ["{SPECS / "data" / "tiny-corpus.txt"}"]
-seq_len = 2048
-[training]
-effective_batch_size = 128
-max_steps = 1000
-[output]
-dir = "{shared / "runs" / "llama"}"
-[launch]
-target = "{target}"
-storage = "{shared}"
-{LAUNCH[target]}""")
-    return path
+    return cluster_spec(tmp_path, f'target = "{target}"\n{LAUNCH[target]}', name=target)
 
 
-def gpuplan(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
+gpuplan = in_process
 
 
 def test_plan_shows_the_job_it_would_submit(tmp_path, capsys):

@@ -21,8 +21,8 @@ from gpuplan.plan.compare import compare_row, sort_rows
 from gpuplan.plan.fingerprint import stale_reasons
 from gpuplan.plan.types import Plan
 from gpuplan.spec.load import load_toml
-from tests.helpers.cluster_launches import MULTI_NODE_SPEC, launch_for
-from tests.helpers.planning import ENV, MODELS, SPECS
+from tests.helpers.cluster_launches import BUCKET, IMAGE, MULTI_NODE_SPEC, cluster_spec, launch_for
+from tests.helpers.planning import ENV, SPECS
 
 
 @pytest.fixture(scope="module")
@@ -117,28 +117,7 @@ def test_an_edited_spec_lists_only_the_plans_gpu(plan):
 
 
 def skypilot_spec(tmp_path: Path) -> Path:
-    shared = tmp_path / "shared"
-    path = tmp_path / "sky.toml"
-    path.write_text(f"""
-[model]
-config = "{MODELS / "llama-3.1-8b.json"}"
-dtype = "bfloat16"
-[hardware]
-gpu = "H100-80GB"
-count = 8
-nodes = 2
-[training]
-effective_batch_size = 128
-max_steps = 1000
-[output]
-dir = "{shared / "runs" / "llama"}"
-[launch]
-target = "skypilot"
-storage = "{shared}"
-storage_bucket = "s3://my-bucket"
-image = "ghcr.io/example/gpuplan:0.1"
-""")
-    return path
+    return cluster_spec(tmp_path, f'target = "skypilot"\nstorage_bucket = "{BUCKET}"\nimage = "{IMAGE}"', name="sky")
 
 
 def test_the_job_dir_holds_a_plan_per_gpu_and_a_node_applies_the_one_for_its_gpu(tmp_path, capsys):

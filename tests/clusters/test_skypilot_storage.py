@@ -10,44 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuplan.cli.main import main
 from gpuplan.clusters.skypilot import TASK_FILE
 from gpuplan.spec.buckets import BUCKET_STORES, bucket_problem
-from tests.helpers.planning import MODELS, SPECS
+from tests.helpers.cluster_launches import cluster_spec, in_process
 
 
 def spec(tmp_path: Path, launch: str, nodes: int = 2) -> Path:
-    shared = tmp_path / "shared"
-    path = tmp_path / "sky.toml"
-    path.write_text(f"""
-[model]
-config = "{MODELS / "llama-3.1-8b.json"}"
-dtype = "bfloat16"
-[hardware]
-gpu = "H100-80GB"
-count = 8
-nodes = {nodes}
-[data]
-train_files = ["{SPECS / "data" / "tiny-corpus.txt"}"]
-seq_len = 2048
-[training]
-effective_batch_size = 128
-max_steps = 1000
-[output]
-dir = "{shared / "runs" / "llama"}"
-[launch]
-target = "skypilot"
-storage = "{shared}"
-image = "ghcr.io/example/gpuplan:0.1"
-{launch}
-""")
-    return path
+    return cluster_spec(tmp_path, f'target = "skypilot"\nimage = "ghcr.io/example/gpuplan:0.1"\n{launch}', name="sky", nodes=nodes)
 
 
-def gpuplan(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
+gpuplan = in_process
 
 
 def test_plan_shows_the_bucket_mounted_at_launch_storage_and_the_dry_run_renders_it(tmp_path, capsys):
