@@ -16,7 +16,7 @@ import pytest
 from gpuplan.apply.errors import ApplyError
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.cli_runs import gpuplan
-from tests.helpers.vlm_base import COLOURS, QUESTION, colour_rows, solid_image, vision_plan
+from tests.helpers.vlm_base import COLOUR_SPEC, COLOURS, QUESTION, colour_rows, solid_image, vision_plan
 
 pytest.importorskip("PIL")
 
@@ -46,42 +46,9 @@ def _plan(tmp_path, base, data, **extra):
     )
 
 
-SPEC = """\
-[model]
-name_or_path = "{base}"
-method = "lora"
-
-[lora]
-r = 8
-target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
-
-[vision]
-image_size = 32
-
-[hardware]
-gpu = "cpu"
-
-[data]
-train_files = ["{data}"]
-format = "chat"
-seq_len = 56
-
-[training]
-effective_batch_size = 8
-learning_rate = 3e-2
-max_steps = {steps}
-logging_steps = 1
-save_steps = 1000
-seed = 0
-
-[output]
-dir = "{out}"
-"""
-
-
 def _spec(tmp, base, data, steps=30):
     spec = tmp / "colours.toml"
-    spec.write_text(SPEC.format(base=base, data=data, out=tmp / "run", steps=steps))
+    spec.write_text(COLOUR_SPEC.format(base=base, data_source=f'train_files = ["{data}"]', out=tmp / "run", steps=steps))
     return spec
 
 

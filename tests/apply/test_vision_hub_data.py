@@ -12,44 +12,12 @@ import pytest
 from gpuplan.apply.errors import ApplyError
 from tests.helpers.apply_plans import cpu_plan
 from tests.helpers.hub_cache import add_repo, run_cli
-from tests.helpers.vlm_base import QUESTION, colour_table_rows, image_row, png_bytes, vision_plan, write_parquet
+from tests.helpers.vlm_base import COLOUR_SPEC, QUESTION, colour_table_rows, image_row, png_bytes, vision_plan, write_parquet
 
 pytest.importorskip("PIL")
 pytest.importorskip("pyarrow")
 
 CARD = b"---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*\n---\n# colours\n"
-
-SPEC = """\
-[model]
-name_or_path = "{base}"
-method = "lora"
-
-[lora]
-r = 8
-target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
-
-[vision]
-image_size = 32
-
-[hardware]
-gpu = "cpu"
-
-[data]
-dataset = "acme/colours"
-format = "chat"
-seq_len = 56
-
-[training]
-effective_batch_size = 8
-learning_rate = 3e-2
-max_steps = {steps}
-logging_steps = 1
-save_steps = 1000
-seed = 0
-
-[output]
-dir = "{out}"
-"""
 
 
 def hub_parquet(tmp_path, rows) -> bytes:
@@ -75,7 +43,7 @@ def test_apply_trains_on_a_cached_hub_image_dataset_offline(tmp_path, tiny_vlm):
         repo_type="dataset",
     )
     spec = tmp_path / "colours.toml"
-    spec.write_text(SPEC.format(base=tiny_vlm, out=tmp_path / "run", steps=12))
+    spec.write_text(COLOUR_SPEC.format(base=tiny_vlm, data_source='dataset = "acme/colours"', out=tmp_path / "run", steps=12))
     before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     r = run_cli(["apply", str(spec), "--yes"], cache)
     assert r.returncode == 0, r.stderr[-3000:]

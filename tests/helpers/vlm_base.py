@@ -196,3 +196,38 @@ def write_parquet(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+# The colour task's spec (tests/apply/test_vision_apply.py, test_vision_hub_data.py): a LoRA on the tiny VLM's
+# language model; {data_source} is the [data] line naming the rows (local files or a Hub dataset).
+COLOUR_SPEC = """\
+[model]
+name_or_path = "{base}"
+method = "lora"
+
+[lora]
+r = 8
+target_modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+[vision]
+image_size = 32
+
+[hardware]
+gpu = "cpu"
+
+[data]
+{data_source}
+format = "chat"
+seq_len = 56
+
+[training]
+effective_batch_size = 8
+learning_rate = 3e-2
+max_steps = {steps}
+logging_steps = 1
+save_steps = 1000
+seed = 0
+
+[output]
+dir = "{out}"
+"""
