@@ -105,9 +105,14 @@ def start_ray_head(temp_dir: Path, port: int, env: dict[str, str]) -> subprocess
 
 
 def stop(head: subprocess.Popen) -> None:
-    """End the head and everything it started (its own session): GCS, raylet, workers."""
+    """End the head and everything it started (its own session): GCS, raylet, workers.
+
+    SIGTERM goes to the head alone, which stops the processes it started (the head's env turns off its
+    drain: RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S = 0). Sent to the whole group, the GCS died first; and with
+    the drain on, the head waited out its 30 s drain timeout for a node that had finished its job
+    (ray/_private/node.py _drain_node_before_shutdown). Whatever is left is killed."""
     try:
-        os.killpg(head.pid, signal.SIGTERM)
+        os.kill(head.pid, signal.SIGTERM)
         head.wait(timeout=30)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         pass
@@ -131,6 +136,9 @@ def test_a_local_ray_cluster_runs_the_rendered_torchtrainer_job_to_the_end(tmp_p
 
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
     env |= {"PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
+    # a cluster of the test's own without token authentication, whatever ~/.ray/auth_token the user has (ray 2.60 reads it)
+    env["RAY_AUTH_MODE"] = "disabled"
+    env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # stop() ends a node that has finished: nothing to drain
     # each Ray worker's `gpuplan apply`, its torchrun agent and ranks are forked from this test worker's
     # pre-imported server through the boot shim (tests/helpers/forked.py socket_for); fresh ones where it cannot
     (tmp_path / "tmp").mkdir()

@@ -34,6 +34,10 @@ IMPORT_FREE = frozenset(
         "OLDPWD",
         "TMPDIR",  # tempfile reads it at its first use, and the child's tempfile.tempdir is reset (fork_server.py)
         "_",
+        # a shell's prompts, read by interactive shells alone: a venv's bin/activate exports PS1 ("(.venv) "), and
+        # a Ray worker started by `ray start`'s raylet has another value than the test that started the head
+        "PS1",
+        "PS2",
         # what torchrun's agent gives each rank (torch/distributed/elastic/agent/server/local_elastic_agent.py,
         # _start_workers; TORCHELASTIC_* by prefix): read by torch.distributed, the Trainer and accelerate
         # when they set up the process group, not at import
