@@ -21,7 +21,8 @@ from tests.helpers.planning import ENV, SPECS
 # The session's own folder: the user files gpuplan reads and writes (calibration, prices, the CPU
 # probe) and the caches libraries write (matplotlib's fonts, torch.compile's kernels) point here from
 # the start, so nothing the suite runs (module fixtures and the processes they start included) can
-# reach the user's ~/.cache or ~/.config; each test then gets its own calibration and prices files.
+# reach the user's ~/.cache or ~/.config (XDG_CACHE_HOME and XDG_CONFIG_HOME are the session's too); each
+# test then gets its own calibration and prices files.
 SESSION = tempfile.mkdtemp(prefix="gpuplan-session-")
 atexit.register(shutil.rmtree, SESSION, ignore_errors=True)
 
@@ -32,6 +33,11 @@ def _private_session_files() -> None:
     os.environ["MPLCONFIGDIR"] = os.path.join(SESSION, "matplotlib")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(SESSION, "torchinductor")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(SESSION, "triton")
+    # every other library cache and config that follows the XDG base directories: the Hugging Face caches
+    # (huggingface_hub constants: HF_HOME defaults to $XDG_CACHE_HOME/huggingface, and the datasets cache
+    # lm-eval's local tasks build under it), torch's hub; a test that builds a Hub cache sets HF_HOME itself
+    os.environ["XDG_CACHE_HOME"] = os.path.join(SESSION, "cache")
+    os.environ["XDG_CONFIG_HOME"] = os.path.join(SESSION, "config")
 
 
 def _fixed_cpu_probe() -> None:

@@ -35,9 +35,23 @@ def _files(root: Path) -> dict[str, int]:
     return out
 
 
+# The user's caches the suite's libraries would write without the session's XDG folders (conftest.py):
+# gpuplan's own files, matplotlib's fonts, the Hugging Face hub and datasets caches, torch's hub, and Ray's
+# ~/.ray (its auth token); pip's cache is the installer's, not the suite's.
+USER_DIRS = (
+    ".cache/gpuplan",
+    ".config/gpuplan",
+    ".cache/matplotlib",
+    ".config/matplotlib",
+    ".cache/huggingface",
+    ".cache/torch",
+    ".ray",
+)
+
+
 def _user_dirs() -> list[Path]:
     home = Path.home()
-    return [home / ".cache" / "gpuplan", home / ".config" / "gpuplan", home / ".cache" / "matplotlib", home / ".config" / "matplotlib"]
+    return [home / d for d in USER_DIRS]
 
 
 def _temp_names() -> dict[str, int]:
