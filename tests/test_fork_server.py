@@ -128,11 +128,13 @@ def test_a_childs_sys_path_is_the_one_a_fresh_interpreter_builds_from_its_python
 
 
 def test_ray_workers_and_unbuffered_stdio_keep_the_server_a_command_is_served_by():
-    """A Ray worker's own variables are read by no library at import (fork_env.IMPORT_FREE), and
-    PYTHONUNBUFFERED only sets the interpreter's stdio, which the child rebuilds unbuffered as `-u` does."""
+    """A Ray worker's own variables, and Ray's settings a test gives its cluster, are read by no library at
+    import (fork_env.IMPORT_FREE, RAY_* by prefix), nor is a shell's prompt; PYTHONUNBUFFERED only sets the
+    interpreter's stdio, which the child rebuilds unbuffered as `-u` does."""
     from tests.helpers import fork_env
 
     ray = {"RAY_RAYLET_PID": "1", "RAY_JOB_ID": "01000000", "RAY_CLIENT_MODE": "0", "SPT_NOENV": "1", "PYTHONBREAKPOINT": "0"}
+    ray |= {"RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "PS1": "(.venv) "}
     assert forked._signature(env(**ray, PYTHONUNBUFFERED="1")) == forked._signature(env())
     assert fork_env.unbuffered(env(PYTHONUNBUFFERED="1")) and not fork_env.unbuffered(env(PYTHONUNBUFFERED=""))
 

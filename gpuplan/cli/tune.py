@@ -69,7 +69,7 @@ def cmd_tune(args) -> int:
     from gpuplan.lifecycle.run_dir import TUNE_DIR
     from gpuplan.lifecycle.run_lock import RunLock
 
-    out = Path(str(base.value("output.dir")))
+    out = Path(base.resolved.output.dir)
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     startup_seen: float | None = None

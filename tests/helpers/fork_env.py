@@ -24,7 +24,11 @@ from importlib import metadata
 
 # Read by gpuplan or torch.distributed when the command runs, never at import: a server started under
 # other values serves these correctly (tests/test_fork_server.py checks gpuplan reads its own at run time).
-IMPORT_FREE_PREFIXES = ("GPUPLAN_", "PYTEST_", "TORCHELASTIC_")
+# RAY_*: Ray's own settings and what a Ray worker process is given (RAY_RAYLET_PID, RAY_JOB_ID, ...; ray/_private/
+# services.py): read by Ray in its own processes, and by none of the libraries a gpuplan command imports (grep of
+# torch, transformers, accelerate, peft, trl, datasets, huggingface_hub, bitsandbytes: the one hit, transformers'
+# integrations, reads RAY_SCOPE inside a Ray Tune search, not at import)
+IMPORT_FREE_PREFIXES = ("GPUPLAN_", "PYTEST_", "TORCHELASTIC_", "RAY_")
 IMPORT_FREE = frozenset(
     {
         "NO_COLOR",
@@ -53,16 +57,9 @@ IMPORT_FREE = frozenset(
         "MASTER_ADDR",
         "MASTER_PORT",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        # what a Ray worker process adds to the raylet's environment (measured in a Ray Train worker, ray 2.60;
-        # ray/_private/services.py, worker start-up): read by Ray itself in its own worker, and by none of the
-        # libraries a gpuplan command imports (grep of their site-packages: no RAY_* read at import; transformers'
-        # integrations read RAY_SCOPE only inside a Ray Tune search). PYTHONBREAKPOINT is read when breakpoint()
-        # is called, SPT_NOENV by setproctitle, which gpuplan's libraries do not import.
-        "RAY_RAYLET_PID",
-        "RAY_JOB_ID",
-        "RAY_LD_PRELOAD_ON_WORKERS",
-        "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC",
-        "RAY_CLIENT_MODE",
+        # what a Ray worker process adds besides its RAY_* variables (measured in a Ray Train worker, ray 2.60):
+        # PYTHONBREAKPOINT is read when breakpoint() is called, SPT_NOENV by setproctitle, which gpuplan's
+        # libraries do not import
         "SPT_NOENV",
         "PYTHONBREAKPOINT",
     }
