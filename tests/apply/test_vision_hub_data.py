@@ -11,7 +11,7 @@ import pytest
 
 from gpuplan.apply.errors import ApplyError
 from tests.helpers.apply_plans import cpu_plan
-from tests.helpers.hub_cache import add_repo, run_cli
+from tests.helpers.hub_cache import add_repo, run_cli, worker_cache
 from tests.helpers.vlm_base import COLOUR_SPEC, QUESTION, colour_table_rows, image_row, png_bytes, vision_plan, write_parquet
 
 pytest.importorskip("PIL")
@@ -35,7 +35,7 @@ def hub_parquet(tmp_path, rows) -> bytes:
 def test_apply_trains_on_a_cached_hub_image_dataset_offline(tmp_path, tiny_vlm):
     rows = colour_table_rows(per_colour=4)
     shards = hub_parquet(tmp_path / "a", rows[:8]), hub_parquet(tmp_path / "b", rows[8:])  # two shards of one split: both are read
-    cache = tmp_path / "cache"
+    cache = worker_cache()
     add_repo(
         cache,
         "acme/colours",
@@ -44,10 +44,11 @@ def test_apply_trains_on_a_cached_hub_image_dataset_offline(tmp_path, tiny_vlm):
     )
     spec = tmp_path / "colours.toml"
     spec.write_text(COLOUR_SPEC.format(base=tiny_vlm, data_source='dataset = "acme/colours"', out=tmp_path / "run", steps=12))
-    before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
-    r = run_cli(["apply", str(spec), "--yes"], cache)
+    repo = cache / "datasets--acme--colours"
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    r = run_cli(["apply", str(spec), "--yes"], cache, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert sorted(p.relative_to(cache) for p in cache.rglob("*")) == before  # offline: nothing fetched, nothing added
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before  # offline: nothing fetched, nothing added
     state = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())
     results = state["results"]
     assert results["train_loss_last"] < results["train_loss_first"], results
@@ -55,7 +56,7 @@ def test_apply_trains_on_a_cached_hub_image_dataset_offline(tmp_path, tiny_vlm):
     assert not results["audit"]["differed"]
     assert checks["vision.image_tokens"]["live"] == checks["vision.image_tokens"]["planned"] == 7
     assert checks["data.collator"]["live"] == "ImageTextCollator"
-    d = run_cli(["data", str(spec), "--json", "-n", "1"], cache)
+    d = run_cli(["data", str(spec), "--json", "-n", "1"], cache, cwd=tmp_path)
     assert d.returncode == 0, d.stderr[-2000:]
     stats = json.loads(d.stdout)["stats"]
     assert stats["rows"] == stats["examples"] == 16 and stats["images"] == 16  # both shards, every row, every image

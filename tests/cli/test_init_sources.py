@@ -10,7 +10,7 @@ import pytest
 import tomllib
 
 from gpuplan.render.notices import DEBUG_LOG, KNOWN
-from tests.helpers.hub_cache import add_repo, chat_rows, run_cli, tiny_model_files
+from tests.helpers.hub_cache import add_repo, chat_rows, run_cli, tiny_model_files, worker_cache
 
 # What a library prints when it reaches the terminal itself: the KNOWN notices, Python's
 # warning format ("file.py:12: FutureWarning: ..." and the source line after it),
@@ -32,7 +32,7 @@ def foreign_lines(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     root = tmp_path_factory.mktemp("inithub")
-    cache = root / "cache"
+    cache = worker_cache()  # the worker's own: its fork server serves every command of this file
     files = tiny_model_files(root)
     commit = add_repo(cache, "acme/micro-llama", files)
     data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"}, repo_type="dataset")
@@ -42,7 +42,9 @@ def hub(tmp_path_factory):
 def test_init_from_a_hub_id_resolves_config_from_the_cache_and_plans(hub, tmp_path):
     (tmp_path / "chat.jsonl").write_bytes(chat_rows())
     out = tmp_path / "micro.toml"
-    r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", str(tmp_path / "chat.jsonl"), "--out", str(out)], hub["cache"])
+    r = run_cli(
+        ["init", "acme/micro-llama", "--gpu", "cpu", "--data", str(tmp_path / "chat.jsonl"), "--out", str(out)], hub["cache"], cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     raw = tomllib.loads(out.read_text())
     assert raw["model"]["name_or_path"] == "acme/micro-llama" and "config" not in raw["model"]
@@ -52,19 +54,19 @@ def test_init_from_a_hub_id_resolves_config_from_the_cache_and_plans(hub, tmp_pa
     assert raw["data"]["chat_template"] == "chatml"
     assert "has no chat template" in out.read_text()
     assert "Plan: " in r.stdout and "Next: gpuplan plan" in r.stdout
-    r = run_cli(["plan", str(out), "--json"], hub["cache"])
+    r = run_cli(["plan", str(out), "--json"], hub["cache"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["settings"]["model.commit"]["value"] == hub["commit"]
 
 
 def test_init_hub_errors_are_the_plans_errors(hub, tmp_path):
-    r = run_cli(["init", "acme/absent", "--gpu", "cpu", "--out", str(tmp_path / "x.toml")], hub["cache"])
+    r = run_cli(["init", "acme/absent", "--gpu", "cpu", "--out", str(tmp_path / "x.toml")], hub["cache"], cwd=tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "hf download acme/absent config.json --revision main" in r.stderr and str(hub["cache"]) in r.stderr
     assert not (tmp_path / "x.toml").exists()
     spec = tmp_path / "absent.toml"
     spec.write_text('[model]\nname_or_path = "acme/absent"\n[hardware]\ngpu = "cpu"\n')
-    plan = run_cli(["plan", str(spec)], hub["cache"])
+    plan = run_cli(["plan", str(spec)], hub["cache"], cwd=tmp_path)
     assert plan.returncode == 1
     first = [ln for ln in r.stderr.splitlines() if ln.startswith("Error")]
     assert first and first[0] in plan.stderr.splitlines()  # the same error line, word for word
@@ -73,14 +75,14 @@ def test_init_hub_errors_are_the_plans_errors(hub, tmp_path):
 @pytest.mark.slow  # trains: init -> plan -> apply
 def test_init_plan_apply_with_no_edit_from_a_hub_model_and_a_hub_dataset(hub, tmp_path):
     out = tmp_path / "ds.toml"
-    r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", "acme/chat", "--out", str(out)], hub["cache"])
+    r = run_cli(["init", "acme/micro-llama", "--gpu", "cpu", "--data", "acme/chat", "--out", str(out)], hub["cache"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     raw = tomllib.loads(out.read_text())
     assert raw["data"]["dataset"] == "acme/chat" and "train_files" not in raw["data"]
     assert raw["data"]["format"] == "chat"
-    assert run_cli(["plan", str(out)], hub["cache"]).returncode == 0
+    assert run_cli(["plan", str(out)], hub["cache"], cwd=tmp_path).returncode == 0
     before = out.read_text()
-    applied = run_cli(["apply", str(out), "--yes"], hub["cache"], timeout=600)  # offline, from the cache
+    applied = run_cli(["apply", str(out), "--yes"], hub["cache"], timeout=600, cwd=tmp_path)  # offline, from the cache
     assert applied.returncode == 0, applied.stderr
     assert out.read_text() == before
     assert (tmp_path / "runs" / "micro-llama" / "final" / "model.safetensors").is_file()
@@ -99,19 +101,21 @@ def test_init_plan_data_apply_with_no_edit_from_a_local_directory_and_only_gpupl
     (tmp_path / "chat.jsonl").write_bytes(chat_rows())
     spec = tmp_path / "gpuplan.toml"
     r = run_cli(
-        ["init", str(model), "--gpu", "cpu", "--method", "lora", "--data", str(tmp_path / "chat.jsonl"), "--out", str(spec)], hub["cache"]
+        ["init", str(model), "--gpu", "cpu", "--method", "lora", "--data", str(tmp_path / "chat.jsonl"), "--out", str(spec)],
+        hub["cache"],
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     raw = tomllib.loads(spec.read_text())
     assert raw["model"]["name_or_path"] == "micro" and raw["model"]["method"] == "lora"
     assert "Set by init --method lora; it fits on cpu." in spec.read_text()
     before = spec.read_text()
-    plan = run_cli(["plan", str(spec)], hub["cache"])
+    plan = run_cli(["plan", str(spec)], hub["cache"], cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
-    data = run_cli(["data", str(spec), "--examples", "1"], hub["cache"])
+    data = run_cli(["data", str(spec), "--examples", "1"], hub["cache"], cwd=tmp_path)
     assert data.returncode == 0, data.stderr
     assert "1 example(s) of chat data" in data.stdout
-    applied = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600)
+    applied = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600, cwd=tmp_path)
     assert applied.returncode == 0, applied.stderr
     assert spec.read_text() == before  # nothing edited between the three commands
     run_dir = tmp_path / "runs" / "micro"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tests.helpers.apply_plans import MICRO_LLAMA
 from tests.helpers.cli_runs import BOOT, run
+from tests.helpers.cli_runs import env as cli_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,18 +67,41 @@ def chat_rows(n: int = 24) -> bytes:
     return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
-def run_cli(args: list[str], cache: Path, *, offline: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "HF_HUB_CACHE": str(cache),
-        "HF_HOME": str(cache.parent / "hf-home"),
-        "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}",
-        "NO_COLOR": "1",
-    }
+def worker_cache() -> Path:
+    """This test worker's own Hugging Face hub cache: where huggingface_hub looks in the worker's environment,
+    $XDG_CACHE_HOME/huggingface/hub (huggingface_hub constants: HF_HOME defaults to $XDG_CACHE_HOME/huggingface),
+    XDG_CACHE_HOME being the session's (tests/conftest.py). Its commands need no HF_HUB_CACHE of their own, so
+    the worker's fork server serves them (huggingface_hub reads HF_HUB_CACHE at import: a cache of a test's own
+    is an import-time environment of its own, a fresh process or a server of its own, 10-15 s of imports each).
+
+    The cache outlives the test: a test names its repos by ids no other test of the worker uses for other
+    files, or re-adds them before it reads them (add_repo writes the files and points refs/<ref> at them)."""
+    assert "HF_HUB_CACHE" not in os.environ and "HF_HOME" not in os.environ, "the worker's own cache is the default one"
+    return Path(os.environ["XDG_CACHE_HOME"]) / "huggingface" / "hub"
+
+
+def run_cli(
+    args: list[str], cache: Path, *, offline: bool = True, timeout: int = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m gpuplan ARGS` against `cache`; `cwd`: the command's folder (default: the cache's parent; a spec
+    without [output] trains into runs/<name> under it)."""
+    if cache == worker_cache():
+        assert cwd is not None, "a command on the worker's cache runs in the test's own folder: pass cwd=tmp_path"
+        env = cli_env()  # the worker's own environment: its fork server serves torch and torch-free commands alike
+    else:
+        env = {
+            **os.environ,
+            "HF_HUB_CACHE": str(cache),
+            "HF_HOME": str(cache.parent / "hf-home"),
+            "PYTHONPATH": f"{REPO}{os.pathsep}{BOOT}",
+            "NO_COLOR": "1",
+        }
     env.pop("HF_TOKEN", None)
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    # in the test's own folder: a spec without [output] trains into runs/<name> under the working directory.
-    # A command that imports torch (apply, data) is forked from a fork server of this environment (one per
-    # cache: huggingface_hub reads HF_HUB_CACHE at import), tests/helpers/forked.py; the others run fresh.
-    return run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cache.parent)
+    else:
+        env.pop("HF_HUB_OFFLINE", None)
+    # A command that imports torch (apply, data) in a cache of its own is forked from a fork server of that
+    # environment (tests/helpers/forked.py: the second torch command there starts one); the others run fresh.
+    folder = cwd or cache.parent
+    return run([sys.executable, "-m", "gpuplan", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=folder)

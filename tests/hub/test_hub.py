@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpuplan.lifecycle.drift import resume_conflicts
-from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files
+from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, tiny_model_files, worker_cache
 
 SPEC = """\
 [model]
@@ -44,7 +44,7 @@ dir = "{out}"
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     root = tmp_path_factory.mktemp("hub")
-    cache = root / "cache"
+    cache = worker_cache()  # the worker's own: its fork server serves every command of this file
     files = tiny_model_files(root)
     commit = add_repo(cache, "acme/micro-llama", files)
     data_commit = add_repo(cache, "acme/chat", {"data/train.jsonl": chat_rows(), "README.md": b"# chat\n"}, repo_type="dataset")
@@ -75,7 +75,7 @@ def test_plan_resolves_hub_ids_from_the_cache_without_torch(hub, tmp_path):
 
 
 def test_missing_repo_names_id_revision_cache_and_fetch_command(hub, tmp_path):
-    r = run_cli(["plan", str(_spec(tmp_path, SPEC.replace("acme/micro-llama", "acme/absent")))], hub["cache"])
+    r = run_cli(["plan", str(_spec(tmp_path, SPEC.replace("acme/micro-llama", "acme/absent")))], hub["cache"], cwd=tmp_path)
     assert r.returncode == 1
     assert "acme/absent" in r.stderr and "'main'" in r.stderr and str(hub["cache"]) in r.stderr
     assert "hf download acme/absent config.json --revision main" in r.stderr
@@ -84,7 +84,7 @@ def test_missing_repo_names_id_revision_cache_and_fetch_command(hub, tmp_path):
 
 def test_lock_pins_commit_and_file_hashes_and_a_moved_ref_is_reported(hub, tmp_path):
     spec = _spec(tmp_path)
-    r = run_cli(["lock", str(spec)], hub["cache"])
+    r = run_cli(["lock", str(spec)], hub["cache"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lock = json.loads((tmp_path / "hubspec.lock.json").read_text())["repos"]
     model = lock["model.name_or_path"]
@@ -96,18 +96,18 @@ def test_lock_pins_commit_and_file_hashes_and_a_moved_ref_is_reported(hub, tmp_p
     # refs/main moves to a new commit (a new upload of the model)
     moved = add_repo(hub["cache"], "acme/micro-llama", {**hub["files"], "README.md": b"v2\n"})
     try:
-        r = run_cli(["plan", str(spec), "--json"], hub["cache"])
+        r = run_cli(["plan", str(spec), "--json"], hub["cache"], cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         plan = json.loads(r.stdout)
         assert plan["settings"]["model.commit"]["value"] == hub["commit"]  # the lock wins
         warn = [d for d in plan["diagnostics"] if d["key"] == "model.commit" and d["severity"] == "warning"]
         assert warn and moved[:12] in warn[0]["summary"] and "--upgrade" in warn[0]["fix"]
 
-        r = run_cli(["lock", str(spec), "--upgrade"], hub["cache"])
+        r = run_cli(["lock", str(spec), "--upgrade"], hub["cache"], cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         lock = json.loads((tmp_path / "hubspec.lock.json").read_text())["repos"]
         assert lock["model.name_or_path"]["commit"] == moved
-        r = run_cli(["plan", str(spec), "--json"], hub["cache"])
+        r = run_cli(["plan", str(spec), "--json"], hub["cache"], cwd=tmp_path)
         assert json.loads(r.stdout)["settings"]["model.commit"]["value"] == moved
     finally:
         add_repo(hub["cache"], "acme/micro-llama", hub["files"])  # refs/main back to the first commit
@@ -126,7 +126,7 @@ def test_changed_commit_breaks_resume():
 @pytest.mark.slow
 def test_apply_offline_fine_tunes_the_hub_model_on_the_hub_dataset(hub, tmp_path):
     spec = _spec(tmp_path)
-    r = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600)
+    r = run_cli(["apply", str(spec), "--yes"], hub["cache"], timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "gpuplan-state.json").read_text())
     assert state["plan"]["settings"]["model.commit"]["value"] == hub["commit"]
@@ -185,7 +185,7 @@ seq_len = 128
 
 
 def _dataset_cache(tmp_path):
-    cache = tmp_path / "cache"
+    cache = worker_cache()
     rows = chat_rows(6)
     commit = add_repo(cache, "acme/chat-only", {"data/train-00000.jsonl": rows, "data/test.jsonl": b"{}\n"}, repo_type="dataset")
     spec = tmp_path / "ds.toml"
@@ -195,7 +195,7 @@ def _dataset_cache(tmp_path):
 
 def test_gpuplan_data_reads_a_hub_dataset_from_the_cache(tmp_path):
     cache, spec, _ = _dataset_cache(tmp_path)
-    r = run_cli(["data", str(spec), "--json", "-n", "1"], cache)
+    r = run_cli(["data", str(spec), "--json", "-n", "1"], cache, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["stats"]["rows"] == 6  # the train file only, not data/test.jsonl
@@ -204,10 +204,13 @@ def test_gpuplan_data_reads_a_hub_dataset_from_the_cache(tmp_path):
 
 def test_lock_refuses_cached_files_that_differ_from_their_pinned_sha256(tmp_path):
     cache, spec, commit = _dataset_cache(tmp_path)
-    assert run_cli(["lock", str(spec)], cache).returncode == 0
+    assert run_cli(["lock", str(spec)], cache, cwd=tmp_path).returncode == 0
     blob = cache / "datasets--acme--chat-only" / "snapshots" / commit / "data" / "train-00000.jsonl"
     blob.resolve().write_bytes(b'{"messages": []}\n')  # the cached file changes under the pin
-    r = run_cli(["lock", str(spec)], cache)
+    try:
+        r = run_cli(["lock", str(spec)], cache, cwd=tmp_path)
+    finally:
+        _dataset_cache(tmp_path)  # the worker's cache holds the repo's own files again
     assert r.returncode == 1
     assert "data/train-00000.jsonl of acme/chat-only" in r.stderr and "differ from the sha256" in r.stderr
     assert "Traceback" not in r.stderr

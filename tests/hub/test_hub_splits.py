@@ -7,7 +7,7 @@ import json
 import tomllib
 
 from gpuplan.hub.splits import SplitError, card_patterns, split_map
-from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli
+from tests.helpers.hub_cache import REPO, add_repo, chat_rows, run_cli, worker_cache
 
 # HuggingFaceH4/ultrachat_200k's card at its main commit, cut to the configs header
 ULTRACHAT_CARD = b"""---
@@ -46,7 +46,7 @@ seq_len = 128
 
 
 def _cache(tmp_path, split=""):
-    cache = tmp_path / "cache"
+    cache = worker_cache()
     files = {
         "README.md": ULTRACHAT_CARD,
         "data/train_sft-00000-of-00001.jsonl": chat_rows(6),
@@ -82,14 +82,14 @@ def test_card_configs_map_splits_to_files(tmp_path):
 
 def test_data_split_reads_only_that_splits_rows(tmp_path):
     cache, spec, _ = _cache(tmp_path, 'split = "train_sft"')
-    r = run_cli(["data", str(spec), "--json", "-n", "1"], cache)
+    r = run_cli(["data", str(spec), "--json", "-n", "1"], cache, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["stats"]["rows"] == 6  # train_sft only: not train_gen (4) nor the test splits
 
 
 def test_plan_refuses_a_split_the_card_lacks_with_a_did_you_mean(tmp_path):
     cache, spec, _ = _cache(tmp_path)  # data.split defaults to "train", which ultrachat_200k does not have
-    r = run_cli(["plan", str(spec)], cache)
+    r = run_cli(["plan", str(spec)], cache, cwd=tmp_path)
     assert r.returncode == 1
     assert "data.split" in r.stderr and 'did you mean "train_sft"?' in r.stderr
     assert "Traceback" not in r.stderr
@@ -97,7 +97,7 @@ def test_plan_refuses_a_split_the_card_lacks_with_a_did_you_mean(tmp_path):
 
 def test_lock_hashes_only_the_splits_files(tmp_path):
     cache, spec, _ = _cache(tmp_path, 'split = "train_sft"')
-    r = run_cli(["lock", str(spec)], cache)
+    r = run_cli(["lock", str(spec)], cache, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     files = json.loads((tmp_path / "ultra.lock.json").read_text())["repos"]["data.dataset"]["files"]
     assert sorted(files) == ["README.md", "data/train_sft-00000-of-00001.jsonl"]
@@ -118,7 +118,7 @@ def test_init_data_from_a_card_without_a_train_split_writes_its_train_split_and_
     with the reason, and reads the format from train_sft's rows, not from the first file of the snapshot
     (test_gen here holds instruction rows); the spec then plans as written. Before, init read test_gen and
     ended in plan's "set data.split", a key init cannot set, with nothing written."""
-    cache = tmp_path / "cache"
+    cache = worker_cache()
     pairs = b"".join(json.dumps({"prompt": f"q{i}", "response": f"a{i}"}).encode() + b"\n" for i in range(3))
     add_repo(
         cache,
@@ -128,7 +128,9 @@ def test_init_data_from_a_card_without_a_train_split_writes_its_train_split_and_
     )
     out = tmp_path / "init.toml"
     r = run_cli(
-        ["init", str(REPO / "specs" / "models" / "tiny-llama-cpu.json"), "--gpu", "cpu", "--data", "acme/ultra", "--out", str(out)], cache
+        ["init", str(REPO / "specs" / "models" / "tiny-llama-cpu.json"), "--gpu", "cpu", "--data", "acme/ultra", "--out", str(out)],
+        cache,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     text = out.read_text()
@@ -136,5 +138,5 @@ def test_init_data_from_a_card_without_a_train_split_writes_its_train_split_and_
     assert raw["data"]["split"] == "train_sft" and raw["data"]["format"] == "chat"
     note = " ".join(ln.removeprefix("# ") for ln in text.split("\nsplit = ")[0].splitlines()[-2:])
     assert 'maps no "train" split (it has train_sft, test_sft, train_gen, test_gen)' in note
-    plan = run_cli(["plan", str(out)], cache)
+    plan = run_cli(["plan", str(out)], cache, cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr

@@ -6,7 +6,7 @@ import json
 
 from gpuplan.hub.weights import weight_patterns
 from tests.helpers.apply_plans import MICRO_LLAMA
-from tests.helpers.hub_cache import add_repo, run_cli
+from tests.helpers.hub_cache import add_repo, run_cli, worker_cache
 
 SHARDS = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
 INDEX = {
@@ -45,11 +45,11 @@ def test_weight_patterns_follow_the_index(tmp_path):
 
 
 def test_lock_hashes_the_indexed_shards_only(tmp_path):
-    cache = tmp_path / "cache"
+    cache = worker_cache()
     add_repo(cache, "acme/sharded", _files())
     spec = tmp_path / "sharded.toml"
     spec.write_text(SPEC)
-    r = run_cli(["lock", str(spec)], cache)
+    r = run_cli(["lock", str(spec)], cache, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     files = json.loads((tmp_path / "sharded.lock.json").read_text())["repos"]["model.name_or_path"]["files"]
     assert "consolidated.safetensors" not in files
