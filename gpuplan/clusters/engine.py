@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from gpuplan.clusters.job import Job
 from gpuplan.errors import OneProblem
+from gpuplan.plan.resolved import LaunchSettings
 
 ENGINES: dict[str, str] = {
     "slurm": "gpuplan.clusters.slurm",
@@ -45,7 +46,8 @@ class RemoteStatus:
 
 
 class Engine:
-    """One cluster engine. Subclasses set `target` and `client` and implement the four methods."""
+    """One cluster engine. Subclasses set `target` and `client` and implement the four methods (and `address`
+    where [launch] names the cluster)."""
 
     target: ClassVar[str]
     client: ClassVar[str]  # what submits, as errors name it: "sbatch (Slurm's client, Debian package slurm-client)"
@@ -58,12 +60,18 @@ class Engine:
         """None when the client is installed here; else what is missing and how to install it."""
         raise NotImplementedError
 
+    def address(self, launch: LaunchSettings) -> str | None:
+        """Where the client reaches the cluster when [launch] names it (recorded with the job id, so `gpuplan
+        show` asks the cluster the job went to); None: the client's own default (Slurm's, kubectl's context)."""
+        return None
+
     def submit(self, job: Job, files: Mapping[str, Path]) -> str:
         """Submit the rendered files (their paths in the job dir); the engine's job id. SubmitError on refusal."""
         raise NotImplementedError
 
-    def status(self, job_id: str) -> RemoteStatus:
-        """The job's state as the engine reports it now; a job it no longer knows is a status, not an error."""
+    def status(self, job_id: str, address: str | None = None) -> RemoteStatus:
+        """The job's state as the engine reports it now, asked at `address` (the recorded one); a job it no
+        longer knows is a status, not an error."""
         raise NotImplementedError
 
 

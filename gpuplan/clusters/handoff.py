@@ -106,6 +106,8 @@ def hand_off(
         "command": list(job.command),
         "time_limit_s": job.time_limit.seconds,
     }
+    if (address := engine.address(job.launch)) is not None:
+        record["address"] = address  # where `gpuplan show` asks about the job (Ray's dashboard or GCS address)
     record_submission(plan, job.output_dir, record)
     echo(f"Submitted {job.target} job {job_id}; follow it with: gpuplan show {job.output_dir}")
     return 0
@@ -124,7 +126,7 @@ def remote_status(state: Mapping[str, Any]) -> dict[str, Any] | None:
     if (missing := engine.missing_client()) is not None:
         status = RemoteStatus(state="unknown", done=None, source="none", detail=missing)
     else:
-        status = engine.status(str(job["id"]))
+        status = engine.status(str(job["id"]), str(job["address"]) if job.get("address") else None)
     return {"target": job["target"], "id": job["id"], **status.to_dict()}
 
 

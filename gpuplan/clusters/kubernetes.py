@@ -246,7 +246,7 @@ class KubernetesEngine(Engine):
             raise SubmitError(f"kubectl apply -f {path} failed (exit {proc.returncode})", detail=proc.stderr.strip() or None)
         return job_id(job)
 
-    def status(self, job_id: str) -> RemoteStatus:
+    def status(self, job_id: str, address: str | None = None) -> RemoteStatus:
         ns, what, name = job_id.split("/", 2)
         source = f"kubectl get {what}"
         proc = subprocess.run(["kubectl", "get", what, name, "-n", ns, "-o", "json"], capture_output=True, text=True)

@@ -14,22 +14,28 @@ environment, which would otherwise take the worker for a torchrun rank. RunConfi
 in the job dir (on the shared storage) and FailureConfig(max_failures) restarts the worker group after a
 lost node; gpuplan resumes from the last checkpoint, taking over its own run lock (GPUPLAN_JOB_ID).
 
-Submitted with `ray job submit --no-wait -- python ray_job.py` (Ray Jobs CLI; RAY_ADDRESS names the
-cluster's dashboard); `ray job status` answers `gpuplan show`.
+Submitted with `ray job submit --no-wait -- python ray_job.py` (the Ray Jobs CLI of the Ray installed beside
+gpuplan), and `ray job status` answers `gpuplan show`. The job client reaches the cluster through its head's
+dashboard: launch.ray_dashboard_address, else launch.ray_address (the client asks that GCS for the dashboard's
+address), else RAY_API_SERVER_ADDRESS / RAY_ADDRESS or a cluster on this machine, as the client finds one; the
+address used is recorded with the job id for `gpuplan show`. Ray's side needs `ray[default]` (the dashboard and
+its job server) on the head.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
-import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from gpuplan.clusters.engine import Engine, RemoteStatus, SubmitError
 from gpuplan.clusters.job import Job
 from gpuplan.lifecycle.run_lock import JOB_ID_ENV
+from gpuplan.plan.resolved import LaunchSettings
 
 SCRIPT_FILE = "ray_job.py"
 MAX_FAILURES = 3
@@ -116,40 +122,124 @@ def script(job: Job) -> str:
     )
 
 
+# what `ray job submit` / `ray job status` print (ray/dashboard/modules/job/cli.py: submit, _log_job_status)
 _SUBMITTED = re.compile(r"Job '([^']+)' submitted successfully")
+_TERMINAL = {"succeeded": "SUCCEEDED", "failed": "FAILED", "was stopped": "STOPPED"}  # JobStatus.is_terminal()
+_OTHER = re.compile(r"Status for job '[^']+': (\w+)")
+_MESSAGE = re.compile(r"Status message: (.*)")
+# Ray's client lets these override --address (ray/dashboard/utils.py get_address_for_submission_client)
+ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+_RAY_JOB = "from ray.dashboard.modules.job.cli import job_cli_group; job_cli_group(prog_name='ray job')"
+_UNREACHABLE = (
+    "Failed to connect to Ray",  # no dashboard answers at an http address
+    "Timed out while waiting for GCS",  # no GCS answers at a GCS address
+    "Couldn't obtain the API server address",  # the GCS knows no dashboard (started with --include-dashboard=false)
+    "Could not find any running Ray instance",  # no address at all, and no cluster on this machine
+)
+
+
+def client_address(launch: LaunchSettings) -> tuple[str, str] | None:
+    """(the [launch] key, its value) that tells Ray's job client where the cluster is: the dashboard's
+    http address, else the GCS address (the client asks the GCS for the dashboard's); None: the client's
+    own default (RAY_API_SERVER_ADDRESS, RAY_ADDRESS, or a cluster started on this machine)."""
+    if launch.ray_dashboard_address:
+        return "launch.ray_dashboard_address", launch.ray_dashboard_address
+    if launch.ray_address and launch.ray_address != "auto":
+        return "launch.ray_address", launch.ray_address
+    return None
+
+
+def ray_job_command(command: str, args: list[str], address: str | None) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of `ray job COMMAND ARGS` for the cluster at `address` (None: the client's default).
+
+    The client is `ray job` of the Ray this gpuplan imports, so it is found without `ray` on PATH and is the
+    version missing_client checked: the click group that `ray`'s console script adds as `job`
+    (ray/scripts/scripts.py), called without the rest of Ray's CLI, whose imports cost about 2.5 s more
+    a call. An address the spec names wins over the environment's."""
+    # plain record-style lines: what job_status reads (cli_logger's "auto" colours them even off a terminal)
+    argv = [sys.executable, "-c", _RAY_JOB, command, "--log-style", "record", "--log-color", "false"]
+    env = dict(os.environ)
+    if address is not None:
+        argv += ["--address", address]
+        for name in ADDRESS_ENV:
+            env.pop(name, None)
+    return argv + args, env
+
+
+def _last_line(text: str) -> str | None:
+    """The client's own last words (the exception's line, after Ray's traceback)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def job_status(text: str, job_id: str, source: str) -> RemoteStatus:
+    """`ray job status JOB_ID`'s output as a RemoteStatus: one of _log_job_status's four forms."""
+    message = _MESSAGE.search(text)
+    detail = message.group(1).strip() if message else None
+    for words, state in _TERMINAL.items():
+        if f"Job '{job_id}' {words}" in text:
+            return RemoteStatus(state=state, done=True, source=source, detail=detail)
+    if (m := _OTHER.search(text)) is not None:
+        return RemoteStatus(state=m.group(1), done=False, source=source, detail=detail)
+    return RemoteStatus(state="unknown", done=None, source=source, detail=_last_line(text))
 
 
 class RayEngine(Engine):
     target = "ray"
-    client = "ray (pip install 'ray[train]', or gpuplan's `cluster-ray` extra)"
+    client = "ray job submit (Ray's job client: pip install 'ray[default]', or gpuplan's `cluster-ray` extra)"
 
     def render(self, job: Job) -> dict[str, str]:
         return {SCRIPT_FILE: script(job)}
 
     def missing_client(self) -> str | None:
-        if importlib.util.find_spec("ray") is None or shutil.which("ray") is None:
-            return "Ray is not installed here (pip install 'ray[train]', or pip install 'gpuplan[cluster-ray]')"
+        # the job client needs ray[default]'s aiohttp besides ray (ray/dashboard/modules/job/sdk.py refuses without it)
+        if importlib.util.find_spec("ray") is None or importlib.util.find_spec("aiohttp") is None:
+            return "Ray's job client is not installed here (pip install 'ray[default]', or pip install 'gpuplan[cluster-ray]')"
         return None
 
+    def address(self, launch: LaunchSettings) -> str | None:
+        named = client_address(launch)
+        return named[1] if named else None
+
     def submit(self, job: Job, files: Mapping[str, Path]) -> str:
-        argv = ["ray", "job", "submit", "--no-wait", "--", "python", str(files[SCRIPT_FILE])]
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        named = client_address(job.launch)
+        argv, env = ray_job_command("submit", ["--no-wait", "--", "python", str(files[SCRIPT_FILE])], named[1] if named else None)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        said = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0:
-            raise SubmitError(f"ray job submit failed (exit {proc.returncode})", detail=(proc.stderr or proc.stdout).strip() or None)
-        m = _SUBMITTED.search(proc.stdout + proc.stderr)
+            if any(words in said for words in _UNREACHABLE):
+                raise unreachable(named, _last_line(said))
+            raise SubmitError(f"ray job submit failed (exit {proc.returncode})", detail=_last_line(said))
+        m = _SUBMITTED.search(said)
         if m is None:
-            raise SubmitError("ray job submit printed no job id", detail=(proc.stdout + proc.stderr).strip() or None)
+            raise SubmitError("ray job submit printed no job id", detail=said or None)
         return m.group(1)
 
-    def status(self, job_id: str) -> RemoteStatus:
-        proc = subprocess.run(["ray", "job", "status", job_id], capture_output=True, text=True)
-        source = "ray job status"
+    def status(self, job_id: str, address: str | None = None) -> RemoteStatus:
+        argv, env = ray_job_command("status", [job_id], address)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
         text = (proc.stdout + proc.stderr).strip()
-        m = re.search(r"Status for job '[^']+': (\w+)", text)
-        if proc.returncode != 0 or m is None:
-            return RemoteStatus(state="unknown", done=None, source=source, detail=text or None)
-        state = m.group(1)
-        return RemoteStatus(state=state, done=state in {"SUCCEEDED", "FAILED", "STOPPED"}, source=source)
+        source = "ray job status"
+        if proc.returncode != 0:
+            state = "not found" if f"Job {job_id} does not exist" in text else "unknown"
+            return RemoteStatus(state=state, done=None, source=source, detail=_last_line(text))
+        return job_status(text, job_id, source)
+
+
+def unreachable(named: tuple[str, str] | None, said: str | None) -> SubmitError:
+    """The job client reached no Ray dashboard: the key (or variable) that named the address and what to do."""
+    fix = (
+        'set launch.ray_dashboard_address to the head\'s dashboard as this machine reaches it ("http://HEAD:8265"), and check '
+        "that the head runs it (`ray start --head --dashboard-host 0.0.0.0`, with ray[default] installed there)"
+    )
+    if named is None:
+        env = [f"{name} = {os.environ[name]!r}" for name in ADDRESS_ENV if os.environ.get(name)]
+        where = f"at {env[0]} (the environment's; no [launch] key names a cluster)" if env else "(no [launch] key names one)"
+        return SubmitError(
+            f"ray job submit could not reach a Ray cluster {where}", key="launch.ray_dashboard_address", detail=said, fix=fix
+        )
+    key, value = named
+    return SubmitError(f"ray job submit could not reach the Ray cluster at {key} = {value!r}", key=key, detail=said, fix=fix)
 
 
 ENGINE = RayEngine()

@@ -197,7 +197,7 @@ class SkyPilotEngine(Engine):
             raise SubmitError(f"sky jobs launch {job.name} returned no job id")
         return str(job_ids[0])
 
-    def status(self, job_id: str) -> RemoteStatus:
+    def status(self, job_id: str, address: str | None = None) -> RemoteStatus:
         import sky
 
         source = "sky jobs queue"

@@ -131,7 +131,7 @@ class Slurm(Engine):
             raise SubmitError(f"sbatch answered {out.stdout.strip()!r}, not a job id", key="launch.target")
         return job_id
 
-    def status(self, job_id: str) -> RemoteStatus:
+    def status(self, job_id: str, address: str | None = None) -> RemoteStatus:
         q = _run(["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T|%r|%M|%N"])
         rows = [line for line in q.stdout.splitlines() if line.strip()]
         if q.returncode == 0 and rows:

@@ -140,6 +140,7 @@ EXAMPLES: dict[str, Any] = {
     "launch.storage_claim": "shared-pvc",
     "launch.storage_bucket": "s3://my-bucket",
     "launch.ray_address": "auto",
+    "launch.ray_dashboard_address": "http://ray-head:8265",
     "vision.image_size": 1024,
     "vision.processor_config": "models/my-vlm/processor_config.json",
 }

@@ -439,7 +439,8 @@ class LaunchSettings:
     spot: bool = False  # skypilot: managed job on spot instances
     storage_bucket: str | None = None  # skypilot: the bucket mounted at storage (MOUNT_CACHED)
     storage_shared: bool = False  # skypilot: storage is already a shared mount on every node
-    ray_address: str | None = None  # ray
+    ray_address: str | None = None  # ray: the GCS address ray.init joins
+    ray_dashboard_address: str | None = None  # ray: the dashboard's http(s) address the job client reaches
 
     @property
     def remote(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
@@ -449,6 +450,25 @@ def _mountable_bucket(url: str) -> str:
     return url
 
 
+def _dashboard_url(url: str) -> str:
+    """launch.ray_dashboard_address: the HTTP address of the Ray dashboard, where Ray's job client sends the job.
+
+    Ray's client takes an address without a scheme for the cluster's GCS and looks the dashboard up there
+    (ray/dashboard/utils.py get_address_for_submission_client), so "head:8265" would be taken for a GCS address."""
+    parts = urlsplit(url)
+    try:
+        _ = parts.port  # urlsplit checks the port only when it is read (ValueError for "head:80a")
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f'{url!r} is not the Ray dashboard\'s http:// or https:// address; write it as "http://HEAD:8265" '
+            "(the head node's dashboard, port 8265 unless `ray start --dashboard-port` says otherwise)"
+        )
+    return url
+
+
 # The [launch] keys that belong to some targets only (gpuplan/clusters/ reads them); a key set for
 # another target is refused, since it would do nothing there.
 LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
@@ -464,6 +484,7 @@ LAUNCH_TARGET_KEYS: dict[str, tuple[str, ...]] = {
     "storage_bucket": ("skypilot",),
     "storage_shared": ("skypilot",),
     "ray_address": ("ray",),
+    "ray_dashboard_address": ("ray",),
 }
 LAUNCH_REQUIRED: dict[str, tuple[str, ...]] = {"kubernetes": ("image",), "skypilot": ("image",)}
 
@@ -524,7 +545,16 @@ class LaunchSpec(_Section):
         description="skypilot: launch.storage is already a shared file system on every node (the image or the cloud mounts it), "
         "so no bucket is mounted; several nodes need it or launch.storage_bucket.",
     )
-    ray_address: _Name | None = Field(None, description='ray: the cluster to connect to (ray.init address); default: "auto".')
+    ray_address: _Name | None = Field(
+        None,
+        description='ray: the cluster the job\'s script joins (ray.init address); default: "auto". Without '
+        "launch.ray_dashboard_address, `ray job submit` and `ray job status` find the dashboard through it too.",
+    )
+    ray_dashboard_address: Annotated[_Name, AfterValidator(_dashboard_url)] | None = Field(
+        None,
+        description='ray: the head\'s dashboard, where `ray job submit` and `ray job status` reach the cluster ("http://HEAD:8265"); '
+        "default: found from launch.ray_address, else RAY_API_SERVER_ADDRESS / RAY_ADDRESS or the local cluster.",
+    )
 
     @model_validator(mode="after")
     def _keys_fit_the_target(self):

@@ -7,6 +7,7 @@ is torch-free, so the commands run in this process (gpuplan.cli.main), their out
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,12 +38,15 @@ def test_plan_shows_the_job_it_would_submit(tmp_path, capsys):
     assert "kubernetes: image ghcr.io/example/gpuplan:0.1, namespace ml, queue team-a" in out
 
 
-@pytest.mark.parametrize("target, client", [("kubernetes", "kubectl"), ("ray", "ray[train]")])
+@pytest.mark.parametrize("target, client", [("kubernetes", "kubectl"), ("ray", "ray[default]")])
 def test_a_missing_client_is_named_with_the_dry_run_as_the_way_out(tmp_path, capsys, monkeypatch, target, client):
     path = spec(tmp_path, target)
     empty = tmp_path / "bin"
     empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))  # kubectl / ray are not on this PATH
+    monkeypatch.setenv("PATH", str(empty))  # kubectl is not on this PATH
+    # nor can Ray's job client be imported (a None in sys.modules is how Python marks a module absent:
+    # importlib.util.find_spec returns None for it), as where gpuplan was installed without the cluster-ray extra
+    monkeypatch.setitem(sys.modules, "ray", None)
     code, _, err = gpuplan(capsys, "apply", path, "--yes")
     assert code == 1 and "Traceback" not in err
     assert client in err and f"gpuplan apply {path} --dry-run" in err
@@ -61,3 +65,13 @@ def test_dry_run_writes_the_rendered_job_beside_the_saved_plan(tmp_path, capsys,
         assert yaml.safe_load(text)
     assert f"Wrote the {target} job without submitting it" in out
     assert not (tmp_path / "shared" / "runs" / "llama" / "gpuplan-state.json").exists()  # nothing submitted, nothing recorded
+
+
+@pytest.mark.parametrize("address", ["ray-head:8265", "ftp://ray-head:8265", "http://ray-head:82a5"])
+def test_a_ray_dashboard_address_that_is_not_an_http_url_is_refused_with_the_form_to_write(tmp_path, capsys, address):
+    # Ray's job client would take "ray-head:8265" for a GCS address and look the dashboard up there
+    path = cluster_spec(tmp_path, f'target = "ray"\nray_dashboard_address = "{address}"', name="ray")
+    code, _, err = gpuplan(capsys, "plan", path)
+    assert code == 1 and "Traceback" not in err
+    assert f"launch.ray_dashboard_address: {address!r} is not the Ray dashboard's http:// or https:// address" in err
+    assert 'write it as "http://HEAD:8265"' in err

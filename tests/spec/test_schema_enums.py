@@ -34,7 +34,10 @@ LLAMA_8B = str(SPECS / "models" / "llama-3.1-8b.json")
 # (rl.loss_type under grpo: tests/plan/test_rl_plan.py test_rl_loss_type_enum_is_every_loss_grpo_plans)
 RULE_CHECKED = {"preference.loss_type", "rl.loss_type"}
 # keys whose values are open (any name) but checked by their form: a made-up value is refused, no enum could list them
-OPEN_FORMS = {"launch.storage_bucket": "a bucket URL, any bucket under a scheme SkyPilot mounts (spec/buckets.py)"}
+OPEN_FORMS = {
+    "launch.storage_bucket": "a bucket URL, any bucket under a scheme SkyPilot mounts (spec/buckets.py)",
+    "launch.ray_dashboard_address": "an http(s) URL, any host: the Ray dashboard's address",
+}
 
 
 def _cli_schema() -> dict:
