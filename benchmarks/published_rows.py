@@ -15,6 +15,7 @@ hidden, layers, heads and vocab from its config.json, intermediate = ffn_hidden_
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,12 +57,17 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1042
+GPTQ_DEQUANT_BW_FRACTION = 0.1037
 # The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
 # (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
 # (the rows' `framework`): their rows are planned without that term.
 HF_TRAINER = ("HF Trainer", "SFTTrainer")
 QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"), "w1": ("gate_proj",), "w2": ("up_proj",)}
+# Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
+# A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
+# it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
+# with its own settings, whatever its source (why_left_out).
+NETWORK_WORDS = ("RDMA", "InfiniBand", "RoCE", "Ethernet", "EFA", "Gb/s")
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,14 @@ def _shape(model: str) -> tuple[int, ...] | None:
     return SHAPES.get(key) if key else None
 
 
+def _per_node(row: dict[str, Any]) -> int:
+    """GPUs per node: 8 (an HGX / DGX node) unless the row says otherwise."""
+    world = int(row["num_gpus"])
+    if "2 nodes x 2 GPUs" in (row.get("sharding") or "") or "2 servers x 2 GPUs" in (row.get("other_opts") or ""):
+        return 2
+    return min(world, 8)
+
+
 def why_left_out(row: dict[str, Any]) -> str | None:
     """None for a usable row; else the general reason it cannot be planned and checked."""
     if row.get("derived_tokens_per_s_per_gpu") is None:
@@ -110,6 +124,9 @@ def why_left_out(row: dict[str, Any]) -> str | None:
         return f"GPU not in the catalog ({row['gpu'].split(' (')[0]})"
     if _shape(row["model"]) is None:
         return "model shape unknown"
+    said = " ".join(str(row.get(k) or "") for k in ("gpu", "sharding", "other_opts", "note"))
+    if int(row["num_gpus"]) > _per_node(row) and not any(re.search(rf"\b{re.escape(w)}\b", said) for w in NETWORK_WORDS):
+        return "several nodes, the network between them not published: the cross-node collectives cannot be planned"
     return None
 
 
@@ -176,9 +193,7 @@ def plan_run(row: dict[str, Any]) -> Run:
         offload_params="CPU offload" in sharding,
         adapters=adapters,
     )
-    per_node = min(world, 8)
-    if "2 nodes x 2 GPUs" in sharding or "2 servers x 2 GPUs" in (row.get("other_opts") or ""):
-        per_node = 2
+    per_node = _per_node(row)
     note = "selective AC planned as none" if isinstance(ac, str) and ac.startswith("selective") else ""
     gptq = "gptq" in (row.get("quantization") or "").lower()
     hf = any(k in (row.get("framework") or "") for k in HF_TRAINER)

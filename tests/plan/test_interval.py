@@ -17,7 +17,9 @@ from tests.helpers.planning import ENV, SPECS, plan_text, spec
 def test_the_spread_file_is_the_fit_scripts_held_out_percentiles():
     s = interval.spread()
     assert s["log_error_p10"] < 0 < s["log_error_p90"]  # the model errs both ways on unseen sources
-    assert s["rows"] >= 100 and len(s["sources"]) >= 3
+    # the usable rows of published-throughput.json (benchmarks/published_rows.py): 97 since multi-node rows
+    # that name no network are left out
+    assert s["rows"] >= 90 and len(s["sources"]) >= 3
     for g in s["by_bound"].values():
         assert g["rows"] >= 8 and g["log_error_p10"] < g["log_error_p90"]
 
