@@ -98,7 +98,10 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
+        # PYTHONDONTWRITEBYTECODE as the worker has it: a value of its own would be an import-time environment of
+        # its own, which the worker's fork server does not serve (the first script and its children then ran as
+        # fresh interpreters: apply_overhead 54 s instead of about 10); the byte-code caches it may write are
+        # ignored paths (.gitignore __pycache__/), which _checkout_files leaves out
     }
     before = _checkout_files()
     r = run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
