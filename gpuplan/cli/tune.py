@@ -132,7 +132,7 @@ def table(rows: list[dict[str, Any]], base) -> list[str]:
     """One line per candidate: planned vs measured steady tokens/s and step time."""
     head = f"{'candidate':<48} {'planned tok/s':>13} {'measured tok/s':>14} {'ratio':>6} {'planned step':>12} {'measured step':>13}  status"
     lines = [
-        f"Tune on {base.hardware.name} ({base.value('training.effective_batch_size')} samples per step, same for every candidate):",
+        f"Tune on {base.hardware.name} ({base.resolved.training.effective_batch_size} samples per step, same for every candidate):",
         head,
     ]
     for r in rows:
