@@ -28,8 +28,20 @@ QuickGELU (x * sigmoid(1.702 x), activations.py QuickGELUActivation) keeps the s
 input: i more; the 2-D rope's cos and sin (fp32, rows x head_dim each) are kept once for all
 blocks. Its PatchMerger (the projector) keeps, when it trains (a full fine-tune, or the tower
 trained), ln_q's input and statistics, its output (mlp.0's input) and the GELU's input and output
-(mlp.2's input): 4 x rows x width + 8 bytes a row. Qwen2.5-VL shares the attention code but is
-not yet traced here: its tower keeps the decoder row.
+(mlp.2's input): 4 x rows x width + 8 bytes a row.
+
+Qwen2.5-VL's tower (modeling_qwen2_5_vl.py, transformers 5.25.0, counted the same way: the Llama
+row at the tower's width matches a real LlamaDecoderLayer's saved tensors exactly, 6,680 B a row in
+fp32 at width 64, and a Qwen2.5-VL block keeps 3h more): Qwen2_5_VLVisionAttention keeps the fused
+qkv output whole beside the rotated q and k (2h, as Qwen2-VL), and its proj's input is a new tensor
+(h): the non-flash path runs attention per window / image chunk and torch.cat's the outputs, where
+the Llama layer's o_proj input shares the attention output's storage. Its gated SiLU MLP (with
+bias), RMSNorms and the window_index reordering (hidden_states[window_index], int64 indices) keep
+what the Llama row counts; windowed and full-attention blocks keep the same bytes (the per-window
+outputs and log-sum-exps add up to the full one's). The 2-D rope's cos and sin are kept once, as
+in Qwen2-VL. Its PatchMerger's ln_q is an RMSNorm: it keeps its input, 1 / rms (4 B a row) and the
+normalized rows beside its output, then the GELU's input and output: 5 x rows x width + 4 bytes a
+row when it trains (counted in fp32, where the trace runs; not checked in 16-bit).
 """
 
 from __future__ import annotations
@@ -80,17 +92,23 @@ def _block_facts(facts: ModelFacts) -> ModelFacts:
     )
 
 
-def _qwen2_vl_extras(facts: ModelFacts, wl: Workload, rows: int, elt: int) -> tuple[int, int, int]:
-    """Qwen2-VL's tower beyond the decoder row (see the module docstring): bytes per row per block,
-    the rope tables kept once, the merger's saved bytes when it trains (0 otherwise)."""
+def _qwen_vl_extras(facts: ModelFacts, wl: Workload, rows: int, elt: int) -> tuple[int, int, int]:
+    """Qwen2-VL's and Qwen2.5-VL's towers beyond the decoder row (see the module docstring): bytes per
+    row per block, the rope tables kept once, the merger's saved bytes when it trains (0 otherwise)."""
     v = facts.vision
     assert v is not None
-    if v.family != "qwen2_vl":
+    if v.family == "qwen2_vl":
+        # fused qkv kept whole beside the rotated q and k (2h), QuickGELU's sigmoid (i); merger: LayerNorm
+        per_row, merger_row = (2 * v.hidden_size + v.intermediate_size) * elt, 4 * v.hidden_size * elt + 8
+    elif v.family == "qwen2_5_vl":
+        # fused qkv kept whole beside the rotated q and k (2h), proj's input a copy (torch.cat) of the
+        # attention output (h); merger: RMSNorm ln_q
+        per_row, merger_row = 3 * v.hidden_size * elt, 5 * v.hidden_size * elt + 4
+    else:
         return 0, 0, 0
-    per_row = (2 * v.hidden_size + v.intermediate_size) * elt
     rope = rows * (v.hidden_size // max(v.num_attention_heads, 1)) * 2 * 4
     merger_trains = wl.adapters is None or wl.train_tower
-    merger = rows * (4 * v.hidden_size * elt + 8) if merger_trains else 0
+    merger = rows * merger_row if merger_trains else 0
     return per_row, rope, merger
 
 
@@ -104,7 +122,7 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     one = dataclasses.replace(wl, per_device_batch=1, seq_len=wl.tower_tokens, packed=False, adapters=None, liger_kernel=False)
     parts = activation_parts(block, one)
     act_b = 2 if mode_of(wl) != "fp32" else 4
-    extra_row, rope, merger = _qwen2_vl_extras(facts, wl, rows, act_b)
+    extra_row, rope, merger = _qwen_vl_extras(facts, wl, rows, act_b)
     per_row_block = parts.per_layer // max(wl.tower_tokens, 1) + extra_row
     features = wl.per_device_batch * wl.images_per_example * wl.image_tokens * facts.hidden_size * act_b
     transient = rows * per_row_block
