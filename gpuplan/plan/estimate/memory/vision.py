@@ -152,7 +152,12 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
         saved = inputs + pixels + post
     else:
         saved = v.num_layers * rows * per_row_block + pixels + post + mask
-    per_image = saved // max(wl.per_device_batch * wl.images_per_example, 1)
+    # frozen (recorded by the hook), the note's per-image figure stays one block's, as when not recorded
+    per_image = (
+        saved // max(wl.per_device_batch * wl.images_per_example, 1)
+        if wl.train_tower
+        else wl.tower_tokens * max(wl.tower_images, 1) * (transient // max(rows, 1))
+    )
     return TowerMemory(rows, per_image, saved, transient, features, merger)
 
 
