@@ -312,7 +312,7 @@ def assemble(
     advice = [
         auto_resolved_to_cpu(hw.gpu, gpu),
         long_run(throughput, gpu.is_cpu),
-        images_note(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value, spec.data.seq_len),
+        images_note(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value, spec.data.seq_len, wl.gradient_checkpointing),
         step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm, lengths),
     ]
     model = {

@@ -104,26 +104,34 @@ def is_vlm(facts: ModelFacts) -> bool:
     return facts.vision is not None
 
 
-def images_note(plan: ImagePlan | None, method: str, seq_len: int) -> Diagnostic | None:
+def images_note(plan: ImagePlan | None, method: str, seq_len: int, checkpointing: bool = False) -> Diagnostic | None:
     """What the plan prints about the images and the tower (a note)."""
     if plan is None:
         return None
     v, t = plan.vision, plan.tokens
     adapters = method in ("lora", "qlora")
+    # gradient checkpointing's enable_input_require_grads (modeling_utils.py, transformers 5.25) hooks every
+    # sub-model's input embeddings; mllama's tower has no checkpointed blocks, so its frozen blocks record
+    # autograd and backward runs through them for their inputs' gradients (memory/vision.py tower_memory)
+    backward = (
+        "backward still runs through its blocks (gradient checkpointing's input hook on its patch embedding records them)"
+        if checkpointing and v.family == "mllama"
+        else "backward does not run through it"
+    )
     if plan.train_tower:
         trains = "the vision tower and projector train too (vision.train_tower = true)"
     elif adapters:
         trains = (
             f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) and projector ({v.projector_params / 1e6:,.0f}M) are frozen "
             "and LoRA trains the language model's linear layers only: the tower was trained on far more images than a fine-tuning "
-            "set holds, and frozen it has no gradients or optimizer states and backward does not run through it "
+            f"set holds, and frozen it has no gradients or optimizer states and {backward} "
             "(vision.train_tower = true trains it)"
         )
     else:
         trains = (
             f"the vision tower ({v.tower_params / 1e6:,.0f}M parameters) is frozen; the projector ({v.projector_params / 1e6:,.0f}M) and "
-            "the language model train: frozen, the tower has no gradients or optimizer states and backward does not run "
-            "through it (vision.train_tower = true trains it)"
+            f"the language model train: frozen, the tower has no gradients or optimizer states and {backward} "
+            "(vision.train_tower = true trains it)"
         )
     summary = (
         f"images: {plan.images_per_example} x {t.tokens:,} tokens per example ({plan.width}x{plan.height} px: {t.how}), "

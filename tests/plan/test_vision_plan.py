@@ -95,3 +95,33 @@ def test_the_shipped_spec_plans_and_fits_24_gb(tmp_path):
 
     plan = plan_file(SPECS / "qwen2.5-vl-7b-qlora-24gb.toml", environment=ENV)
     assert plan.memory.fits and plan.resolved.vision.image_tokens == 1227
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_mllamas_frozen_tower_note_says_whether_backward_runs_through_it(tmp_path, checkpointing):
+    # transformers' gradient checkpointing hooks the tower's patch embedding (enable_input_require_grads) and
+    # mllama's tower blocks are not checkpointed: frozen, they are still recorded and backward runs through them
+    from tests.helpers.vlm_configs import TINY_VLM_CONFIGS
+
+    config = tmp_path / "mllama.json"
+    config.write_text(json.dumps(TINY_VLM_CONFIGS["mllama"]))
+    text = f"""
+[model]
+config = "{config}"
+method = "lora"
+dtype = "bfloat16"
+[hardware]
+gpu = "A100-80GB"
+[data]
+seq_len = 256
+[training]
+{TRAINING}
+gradient_checkpointing = {str(checkpointing).lower()}
+[vision]
+image_size = 56
+"""
+    plan = plan_text(tmp_path, text)
+    assert plan.resolved.training.gradient_checkpointing is checkpointing
+    detail = next(d.detail for d in plan.diagnostics if d.key == "vision.image_size")
+    assert ("backward still runs through its blocks" in detail) is checkpointing
+    assert ("backward does not run through it" in detail) is not checkpointing
