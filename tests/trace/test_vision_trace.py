@@ -147,6 +147,12 @@ def _workload(image_tokens: int = SEQ, **kw) -> Workload:
     return Workload(4, 256, device="cpu", images_per_example=1, image_tokens=image_tokens, tower_images=1, tower_tokens=ROWS, **kw)
 
 
+def _mllama_workload(**kw):
+    """Two rows of 256 tokens, one image each: one cross-attention token in the text, the tower's 4 tiles of
+    (112 / 14)^2 patches and a class token."""
+    return Workload(2, 256, device="cpu", images_per_example=1, image_tokens=1, tower_images=4, tower_tokens=(112 // 14) ** 2 + 1, **kw)
+
+
 CASES = [(f, t, c) for f in sorted(FAMILIES) for t in (False, True) for c in (False, True)] + [
     ("mllama", t, c) for t in (False, True) for c in (False, True)
 ]
@@ -160,17 +166,7 @@ CASES = [(f, t, c) for f in sorted(FAMILIES) for t in (False, True) for c in (Fa
 def test_vlm_step_memory_matches_the_trace(family, train_tower, checkpointing):
     if family == "mllama":
         config = MLLAMA
-        wl = Workload(
-            2,
-            256,
-            device="cpu",
-            images_per_example=1,
-            image_tokens=1,
-            tower_images=4,
-            tower_tokens=(112 // 14) ** 2 + 1,
-            train_tower=train_tower,
-            gradient_checkpointing=checkpointing,
-        )
+        wl = _mllama_workload(train_tower=train_tower, gradient_checkpointing=checkpointing)
     else:
         config, tokens = FAMILIES[family]
         wl = _workload(tokens, train_tower=train_tower, gradient_checkpointing=checkpointing)
@@ -200,17 +196,7 @@ def test_lora_on_mllama_checkpointed_records_the_frozen_tower():
     facts = model_facts(MLLAMA)
     frozen = facts.vision.tower_modules + facts.vision.projector_modules
     targets = tuple(resolve_targets(facts, "all-linear", [], frozen))
-    wl = Workload(
-        2,
-        256,
-        device="cpu",
-        images_per_example=1,
-        image_tokens=1,
-        tower_images=4,
-        tower_tokens=(112 // 14) ** 2 + 1,
-        gradient_checkpointing=True,
-        adapters=Adapters("lora", 8, targets, excluded_modules=frozen),
-    )
+    wl = _mllama_workload(gradient_checkpointing=True, adapters=Adapters("lora", 8, targets, excluded_modules=frozen))
     analytic = estimate_memory(facts, wl)
     traced = trace_memory(MLLAMA, wl)
     assert analytic.allocated_peak_bytes == pytest.approx(traced.allocated_peak_bytes, rel=0.04)
