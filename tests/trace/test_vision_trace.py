@@ -41,17 +41,19 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
 from tests.helpers.vlm_configs import TINY_VLM_CONFIGS  # noqa: E402
 
+# the language model of the traced families (mllama's has four layers): two decoder layers of width 64, grouped-query
+# attention
+TEXT_64 = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1024,
+}
 IDEFICS3 = {
     "model_type": "idefics3",
-    "text_config": {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1024,
-    },
+    "text_config": {"model_type": "llama", **TEXT_64},
     "vision_config": {
         "hidden_size": 64,
         "intermediate_size": 256,
@@ -81,12 +83,7 @@ QWEN2_5_VL = {
     **TINY_VLM_CONFIGS["qwen2_5_vl"],
     "text_config": {
         **TINY_VLM_CONFIGS["qwen2_5_vl"]["text_config"],
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1024,
+        **TEXT_64,
         "bos_token_id": 1,
         "eos_token_id": 2,
     },
@@ -112,12 +109,8 @@ QWEN2_5_VL = {
 MLLAMA = {
     "model_type": "mllama",
     "text_config": {
-        "hidden_size": 64,
-        "intermediate_size": 128,
+        **TEXT_64,
         "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 1024,
         "cross_attention_layers": [1, 3],
         "rope_scaling": {"rope_type": "default"},
         "pad_token_id": 0,
