@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-_LLAMA_TEXT = {
-    "model_type": "llama",
+# a language model of two decoder layers of width 64 with grouped-query attention
+TEXT_64 = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -14,6 +14,7 @@ _LLAMA_TEXT = {
     "num_key_value_heads": 2,
     "vocab_size": 1024,
 }
+_LLAMA_TEXT = {"model_type": "llama", **TEXT_64}
 _CLIP = {"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 
 TINY_VLM_CONFIGS: dict[str, dict[str, Any]] = {

@@ -39,17 +39,16 @@ from gpuplan.modelinfo.lora_targets import resolve_targets  # noqa: E402
 from gpuplan.plan.estimate.memory.estimate import estimate_memory  # noqa: E402
 from gpuplan.plan.estimate.memory.types import Adapters, Workload  # noqa: E402
 from gpuplan.trace import trace_memory  # noqa: E402
-from tests.helpers.vlm_configs import TINY_VLM_CONFIGS  # noqa: E402
+from tests.helpers.vlm_configs import TEXT_64, TINY_VLM_CONFIGS  # noqa: E402
 
-# the language model of the traced families (mllama's has four layers): two decoder layers of width 64, grouped-query
-# attention
-TEXT_64 = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1024,
+# the special tokens of the Qwen VL families: ids near the top of the 1,024-token tiny vocabulary
+QWEN_VL_TOKENS = {
+    "image_token_id": 1000,
+    "video_token_id": 1001,
+    "vision_start_token_id": 1002,
+    "vision_end_token_id": 1003,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 IDEFICS3 = {
     "model_type": "idefics3",
@@ -70,12 +69,7 @@ IDEFICS3 = {
 QWEN2_VL = {
     **TINY_VLM_CONFIGS["qwen2_vl"],  # its language model; a tower as wide as the language model, and the special tokens
     "vision_config": {"depth": 4, "embed_dim": 64, "hidden_size": 64, "num_heads": 4, "mlp_ratio": 4},
-    "image_token_id": 1000,
-    "video_token_id": 1001,
-    "vision_start_token_id": 1002,
-    "vision_end_token_id": 1003,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
+    **QWEN_VL_TOKENS,
 }
 # Qwen2.5-VL at the same widths: its gated-MLP RMSNorm tower; blocks 1 and 3 attend over the whole image, 0 and 2
 # within windows of 112 px (4 x 4 merged tokens: the 8 x 8 merged grid is 4 windows, window_index reorders the rows)
@@ -97,12 +91,7 @@ QWEN2_5_VL = {
         "fullatt_block_indexes": [1, 3],
         "window_size": 112,
     },
-    "image_token_id": 1000,
-    "video_token_id": 1001,
-    "vision_start_token_id": 1002,
-    "vision_end_token_id": 1003,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
+    **QWEN_VL_TOKENS,
 }
 # Llama 3.2 Vision: 4 tiles of 112 px per image, (112 / 14)^2 + 1 tower rows a tile; the text holds one
 # <|image|> token and two of its four layers cross-attend to the 4 x 65 projected rows
