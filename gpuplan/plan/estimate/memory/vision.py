@@ -179,7 +179,7 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     return TowerMemory(rows, per_image, saved, transient, features, merger)
 
 
-def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool) -> int:
+def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool, language_model_trains: bool = True) -> int:
     """Llama 3.2 Vision (mllama): the image is not in the language model's sequence (one <|image|>
     token); its cross-attention layers (MllamaCrossAttentionDecoderLayer, modeling_mllama.py,
     transformers 5.24) attend from the text to the projected tower output, images x tiles x
@@ -194,6 +194,11 @@ def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: boo
     - per text token and cross layer, against the Llama layer the text side is priced with: the two
       tanh-gated residual branches keep their inputs (2h), q_norm as k_norm over the queries, and no
       k / v of the text (the Llama row's repeated k and v, or k and v).
+    With the language model frozen under adapters (LoRA on its linear layers), the norms' weights and
+    the two gates do not require grad: q_norm and k_norm keep only their fp32 input and rsqrt (not the
+    normalized rows the weight's gradient would need), and the gated branches keep nothing (their
+    inputs serve only the gates' gradients). Measured with saved-tensor hooks on the real tiny model:
+    q_norm 528 -> 272 KiB, k_norm 268 -> 138 KiB, the gates 514 KiB -> 0 over its two cross layers.
     With gradient checkpointing (the cross layers are GradientCheckpointingLayer, non-reentrant) a
     layer keeps only its inputs: hidden_states, counted with the text layers, and the
     cross-attention states, mask and full_text_row_masked_out_mask shared by all layers (the `once`
@@ -210,13 +215,15 @@ def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: boo
     h, a, kv, d = facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim
     b, s = wl.per_device_batch, wl.seq_len
     rows = b * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
-    norm = 8 if mode == "fp32" else 6  # per normed element: its saved input and x * rsqrt
+    # per normed element: its saved input (fp32: x.float() is x) and, when the norm's weight trains, x * rsqrt
+    norm = (8 if mode == "fp32" else 6) if language_model_trains else 4
     per_row = 2 * a * d * elt + kv * d * norm + kv * 4
     once = rows * h * elt + b * s * (rows // max(b, 1)) * w + (rows * out_dim * elt if projector_trains else 0)
     if wl.gradient_checkpointing:
         return once
     text_kv = 2 * a * d * 4 if mode == "fp32" else 2 * kv * d * 2
-    per_token = 2 * h * elt + a * d * norm + a * 4 - text_kv
+    gates = 2 * h * elt if language_model_trains else 0
+    per_token = gates + a * d * norm + a * 4 - text_kv
     return layers * (rows * per_row + b * s * per_token) + once
 
 
@@ -249,7 +256,7 @@ def with_tower(est: MemoryEstimate, facts: ModelFacts, wl: Workload, adapters: b
         share = (v.tower_params) / max(facts.n_params, 1)
         for k in ("gradients", "optimizer_states"):
             c[k] = int(c[k] * (1 - share))
-    cross = cross_attention_bytes(facts, wl, projector_trains=not adapters or wl.train_tower)
+    cross = cross_attention_bytes(facts, wl, projector_trains=not adapters or wl.train_tower, language_model_trains=not adapters)
     c["activations"] += t.features + (t.saved + cross if c["activations"] else 0)
     # the tower's own forward: before the language model's activations exist
     tower_moment = c["weights"] + c["optimizer_states"] + (c["gradients"] if wl.gradient_accumulation_steps > 1 else 0) + t.transient
