@@ -179,7 +179,7 @@ def tower_memory(facts: ModelFacts, wl: Workload) -> TowerMemory | None:
     return TowerMemory(rows, per_image, saved, transient, features, merger)
 
 
-def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool, language_model_trains: bool = True) -> int:
+def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: bool, language_model_trains: bool) -> int:
     """Llama 3.2 Vision (mllama): the image is not in the language model's sequence (one <|image|>
     token); its cross-attention layers (MllamaCrossAttentionDecoderLayer, modeling_mllama.py,
     transformers 5.24) attend from the text to the projected tower output, images x tiles x
@@ -215,7 +215,8 @@ def cross_attention_bytes(facts: ModelFacts, wl: Workload, projector_trains: boo
     h, a, kv, d = facts.hidden_size, facts.num_attention_heads, facts.num_key_value_heads, facts.head_dim
     b, s = wl.per_device_batch, wl.seq_len
     rows = b * wl.images_per_example * max(wl.tower_images, 1) * wl.tower_tokens
-    # per normed element: its saved input (fp32: x.float() is x) and, when the norm's weight trains, x * rsqrt
+    # per normed element: its fp32 input (x.float(), kept for rsqrt's backward) and, when the norm's weight
+    # trains, the normalized rows its gradient needs (fp32 4 B; half: the 16-bit result, 2 B)
     norm = (8 if mode == "fp32" else 6) if language_model_trains else 4
     per_row = 2 * a * d * elt + kv * d * norm + kv * 4
     once = rows * h * elt + b * s * (rows // max(b, 1)) * w + (rows * out_dim * elt if projector_trains else 0)
