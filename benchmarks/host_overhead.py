@@ -1,0 +1,264 @@
+"""Host time of eager PyTorch per kernel, and of the HF Trainer per optimizer step, measured on this machine.
+
+Two step-time constants are host work that the published rows of only one source inform:
+KERNEL_S (host seconds per eager kernel: Python, op dispatch, autograd, the launch) and
+TRAINER_STEP_S (the Trainer loop's own work per optimizer step: dataloader, collation,
+logging, scheduler, callbacks). A fold of benchmarks/fit_step_time.py that leaves that
+source out has nothing to fit them on and uses their prior: this script measures the prior,
+so the held-out rows are predicted from a measurement and never from their own fit.
+
+Per kernel: a tiny LlamaForCausalLM (hidden 64, 16 tokens: the device work of every op is a
+few microseconds) runs forward and backward with 4 and with 8 decoder layers, full and LoRA
+on every linear, with and without gradient checkpointing (reentrant, as the HF Trainer of
+2023 ran it), alternating so that load drifts hit both. Host seconds per layer = (t8 - t4) / 4,
+divided by the kernels the step-time model counts per layer (plan/estimate/step_time/shape.py
+kernels_per_micro_batch, the same count the plan multiplies by KERNEL_S). On a CPU each op also
+runs its tiny kernel inline where a GPU host would queue a launch (cudaLaunchKernel, a few us:
+NVIDIA CUDA C++ Best Practices Guide); the two are of the same size, so the figure stands for
+the GPU host's per-kernel cost on a core of this speed.
+
+Per Trainer step: a real transformers Trainer (2 layers, batch 1, 8 micro-batches per step,
+logging every step as Qwen's finetune scripts do) against a hand loop over the same tensors
+(forward, backward, clip, AdamW, scheduler, zero_grad): the Trainer's median step time minus
+the hand loop's is its per-step host work.
+
+    python benchmarks/host_overhead.py [--repeats 40] [--no-write]
+    python benchmarks/host_overhead.py --quick   # CI: few repeats, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import write_section  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "host_overhead.json"
+TOKENS, HIDDEN = 16, 64
+TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _config(layers: int) -> dict:
+    return {
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": 2 * HIDDEN,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 128,
+        "max_position_embeddings": 64,
+        "tie_word_embeddings": False,
+    }
+
+
+def _model(layers: int, lora: bool, ckpt: bool):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**_config(layers), attn_implementation="sdpa"))
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=8, target_modules=list(TARGETS), lora_dropout=0.05))
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        if lora:
+            model.enable_input_require_grads()
+    model.train()
+    return model
+
+
+def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
+    """The kernels the step-time model counts for one micro-batch of this model."""
+    from gpuplan.hardware.catalog import lookup
+    from gpuplan.modelinfo.count import model_facts
+    from gpuplan.plan.estimate.memory.types import Adapters, Workload
+    from gpuplan.plan.estimate.step_time.shape import build_shape, kernels_per_micro_batch
+
+    facts = model_facts(_config(layers))
+    adapters = Adapters(method="lora", r=8, target_modules=TARGETS, lora_dropout=0.05) if lora else None
+    wl = Workload(
+        per_device_batch=1,
+        seq_len=TOKENS,
+        weight_dtype="float32",
+        gradient_checkpointing=ckpt,
+        attn_implementation="sdpa",
+        adapters=adapters,
+    )
+    return kernels_per_micro_batch(build_shape(facts, wl, lookup("A100-80GB"), "fp32"))
+
+
+def per_kernel(repeats: int) -> list[dict]:
+    import torch
+
+    torch.set_num_threads(1)  # host work is one thread; the second core stays out of it
+    ids = torch.randint(0, 128, (1, TOKENS))
+    rows = []
+    for lora in (False, True):
+        for ckpt in (False, True):
+            models = {n: _model(n, lora, ckpt) for n in (4, 8)}
+            times: dict[int, list[float]] = {4: [], 8: []}
+            for i in range(repeats + 5):
+                for n, m in models.items():
+                    t = time.perf_counter()
+                    m(input_ids=ids, labels=ids).loss.backward()
+                    if i >= 5:  # the first passes warm the allocator and autograd's caches
+                        times[n].append(time.perf_counter() - t)
+            per_layer = (statistics.median(times[8]) - statistics.median(times[4])) / 4
+            kernels = (_kernels(8, lora, ckpt) - _kernels(4, lora, ckpt)) / 4
+            rows.append(
+                {
+                    "method": "lora" if lora else "full",
+                    "checkpointing": ckpt,
+                    "host_ms_per_layer": round(per_layer * 1e3, 3),
+                    "kernels_per_layer": kernels,
+                    "us_per_kernel": round(per_layer / kernels * 1e6, 2),
+                }
+            )
+            us = rows[-1]["us_per_kernel"]
+            what = f"{rows[-1]['method']:4} ckpt={ckpt!s:5}"
+            print(f"{what} {per_layer * 1e3:6.2f} ms per layer / {kernels:.0f} kernels = {us:.1f} us", flush=True)
+    return rows
+
+
+def per_trainer_step(steps: int) -> dict:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments, get_linear_schedule_with_warmup
+
+    torch.set_num_threads(1)
+    accum = 8
+    data = [{"input_ids": torch.randint(0, 128, (TOKENS,))} for _ in range(steps * accum)]
+    for d in data:
+        d["labels"] = d["input_ids"].clone()
+
+    def fresh():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(**_config(2), attn_implementation="sdpa"))
+
+    class Stamps(TrainerCallback):
+        def __init__(self) -> None:
+            self.t: list[float] = []
+
+        def on_step_end(self, args, state, control, **kw):
+            self.t.append(time.perf_counter())
+
+    stamps = Stamps()
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=1,
+            gradient_accumulation_steps=accum,
+            max_steps=steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            disable_tqdm=False,
+            learning_rate=1e-4,
+            max_grad_norm=1.0,
+            dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=fresh(), args=args, train_dataset=data, callbacks=[stamps])
+        trainer.train()
+    trainer_step = statistics.median(b - a for a, b in zip(stamps.t[2:], stamps.t[3:]))
+
+    model = fresh()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    sched = get_linear_schedule_with_warmup(opt, 0, steps)
+    ends = []
+    for s in range(steps):
+        for d in data[s * accum : (s + 1) * accum]:
+            loss = model(input_ids=d["input_ids"][None], labels=d["labels"][None]).loss / accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        ends.append(time.perf_counter())
+    hand_step = statistics.median(b - a for a, b in zip(ends[2:], ends[3:]))
+    out = {
+        "steps": steps,
+        "micro_batches_per_step": accum,
+        "trainer_ms_per_step": round(trainer_step * 1e3, 2),
+        "hand_loop_ms_per_step": round(hand_step * 1e3, 2),
+        "trainer_overhead_ms_per_step": round((trainer_step - hand_step) * 1e3, 2),
+    }
+    print(
+        f"Trainer {out['trainer_ms_per_step']:.1f} ms per step, hand loop {out['hand_loop_ms_per_step']:.1f} ms: "
+        f"{out['trainer_overhead_ms_per_step']:.1f} ms of Trainer work per step",
+        flush=True,
+    )
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=40, help="timed passes per model")
+    ap.add_argument("--steps", type=int, default=40, help="optimizer steps of the Trainer and of the hand loop")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 repeats, 6 steps, writes nothing")
+    args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.steps, args.no_write = 4, 6, True
+
+    import platform
+
+    import torch
+    import transformers
+
+    rows = per_kernel(args.repeats)
+    trainer = per_trainer_step(args.steps)
+    us = statistics.median(r["us_per_kernel"] for r in rows)
+    trainer_s = max(trainer["trainer_overhead_ms_per_step"], 0.0) / 1e3
+    print(f"host seconds per kernel (median of {len(rows)}): {us:.1f} us; Trainer per step: {trainer_s * 1e3:.1f} ms")
+    if args.no_write:
+        return 0
+    cpu = platform.processor() or platform.machine()
+    result = {
+        "what": "priors of KERNEL_S and TRAINER_STEP_S for benchmarks/fit_step_time.py, measured by benchmarks/host_overhead.py",
+        "machine": f"{cpu}, torch {torch.__version__}, transformers {transformers.__version__}, one thread",
+        "kernel_s": round(us * 1e-6, 8),
+        "trainer_step_s": round(trainer_s, 5),
+        "per_kernel": rows,
+        "trainer": trainer,
+    }
+    DATA.write_text(json.dumps(result, indent=2) + "\n")
+    table = [
+        "| method | checkpointing | host ms per layer | kernels per layer (the model's count) | us per kernel |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ck = "yes" if r["checkpointing"] else "no"
+        table.append(f"| {r['method']} | {ck} | {r['host_ms_per_layer']:.2f} | {r['kernels_per_layer']:.0f} | {r['us_per_kernel']:.1f} |")
+    body = "\n".join(
+        [
+            f"{result['machine']}. Forward and backward of a tiny Llama (hidden {HIDDEN}, {TOKENS} tokens) with 8 and 4 decoder "
+            f"layers, {args.repeats} passes each, alternating; host time per layer over the kernels the step-time model counts "
+            "for it (benchmarks/data/host_overhead.json):",
+            "",
+            *table,
+            "",
+            f"Median: **{us:.1f} us per kernel**, the prior of `KERNEL_S` in benchmarks/fit_step_time.py (what a fold that "
+            "leaves out every row depending on it uses).",
+            "",
+            f"HF Trainer, {trainer['micro_batches_per_step']} micro-batches per step, logging every step: "
+            f"{trainer['trainer_ms_per_step']:.1f} ms per optimizer step against {trainer['hand_loop_ms_per_step']:.1f} ms for a "
+            f"hand loop over the same tensors: **{trainer_s * 1e3:.1f} ms of Trainer work per step**, the prior of "
+            "`TRAINER_STEP_S`.",
+        ]
+    )
+    write_section("host_overhead", "Host cost per kernel and per Trainer step (the step-time priors)", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
