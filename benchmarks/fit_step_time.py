@@ -47,6 +47,10 @@ from results import write_section  # noqa: E402
 from gpuplan.plan.estimate.step_time import constants as K  # noqa: E402
 
 SPREAD_JSON = Path(__file__).resolve().parents[1] / "gpuplan" / "plan" / "estimate" / "step_time" / "spread.json"
+# Priors of the host-work constants, measured (benchmarks/host_overhead.py): a fold without the rows that depend on
+# one predicts from the measurement, never from the held-out source's own fit.
+HOST = json.loads((Path(__file__).resolve().parent / "data" / "host_overhead.json").read_text())
+PCIE_PRIOR = 0.13  # sqrt(0.10 x 0.17): see PCIE_FRACTION's Param
 
 
 @dataclass(frozen=True)
@@ -76,9 +80,11 @@ PARAMS = (
         "KERNEL_S",
         3e-6,
         6e-5,
-        1e-5,
+        HOST["kernel_s"],
         "eager PyTorch op overhead: ~10 us per op, a few us in C++ alone (H. He 2022, 'Making Deep Learning Go Brrrr From "
-        "First Principles', overhead section); CUDA launch alone ~3-5 us (NVIDIA CUDA C++ Best Practices Guide)",
+        "First Principles', overhead section); CUDA launch alone ~3-5 us (NVIDIA CUDA C++ Best Practices Guide); prior "
+        f"{HOST['kernel_s'] * 1e6:.1f} us: measured per kernel the model counts, forward and backward of a tiny Llama on "
+        "one CPU core (benchmarks/host_overhead.py)",
     ),
     Param(
         "M_HALF_TOKENS",
@@ -92,9 +98,10 @@ PARAMS = (
         "TRAINER_STEP_S",
         1e-3,
         0.1,
-        0.02,
+        HOST["trainer_step_s"],
         "the HF Trainer's per-step host work (logging .item() sync, scheduler, callbacks, collation): milliseconds to tens "
-        "of ms, an estimate (no GPU measurement of it here)",
+        f"of ms; prior {HOST['trainer_step_s'] * 1e3:.1f} ms: a real Trainer's step against a hand loop over the same "
+        "tensors, 8 micro-batches, logging every step, on one CPU core (benchmarks/host_overhead.py)",
     ),
     Param(
         "DEQUANT_BW_FRACTION",
@@ -108,8 +115,10 @@ PARAMS = (
         "GPTQ_DEQUANT_BW_FRACTION",
         0.05,
         0.8,
-        0.25,
-        "as DEQUANT_BW_FRACTION, for the GPTQ int4 rows (auto-gptq exllama kernels; benchmarks/published_rows.py)",
+        published_rows.GPTQ_DEQUANT_PRIOR,
+        "as DEQUANT_BW_FRACTION, for the GPTQ int4 rows; prior "
+        f"{published_rows.GPTQ_DEQUANT_PRIOR:.3g}: auto-gptq's eager dequantization, "
+        f"{published_rows.GPTQ_EAGER_BYTES} B per weight per pass at HBM_FRACTION (benchmarks/published_rows.py)",
     ),
     Param(
         "ZERO3_HOOK_S",
@@ -123,9 +132,12 @@ PARAMS = (
         "PCIE_FRACTION",
         0.05,
         0.9,
-        0.3,
+        PCIE_PRIOR,
         "<= ~0.9: PCIe TLP/DLLP overhead (PCI-SIG spec: 128b/130b + headers); >= 0.05: GeForce cards "
-        "have no P2P, NCCL stages through host memory (NCCL docs, SHM transport), on PCIe 3.0 x8 ~ 4 GB/s",
+        "have no P2P, NCCL stages through host memory (NCCL docs, SHM transport), on PCIe 3.0 x8 ~ 4 GB/s; prior "
+        f"{PCIE_PRIOR}: two GeForce cards (RTX 3070 Ti, PCIe 4.0) on a PCIe 3.0 board measured 3.3-5.5 GB/s card to card "
+        "through the host bridge (CUDA BusGrind, Level1Techs forum 'GPU -> GPU expected bandwidth', 2022), "
+        "0.10-0.17 of the 32 GB/s a PCIe 4.0 x16 card is catalogued with; their geometric mean",
     ),
 )
 NAMES = [p.name for p in PARAMS]

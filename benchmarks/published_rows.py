@@ -26,6 +26,7 @@ from gpuplan.modelinfo.count import model_facts
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.step_time.constants import HBM_FRACTION
 from gpuplan.plan.estimate.throughput import estimate_throughput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,17 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1037
+GPTQ_DEQUANT_BW_FRACTION = 0.1042
+# Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
+# disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
+# for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
+# torch.matmul: shift of the expanded int32 words (reads 0.5 B, writes 4 B per weight), cast to int8 (4 + 1),
+# the in-place mask (1 + 1), minus the zeros (1 + 1), times the fp16 scales (1 + 2): 16.5 B per weight per pass,
+# each a streaming kernel at HBM_FRACTION. Autograd keeps the dequantized fp16 weight for the backward matmul,
+# so it dequantizes in the forward and the recomputed forward only: 2 passes where bitsandbytes' 2.5 B runs 3
+# (plan/estimate/step_time/terms.py prices 2.5 B x 3 passes at the fraction). As that fraction: 0.8 x 7.5 / 33 = 0.18.
+GPTQ_EAGER_BYTES = 16.5
+GPTQ_DEQUANT_PRIOR = round(HBM_FRACTION * (2.5 * 3) / (GPTQ_EAGER_BYTES * 2), 3)
 # The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
 # (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
 # (the rows' `framework`): their rows are planned without that term.
