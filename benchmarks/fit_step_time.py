@@ -136,7 +136,7 @@ PARAMS = (
         "<= ~0.9: PCIe TLP/DLLP overhead (PCI-SIG spec: 128b/130b + headers); >= 0.05: GeForce cards "
         "have no P2P, NCCL stages through host memory (NCCL docs, SHM transport), on PCIe 3.0 x8 ~ 4 GB/s; prior "
         f"{PCIE_PRIOR}: two GeForce cards (RTX 3070 Ti, PCIe 4.0) on a PCIe 3.0 board measured 3.3-5.5 GB/s card to card "
-        "through the host bridge (CUDA BusGrind, Level1Techs forum 'GPU -> GPU expected bandwidth', 2022), "
+        "through the host bridge (CUDA BusGrind, Level1Techs forum 'GPU -> GPU expected bandwidth'), "
         "0.10-0.17 of the 32 GB/s a PCIe 4.0 x16 card is catalogued with; their geometric mean",
     ),
 )

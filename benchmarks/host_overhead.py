@@ -13,9 +13,10 @@ on every linear, with and without gradient checkpointing (reentrant, as the HF T
 2023 ran it), alternating so that load drifts hit both. Host seconds per layer = (t8 - t4) / 4,
 divided by the kernels the step-time model counts per layer (plan/estimate/step_time/shape.py
 kernels_per_micro_batch, the same count the plan multiplies by KERNEL_S). On a CPU each op also
-runs its tiny kernel inline where a GPU host would queue a launch (cudaLaunchKernel, a few us:
-NVIDIA CUDA C++ Best Practices Guide); the two are of the same size, so the figure stands for
-the GPU host's per-kernel cost on a core of this speed.
+runs its tiny kernel inline where a GPU host would queue a launch instead (cudaLaunchKernel, a few
+us: NVIDIA CUDA C++ Best Practices Guide). Taking the figure for a GPU host's per-kernel cost
+assumes those two are of a size and the host core is as fast as this one: neither is checked on
+a GPU here, which is why it is a prior the fit may move and not a fixed constant.
 
 Per Trainer step: a real transformers Trainer (2 layers, batch 1, 8 micro-batches per step,
 logging every step as Qwen's finetune scripts do) against a hand loop over the same tensors
