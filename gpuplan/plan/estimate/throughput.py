@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
@@ -23,7 +23,7 @@ from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.step_time.constants import constants_for
 from gpuplan.plan.estimate.step_time.generation import generation_terms, generation_time
-from gpuplan.plan.estimate.step_time.model import scaled_term
+from gpuplan.plan.estimate.step_time.model import StepTime, scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
 from gpuplan.plan.estimate.step_time.terms import Term
@@ -100,6 +100,156 @@ def _padded(workload: Workload, obj: Any, example_lengths: ExampleLengths | None
     return dataclasses.replace(workload, seq_len=padded), note
 
 
+class _StepFlops(NamedTuple):
+    """The tokens and FLOPs of one optimizer step (estimate_throughput's counts)."""
+
+    tokens: int
+    model_per_token: float
+    hw_per_token: float
+    model_flops: float
+    flops: float
+    precompute: float
+
+
+def _step_flops(facts: ModelFacts, workload: Workload, obj: Any, world_size: int, frozen: bool) -> _StepFlops:
+    """The tokens per optimizer step and their FLOPs (the model's and the hardware's), the no-grad forwards included."""
+    tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
+    model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
+    model_flops = model_per_token * tokens
+    flops = hw_per_token * tokens
+    # forwards without gradients (the reference's, KTO's KL): a third of 6N + 12LHQT per token
+    nograd, precompute = nograd_forward_flops(facts, workload, tokens)
+    model_flops += nograd
+    flops += nograd
+    return _StepFlops(tokens, model_per_token, hw_per_token, model_flops, flops, precompute)
+
+
+def _peak(workload: Workload, gpu: GPUProfile, tf32: bool, notes: list[str]) -> tuple[str, float | None]:
+    """The dtype whose peak bounds the matmuls and that peak in TFLOP/s (fp32's, noted, where the catalog lacks it)."""
+    dtype = compute_dtype(workload, gpu, tf32)
+    if dtype not in gpu.peak_tflops:
+        notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
+        dtype = "fp32"
+    return dtype, gpu.peak_tflops.get(dtype)
+
+
+def _flops_formula(workload: Workload, frozen: bool) -> str:
+    """The FLOPs-per-token formula the counts follow, as the section states it."""
+    formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
+    if workload.gradient_checkpointing:
+        formula = "8N_layers + 6N_head + 16LHQT per token: full recomputation (Korthikanti et al. 2022)"
+    if frozen:
+        formula = "4N + 12LHQT per token: a frozen base has no weight-gradient matmuls" + (
+            "; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""
+        )
+    return formula
+
+
+def _experts_and_liger_notes(facts: ModelFacts, workload: Workload) -> list[str]:
+    """The notes on a mixture of experts' FLOPs and on Liger's kernels, where they apply."""
+    notes: list[str] = []
+    if facts.num_experts:
+        notes.append(
+            f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
+            f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
+            f"{facts.n_params / 1e9:.1f}B"
+        )
+    if workload.liger_kernel:
+        notes.append(liger.speedup_note())
+    return notes
+
+
+def _slowdowns(workload: Workload) -> dict[str, float]:
+    """Setting -> the fraction by which it slows each step (torch_empty_cache_steps)."""
+    slowdowns: dict[str, float] = {}
+    if workload.torch_empty_cache_steps > 0:
+        slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
+    return slowdowns
+
+
+def _generation(
+    facts: ModelFacts, workload: Workload, gpu: GPUProfile, peak: float, dtype: str, world_size: int, rl_server_gpus: int | None
+) -> tuple[list[Term], str]:
+    """The rounds' generation (grpo / rloo) as step-time terms, and the note that describes it."""
+    gen = generation_time(
+        facts,
+        workload,
+        gpu,
+        peak * 1e12,
+        constants_for(gpu, dtype),
+        world_size=world_size,
+        server_gpus=rl_server_gpus,
+        link_gbps=_server_link_gbps(gpu),
+    )
+    note = (
+        f"generation ({workload.generation}): {gen.round_s:.3g} s per round of {gen.sequences} sequences per engine "
+        f"(prefill {gen.prefill_s:.3g} s, decode {gen.decode_s:.3g} s"
+        + (f", weight sync {gen.sync_s:.3g} s" if gen.sync_s else "")
+        + f"), {gen.rounds_per_step:g} round(s) per step; every completion counted at rl.max_completion_length "
+        f"= {workload.rl_completion_len} tokens (an upper bound)"
+    )
+    return generation_terms(gen, workload), note
+
+
+def _modelled_step(
+    facts: ModelFacts,
+    workload: Workload,
+    obj: Any,
+    gpu: GPUProfile,
+    dtype: str,
+    peak: float,
+    comm: Mapping[str, Any] | None,
+    scale: Mapping[str, float] | None,
+    extra: list[Term],
+) -> tuple[StepTime, float | None]:
+    """The step-time model's step, the no-grad forwards priced in, and the precomputing pass's seconds (None: no such pass)."""
+    # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
+    # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
+    policy = policy_workload(workload)
+    # the no-grad forwards are priced from the policy's UNSCALED terms: the calibrated model below
+    # scales every device term once, these with them (built from scaled terms they were scaled twice)
+    unscaled = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, extra=extra)
+    nograd_term, pass_term = nograd_forward_terms(obj, workload, unscaled.terms)
+    model = (
+        unscaled
+        if nograd_term is None and not scale
+        else step_time_model(
+            facts,
+            policy,
+            gpu,
+            compute_dtype=dtype,
+            peak_tflops=peak,
+            comm=comm,
+            scale=scale,
+            extra=[*extra, *([nograd_term] if nograd_term is not None else [])],
+        )
+    )
+    precompute_s: float | None = None
+    if pass_term is not None:  # the precomputing pass runs the same device work: the same scale, once
+        precompute_s = scaled_term(pass_term, scale or {}).seconds * workload.gradient_accumulation_steps
+    return model, precompute_s
+
+
+def _given_step_time(
+    flops: float, world_size: int, peak: float, utilisation: float, savers: Sequence[Term], accumulation: int
+) -> tuple[float, dict[str, float]]:
+    """The step time at a GIVEN fraction of the peak, the savers' seconds added, and those seconds by saver."""
+    step_time = flops / (world_size * peak * 1e12 * utilisation)
+    saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
+    step_time += sum(saver_seconds.values())
+    return step_time, saver_seconds
+
+
+def _objective_note(obj: Any, workload: Workload) -> str:
+    """What a preference objective runs per example through the policy and the reference."""
+    return (
+        f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
+        "backward"
+        + (f", {obj.reference_sequences} through the reference, forward only" if workload.reference not in ("none", "precomputed") else "")
+        + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only" if obj.nograd_policy_sequences else "")
+    )
+
+
 def estimate_throughput(
     facts: ModelFacts,
     workload: Workload,
@@ -140,101 +290,32 @@ def estimate_throughput(
     notes: list[str] = []
     obj = step_objective(workload)  # dpo: 2 sequences per example; grpo / rloo: the round's no-grad forwards (spec/objectives.py)
     workload, padded_note = _padded(workload, obj, example_lengths)
-    tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
-    method = method_of(workload.adapters)
-    frozen = method.frozen_base
-    model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
-    model_flops = model_per_token * tokens
-    flops = hw_per_token * tokens
-    # forwards without gradients (the reference's, KTO's KL): a third of 6N + 12LHQT per token
-    nograd, precompute = nograd_forward_flops(facts, workload, tokens)
-    model_flops += nograd
-    flops += nograd
-
-    dtype = compute_dtype(workload, gpu, tf32)
-    if dtype not in gpu.peak_tflops:
-        notes.append(f"{gpu.name} has no {dtype} peak in the catalog; the fp32 peak is used")
-        dtype = "fp32"
-    peak = gpu.peak_tflops.get(dtype)
-
-    formula = "6N + 12LHQT per token (Kaplan et al. 2020; PaLM appendix B)"
-    if workload.gradient_checkpointing:
-        formula = "8N_layers + 6N_head + 16LHQT per token: full recomputation (Korthikanti et al. 2022)"
-    if facts.num_experts:
-        notes.append(
-            f"mixture of experts: FLOPs count the {facts.active_params / 1e9:.1f}B parameters a token runs "
-            f"through (top-{facts.experts_per_token} of {facts.num_experts} experts); memory counts all "
-            f"{facts.n_params / 1e9:.1f}B"
-        )
-    if frozen:
-        formula = "4N + 12LHQT per token: a frozen base has no weight-gradient matmuls" + (
-            "; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""
-        )
-    slowdowns: dict[str, float] = {}
-    if workload.liger_kernel:
-        notes.append(liger.speedup_note())
-    if workload.torch_empty_cache_steps > 0:
-        slowdowns["torch_empty_cache_steps"] = EMPTY_CACHE_SLOWDOWN
+    frozen = method_of(workload.adapters).frozen_base
+    counts = _step_flops(facts, workload, obj, world_size, frozen)
+    tokens, flops = counts.tokens, counts.flops
+    dtype, peak = _peak(workload, gpu, tf32, notes)
+    formula = _flops_formula(workload, frozen)
+    notes.extend(_experts_and_liger_notes(facts, workload))
+    slowdowns = _slowdowns(workload)
 
     step_time = tokens_per_second = run_time = util = None
     model = None
     precompute_s: float | None = None
     saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
-    gen = None
     if peak and workload.generation != "none":  # grpo / rloo: the rounds' generation (step_time/generation.py)
-        gen = generation_time(
-            facts,
-            workload,
-            gpu,
-            peak * 1e12,
-            constants_for(gpu, dtype),
-            world_size=world_size,
-            server_gpus=rl_server_gpus,
-            link_gbps=_server_link_gbps(gpu),
-        )
-        extra_terms = [*extra_terms, *generation_terms(gen, workload)]
-        notes.append(
-            f"generation ({workload.generation}): {gen.round_s:.3g} s per round of {gen.sequences} sequences per engine "
-            f"(prefill {gen.prefill_s:.3g} s, decode {gen.decode_s:.3g} s"
-            + (f", weight sync {gen.sync_s:.3g} s" if gen.sync_s else "")
-            + f"), {gen.rounds_per_step:g} round(s) per step; every completion counted at rl.max_completion_length "
-            f"= {workload.rl_completion_len} tokens (an upper bound)"
-        )
+        generation, generation_note = _generation(facts, workload, gpu, peak, dtype, world_size, rl_server_gpus)
+        extra_terms = [*extra_terms, *generation]
+        notes.append(generation_note)
     if peak:
         savers = saver_terms(facts, workload, gpu, peak * 1e12) + tower_terms(facts, workload, gpu, peak * 1e12)
         if utilisation is None:
-            # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
-            # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
-            policy = policy_workload(workload)
-            # the no-grad forwards are priced from the policy's UNSCALED terms: the calibrated model below
-            # scales every device term once, these with them (built from scaled terms they were scaled twice)
-            unscaled = step_time_model(facts, policy, gpu, compute_dtype=dtype, peak_tflops=peak, comm=comm, extra=[*extra_terms, *savers])
-            nograd_term, pass_term = nograd_forward_terms(obj, workload, unscaled.terms)
-            model = (
-                unscaled
-                if nograd_term is None and not scale
-                else step_time_model(
-                    facts,
-                    policy,
-                    gpu,
-                    compute_dtype=dtype,
-                    peak_tflops=peak,
-                    comm=comm,
-                    scale=scale,
-                    extra=[*extra_terms, *savers, *([nograd_term] if nograd_term is not None else [])],
-                )
-            )
-            if pass_term is not None:  # the precomputing pass runs the same device work: the same scale, once
-                precompute_s = scaled_term(pass_term, scale or {}).seconds * workload.gradient_accumulation_steps
+            model, precompute_s = _modelled_step(facts, workload, obj, gpu, dtype, peak, comm, scale, [*extra_terms, *savers])
             step_time = model.step_s
             saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
             assumption = assumption or (f"step-time model, {model.constants.name} constants ({model.constants.source})")
         else:
-            step_time = flops / (world_size * peak * 1e12 * utilisation)
+            step_time, saver_seconds = _given_step_time(flops, world_size, peak, utilisation, savers, workload.gradient_accumulation_steps)
             assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
-            accumulation = workload.gradient_accumulation_steps
-            saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
-            step_time += sum(saver_seconds.values())
         if padded_note is not None:
             assumption = f"{assumption}; {padded_note}"
         for fraction in slowdowns.values():
@@ -242,8 +323,8 @@ def estimate_throughput(
         util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
         tokens_per_second = tokens / step_time
         run_time = None if max_steps is None else max_steps * step_time
-        if precompute and max_steps is not None and run_time is not None:
-            pass_s = max_steps * (precompute_s if precompute_s is not None else precompute / (world_size * peak * 1e12 * util))
+        if counts.precompute and max_steps is not None and run_time is not None:
+            pass_s = max_steps * (precompute_s if precompute_s is not None else counts.precompute / (world_size * peak * 1e12 * util))
             run_time += pass_s
             notes.append(
                 f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
@@ -252,21 +333,12 @@ def estimate_throughput(
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
     if obj.is_preference:
-        notes.append(
-            f"{obj.name}: {obj.grad_sequences} sequence(s) per example through the policy, forward and "
-            "backward"
-            + (
-                f", {obj.reference_sequences} through the reference, forward only"
-                if workload.reference not in ("none", "precomputed")
-                else ""
-            )
-            + (f", {obj.nograd_policy_sequences} KL sequence(s) through the policy, forward only" if obj.nograd_policy_sequences else "")
-        )
+        notes.append(_objective_note(obj, workload))
     out = {
         "tokens_per_step": tokens,
-        "model_flops_per_token": model_per_token,
-        "flops_per_token": hw_per_token,
-        "model_flops_per_step": model_flops,
+        "model_flops_per_token": counts.model_per_token,
+        "flops_per_token": counts.hw_per_token,
+        "model_flops_per_step": counts.model_flops,
         "flops_per_step": flops,
         "flops_formula": formula,
         "world_size": world_size,
