@@ -31,6 +31,7 @@ from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption, calibration_key, modelled_parts
 from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.interval import time_interval
+from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.plan.estimate.padding import ExampleLengths
 from gpuplan.plan.estimate.throughput import estimate_throughput
 from gpuplan.plan.fingerprint import fingerprint
@@ -45,13 +46,13 @@ from gpuplan.plan.rules import ALL_RULES
 from gpuplan.plan.rules.chat_data import has_chat_template
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, LORA_COUNT, NO_FIT, world_size
 from gpuplan.plan.rules.vision import IMAGE_PLAN
-from gpuplan.plan.sections import HardwareSection, ModelSection
-from gpuplan.plan.types import Diagnostic, Plan, PlanError, Setting
+from gpuplan.plan.sections import HardwareSection, ModelSection, ThroughputSection
+from gpuplan.plan.types import Change, Diagnostic, Plan, PlanError, Setting
 from gpuplan.plan.vision_settings import derived_settings, images_note
 from gpuplan.spec.data_fields import data_field_problems
 from gpuplan.spec.data_steps import data_size, data_steps_diagnostics
 from gpuplan.spec.load import LoadedSpec, load_toml, table
-from gpuplan.spec.schema import Spec
+from gpuplan.spec.schema import HardwareSpec, Spec
 from gpuplan.spec.validate import validate_spec
 
 SOURCE_REFS: Node[dict[str, Any]] = Node("sources")  # Hub ids resolved to commits (inputs/sources.py), for assemble
@@ -231,6 +232,107 @@ def _server_gpus(resolved: Mapping[str, Setting]) -> int:
     return int(s.value) if s is not None and backend is not None and backend.value == "vllm-server" and s.value else 0
 
 
+def _plan_settings(
+    loaded: LoadedSpec, settings: Mapping[str, Setting], ctx: Resolver
+) -> tuple[dict[str, Setting], list[str], list[Change], list[Diagnostic]]:
+    """The plan's settings (the walk's, Hub commits, derived vision.* keys), their key order, the commits' changes and diagnostics."""
+    resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
+    commits, commit_changes, commit_diags = source_settings(ctx.internal[SOURCE_REFS], loaded.path)
+    resolved.update(commits)  # model.commit / data.commit, only for Hub ids
+    vision = derived_settings(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value)  # vision.*: a VLM only
+    resolved.update(vision)
+    order = [*settings, *commits, *vision]
+    return resolved, order, commit_changes, commit_diags
+
+
+def _throughput_estimator(
+    spec: Spec, facts: ModelFacts, wl: Workload, gpu: GPUProfile, tf32: bool, comm: dict[str, Any], lengths: ExampleLengths | None
+) -> Callable[..., ThroughputSection]:
+    """estimate_throughput bound to the run the plan makes; a calibration's scale and assumption are passed on the call."""
+    # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
+    extra_terms: list = []
+    return functools.partial(
+        estimate_throughput,
+        facts,
+        wl,
+        gpu,
+        max_steps=spec.training.max_steps,
+        world_size=spec.hardware.world_size,
+        tf32=tf32,
+        comm=comm,
+        extra_terms=extra_terms,
+        example_lengths=lengths,
+        rl_server_gpus=spec.rl.vllm_server_gpus
+        or (spec.rl.vllm_tensor_parallel_size if spec.rl.generation_backend == "vllm-server" else None),
+    )
+
+
+def _calibrated_throughput(
+    estimate: Callable[..., ThroughputSection],
+    calibrations: Sequence[Mapping[str, Any]] | None,
+    method: str,
+    wl: Workload,
+    sol: Any,
+    gpu: GPUProfile,
+    hw: HardwareSpec,
+    facts: ModelFacts,
+) -> tuple[ThroughputSection, tuple[dict[str, float], dict[str, Any]] | None]:
+    """The throughput, re-estimated with the scale and start-up of the calibration that matches (if any), and that calibration."""
+    throughput = estimate()
+    calibrated = None
+    if calibrations and throughput.step_time:
+        key = calibration_key(throughput.peak_dtype or "fp32", method, wl.gradient_checkpointing, sol.savers)
+        calibrated = calibrated_scale(
+            calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time), n_params=facts.n_params
+        )
+    if calibrated:
+        throughput = estimate(scale=calibrated[0], assumption=calibration_assumption(calibrated[1]))
+        startup = calibrated[1]["startup_s"]
+        if startup is not None and throughput.run_time_s is not None:  # start-up + steps x step time + finish
+            throughput = dataclasses.replace(throughput, run_time_s=throughput.run_time_s + startup)
+    return throughput, calibrated
+
+
+def _with_cost_and_interval(
+    throughput: ThroughputSection,
+    calibrated: tuple[dict[str, float], dict[str, Any]] | None,
+    comm: dict[str, Any],
+    gpu: GPUProfile,
+    gpus: int,
+    spec_price: float | None,
+    prices: Mapping[str, tuple[float, str]] | None,
+) -> ThroughputSection:
+    """The throughput section with its communication, calibration, cost over `gpus` GPUs and time interval attached."""
+    throughput = dataclasses.replace(
+        with_communication(throughput, comm),
+        calibration=calibrated[1] if calibrated else None,
+        **cost_section(throughput, gpu.name, gpus, spec_price=spec_price, user_prices=prices),
+    )
+    return dataclasses.replace(
+        throughput,
+        time_interval=time_interval(
+            step_time_s=throughput.step_time_s,
+            run_time_s=throughput.run_time_s,
+            cost_usd=throughput.cost_usd,
+            bound_by=(throughput.step_time or {}).get("bound_by"),
+            modelled=throughput.step_time is not None,
+            calibrated=bool(calibrated),
+            on_cpu=gpu.is_cpu,
+        ),
+    )
+
+
+def _model_section(ctx: Resolver, resolved: Mapping[str, Setting], facts: ModelFacts, wl: Workload) -> ModelSection:
+    """The plan's model section: the model's facts and what the method trains of it."""
+    model = {
+        **facts.summary(),
+        **trainable_section(
+            resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts, wl.gradient_checkpointing, full_ft_frozen(ctx, facts)
+        ),
+    }
+    return ModelSection.from_dict(model)
+
+
 def assemble(
     loaded: LoadedSpec,
     spec: Spec,
@@ -244,12 +346,7 @@ def assemble(
     calibrations: Sequence[Mapping[str, Any]] | None = None,
 ) -> Plan:
     """The Plan of a resolution without errors: memory, throughput, cost, fingerprint."""
-    resolved = {k: ctx.resolved.get(k, s) for k, s in settings.items()}
-    commits, commit_changes, commit_diags = source_settings(ctx.internal[SOURCE_REFS], loaded.path)
-    resolved.update(commits)  # model.commit / data.commit, only for Hub ids
-    vision = derived_settings(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value)  # vision.*: a VLM only
-    resolved.update(vision)
-    order = [*settings, *commits, *vision]
+    resolved, order, commit_changes, commit_diags = _plan_settings(loaded, settings, ctx)
     sol = ctx.internal[FIT_SOLUTION]
     memory = memory_section(sol, ctx.internal[FIT_PROBLEM], gpu, spec.hardware.headroom, count=spec.hardware.count)
     final = sol.estimate
@@ -260,54 +357,12 @@ def assemble(
     comm = communication(
         facts, wl, gpu, count=hw.count, nodes=hw.nodes, interconnect=hw.interconnect, network=hw.network, networks=load_interconnects()
     )
-    # more named step-time terms (a saver's time cost, sharded adapters' gathers) go here: plan/estimate/step_time/terms.py Term
-    extra_terms: list = []
     # dpo / kto: TRL pads each micro-batch to its longest sequence; the time prices the local rows' expected one
     lengths = preference_example_lengths(resolved, loaded)
-    estimate = functools.partial(
-        estimate_throughput,
-        facts,
-        wl,
-        gpu,
-        max_steps=spec.training.max_steps,
-        world_size=world,
-        tf32=tf32,
-        comm=comm,
-        extra_terms=extra_terms,
-        example_lengths=lengths,
-        rl_server_gpus=spec.rl.vllm_server_gpus
-        or (spec.rl.vllm_tensor_parallel_size if spec.rl.generation_backend == "vllm-server" else None),
-    )
-    throughput = estimate()
-    calibrated = None
-    if calibrations and throughput.step_time:
-        key = calibration_key(throughput.peak_dtype or "fp32", resolved["model.method"].value, wl.gradient_checkpointing, sol.savers)
-        calibrated = calibrated_scale(
-            calibrations, gpu, hw.count, hw.nodes, key=key, modelled=modelled_parts(throughput.step_time), n_params=facts.n_params
-        )
-    if calibrated:
-        throughput = estimate(scale=calibrated[0], assumption=calibration_assumption(calibrated[1]))
-        startup = calibrated[1]["startup_s"]
-        if startup is not None and throughput.run_time_s is not None:  # start-up + steps x step time + finish
-            throughput = dataclasses.replace(throughput, run_time_s=throughput.run_time_s + startup)
-    throughput = dataclasses.replace(
-        with_communication(throughput, comm),
-        calibration=calibrated[1] if calibrated else None,
-        # a vLLM server's GPUs (rl.vllm_server_gpus) are paid beside the training GPUs
-        **cost_section(throughput, gpu.name, world + _server_gpus(resolved), spec_price=hw.price_per_hour, user_prices=prices),
-    )
-    throughput = dataclasses.replace(
-        throughput,
-        time_interval=time_interval(
-            step_time_s=throughput.step_time_s,
-            run_time_s=throughput.run_time_s,
-            cost_usd=throughput.cost_usd,
-            bound_by=(throughput.step_time or {}).get("bound_by"),
-            modelled=throughput.step_time is not None,
-            calibrated=bool(calibrated),
-            on_cpu=gpu.is_cpu,
-        ),
-    )
+    estimate = _throughput_estimator(spec, facts, wl, gpu, tf32, comm, lengths)
+    throughput, calibrated = _calibrated_throughput(estimate, calibrations, resolved["model.method"].value, wl, sol, gpu, hw, facts)
+    # a vLLM server's GPUs (rl.vllm_server_gpus) are paid beside the training GPUs
+    throughput = _with_cost_and_interval(throughput, calibrated, comm, gpu, world + _server_gpus(resolved), hw.price_per_hour, prices)
     hardware = HardwareSection.from_dict({**gpu.to_dict(), "count": hw.count, "nodes": hw.nodes})
     advice = [
         auto_resolved_to_cpu(hw.gpu, gpu),
@@ -315,17 +370,12 @@ def assemble(
         images_note(ctx.internal.get(IMAGE_PLAN), resolved["model.method"].value, spec.data.seq_len, wl.gradient_checkpointing),
         step_advice(throughput, wl, ctx.internal[FIT_PROBLEM], sol, resolved, facts, gpu, tf32, comm, lengths),
     ]
-    model = {
-        **facts.summary(),
-        **trainable_section(
-            resolved["model.method"].value, ctx.internal.get(LORA_COUNT), facts, wl.gradient_checkpointing, full_ft_frozen(ctx, facts)
-        ),
-    }
+    model = _model_section(ctx, resolved, facts, wl)
     plan = Plan(
         spec_path=str(loaded.path),
         spec_sha256=loaded.sha256,
         hardware=hardware,
-        model=ModelSection.from_dict(model),
+        model=model,
         settings=resolved,
         changes=tuple(sorted([*ctx.changes, *commit_changes], key=lambda c: order.index(c.key))),
         diagnostics=tuple([*ctx.diagnostics, *commit_diags]) + tuple(d for d in advice if d is not None),
