@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.plan.estimate.memory.activations import activation_parts, mode_of
+from gpuplan.plan.estimate.memory.activations import ActivationParts, activation_parts, mode_of
 from gpuplan.plan.estimate.memory.generation import with_generation
-from gpuplan.plan.estimate.memory.layout import model_layout
+from gpuplan.plan.estimate.memory.layout import ModelLayout, model_layout
 from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.offload_activations import offloaded_bytes
 from gpuplan.plan.estimate.memory.overhead import overhead_bytes
@@ -53,17 +53,8 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
         return with_tower(estimate_adapter_memory(facts, workload, gpu), facts, workload, adapters=True)
     wl = workload
     notes: list[str] = []
-    wb = DTYPE_BYTES[wl.weight_dtype]
     layout = model_layout(facts)
-    n_params = facts.n_params
-    kind, note = optimizer_kind(wl.optim)
-    if note:
-        notes.append(note)
-    if wl.optim.startswith("paged_"):
-        notes.append(
-            "paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory; "
-            "counted here although torch.cuda.max_memory_allocated does not show them"
-        )
+    kind = _optimizer_kind(wl, notes)
     # model states per GPU under wl.engine, and the unsharded parameters in flight
     # (memory/sharding.py); engine "none" is the single-device case
     st = sharded_states(facts, wl, layout, kind)
@@ -81,13 +72,90 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
     half = mode_of(wl) == "half"
     # autocast's fp32 -> 16-bit weight copies; sharded engines gather 16-bit params instead
     amp = wl.amp is not None and wl.weight_dtype == "float32" and st.autocast_casts
-    casts = 2 * layout.cast_params if amp else 0
-    head_casts = 2 * layout.head_params if amp else 0
+    head_grad, grads_at_first_layer = _backward_gradients(facts, layout, grads)
+    acc = st.accumulated_grads
+    buckets = st.buckets
+    grad_logits = _logits_gradient(facts, wl, amp, half)
+    saved, fwd_casts, bwd_casts, recompute = _saved_activations(facts, wl, layout, parts, amp, half)
+
+    offloaded = 0
+    if wl.offload_activations and not wl.gradient_checkpointing:
+        # memory/offload_activations.py: one layer's saved tensors on the GPU at a time, the rest
+        # (and the autocast copies backward keeps) in pinned host RAM
+        offloaded = offloaded_bytes(parts.per_layer, layers, parts.outside_layers) + bwd_casts
+        saved, bwd_casts = parts.per_layer, bwd_casts // max(layers, 1)
+
+    def moment(gradients: int, activations: int, logits: int, temporaries: int = 0, gathered: int = 0) -> dict[str, int]:
+        # gathered (unsharded) parameters count as weights, communication buckets as gradients
+        return {
+            "weights": weights + gathered,
+            "gradients": gradients + buckets,
+            "optimizer_states": states,
+            "activations": activations,
+            "logits_loss": logits,
+            "temporaries": temporaries,
+        }
+
+    chunk_grad = _chunk_head_gradient(wl, layout, amp, half)
+    moments = [
+        moment(acc, saved + fwd_casts, parts.logits_fwd, pixel_input_bytes(facts, wl), gathered=st.gathered_forward),
+        moment(acc, saved + bwd_casts, parts.logits_bwd_start, chunk_grad, gathered=st.gathered_forward),
+        moment(acc or head_grad, saved + bwd_casts, grad_logits, gathered=st.gathered_head),
+        moment(st.grads_step, 0, 0, step_temp),
+    ]
+    # inside a layer's backward, with its activations (or its recomputed ones) alive:
+    # the last layer (j = 0, only the head's gradient exists yet) and the first layer
+    # (j = L-1: the head's and L-1 layers' gradients; the embeddings' comes last).
+    # Memory is linear in j in between, so the ends bound it.
+    moments.append(moment(acc or head_grad, saved + bwd_casts + recompute, 0, parts.layer_backward, gathered=st.gathered_last_layer))
+    if wl.gradient_checkpointing:
+        first = parts.outside_layers + parts.per_layer_checkpointed + recompute
+    elif offloaded:
+        first = parts.per_layer + bwd_casts
+    else:
+        first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
+    moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward, gathered=st.gathered_first_layer))
+    allocated, overhead, components = _peak(moments, wl, gpu)
+    est = MemoryEstimate(
+        allocated_peak_bytes=int(allocated),
+        reserved_peak_bytes=int(allocated + overhead),
+        components=components,
+        method="analytic",
+        notes=tuple(notes),
+        host_bytes=int(st.host_bytes + offloaded + ref_host),
+        host_pinned_bytes=int(st.host_pinned + offloaded + ref_host),  # offloaded activations sit in pinned host RAM
+        offloaded_activation_bytes=int(offloaded),
+    )
+    return with_tower(est, facts, wl, adapters=False)  # a VLM's vision tower (memory/vision.py)
+
+
+def _optimizer_kind(wl: Workload, notes: list[str]) -> str:
+    """The optimizer's kind for `wl.optim`, noting what the estimate assumes about it."""
+    kind, note = optimizer_kind(wl.optim)
+    if note:
+        notes.append(note)
+    if wl.optim.startswith("paged_"):
+        notes.append(
+            "paged optimizer: states of tensors >= 1e5 elements live in CUDA managed memory; "
+            "counted here although torch.cuda.max_memory_allocated does not show them"
+        )
+    return kind
+
+
+def _backward_gradients(facts: ModelFacts, layout: ModelLayout, grads: int) -> tuple[int, int]:
+    """The gradients alive in the last layer's backward (the head's) and in the first layer's."""
+    layers = facts.num_layers
+    n_params = facts.n_params
     # gradients fill in as backward runs: the head's first, then one layer's worth per layer
     layer_grads = grads * (layout.layer_params // max(layers, 1)) // max(n_params, 1)
     head_grad = grads * layout.head_params // max(n_params, 1)
-    acc = st.accumulated_grads
-    buckets = st.buckets
+    grads_at_first_layer = head_grad + (layers - 1) * layer_grads
+    return head_grad, grads_at_first_layer
+
+
+def _logits_gradient(facts: ModelFacts, wl: Workload, amp: bool, half: bool) -> int:
+    """The gradient of the logits in the head's backward (0 where the loss never makes it)."""
+    wb = DTYPE_BYTES[wl.weight_dtype]
     tokens = wl.per_device_batch * wl.seq_len
     # the head's backward: gradient of the logits in the model's compute dtype
     # one chunk with chunked cross-entropy; none after the head with Liger's fused loss (memory/liger.py)
@@ -95,7 +163,17 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
     grad_logits = lt * facts.vocab_size * (2 if (amp or half or wb == 2) else 4) if wl.task != "seq-cls" else 0
     if wl.objective != "sft":
         grad_logits = 0  # TRL's fused head: in its backward (activations.py logits_bwd_start)
+    return grad_logits
 
+
+def _saved_activations(
+    facts: ModelFacts, wl: Workload, layout: ModelLayout, parts: ActivationParts, amp: bool, half: bool
+) -> tuple[int, int, int, int]:
+    """What stays saved for backward: activations, autocast's weight copies (forward, backward), a recomputed layer."""
+    layers = facts.num_layers
+    tokens = wl.per_device_batch * wl.seq_len
+    casts = 2 * layout.cast_params if amp else 0
+    head_casts = 2 * layout.head_params if amp else 0
     if wl.gradient_checkpointing:
         saved = layers * parts.per_layer_checkpointed + parts.outside_layers
         # autocast's weight-cast cache lives until the forward leaves autocast; the
@@ -117,62 +195,25 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
         saved = layers * parts.per_layer + parts.outside_layers
         fwd_casts = bwd_casts = casts
         recompute = 0
+    return saved, fwd_casts, bwd_casts, recompute
 
-    offloaded = 0
-    if wl.offload_activations and not wl.gradient_checkpointing:
-        # memory/offload_activations.py: one layer's saved tensors on the GPU at a time, the rest
-        # (and the autocast copies backward keeps) in pinned host RAM
-        offloaded = offloaded_bytes(parts.per_layer, layers, parts.outside_layers) + bwd_casts
-        saved, bwd_casts = parts.per_layer, bwd_casts // max(layers, 1)
 
-    def moment(gradients: int, activations: int, logits: int, temporaries: int = 0, gathered: int = 0) -> dict[str, int]:
-        # gathered (unsharded) parameters count as weights, communication buckets as gradients
-        return {
-            "weights": weights + gathered,
-            "gradients": gradients + buckets,
-            "optimizer_states": states,
-            "activations": activations,
-            "logits_loss": logits,
-            "temporaries": temporaries,
-        }
-
+def _chunk_head_gradient(wl: Workload, layout: ModelLayout, amp: bool, half: bool) -> int:
+    """The head weight gradient each chunk of chunked cross-entropy makes in its backward."""
+    wb = DTYPE_BYTES[wl.weight_dtype]
+    tokens = wl.per_device_batch * wl.seq_len
     # chunked cross-entropy: each chunk's backward makes its own head weight gradient (compute
     # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/apply/test_chunked_loss.py)
     chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
-    chunk_grad = layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
-    moments = [
-        moment(acc, saved + fwd_casts, parts.logits_fwd, pixel_input_bytes(facts, wl), gathered=st.gathered_forward),
-        moment(acc, saved + bwd_casts, parts.logits_bwd_start, chunk_grad, gathered=st.gathered_forward),
-        moment(acc or head_grad, saved + bwd_casts, grad_logits, gathered=st.gathered_head),
-        moment(st.grads_step, 0, 0, step_temp),
-    ]
-    # inside a layer's backward, with its activations (or its recomputed ones) alive:
-    # the last layer (j = 0, only the head's gradient exists yet) and the first layer
-    # (j = L-1: the head's and L-1 layers' gradients; the embeddings' comes last).
-    # Memory is linear in j in between, so the ends bound it.
-    grads_at_first_layer = head_grad + (layers - 1) * layer_grads
-    moments.append(moment(acc or head_grad, saved + bwd_casts + recompute, 0, parts.layer_backward, gathered=st.gathered_last_layer))
-    if wl.gradient_checkpointing:
-        first = parts.outside_layers + parts.per_layer_checkpointed + recompute
-    elif offloaded:
-        first = parts.per_layer + bwd_casts
-    else:
-        first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
-    moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward, gathered=st.gathered_first_layer))
+    return layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
+
+
+def _peak(moments: list[dict[str, int]], wl: Workload, gpu: GPUProfile | None) -> tuple[int, int, dict[str, int]]:
+    """The largest moment: its allocated bytes, the GPU's overhead beyond them, and its parts."""
     peak = max(moments, key=lambda c: sum(c.values()))
     allocated = sum(peak.values())
     cc = gpu.compute_capability if gpu is not None else None
     overhead = overhead_bytes(allocated, wl.device, cc)
     components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
     components["overhead"] = overhead
-    est = MemoryEstimate(
-        allocated_peak_bytes=int(allocated),
-        reserved_peak_bytes=int(allocated + overhead),
-        components=components,
-        method="analytic",
-        notes=tuple(notes),
-        host_bytes=int(st.host_bytes + offloaded + ref_host),
-        host_pinned_bytes=int(st.host_pinned + offloaded + ref_host),  # offloaded activations sit in pinned host RAM
-        offloaded_activation_bytes=int(offloaded),
-    )
-    return with_tower(est, facts, wl, adapters=False)  # a VLM's vision tower (memory/vision.py)
+    return allocated, overhead, components
