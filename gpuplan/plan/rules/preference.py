@@ -39,20 +39,44 @@ _WRITES = (*_KEYS, "training.learning_rate", "data.format")
 def settings(ctx: Resolver) -> None:
     obj = objective(ctx.spec("training.objective"))
     if obj.is_rl:  # grpo / rloo: [rl] is rules/rl.py's; the learning rate and the prompts' format are read here
-        for key in _KEYS:
-            ctx.keep(key)
-        _learning_rate(ctx, obj)
-        conversational = _conversational_prompts(ctx)
-        if conversational and ctx.spec("data.format") == "text":
-            _conversational_format(ctx, obj, conversational)
-        else:
-            ctx.keep("data.format")
+        _rl_settings(ctx, obj)
         return
     if not obj.is_preference:
         for key in _WRITES:
             ctx.keep(key)
         return
     _learning_rate(ctx, obj)
+    _beta(ctx, obj)
+    _loss_type(ctx, obj)
+    if obj.name == "kto":
+        _kto_order(ctx)
+    prompt = _lengths(ctx, obj)
+    _check_causal_lm(ctx, obj)
+    _check_loss_path_installs(ctx, obj)
+    _check_row_format(ctx, obj)
+    conversational = _check_data(ctx, obj, prompt)
+    _data_format(ctx, obj, conversational)
+
+
+def _rl_settings(ctx: Resolver, obj) -> None:
+    """The grpo / rloo settings read here: [preference] kept, the learning rate and the prompts' format."""
+    for key in _KEYS:
+        ctx.keep(key)
+    _learning_rate(ctx, obj)
+    conversational = _conversational_prompts(ctx)
+    _data_format(ctx, obj, conversational)
+
+
+def _data_format(ctx: Resolver, obj, conversational: int) -> None:
+    """data.format: conversational rows under data.format = "text" are handled, any other format kept."""
+    if conversational and ctx.spec("data.format") == "text":
+        _conversational_format(ctx, obj, conversational)
+    else:
+        ctx.keep("data.format")
+
+
+def _beta(ctx: Resolver, obj) -> None:
+    """preference.beta: TRL's default unless the spec sets one."""
     beta = ctx.spec("preference.beta")
     if beta is None:
         ctx.resolve(
@@ -62,6 +86,10 @@ def settings(ctx: Resolver) -> None:
         )
     else:
         ctx.keep("preference.beta")
+
+
+def _loss_type(ctx: Resolver, obj) -> None:
+    """preference.loss_type: TRL's default for "auto", an error for a loss TRL does not name or cannot run as set."""
     loss = ctx.spec("preference.loss_type")
     if loss == "auto":
         why = (
@@ -91,8 +119,10 @@ def settings(ctx: Resolver) -> None:
         ctx.keep("preference.loss_type")
     else:
         ctx.keep("preference.loss_type")
-    if obj.name == "kto":
-        _kto_order(ctx)
+
+
+def _lengths(ctx: Resolver, obj) -> int:
+    """preference.max_length and max_prompt_length; returns the prompt length the rows are checked against."""
     seq = ctx.spec("data.seq_len")
     length = ctx.spec("preference.max_length")
     if length is None:
@@ -117,12 +147,21 @@ def settings(ctx: Resolver) -> None:
         ctx.keep("preference.max_prompt_length")
     else:
         ctx.keep("preference.max_prompt_length")
+    return prompt
+
+
+def _check_causal_lm(ctx: Resolver, obj) -> None:
+    """An error unless model.task is a causal LM (a preference objective trains one)."""
     if ctx.spec("model.task") != "causal-lm":
         ctx.error(
             "training.objective",
             f'training.objective = "{obj.name}" trains a causal LM, not model.task = "{ctx.spec("model.task")}"',
             fix='set model.task = "causal-lm"',
         )
+
+
+def _check_loss_path_installs(ctx: Resolver, obj) -> None:
+    """An error for each loss-path install the spec turns on (TRL's fused log-prob head replaces the loss path)."""
     for key, what in (
         ("training.loss_chunk_size", "chunked cross-entropy"),
         ("training.use_liger_kernel", "Liger"),
@@ -135,17 +174,16 @@ def settings(ctx: Resolver) -> None:
                 "log-prob head replaces the model's loss path)",
                 fix=f"remove {key}",
             )
+
+
+def _check_row_format(ctx: Resolver, obj) -> None:
+    """An error for data.format = "instruction" (preference rows are plain fields or messages)."""
     if ctx.spec("data.format") == "instruction":
         ctx.error(
             "data.format",
             f"{obj.name} rows are {' / '.join(obj.example_fields)}, not instruction rows",
             fix='set data.format = "text" (plain fields) or "chat" (lists of messages)',
         )
-    conversational = _check_data(ctx, obj, prompt)
-    if conversational and ctx.spec("data.format") == "text":
-        _conversational_format(ctx, obj, conversational)
-    else:
-        ctx.keep("data.format")
 
 
 def _learning_rate(ctx: Resolver, obj) -> None:
