@@ -11,6 +11,7 @@ Torch and transformers are imported inside the function: the plan path stays lig
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import time
@@ -61,34 +62,18 @@ def trace_memory(
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from gpuplan.modelinfo.vision_families import VLM_FAMILIES
-    from gpuplan.trace.build import build_model, make_batch, make_vlm_batch, optimizer_for
-    from gpuplan.trace.cuda_ops import cuda_like_ops
-    from gpuplan.trace.tracker import StorageTracker
 
     wl = workload
     t0 = time.perf_counter()
     rss0 = _rss_bytes()
     notes: list[str] = []
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[wl.amp]
-    # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
-    ops: AbstractContextManager[Any] = cuda_like_ops() if wl.device == "cuda" else nullcontext()
     from gpuplan.spec.objectives import objective
 
     obj = objective(wl.objective, wl.loss_type)
-    head_kernels: AbstractContextManager[Any]
-    if obj.fused_head:
-        from gpuplan.trace import preference
-
-        head_kernels = preference.cuda_head_kernels(wl.device == "cuda")
-    else:
-        head_kernels = nullcontext()
+    ops, head_kernels, dequant = _kernel_contexts(wl, obj)
     # flash_attention_2 reads packed position ids as varlen boundaries (no mask): traced unpacked
     packed = wl.packed and wl.attn_implementation != "flash_attention_2"
-    dequant: AbstractContextManager[Any] = nullcontext()
-    if wl.adapters is not None and method_of(wl.adapters).quantized_base and wl.adapters.use_dora:
-        from gpuplan.trace.adapters import fake_4bit_dequant
-
-        dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
     # a vision-language model's forward indexes by data (Idefics3 drops all-zero padding images,
     # Qwen2-VL's positions come from image_grid_thw): fake tensors cannot run it, so a VLM is traced
     # on real CPU tensors (a tiny config: the same storages, counted the same way)
@@ -97,75 +82,170 @@ def trace_memory(
     if vlm:
         notes.append("vision-language model: traced on real CPU tensors (its forward indexes by data)")
     with _unpacked_sequences(packed), ops, head_kernels, dequant, fake:
-        model = build_model(config, wl)
-        ref = None
-        if obj.fused_head:
+        run = _set_up(config, wl, obj, notes)
+        try:
+            with run.tracker:
+                _run_steps(run, wl, obj, amp_dtype, vlm, steps)
+        finally:
+            run.tracker.close()
+    tracker = run.tracker
+    allocated, components, overhead = _components(tracker, wl, compute_capability)
+    wall = time.perf_counter() - t0
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    notes.append(f"peak at {tracker.peak_where}")
+    notes.extend(_cuda_notes(wl, amp_dtype, packed))
+    if wl.amp == "fp16":
+        notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
+    notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB (process peak {rss_peak / 2**20:.0f} MiB)")
+    return MemoryEstimate(
+        allocated_peak_bytes=int(allocated),
+        reserved_peak_bytes=int(allocated + overhead),
+        components=components,
+        method="traced",
+        notes=tuple(notes),
+    )
+
+
+def _kernel_contexts(
+    wl: Workload, obj: Any
+) -> tuple[AbstractContextManager[Any], AbstractContextManager[Any], AbstractContextManager[Any]]:
+    """The contexts that pick the plan's kernels: the device's ops, the fused head's, DoRA's 4-bit dequant."""
+    from gpuplan.trace.cuda_ops import cuda_like_ops
+
+    # a CUDA plan traces CUDA's kernel choices; a CPU plan keeps the CPU ones
+    ops: AbstractContextManager[Any] = cuda_like_ops() if wl.device == "cuda" else nullcontext()
+    head_kernels: AbstractContextManager[Any]
+    if obj.fused_head:
+        from gpuplan.trace import preference
+
+        head_kernels = preference.cuda_head_kernels(wl.device == "cuda")
+    else:
+        head_kernels = nullcontext()
+    dequant: AbstractContextManager[Any] = nullcontext()
+    if wl.adapters is not None and method_of(wl.adapters).quantized_base and wl.adapters.use_dora:
+        from gpuplan.trace.adapters import fake_4bit_dequant
+
+        dequant = fake_4bit_dequant()  # DoRA dequantizes the 4-bit base weight in every forward
+    return ops, head_kernels, dequant
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the traced steps run: the model, its reference, its optimizer, the vocabulary, the tracker and the RL round held."""
+
+    model: Any
+    ref: Any
+    optimizer: Any
+    vocab: int
+    tracker: Any
+    rounds: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # TRL keeps a round's micro-batches until the next round
+
+
+def _set_up(config: Mapping, wl: Workload, obj: Any, notes: list[str]) -> _Run:
+    """The model (with the fused head and reference an objective needs), its optimizer and the tracker counting them."""
+    from gpuplan.trace.build import build_model, optimizer_for
+    from gpuplan.trace.tracker import StorageTracker
+
+    model = build_model(config, wl)
+    ref = None
+    if obj.fused_head:
+        from gpuplan.trace import preference
+
+        if obj.is_rl:
+            from gpuplan.trace import rl
+
+            preference.add_head(model, rl.RL_HEAD_OUTPUTS)
+        else:
+            preference.add_head(model)
+        ref = preference.build_reference(config, wl)
+    cfg = model.config
+    vocab = getattr(cast(Any, cfg).get_text_config(), "vocab_size", 0) or 0
+    if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
+        notes.append(note)
+    optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
+    if note:
+        notes.append(note)
+    logits_dims: tuple[int, ...] = (vocab,) if wl.task != "seq-cls" else ()
+    if obj.fused_head:  # the head's [4096, 32768] logits tiles (trl kernels/chunked_logprob.py)
+        logits_dims += (32768,)
+    tracker = StorageTracker(logits_last_dims=logits_dims)
+    tracker.track_model(model)
+    if obj.fused_head:
+        tracker.track_fused_head(model, ref)
+    return _Run(model, ref, optimizer, vocab, tracker)
+
+
+def _run_steps(run: _Run, wl: Workload, obj: Any, amp_dtype: Any, vlm: bool, steps: int) -> None:
+    """Runs `steps` optimizer steps of micro-batches (generation rounds, forward, backward), phase by phase."""
+    from gpuplan.trace.build import make_batch, make_vlm_batch
+
+    model, ref, optimizer, vocab, tracker = run.model, run.ref, run.optimizer, run.vocab, run.tracker
+    used = 0
+    for step in range(steps):
+        tracker.step_index = step
+        for _ in range(wl.gradient_accumulation_steps):
+            if obj.is_rl and used == len(run.rounds):  # a generation round's tensors (trace/rl.py)
+                from gpuplan.trace import rl
+
+                tracker.phase = "generation"
+                run.rounds, used = [], 0  # the last round's freed first, as TRL replaces its buffer
+                run.rounds = rl.make_round(model, ref, wl, vocab, amp_dtype)
+            if obj.is_preference or obj.is_rl:
+                batch = None
+            else:
+                batch = make_vlm_batch(model, wl) if vlm else make_batch(wl, vocab)
+            tracker.phase = "forward"
+            tracker.in_head = False
             if obj.is_rl:
                 from gpuplan.trace import rl
 
-                preference.add_head(model, rl.RL_HEAD_OUTPUTS)
+                loss = rl.rl_loss(model, run.rounds[used], amp_dtype)
+                used += 1
+            elif batch is None:
+                from gpuplan.trace import preference
+
+                loss = preference.preference_loss(model, ref, wl, vocab, amp_dtype)
             else:
-                preference.add_head(model)
-            ref = preference.build_reference(config, wl)
-        cfg = model.config
-        vocab = getattr(cast(Any, cfg).get_text_config(), "vocab_size", 0) or 0
-        if note := getattr(model, "_gpuplan_note", None):  # build_model: eager in place of SDPA
-            notes.append(note)
-        optimizer, note = optimizer_for(model, wl, cuda=wl.device == "cuda")
-        if note:
-            notes.append(note)
-        logits_dims: tuple[int, ...] = (vocab,) if wl.task != "seq-cls" else ()
-        if obj.fused_head:  # the head's [4096, 32768] logits tiles (trl kernels/chunked_logprob.py)
-            logits_dims += (32768,)
-        tracker = StorageTracker(logits_last_dims=logits_dims)
-        tracker.track_model(model)
-        if obj.fused_head:
-            tracker.track_fused_head(model, ref)
-        try:
-            with tracker:
-                rounds: list[dict[str, Any]] = []  # TRL keeps a round's micro-batches until the next round
-                used = 0
-                for step in range(steps):
-                    tracker.step_index = step
-                    for _ in range(wl.gradient_accumulation_steps):
-                        if obj.is_rl and used == len(rounds):  # a generation round's tensors (trace/rl.py)
-                            tracker.phase = "generation"
-                            rounds, used = [], 0  # the last round's freed first, as TRL replaces its buffer
-                            rounds = rl.make_round(model, ref, wl, vocab, amp_dtype)
-                        if obj.is_preference or obj.is_rl:
-                            batch = None
-                        else:
-                            batch = make_vlm_batch(model, wl) if vlm else make_batch(wl, vocab)
-                        tracker.phase = "forward"
-                        tracker.in_head = False
-                        if obj.is_rl:
-                            loss = rl.rl_loss(model, rounds[used], amp_dtype)
-                            used += 1
-                        elif batch is None:
-                            loss = preference.preference_loss(model, ref, wl, vocab, amp_dtype)
-                        else:
-                            if amp_dtype is not None:
-                                # CPU autocast; for a CUDA plan with CUDA's cast policy (cuda_autocast.py)
-                                with torch.autocast("cpu", dtype=amp_dtype):
-                                    out = model(**batch)
-                            else:
-                                out = model(**batch)
-                            loss = out.loss
-                            del out, batch
-                        if wl.gradient_accumulation_steps > 1:
-                            loss = loss / wl.gradient_accumulation_steps  # Trainer.training_step
-                        tracker.phase = "backward"
-                        loss.backward()
-                        del loss
-                    tracker.phase = "optimizer"
-                    # Trainer default max_grad_norm=1.0
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    optimizer.step()
-                    tracker.scan_optimizer(optimizer)
-                    optimizer.zero_grad(set_to_none=True)
-                    tracker.phase = "idle"
-        finally:
-            tracker.close()
+                loss = _model_loss(model, batch, amp_dtype)
+                del batch
+            if wl.gradient_accumulation_steps > 1:
+                loss = loss / wl.gradient_accumulation_steps  # Trainer.training_step
+            tracker.phase = "backward"
+            loss.backward()
+            del loss
+        _optimizer_step(model, optimizer, tracker)
+
+
+def _model_loss(model: Any, batch: Any, amp_dtype: Any) -> Any:
+    """The model's own loss on one batch (under CPU autocast when the plan trains in mixed precision)."""
+    import torch
+
+    if amp_dtype is not None:
+        # CPU autocast; for a CUDA plan with CUDA's cast policy (cuda_autocast.py)
+        with torch.autocast("cpu", dtype=amp_dtype):
+            out = model(**batch)
+    else:
+        out = model(**batch)
+    loss = out.loss
+    del out
+    return loss
+
+
+def _optimizer_step(model: Any, optimizer: Any, tracker: Any) -> None:
+    """The optimizer phase of a step: clip the gradients, step, count the optimizer's states, zero the gradients."""
+    import torch
+
+    tracker.phase = "optimizer"
+    # Trainer default max_grad_norm=1.0
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    tracker.scan_optimizer(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    tracker.phase = "idle"
+
+
+def _components(tracker: Any, wl: Workload, compute_capability: tuple[int, int] | None) -> tuple[Any, dict[str, int], int]:
+    """The traced peak, its bytes per component (the rest in temporaries) and the allocator's overhead on it."""
     parts = tracker.peak_components()
     allocated = tracker.peak
     components = {k: int(parts.get(k, 0)) for k in COMPONENTS if k != "overhead"}
@@ -173,9 +253,14 @@ def trace_memory(
     components["temporaries"] += allocated - sum(components.values())
     overhead = overhead_bytes(allocated, wl.device, compute_capability)
     components["overhead"] = overhead
-    wall = time.perf_counter() - t0
-    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    notes.append(f"peak at {tracker.peak_where}")
+    return allocated, components, overhead
+
+
+def _cuda_notes(wl: Workload, amp_dtype: Any, packed: bool) -> list[str]:
+    """How a CUDA plan was traced on the CPU: fake tensors, CUDA's kernels, autocast ops gpuplan does not know."""
+    import torch
+
+    notes: list[str] = []
     if wl.device == "cuda":
         notes.append(
             "traced on fake CPU tensors (a CPU build of torch cannot run autograd on fake cuda "
@@ -192,13 +277,4 @@ def trace_memory(
                 f"torch {torch.__version__} autocasts {', '.join(unlisted)} on CUDA by a policy gpuplan "
                 "does not know: traced with CPU autocast's"
             )
-    if wl.amp == "fp16":
-        notes.append("fp16 GradScaler not traced: it scales in place (a few scalars)")
-    notes.append(f"trace: {wall:.1f} s wall, host RSS +{(_rss_bytes() - rss0) / 2**20:.0f} MiB (process peak {rss_peak / 2**20:.0f} MiB)")
-    return MemoryEstimate(
-        allocated_peak_bytes=int(allocated),
-        reserved_peak_bytes=int(allocated + overhead),
-        components=components,
-        method="traced",
-        notes=tuple(notes),
-    )
+    return notes
