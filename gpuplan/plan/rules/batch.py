@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
-from gpuplan.plan.fit.search import price, tensor_core_multiple
+from gpuplan.plan.fit.search import FitProblem, FitSolution, price, tensor_core_multiple
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION, TRAINER_DEFAULT_BATCH, world_size
 from gpuplan.plan.wording import matrix_units
 from gpuplan.spec.objectives import objective
@@ -30,10 +30,24 @@ def split(ctx: Resolver) -> None:
             ctx.keep(k)
         return
     world = world_size(ctx)
+    _resolve_effective_batch(ctx, sol, world)
+    _resolve_train_batch(ctx, p, sol, world)
+    _note_batch_off_multiple(ctx, p, sol, world)
+    _resolve_accumulation(ctx, sol, world)
+    _resolve_eval_batch(ctx, sol.per_device_batch)
+
+
+def _tokens_per_example(p: FitProblem) -> int:
+    """The tokens one example puts through the GEMMs: seq_len, times the sequences the objective scores."""
+    seq = p.base.seq_len
+    seq *= objective(p.base.objective).grad_sequences  # dpo: an example is chosen + rejected, 2 x seq_len tokens
+    return seq
+
+
+def _resolve_effective_batch(ctx: Resolver, sol: FitSolution, world: int) -> None:
+    """training.effective_batch_size: derived from the split when the spec gives none, with why."""
     b, a = sol.per_device_batch, sol.accumulation
     e = b * a * world
-    m = p.tensor_multiple
-    where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.effective_batch_size") is None:
         if ctx.is_user("training.per_device_train_batch_size"):
             why = (
@@ -51,39 +65,18 @@ def split(ctx: Resolver) -> None:
     else:
         ctx.keep("training.effective_batch_size")
 
+
+def _resolve_train_batch(ctx: Resolver, p: FitProblem, sol: FitSolution, world: int) -> None:
+    """training.per_device_train_batch_size: the fit's batch, and why it is (or replaces) the spec's."""
+    b = sol.per_device_batch
+    s = b * sol.accumulation
     usable = p.usable_bytes / GIB
     user_b = ctx.spec("training.per_device_train_batch_size")
-    g, seq, s = p.gemm_multiple, p.base.seq_len, b * a
-    seq *= objective(p.base.objective).grad_sequences  # dpo: an example is chosen + rejected, 2 x seq_len tokens
+    g, seq = p.gemm_multiple, _tokens_per_example(p)
     cores = matrix_units(ctx.gpu)
     if user_b != "auto" and user_b != b:
-        user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
-        if s % user_b:
-            ctx.resolve(
-                "training.per_device_train_batch_size",
-                b,
-                f"{user_b} per device does not divide the {s} samples per device per step "
-                f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
-                rule="batch.fit",
-            )
-        elif user_need > p.usable_bytes:
-            ctx.resolve(
-                "training.per_device_train_batch_size",
-                b,
-                f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
-                f"{b} is the nearest batch that fits",
-                rule="batch.fit",
-            )
-        else:  # it divides and fits: moved for the GEMM shape (solve._choose)
-            ctx.resolve(
-                "training.per_device_train_batch_size",
-                b,
-                f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
-                f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
-                f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
-                f"{b} is the nearest such batch that fits and divides the {s} samples per device",
-                rule="batch.tensor_core_multiple",
-            )
+        why, rule = _why_batch_moved(ctx, p, sol, user_b, world)
+        ctx.resolve("training.per_device_train_batch_size", b, why, rule=rule)
     elif user_b == "auto":
         tail = f"; {b} x {seq} = {b * seq:,} tokens per micro-batch, a multiple of {g} for {cores}" if g > 1 and (b * seq) % g == 0 else ""
         ctx.resolve(
@@ -94,6 +87,44 @@ def split(ctx: Resolver) -> None:
         )
     else:
         ctx.keep("training.per_device_train_batch_size")
+
+
+def _why_batch_moved(ctx: Resolver, p: FitProblem, sol: FitSolution, user_b: int, world: int) -> tuple[str, str]:
+    """(reason, rule id) for replacing the spec's per-device batch: it does not divide, does not fit, or misses the GEMM multiple."""
+    b, a = sol.per_device_batch, sol.accumulation
+    e = b * a * world
+    usable = p.usable_bytes / GIB
+    g, seq, s = p.gemm_multiple, _tokens_per_example(p), b * a
+    cores = matrix_units(ctx.gpu)
+    user_need = price(p, user_b, sol.knobs).reserved_peak_bytes
+    if s % user_b:
+        return (
+            f"{user_b} per device does not divide the {s} samples per device per step "
+            f"(effective batch {e} / {world} device(s)); {b} is the nearest batch that does and fits",
+            "batch.fit",
+        )
+    elif user_need > p.usable_bytes:
+        return (
+            f"{user_b} per device needs {user_need / GIB:.1f} GiB, more than the {usable:.1f} GiB usable; "
+            f"{b} is the nearest batch that fits",
+            "batch.fit",
+        )
+    else:  # it divides and fits: moved for the GEMM shape (solve._choose)
+        return (
+            f"{cores}: {ctx.gpu.name} runs {_dtype(ctx)} GEMMs best with dimensions in multiples of {g} "
+            f"({_multiple_source(g, ctx.gpu.vendor)}); the batch enters them as batch x seq_len tokens: "
+            f"{user_b} x {seq} = {user_b * seq:,} is not a multiple of {g}, {b} x {seq} = {b * seq:,} is; "
+            f"{b} is the nearest such batch that fits and divides the {s} samples per device",
+            "batch.tensor_core_multiple",
+        )
+
+
+def _note_batch_off_multiple(ctx: Resolver, p: FitProblem, sol: FitSolution, world: int) -> None:
+    """A note when the fitting batch is off the tensor-core multiple: memory or the per-device samples keep it there."""
+    b = sol.per_device_batch
+    m = p.tensor_multiple
+    g, seq, s = p.gemm_multiple, _tokens_per_example(p), b * sol.accumulation
+    cores = matrix_units(ctx.gpu)
     if not sol.on_tensor_multiple and m > 1 and sol.fits:
         tokens = f"{b} x {seq} = {b * seq:,} tokens per micro-batch is not a multiple of {g} ({cores})"
         if s % m == 0:  # a batch multiple divides the per-device samples: memory is the limit
@@ -109,6 +140,12 @@ def split(ctx: Resolver) -> None:
                 fix=f"an effective batch divisible by {m * world} lets gpuplan use a multiple of {m} per device",
             )
 
+
+def _resolve_accumulation(ctx: Resolver, sol: FitSolution, world: int) -> None:
+    """training.gradient_accumulation_steps: the steps that hold the effective batch, with why."""
+    b, a = sol.per_device_batch, sol.accumulation
+    e = b * a * world
+    where = f"{world} GPU(s)" if not ctx.gpu.is_cpu else "the CPU"
     if ctx.spec("training.gradient_accumulation_steps") == "auto":
         why = (
             f"holds the effective batch: {e} = {b} per device x {a} step(s) x {where}"
@@ -121,6 +158,9 @@ def split(ctx: Resolver) -> None:
     else:
         ctx.keep("training.gradient_accumulation_steps")
 
+
+def _resolve_eval_batch(ctx: Resolver, b: int) -> None:
+    """training.per_device_eval_batch_size: the train batch when "auto"."""
     if ctx.spec("training.per_device_eval_batch_size") == "auto":
         ctx.resolve("training.per_device_eval_batch_size", b, "same as the train batch: evaluation keeps no gradients or optimizer states")
     else:
