@@ -24,7 +24,7 @@ from gpuplan.plan.fit.fixes import NoFit, savers_on, verified_fixes
 from gpuplan.plan.fit.host_memory import host_fixes, host_limit, host_needs
 from gpuplan.plan.fit.method_alternatives import adapter_alternatives
 from gpuplan.plan.fit.savers import SAVERS
-from gpuplan.plan.fit.search import FitProblem, Knobs, batch_multiple, solve, tensor_core_multiple
+from gpuplan.plan.fit.search import FitProblem, FitSolution, Knobs, batch_multiple, solve, tensor_core_multiple
 from gpuplan.plan.inputs.target import target_packages
 from gpuplan.plan.methods import METHODS
 from gpuplan.plan.rules.base_dtype import frozen_base_dtype
@@ -118,7 +118,6 @@ def samples_per_device(ctx: Resolver, world: int) -> int | None:
 
 
 def fit(ctx: Resolver) -> None:
-    gpu = ctx.gpu
     world = world_size(ctx)
     s = samples_per_device(ctx, world)
     if s is None:
@@ -128,6 +127,26 @@ def fit(ctx: Resolver) -> None:
         ctx.keep("model.dtype")
         ctx.set_internal(NO_FIT, None)
         return
+    problem = _fit_problem(ctx, world, s)
+    user_b = problem.user_batch
+    problem, tried, dtype, dtype_reason = _try_methods(ctx, problem)
+    method, sol = tried[-1]
+    ctx.set_internal(FIT_SOLUTION, sol)
+    ctx.set_internal(FIT_PROBLEM, problem)
+    ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
+    if dtype_reason is not None:
+        ctx.resolve("model.dtype", dtype, dtype_reason)
+    else:
+        ctx.keep("model.dtype")
+    ctx.set_internal(NO_FIT, None)
+    if min(sol.per_device_batch, user_b or sol.per_device_batch) < problem.min_batch:
+        _report_small_batch(ctx, problem, world)
+    elif not sol.fits:
+        _report_no_fit(ctx, problem, sol, method)
+
+
+def _user_batch_and_accumulation(ctx: Resolver, s: int) -> tuple[Any, Any]:
+    """(per-device batch, accumulation) the spec fixes, None where the search chooses."""
     b = ctx.spec("training.per_device_train_batch_size")
     a = ctx.spec("training.gradient_accumulation_steps")
     user_b = None if b == "auto" else b
@@ -136,17 +155,18 @@ def fit(ctx: Resolver) -> None:
         user_a = user_a or 1  # no target to hold: the accumulation is what the user said, or 1
         if user_b is not None:
             user_a = s // user_b
-    packages = ctx.environment.packages  # this machine's: for what gpuplan chooses itself
-    asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
+    return user_b, user_a
+
+
+def _knobs(ctx: Resolver, asked: dict, offload: bool, liger: bool) -> tuple[Knobs, frozenset[str]]:
+    """(the knobs the spec fixes, the names of those it leaves "auto" for the search)."""
+    gpu = ctx.gpu
     optim, _ = requested_optimizer(ctx.spec("training.optim"), gpu, asked)
     ckpt = ctx.spec("training.gradient_checkpointing")
-    # refused on CPU (rules/offload_activations.py): not priced there
-    offload = bool(ctx.spec("training.activation_offloading")) and not gpu.is_cpu
     if offload and ckpt == "auto":
         ckpt = False  # offloading replaces checkpointing (estimate/memory/offload_activations.py); rules/offload_activations.py says so
     empty = ctx.spec("training.torch_empty_cache_steps")
     chunk = ctx.spec("training.loss_chunk_size")
-    liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
     if liger or chunking_unavailable(ctx.facts.model_type, ctx.spec("model.task")):
         chunk = 0 if chunk == "auto" else chunk  # rules/loss_chunking.py says why (or refuses a size)
     auto = frozenset(
@@ -160,6 +180,12 @@ def fit(ctx: Resolver) -> None:
         torch_empty_cache_steps=0 if empty == "auto" else (0 if gpu.is_cpu else empty),
         loss_chunk_size=0 if chunk == "auto" else chunk,
     )
+    return fixed, auto
+
+
+def _base_workload(ctx: Resolver, s: int, offload: bool, liger: bool) -> Workload:
+    """The Workload the search prices at each batch: sequence length, dtypes, task, objective, images."""
+    gpu = ctx.gpu
     bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     obj = objective(ctx.spec("training.objective"))
     preferred = obj.is_preference  # dpo / kto (rules/preference.py)
@@ -188,10 +214,25 @@ def fit(ctx: Resolver) -> None:
     )
     if obj.is_rl:
         base = rl_workload(ctx, base, s)
+    return base
+
+
+def _fit_problem(ctx: Resolver, world: int, s: int) -> FitProblem:
+    """The search's question: the workload, the memory it must fit, and what the spec fixes or leaves to it."""
+    gpu = ctx.gpu
+    user_b, user_a = _user_batch_and_accumulation(ctx, s)
+    packages = ctx.environment.packages  # this machine's: for what gpuplan chooses itself
+    asked = target_packages(ctx.spec, ctx.environment)  # for what the spec asks for
+    # refused on CPU (rules/offload_activations.py): not priced there
+    offload = bool(ctx.spec("training.activation_offloading")) and not gpu.is_cpu
+    liger = bool(ctx.spec("training.use_liger_kernel"))  # rules/liger.py refuses it where it cannot run
+    fixed, auto = _knobs(ctx, asked, offload, liger)
+    base = _base_workload(ctx, s, offload, liger)
+    bf16, fp16 = ctx.get("training.bf16"), ctx.get("training.fp16")
     capacity = gpu.memory_bytes
     usable = int(capacity * (1 - ctx.spec("hardware.headroom")))
     gemm = tensor_core_multiple(gpu, bool(bf16 or fp16 or base.weight_dtype != "float32"), ctx.get("training.tf32"))
-    problem = FitProblem(
+    return FitProblem(
         facts=ctx.facts,
         gpu=gpu,
         base=base,
@@ -210,6 +251,12 @@ def fit(ctx: Resolver) -> None:
         ranks_per_node=ctx.spec("hardware.count"),
         min_batch=min_per_device_batch(ctx.spec("training.objective"), ctx.spec("preference.loss_type")),
     )
+
+
+def _try_methods(ctx: Resolver, problem: FitProblem) -> tuple[FitProblem, list[tuple[str, FitSolution]], str, str | None]:
+    """Solve each method model.method allows until one fits: (last problem, (method, solution) tried, its model.dtype, reason)."""
+    base = problem.base
+    bf16 = ctx.get("training.bf16")
     asked = ctx.spec("model.method")
     shardings = problem.shardings
     tried = []
@@ -231,18 +278,7 @@ def fit(ctx: Resolver) -> None:
         tried.append((method, sol))
         if sol.fits:
             break
-    ctx.set_internal(FIT_SOLUTION, sol)
-    ctx.set_internal(FIT_PROBLEM, problem)
-    ctx.set_internal(FIT_METHOD, (method, tuple(tried)))
-    if dtype_reason is not None:
-        ctx.resolve("model.dtype", dtype, dtype_reason)
-    else:
-        ctx.keep("model.dtype")
-    ctx.set_internal(NO_FIT, None)
-    if min(sol.per_device_batch, user_b or sol.per_device_batch) < problem.min_batch:
-        _report_small_batch(ctx, problem, world)
-    elif not sol.fits:
-        _report_no_fit(ctx, problem, sol, method)
+    return problem, tried, dtype, dtype_reason
 
 
 def _report_small_batch(ctx: Resolver, p: FitProblem, world: int) -> None:
