@@ -39,12 +39,12 @@ from gpuplan.plan.estimate.memory.adapters_sharded import sharded_adapter_states
 from gpuplan.plan.estimate.memory.layout import model_layout
 from gpuplan.plan.estimate.memory.lora_activations import dora_transient_bytes, lora_layer_bytes, lora_mode
 from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
-from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.overhead import peak_moment
 from gpuplan.plan.estimate.memory.packed_mask import packed_mask_layer_bytes, packed_mask_outside_bytes
 from gpuplan.plan.estimate.memory.preference import reference_bytes
 from gpuplan.plan.estimate.memory.quant4 import base_4bit_split
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind, optimizer_state_bytes, optimizer_step_temp_bytes
-from gpuplan.plan.estimate.memory.types import COMPONENTS, Adapters, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.types import Adapters, MemoryEstimate, Workload
 from gpuplan.plan.estimate.memory.vision import pixel_input_bytes
 
 
@@ -153,7 +153,7 @@ def estimate_adapter_memory(facts: ModelFacts, wl: Workload, gpu: GPUProfile | N
     if qlora and (wl.engine == "deepspeed" or (wl.engine == "fsdp" and not wl.offload_params)):
         # loaded whole onto each GPU before the engine shards it (memory/host.py): the 4-bit base + its fp32 rest
         moments.append({"weights": base, "gradients": 0, "optimizer_states": 0, "activations": 0, "logits_loss": 0, "temporaries": 0})
-    allocated, overhead, components = _peak(moments, wl, gpu)
+    allocated, overhead, components = peak_moment(moments, wl.device, gpu)
     if wl.gradient_checkpointing:
         # transformers 5.24 modeling_utils._activation_checkpointing_enable: {"use_reentrant": False}
         # unless the caller passes kwargs (the Trainer passes gradient_checkpointing_kwargs = None)
@@ -315,14 +315,3 @@ def _saved_activations(
         fwd_casts = bwd_casts = adapter_casts + base_casts  # saved for the input gradients
         recompute = 0
     return saved_acts, fwd_casts, bwd_casts, recompute
-
-
-def _peak(moments: list[dict[str, int]], wl: Workload, gpu: GPUProfile | None) -> tuple[int, int, dict[str, int]]:
-    """The largest moment: its allocated bytes, the GPU's overhead beyond them, and its parts."""
-    peak = max(moments, key=lambda c: sum(c.values()))
-    allocated = sum(peak.values())
-    cc = gpu.compute_capability if gpu is not None else None
-    overhead = overhead_bytes(allocated, wl.device, cc)
-    components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
-    components["overhead"] = overhead
-    return allocated, overhead, components

@@ -28,11 +28,11 @@ from gpuplan.plan.estimate.memory.generation import with_generation
 from gpuplan.plan.estimate.memory.layout import ModelLayout, model_layout
 from gpuplan.plan.estimate.memory.loss_chunking import loss_tokens
 from gpuplan.plan.estimate.memory.offload_activations import offloaded_bytes
-from gpuplan.plan.estimate.memory.overhead import overhead_bytes
+from gpuplan.plan.estimate.memory.overhead import peak_moment
 from gpuplan.plan.estimate.memory.preference import policy_workload, reference_bytes
 from gpuplan.plan.estimate.memory.sharding import sharded_states
 from gpuplan.plan.estimate.memory.states import DTYPE_BYTES, optimizer_kind
-from gpuplan.plan.estimate.memory.types import COMPONENTS, MemoryEstimate, Workload
+from gpuplan.plan.estimate.memory.types import MemoryEstimate, Workload
 from gpuplan.plan.estimate.memory.vision import pixel_input_bytes, with_tower
 from gpuplan.plan.methods import method_of
 
@@ -115,7 +115,7 @@ def _training_step(facts: ModelFacts, workload: Workload, gpu: GPUProfile | None
     else:
         first = parts.outside_layers + parts.per_layer + bwd_casts // max(layers, 1)
     moments.append(moment(acc or grads_at_first_layer, first, 0, parts.layer_backward, gathered=st.gathered_first_layer))
-    allocated, overhead, components = _peak(moments, wl, gpu)
+    allocated, overhead, components = peak_moment(moments, wl.device, gpu)
     est = MemoryEstimate(
         allocated_peak_bytes=int(allocated),
         reserved_peak_bytes=int(allocated + overhead),
@@ -206,14 +206,3 @@ def _chunk_head_gradient(wl: Workload, layout: ModelLayout, amp: bool, half: boo
     # dtype) beside the chunk's loss path before it is added to .grad (trace, tests/apply/test_chunked_loss.py)
     chunked = wl.loss_chunk_size and tokens > wl.loss_chunk_size and wl.task != "seq-cls"
     return layout.head_params * (2 if (amp or half or wb == 2) else 4) if chunked else 0
-
-
-def _peak(moments: list[dict[str, int]], wl: Workload, gpu: GPUProfile | None) -> tuple[int, int, dict[str, int]]:
-    """The largest moment: its allocated bytes, the GPU's overhead beyond them, and its parts."""
-    peak = max(moments, key=lambda c: sum(c.values()))
-    allocated = sum(peak.values())
-    cc = gpu.compute_capability if gpu is not None else None
-    overhead = overhead_bytes(allocated, wl.device, cc)
-    components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
-    components["overhead"] = overhead
-    return allocated, overhead, components

@@ -18,6 +18,8 @@ gpu_check.py measures them where one is):
 
 from __future__ import annotations
 
+from gpuplan.hardware.profile import GPUProfile
+from gpuplan.plan.estimate.memory.types import COMPONENTS
 from gpuplan.units import MIB
 
 CUDA_CONTEXT_BYTES = 512 * MIB
@@ -40,3 +42,15 @@ def overhead_bytes(allocated_peak: int, device: str, compute_capability: tuple[i
         return 0
     reserve = int(allocated_peak * ALLOCATOR_FRAGMENTATION) + ALLOCATOR_SLACK_BYTES
     return CUDA_CONTEXT_BYTES + cublas_workspace_bytes(compute_capability) + reserve
+
+
+def peak_moment(moments: list[dict[str, int]], device: str, gpu: GPUProfile | None) -> tuple[int, int, dict[str, int]]:
+    """The largest of a step's moments (bytes by component): its allocated bytes, the overhead beyond them on
+    this device (overhead_bytes), and its components with that overhead among them."""
+    peak = max(moments, key=lambda c: sum(c.values()))
+    allocated = sum(peak.values())
+    cc = gpu.compute_capability if gpu is not None else None
+    overhead = overhead_bytes(allocated, device, cc)
+    components = {k: int(peak.get(k, 0)) for k in COMPONENTS if k != "overhead"}
+    components["overhead"] = overhead
+    return allocated, overhead, components
