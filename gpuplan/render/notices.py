@@ -64,6 +64,13 @@ KNOWN = (
         "(backends/cpu/ops.py) and falls back to its own kernel; it prints this even when no 4-bit layer is used",
     ),
     Known(
+        "kernels",
+        r"Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub is in "
+        r"offline mode",
+        "the same import-time probe of bitsandbytes 0.50, asked offline: kernels 0.19 (_internals/hf_hub.py "
+        "_check_trust_remote_code) says so before the probe fails and bitsandbytes falls back to its own kernel",
+    ),
+    Known(
         "transformers",
         r"`is_gradient_checkpointing` is deprecated",
         "peft 0.21 (peft_model.py) reads the old property name of transformers 5; nothing in the spec sets it",

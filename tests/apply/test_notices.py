@@ -7,6 +7,8 @@ import json
 import logging
 import warnings
 
+import pytest
+
 from gpuplan.render.notices import DEBUG_LOG, captured, known_notice, log_to
 from tests.cli.test_init_sources import foreign_lines
 from tests.helpers.apply_plans import MICRO_LLAMA
@@ -16,6 +18,10 @@ from tests.helpers.hub_cache import tiny_model_files
 BNB_NOTICE = (
     "Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make "
     "sure you already `pip install kernels` and the kernels >= 0.11.1"
+)
+
+KERNELS_OFFLINE_NOTICE = (
+    "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub is in offline mode."
 )
 
 LORA_SPEC = """\
@@ -68,6 +74,25 @@ def test_a_library_log_record_waits_for_the_output_dir_then_goes_to_the_log(tmp_
     assert "bitsandbytes.backends.cpu.ops WARNING: Failed to load CPU gemm_4bit_forward" in log
     assert "FutureWarning" in log and "is_gradient_checkpointing" in log
     assert known_notice(BNB_NOTICE) is not None
+    assert known_notice(KERNELS_OFFLINE_NOTICE) is not None
+
+
+def test_the_kernels_offline_notice_of_bitsandbytes_import_is_known_when_it_is_the_installed_kernels_words():
+    """kernels 0.19 logs its offline notice while bitsandbytes 0.50 probes it at import (on CPUs with AVX512-BF16
+    only, so not every machine sees it): the words gpuplan knows are the ones the installed kernels writes."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("kernels._internals.hf_hub")
+    if spec is None or spec.origin is None:
+        pytest.skip("kernels is not installed (transformers[kernels] brings it)")
+    source = Path(spec.origin).read_text(encoding="utf-8")
+    assert "Skipping publisher trust check for '{repo_id}' because Hugging Face Hub is in offline mode." in source
+    said = "Skipping publisher trust check for '{repo_id}' because Hugging Face Hub is in offline mode.".format(
+        repo_id="kernels-community/quantization-bitsandbytes"
+    )
+    assert said == KERNELS_OFFLINE_NOTICE and known_notice(said) is not None
+    assert known_notice(said.replace("quantization-bitsandbytes", "another-kernel")) is None  # only the probe's own repo
     assert not logging.getLogger().handlers or all(h.__class__.__name__ != "_Handler" for h in logging.getLogger().handlers)
 
 
