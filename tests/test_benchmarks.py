@@ -17,6 +17,7 @@ the full modes are what benchmarks/RESULTS.md quotes.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -55,6 +56,7 @@ RESULT = {
     "saver_memory": r"\| full \| 2,048 \| none \| \d+\.\d+ \|",
     "throughput_accuracy": r"Targets: median <= 20% overall \(\d+\.\d%\)",
     "time_accuracy": r"\| S \| \d+\.\d+M \| \d+\.\dM \| \d+\.\d+ \(",
+    "zero_overhead": r"ZeRO host seconds per tensor \(median\): stage 2 \d+\.\d us; stage 3 \d+\.\d us",
 }
 # Quick runs that import torch and train or trace (about 10 s to a minute each on 2 shared cores).
 SLOW = {
@@ -73,7 +75,12 @@ SLOW = {
     "plan_speed",
     "preference_memory_accuracy",
     "time_accuracy",
+    "zero_overhead",
 }
+# DeepSpeed lives beside the test environment, not in it (the planner reads whether it is installed): .ci/run
+# installs it into a folder of its own and names it here; zero_overhead.py's quick run takes it on its PYTHONPATH.
+DEEPSPEED_PATH = os.environ.get("GPUPLAN_TEST_DEEPSPEED_PATH", "")
+NEEDS_DEEPSPEED = {"zero_overhead"}
 
 
 def _checkout_files() -> dict[str, str]:
@@ -105,6 +112,11 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
         # fresh interpreters: apply_overhead 54 s instead of about 10); the byte-code caches it may write are
         # ignored paths (.gitignore __pycache__/), which _checkout_files leaves out
     }
+    if script.stem in NEEDS_DEEPSPEED:
+        if not DEEPSPEED_PATH and importlib.util.find_spec("deepspeed") is None:
+            pytest.skip("DeepSpeed is not installed beside this environment (.ci/run installs it; GPUPLAN_TEST_DEEPSPEED_PATH)")
+        if DEEPSPEED_PATH:
+            env["PYTHONPATH"] += os.pathsep + DEEPSPEED_PATH
     before = _checkout_files()
     r = run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"
@@ -119,3 +131,19 @@ def test_every_module_that_is_not_a_script_is_imported_by_one():
         pattern = rf"^\s*(from {m.stem} import|import {m.stem}\b)"
         assert any(re.search(pattern, t, re.M) for t in texts), f"benchmarks/{m.name} has no __main__ and no script imports it"
     assert {m.stem for m in MODULES} >= {"results"} and len(SCRIPTS) >= 19
+
+
+def test_zero_overhead_without_deepspeed_says_how_to_install_it_beside_the_environment(tmp_path: Path):
+    """Run where DeepSpeed cannot be imported, the ZeRO benchmark exits 1 and names the install that keeps it out of
+    the environment gpuplan plans in (and writes nothing)."""
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is importable in this environment")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    before = _checkout_files()
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "zero_overhead.py"), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "deepspeed is not importable here: pip install --target DIR --no-deps deepspeed" in r.stderr
+    assert "then run with PYTHONPATH=DIR" in r.stderr
+    assert _checkout_files() == before

@@ -87,8 +87,13 @@ class StepShape:
     optim: str
     checkpointing: bool
     attention: str  # "flash" | "eager"
-    param_tensors: int
+    param_tensors: int  # the base model's parameter tensors
     on_cpu: bool
+    # DeepSpeed ZeRO's hooks (terms.fixed_terms): stage 3 hooks every parameter tensor, LoRA's A and B included
+    # (DeepSpeed partitions every parameter of the module tree; benchmarks/zero_overhead.py measures the same host
+    # cost per tensor for full and LoRA only when they are counted); stages 1 and 2 the trainable ones.
+    zero3_tensors: int = 0
+    trainable_tensors: int = 0
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
@@ -119,6 +124,8 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         trainable, per_layer, io = _adapter_counts(facts, wl.adapters)
         if method.quantized_base:
             quantized = n - head
+    base_tensors = max(len(facts.param_shapes), 9 * facts.num_layers + 3)
+    adapter_tensors = 2 * per_layer * facts.num_layers  # lora_A and lora_B per adapted linear
     layer_linears = sum(1 for name, *_ in facts.linear_layers if ".0." in name or name.startswith("0."))
     weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
     act = BYTES.get(compute_dtype, 4)
@@ -153,8 +160,10 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         optim=wl.optim,
         checkpointing=wl.gradient_checkpointing,
         attention=attention,
-        param_tensors=max(len(facts.param_shapes), 9 * facts.num_layers + 3),
+        param_tensors=base_tensors,
         on_cpu=on_cpu,
+        zero3_tensors=base_tensors + adapter_tensors,
+        trainable_tensors=adapter_tensors if frozen else base_tensors,
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,
