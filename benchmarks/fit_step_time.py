@@ -50,6 +50,7 @@ SPREAD_JSON = Path(__file__).resolve().parents[1] / "gpuplan" / "plan" / "estima
 # Priors of the host-work constants, measured (benchmarks/host_overhead.py): a fold without the rows that depend on
 # one predicts from the measurement, never from the held-out source's own fit.
 HOST = json.loads((Path(__file__).resolve().parent / "data" / "host_overhead.json").read_text())
+ZERO = json.loads((Path(__file__).resolve().parent / "data" / "zero_overhead.json").read_text())  # benchmarks/zero_overhead.py
 PCIE_PRIOR = 0.13  # sqrt(0.10 x 0.17): see PCIE_FRACTION's Param
 
 
@@ -124,9 +125,11 @@ PARAMS = (
         "ZERO3_HOOK_S",
         2e-5,
         2e-3,
-        2e-4,
+        ZERO["zero3_hook_s"],
         "Python pre/post-forward hooks per module parameter (deepspeed/runtime/zero/"
-        "partitioned_param_coordinator.py): tens to hundreds of us each (Rajbhandari et al. 2021, ZeRO-Infinity sec. 6)",
+        "partitioned_param_coordinator.py): tens to hundreds of us each (Rajbhandari et al. 2021, ZeRO-Infinity sec. 6); "
+        f"prior {ZERO['zero3_hook_s'] * 1e6:.0f} us: measured per parameter tensor per pass, a real DeepSpeed ZeRO-3 engine "
+        "against the plain model, tiny Llama, one CPU rank (benchmarks/zero_overhead.py)",
     ),
     Param(
         "PCIE_FRACTION",

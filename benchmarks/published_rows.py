@@ -26,6 +26,7 @@ from gpuplan.modelinfo.count import model_facts
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
+from gpuplan.plan.estimate.step_time import shape as S
 from gpuplan.plan.estimate.step_time.constants import HBM_FRACTION
 from gpuplan.plan.estimate.throughput import estimate_throughput
 
@@ -58,7 +59,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1042
+GPTQ_DEQUANT_BW_FRACTION = 0.1034
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
@@ -69,6 +70,15 @@ GPTQ_DEQUANT_BW_FRACTION = 0.1042
 # (plan/estimate/step_time/terms.py prices 2.5 B x 3 passes at the fraction). As that fraction: 0.8 x 7.5 / 33 = 0.18.
 GPTQ_EAGER_BYTES = 16.5
 GPTQ_DEQUANT_PRIOR = round(HBM_FRACTION * (2.5 * 3) / (GPTQ_EAGER_BYTES * 2), 3)
+# The same eager path launches, per quantized linear and forward: the shift, int8 cast, mask and +1 of the zeros,
+# the shift, cast and mask of the weight, the subtraction and the scaling (9 kernels; the reshapes are views, the
+# fp16 matmul is the linear's own), in the forward and the recomputed forward (autograd keeps the dequantized
+# weight: none in the backward), on Qwen's 5 linears a layer (attn.c_attn, attn.c_proj, mlp.w1, mlp.w2,
+# mlp.c_proj). The plan counts bitsandbytes' DEQUANT_KERNELS per pass on the 7 linears of the Llama-shaped facts
+# (plan/estimate/step_time/shape.py kernels_per_micro_batch); a GPTQ row is planned with the count that gives
+# these kernels instead.
+GPTQ_EAGER_KERNELS = 9
+QWEN_LINEARS_PER_LAYER = 5
 # The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
 # (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
 # (the rows' `framework`): their rows are planned without that term.
@@ -224,15 +234,23 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
             run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
         )
     world = run.count * run.nodes
-    bnb, trainer = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S
+    bnb, trainer, kernels = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
+        ckpt = run.workload.gradient_checkpointing
+        gptq = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) * QWEN_LINEARS_PER_LAYER  # per layer and micro-batch
+        S.DEQUANT_KERNELS = gptq / ((3 if ckpt else 2) * _linears_per_layer(run))
     if not run.hf_trainer:
         K.TRAINER_STEP_S = 0.0
     try:
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
-        K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S = bnb, trainer
+        K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS = bnb, trainer, kernels
+
+
+def _linears_per_layer(run: Run) -> int:
+    """The linears a layer of the run's (Llama-shaped) facts has, as the plan's kernel count takes them."""
+    return S.build_shape(run.facts, run.workload, run.gpu, "bf16").linears_per_layer
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

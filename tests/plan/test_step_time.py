@@ -321,9 +321,50 @@ def test_zero3_hooks_overlap_the_device_on_one_rank_and_add_when_sharded():
     s = shape(checkpointing=False)
     hooks = {n: next(t for t in fixed_terms(s, C, True, n) if t.name == "ZeRO-3 parameter hooks") for n in (1, 4)}
     assert hooks[1].kind == "host" and hooks[4].kind == "serial"
+    assert s.zero3_tensors == s.param_tensors  # a full fine-tune: the model's own tensors
     assert hooks[1].seconds == hooks[4].seconds == pytest.approx(s.param_tensors * 2 * K.ZERO3_HOOK_S)
     dev = Term("d", "matmuls", 10 * hooks[1].seconds, "micro-batch", "device", "")
     one, _, _ = combine([dev, hooks[1]], accumulation=1, on_cpu=False)
     sharded, _, _ = combine([dev, hooks[4]], accumulation=1, on_cpu=False)
     assert one == pytest.approx(dev.seconds)  # hidden behind the device's work
     assert sharded == pytest.approx(dev.seconds + hooks[4].seconds)
+
+
+def _lora_7b(engine: str, stage: int):
+    adapters = Adapters(method="lora", r=64, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    wl = Workload(
+        per_device_batch=1, seq_len=512, weight_dtype="bfloat16", amp="bf16", gradient_checkpointing=True,
+        engine=engine, zero_stage=stage, shard_world_size=2 if engine != "none" else 1, adapters=adapters,
+    )  # fmt: skip
+    return wl, build_shape(LLAMA_7B, wl, A100, "bf16")
+
+
+def test_zero3_hooks_count_loras_adapters_and_zero2_hooks_the_trainable_tensors():
+    """DeepSpeed hooks every parameter under ZeRO-3 (LoRA's A and B too) and every trainable one's gradient under
+    ZeRO-1/2 (benchmarks/zero_overhead.py measures one cost per tensor for full and LoRA only when counted so)."""
+    wl, s = _lora_7b("deepspeed", 3)
+    assert s.param_tensors == 9 * 32 + 3  # 7 linears and 2 norms a layer, embedding, norm, head
+    assert s.trainable_tensors == 2 * 7 * 32  # lora_A and lora_B of 7 linears a layer
+    assert s.zero3_tensors == s.param_tensors + s.trainable_tensors
+    z3 = next(t for t in fixed_terms(s, C, True, 2) if t.name == "ZeRO-3 parameter hooks")
+    assert z3.seconds == pytest.approx(s.zero3_tensors * 3 * K.ZERO3_HOOK_S) and z3.kind == "serial"
+    for stage in (1, 2):
+        wl, s = _lora_7b("deepspeed", stage)
+        hooks = [t for t in fixed_terms(s, C, False, 2, stage) if "hooks" in t.name]
+        assert [(t.name, t.kind, t.per) for t in hooks] == [(f"ZeRO-{stage} gradient hooks", "host", "micro-batch")]
+        assert hooks[0].seconds == pytest.approx(448 * K.ZERO_GRAD_HOOK_S[stage])
+        # the plan's step carries it: the same shape with DDP has no such term
+        names = {t.name for t in step_time(LLAMA_7B, wl, A100, compute_dtype="bf16", peak_tflops=312.0).terms}
+        assert f"ZeRO-{stage} gradient hooks" in names
+    ddp, _ = _lora_7b("ddp", 0)
+    assert not any("hooks" in t.name for t in step_time(LLAMA_7B, ddp, A100, compute_dtype="bf16", peak_tflops=312.0).terms)
+
+
+def test_the_fixed_zero_hook_costs_are_the_ones_the_benchmark_measured():
+    """constants.ZERO_GRAD_HOOK_S is written by hand from benchmarks/data/zero_overhead.json: they must agree."""
+    from tests.helpers.cli_runs import REPO
+
+    measured = json.loads((REPO / "benchmarks" / "data" / "zero_overhead.json").read_text())
+    for stage, value in measured["zero_grad_hook_s"].items():
+        assert K.ZERO_GRAD_HOOK_S[int(stage)] == pytest.approx(value, rel=0.01), stage
+    assert set(K.ZERO_GRAD_HOOK_S) == {1, 2}

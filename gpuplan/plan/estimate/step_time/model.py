@@ -169,7 +169,7 @@ def step_time(
         *attention_terms(s, c, peak, bw),
         *memory_terms(s, bw),
         *optimizer_terms(s, bw, shards, host_bw if (wl.offload_optimizer or wl.offload_params) else None),
-        *fixed_terms(s, c, zero3, shards),
+        *fixed_terms(s, c, zero3, shards, wl.zero_stage if wl.engine == "deepspeed" else 0),
         *comm_time.communication_terms(comm, wl),
         *comm_time.offload_terms(s, wl, gpu, host_bw),
         *extra,

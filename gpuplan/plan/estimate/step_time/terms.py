@@ -289,7 +289,7 @@ def optimizer_terms(s: StepShape, bw: float, shards: int, host_bw: float | None)
     ]
 
 
-def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) -> list[Term]:
+def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1, zero_stage: int = 0) -> list[Term]:
     """Kernel launches (host, overlapping the device), the Trainer's per-step work (serial) and
     DeepSpeed ZeRO-3's per-parameter hooks. The hooks are host work too; with parameters sharded
     over more than one rank each module's fetch blocks the host on its in-flight all-gather
@@ -297,7 +297,10 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) 
     back-pressure `synchronize()` and the handle's wait, for a parameter in the in-flight
     registry), so they add to the step; on one rank no fetch waits on another rank's shard and the
     host runs ahead of the device as it does for kernel launches (the Qwen README's 1-GPU ZeRO-3
-    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time)."""
+    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time). `zero_stage` 1 or 2 (DeepSpeed):
+    each trainable parameter's backward hook copies its gradient into the reduce bucket
+    (deepspeed/runtime/zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads), host work
+    beside the device's as the launches are."""
     kernels = kernels_per_micro_batch(s)
     out = [
         Term(
@@ -325,12 +328,25 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1) 
             Term(
                 "ZeRO-3 parameter hooks",
                 "fixed costs",
-                s.param_tensors * passes * K.ZERO3_HOOK_S,
+                s.zero3_tensors * passes * K.ZERO3_HOOK_S,
                 "micro-batch",
                 "serial" if shards > 1 else "host",
-                f"{s.param_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us"
+                f"{s.zero3_tensors} parameter tensors x {passes} passes x {K.ZERO3_HOOK_S * 1e6:.0f} us"
                 + (", blocking on the all-gathers" if shards > 1 else ", overlapping the device (one rank: no fetch waits on another)"),
                 K.FIT_SOURCE,
+            )
+        )
+    elif zero_stage in K.ZERO_GRAD_HOOK_S:
+        per = K.ZERO_GRAD_HOOK_S[zero_stage]
+        out.append(
+            Term(
+                f"ZeRO-{zero_stage} gradient hooks",
+                "fixed costs",
+                s.trainable_tensors * per,
+                "micro-batch",
+                "host",
+                f"{s.trainable_tensors} trainable tensors x {per * 1e6:.0f} us",
+                K.ZERO_GRAD_HOOK_SOURCE,
             )
         )
     return out
