@@ -59,7 +59,8 @@ def _config(layers: int) -> dict:
     }
 
 
-def _model(layers: int, lora: bool, ckpt: bool):
+def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8):
+    """The tiny Llama in training mode; `lora`: peft LoRA of `rank` on every linear; `ckpt`: reentrant checkpointing."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -68,7 +69,7 @@ def _model(layers: int, lora: bool, ckpt: bool):
     if lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=8, target_modules=list(TARGETS), lora_dropout=0.05))
+        model = get_peft_model(model, LoraConfig(r=rank, target_modules=list(TARGETS), lora_dropout=0.05))
     if ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
         if lora:

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import host_overhead  # noqa: E402
 from host_overhead import HIDDEN, TARGETS, TOKENS, _config  # noqa: E402
 from results import write_section  # noqa: E402
 
@@ -58,21 +59,7 @@ CONFIGS = ((False, False), (False, True), (True, False), (True, True))  # (lora,
 
 
 def _model(layers: int, lora: bool, ckpt: bool):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**_config(layers), attn_implementation="sdpa"))
-    if lora:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=RANK, target_modules=list(TARGETS), lora_dropout=0.05))
-    if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-        if lora:
-            model.enable_input_require_grads()
-    model.train()
-    return model
+    return host_overhead._model(layers, lora, ckpt, rank=RANK)
 
 
 def _tensors_per_layer(lora: bool) -> tuple[int, int]:
