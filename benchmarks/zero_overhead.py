@@ -7,21 +7,23 @@ The step-time model prices DeepSpeed's Python hooks as host work per parameter t
   fetch, release and re-partition its parameters (deepspeed/runtime/zero/parameter_offload.py,
   partitioned_param_coordinator.py), and each gradient is reduced and partitioned
   (stage3.py reduce_partition_and_remove_grads);
-- ZeRO-1/2 (`ZERO_GRAD_HOOK_S`, per trainable tensor per micro-batch): the backward hook of each
+- ZeRO-2 (`ZERO_GRAD_HOOK_S`, per trainable tensor per micro-batch): the backward hook of each
   trainable parameter copies its gradient into the reduce bucket (stage_1_and_2.py
-  reduce_ready_partitions_and_remove_grads).
+  reduce_ready_partitions_and_remove_grads). Stage 1's hook copies nothing and its per-tensor reduce
+  runs once per step at the accumulation boundary (reduce_gradients); the micro-batches timed here are
+  inside the window, so stage 1 is not measured and the model does not price it.
 The published rows that depend on them are the Qwen README's DeepSpeed runs only: a fold of
 benchmarks/fit_step_time.py that leaves Qwen out has nothing to fit ZERO3_HOOK_S on and uses its
-prior, and no row tells ZeRO-1/2's apart from the rest. This script measures both.
+prior, and no row tells ZeRO-2's apart from the rest. This script measures both.
 
 How: a tiny LlamaForCausalLM (hidden 64, 16 tokens: the device work of every op is a few
 microseconds) with 8 and with 4 decoder layers runs forward and backward (a micro-batch inside
 an accumulation window: engine.backward, engine.step) under deepspeed.initialize with ZeRO
-stage 1, 2 and 3 on one process (the gloo backend, DS_ACCELERATOR=cpu), and the same models run
+stage 2 and 3 on one process (the gloo backend, DS_ACCELERATOR=cpu), and the same models run
 plain, alternating, full and LoRA (r 16 on every linear), with and without reentrant gradient
 checkpointing. Host seconds of ZeRO per layer = ((z8 - z4) - (p8 - p4)) / 4, divided by the
 tensors the model counts per layer (shape.py: 9 parameter tensors of a Llama layer, plus 2 per
-LoRA adapter; the trainable ones for stages 1 and 2). The ZeRO config is what gpuplan apply
+LoRA adapter; the trainable ones for stage 2). The ZeRO config is what gpuplan apply
 writes (apply/train/arguments.py: {"stage": N}, DeepSpeed's defaults otherwise) with one change:
 stage3_param_persistence_threshold = 10 x hidden, so the tiny model partitions what a large one
 partitions under the default 1e5 (the linears and r-64 adapters, not the norms), as HF's "auto"
@@ -155,6 +157,8 @@ def main() -> int:
     if args.quick:
         args.repeats, args.no_write = 6, True
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before the import: DeepSpeed picks its accelerator then
+    # `import deepspeed` imports mlflow (deepspeed/autotuning), whose telemetry writes ~/.config/mlflow: off
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
         import deepspeed
     except ImportError:
@@ -177,7 +181,7 @@ def main() -> int:
     # ~/.cache/torch_extensions) when it starts; with one rank no collective crosses processes, so it is left unbuilt
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="gloo", verbose=False)
-    plan = [(2, False, False), (3, False, False)] if args.quick else [(st, lo, ck) for st in (1, 2, 3) for lo, ck in CONFIGS]
+    plan = [(2, False, False), (3, False, False)] if args.quick else [(st, lo, ck) for st in (2, 3) for lo, ck in CONFIGS]
     rows = [measure(st, lo, ck, args.repeats) for st, lo, ck in plan]
     by = {st: statistics.median(r["us_per_tensor"] for r in rows if r["stage"] == st) for st in sorted({r["stage"] for r in rows})}
     print("ZeRO host seconds per tensor (median): " + "; ".join(f"stage {st} {us:.1f} us" for st, us in by.items()))
@@ -189,11 +193,11 @@ def main() -> int:
         f"deepspeed {deepspeed.__version__}, one thread"
     )
     result = {
-        "what": "DeepSpeed ZeRO host seconds per parameter tensor (stage 3: per counted tensor per pass; stages 1 and 2: per "
+        "what": "DeepSpeed ZeRO host seconds per parameter tensor (stage 3: per counted tensor per pass; stage 2: per "
         "trainable tensor per micro-batch), measured by benchmarks/zero_overhead.py",
         "machine": machine,
         "zero3_hook_s": round(by[3] * 1e-6, 7),
-        "zero_grad_hook_s": {str(st): round(by[st] * 1e-6, 7) for st in (1, 2)},
+        "zero_grad_hook_s": {"2": round(by[2] * 1e-6, 7)},
         "rows": rows,
     }
     DATA.write_text(json.dumps(result, indent=2) + "\n")
@@ -211,13 +215,14 @@ def main() -> int:
             f"backward of a tiny Llama (hidden {HIDDEN}, {TOKENS} tokens) with 8 and 4 decoder layers, {args.repeats} micro-batches "
             "each, alternating; ZeRO's host time per layer over the tensors the step-time model counts for it "
             "(benchmarks/data/zero_overhead.json). Stage 3 counts every parameter tensor (LoRA's adapters included) per pass, "
-            "stages 1 and 2 the trainable tensors per micro-batch:",
+            "stage 2 the trainable tensors per micro-batch (stage 1 reduces once per step, at the accumulation boundary, which "
+            "these micro-batches never reach: not measured, not priced):",
             "",
             *table,
             "",
             f"Medians: **stage 3 {by[3]:.0f} us per tensor per pass**, the prior of `ZERO3_HOOK_S` in "
-            f"benchmarks/fit_step_time.py; **stage 2 {by[2]:.0f} us** and **stage 1 {by[1]:.0f} us per trainable tensor per "
-            "micro-batch**, `ZERO_GRAD_HOOK_S` in plan/estimate/step_time/constants.py (fixed: no published row tells them apart).",
+            f"benchmarks/fit_step_time.py; **stage 2 {by[2]:.0f} us per trainable tensor per micro-batch**, `ZERO_GRAD_HOOK_S` "
+            "in plan/estimate/step_time/constants.py (fixed: no published row tells it apart).",
         ]
     )
     write_section(

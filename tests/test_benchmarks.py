@@ -117,6 +117,7 @@ def test_quick_mode_runs_and_prints_its_result(script: Path, tmp_path: Path):
             pytest.skip("DeepSpeed is not installed beside this environment (.ci/run installs it; GPUPLAN_TEST_DEEPSPEED_PATH)")
         if DEEPSPEED_PATH:
             env["PYTHONPATH"] += os.pathsep + DEEPSPEED_PATH
+        env["MLFLOW_DISABLE_TELEMETRY"] = "true"  # `import deepspeed` imports mlflow, whose telemetry writes ~/.config
     before = _checkout_files()
     r = run([sys.executable, str(script), "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-4000:]}"

@@ -75,6 +75,7 @@ def test_a_library_log_record_waits_for_the_output_dir_then_goes_to_the_log(tmp_
     assert "FutureWarning" in log and "is_gradient_checkpointing" in log
     assert known_notice(BNB_NOTICE) is not None
     assert known_notice(KERNELS_OFFLINE_NOTICE) is not None
+    assert not logging.getLogger().handlers or all(h.__class__.__name__ != "_Handler" for h in logging.getLogger().handlers)
 
 
 def test_the_kernels_offline_notice_of_bitsandbytes_import_is_known_when_it_is_the_installed_kernels_words():
@@ -93,7 +94,6 @@ def test_the_kernels_offline_notice_of_bitsandbytes_import_is_known_when_it_is_t
     )
     assert said == KERNELS_OFFLINE_NOTICE and known_notice(said) is not None
     assert known_notice(said.replace("quantization-bitsandbytes", "another-kernel")) is None  # only the probe's own repo
-    assert not logging.getLogger().handlers or all(h.__class__.__name__ != "_Handler" for h in logging.getLogger().handlers)
 
 
 def test_gpuplan_debug_echoes_and_unknown_warnings_are_counted(tmp_path, capsys, monkeypatch):

@@ -5,7 +5,7 @@ calibration store (hardware/userfiles.py), with the step the plan modelled for i
 the parts a calibration scales (plan/estimate/step_time/model.py):
     work   : device work (matmuls, attention, memory-bound, optimizer): the class's
              achievable fractions of peak and bandwidth;
-    fixed  : fixed costs (kernel launches, the Trainer, ZeRO-3 hooks): the per-kernel
+    fixed  : fixed costs (kernel launches, the Trainer, DeepSpeed's ZeRO hooks): the per-kernel
              and per-step constants;
     other  : communication and offload, which the link figures price (not scaled).
 A plan on the same hardware (catalog entry, GPUs per node, nodes) replaces its class's

@@ -45,38 +45,40 @@ class ArchConstants:
 # GEMM shape ran on that chip). Source rows: "ampere-dc" A100 (Qwen README, fsdp_qlora),
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora), "ada" RTX 6000
 # Ada (fsdp_qlora).
-ETA = {"ampere-dc": 0.706, "hopper": 0.4223, "ampere": 0.9046, "ada": 0.7408}
+ETA = {"ampere-dc": 0.7053, "hopper": 0.4222, "ampere": 0.9186, "ada": 0.7476}
 # tokens per micro-batch at which a 4096-wide GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * MN / (MN + M_HALF * 4096) (a small output M x N leaves SMs idle:
 # wave quantization and tile under-fill; the roofline's weight-read bound is separate).
-M_HALF_TOKENS = 305.6
+M_HALF_TOKENS = 303.8
 # ... for a GEMM whose output is this many columns wide; a GEMM of N columns reaches half at
 # M_HALF_TOKENS x GEMM_REFERENCE_WIDTH / N rows (terms.gemm_efficiency: the output tiles fill the SMs).
 GEMM_REFERENCE_WIDTH = 4096
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
 # (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
-TRAINER_STEP_S = 0.09999
+TRAINER_STEP_S = 0.09973
 # Achieved fraction of HBM bandwidth of the 4-bit dequantization kernels (bitsandbytes
 # dequantize_4bit, GPTQ/exllama): far below a streaming copy, many small launches.
-DEQUANT_BW_FRACTION = 0.2417
+DEQUANT_BW_FRACTION = 0.2422
 # DeepSpeed ZeRO-3 host cost per parameter tensor per pass (pre/post hooks that fetch,
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds. Its prior is measured (benchmarks/zero_overhead.py).
-ZERO3_HOOK_S = 0.00028
+ZERO3_HOOK_S = 0.0002837
 # Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives and host
 # copies (PCIe protocol overhead ~ 80%; GeForce cards have no PCIe P2P, so NCCL
 # stages through host memory).
-PCIE_FRACTION = 0.1018
+PCIE_FRACTION = 0.1012
 # Host seconds per eager kernel launch (op dispatch, autograd node, the CUDA launch).
-KERNEL_S = 1.481e-05
+KERNEL_S = 1.482e-05
 
 # Fixed (not fitted):
-# DeepSpeed ZeRO-1/2 host cost per trainable parameter tensor per micro-batch, by stage: each
+# DeepSpeed ZeRO-2 host cost per trainable parameter tensor per micro-batch, by stage: each
 # gradient's backward hook copies it into the reduce bucket (deepspeed/runtime/zero/stage_1_and_2.py
 # reduce_ready_partitions_and_remove_grads). Measured with a real DeepSpeed engine against the plain
 # model on one CPU rank (benchmarks/zero_overhead.py, benchmarks/data/zero_overhead.json): the only
 # published rows that run ZeRO-2 (the Qwen README's Int4 runs) cannot tell it from the other fixed costs.
-ZERO_GRAD_HOOK_S = {1: 1.97e-05, 2: 7.86e-05}
+# Stage 1 is not here: its hook copies nothing, and its per-tensor reduce runs once per step at the
+# accumulation boundary (reduce_gradients), which the benchmark does not time: not priced.
+ZERO_GRAD_HOOK_S = {2: 9.36e-05}
 ZERO_GRAD_HOOK_SOURCE = "measured: benchmarks/zero_overhead.py (DeepSpeed's hooks on one CPU rank)"
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
 # ~80-90% in STREAM-like copies (NVIDIA A100 tuning guide; Jia et al. 2018,

@@ -89,9 +89,9 @@ class StepShape:
     attention: str  # "flash" | "eager"
     param_tensors: int  # the base model's parameter tensors
     on_cpu: bool
-    # DeepSpeed ZeRO's hooks (terms.fixed_terms): stage 3 hooks every parameter tensor, LoRA's A and B included
+    # DeepSpeed ZeRO's hooks (terms.fixed_terms): stage 3 hooks every parameter tensor, the adapters' included
     # (DeepSpeed partitions every parameter of the module tree; benchmarks/zero_overhead.py measures the same host
-    # cost per tensor for full and LoRA only when they are counted); stages 1 and 2 the trainable ones.
+    # cost per tensor for full and LoRA only when they are counted); stage 2 the trainable ones.
     zero3_tensors: int = 0
     trainable_tensors: int = 0
     attention_dropout: float = 0.0
@@ -100,8 +100,9 @@ class StepShape:
 
 
 @lru_cache(maxsize=512)
-def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int]:
-    """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer)."""
+def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int]:
+    """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer, trainable tensors: A and B,
+    DoRA's magnitudes and the saved modules' copies, as memory/adapters.py adapter_layout lists them)."""
     from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
     lay = adapter_layout(facts, adapters)
@@ -110,7 +111,7 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
         for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save), adapters.excluded_modules)
         if any(peft_matches(name, t) for t in adapters.target_modules)
     )
-    return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1)
+    return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1), len(lay.adapter_shapes)
 
 
 def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
@@ -119,13 +120,12 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
     frozen = method.frozen_base
-    trainable, quantized, per_layer, io = facts.n_params, 0, 0, 0
+    trainable, quantized, per_layer, io, adapter_tensors = facts.n_params, 0, 0, 0, 0
     if frozen and wl.adapters is not None:
-        trainable, per_layer, io = _adapter_counts(facts, wl.adapters)
+        trainable, per_layer, io, adapter_tensors = _adapter_counts(facts, wl.adapters)
         if method.quantized_base:
             quantized = n - head
     base_tensors = max(len(facts.param_shapes), 9 * facts.num_layers + 3)
-    adapter_tensors = 2 * per_layer * facts.num_layers  # lora_A and lora_B per adapted linear
     layer_linears = sum(1 for name, *_ in facts.linear_layers if ".0." in name or name.startswith("0."))
     weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
     act = BYTES.get(compute_dtype, 4)

@@ -297,10 +297,10 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1, 
     back-pressure `synchronize()` and the handle's wait, for a parameter in the in-flight
     registry), so they add to the step; on one rank no fetch waits on another rank's shard and the
     host runs ahead of the device as it does for kernel launches (the Qwen README's 1-GPU ZeRO-3
-    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time). `zero_stage` 1 or 2 (DeepSpeed):
+    rows: 2.1-2.3 s/it from 256 to 2,048 tokens, then the device's time). `zero_stage` 2 (DeepSpeed):
     each trainable parameter's backward hook copies its gradient into the reduce bucket
     (deepspeed/runtime/zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads), host work
-    beside the device's as the launches are."""
+    beside the device's as the launches are (stage 1 reduces once per step: not priced, constants.py)."""
     kernels = kernels_per_micro_batch(s)
     out = [
         Term(
