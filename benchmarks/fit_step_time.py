@@ -147,6 +147,7 @@ NAMES = [p.name for p in PARAMS]
 AT_BOUND = 0.02  # within 2% (in log) of a bound counts as "at the bound"
 RESTARTS = 2  # Nelder-Mead runs per fit, each from the last one's end
 MIN_GROUP = 8  # held-out rows a bound-by group needs for a spread of its own
+PROFILE_SPREAD = 1.5  # a fold's constant this far (x or /) from the all-row value is profiled (profile() below)
 
 
 def _home(name: str):
@@ -226,6 +227,19 @@ def fit(runs, iterations: int, start: list[float] | None = None) -> tuple[list[f
     return values, free, float(res.fun), nit
 
 
+def profile(runs, iterations: int, i: int, value: float) -> float:
+    """The objective over `runs` with constant `i` held at `value` and the others refitted: how much worse the rows find
+    that value once the rest may make up for it (a single-constant move would miss two constants trading off)."""
+    global PARAMS
+    kept = PARAMS
+    p = kept[i]
+    PARAMS = kept[:i] + (Param(p.name, value * 0.9999, value * 1.0001, value, p.why),) + kept[i + 1 :]
+    try:
+        return fit(runs, iterations)[2]
+    finally:
+        PARAMS = kept
+
+
 def at_bound(p: Param, v: float) -> str:
     if math.log(v / p.lower) < AT_BOUND:
         return "LOWER"
@@ -289,6 +303,21 @@ def main() -> int:
         if o < obj:
             values, free, obj, nit = v, f, o, n
     report("the best start")
+    # Identifiability: where a fold's constant is far from the all-row value, is that the fold's rows speaking, or a flat
+    # direction of its objective? Hold it at the all-row value, refit the rest, compare the objectives.
+    profiled: list[str] = []
+    for src in sources:
+        v, f = folds[src]
+        train = [r for r in runs if source_name(r.row) != src]
+        own = objective_at(v, train)
+        for i, p in enumerate(PARAMS):
+            if f[i] and max(v[i] / values[i], values[i] / v[i]) >= PROFILE_SPREAD:
+                held_obj = profile(train, args.iterations, i, values[i])
+                profiled.append(
+                    f"without {src}, `{p.name}` {v[i]:.3g} (all rows: {values[i]:.3g}): held at the all-row value with the other "
+                    f"constants refitted, the fold's objective goes from {own:.4f} to {held_obj:.4f} ({held_obj / own - 1:+.1%})"
+                )
+                print(profiled[-1], flush=True)
     apply(values)  # leave the shipped (all-row) fit in place for what follows
     insample = errors(runs)
 
@@ -383,6 +412,10 @@ def main() -> int:
             *const,
             "",
             "At a bound: " + ("; ".join(flags) if flags else "none.") + "",
+            "",
+            f"Fold constants at least x{PROFILE_SPREAD} from the all-row value, profiled (a small rise means the fold's rows "
+            "hardly tell the two values apart: the held-out error along that direction says more about where the optimizer "
+            "stopped than about the model): " + ("; ".join(profiled) + "." if profiled else "none."),
             "",
             "Where the bounds come from:",
             "",
