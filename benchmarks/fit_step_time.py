@@ -281,6 +281,7 @@ def main() -> int:
 
     # leave one source out
     folds: dict[str, tuple[list[float], list[bool]]] = {}
+    fold_objective: dict[str, float] = {}
     held: dict[str, list[float]] = {}
     bound_of: list[tuple[str, float]] = []  # (what bounds the step, held-out error) per row
     for src in sources:
@@ -288,6 +289,7 @@ def main() -> int:
         test = [r for r in runs if source_name(r.row) == src]
         v, f, o, n = fit(train, args.iterations)
         folds[src] = (v, f)
+        fold_objective[src] = o
         outs = [predict(r) for r in test]
         held[src] = [error(r, o) for r, o in zip(test, outs)]
         bound_of += [((o.get("step_time") or {}).get("bound_by", "matmuls"), e) for o, e in zip(outs, held[src])]
@@ -309,7 +311,7 @@ def main() -> int:
     for src in sources:
         v, f = folds[src]
         train = [r for r in runs if source_name(r.row) != src]
-        own = objective_at(v, train)
+        own = fold_objective[src]
         for i, p in enumerate(PARAMS):
             if f[i] and max(v[i] / values[i], values[i] / v[i]) >= PROFILE_SPREAD:
                 held_obj = profile(train, args.iterations, i, values[i])

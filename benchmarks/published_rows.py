@@ -248,9 +248,15 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS = bnb, trainer, kernels
 
 
+_LINEARS: dict[int, int] = {}
+
+
 def _linears_per_layer(run: Run) -> int:
-    """The linears a layer of the run's (Llama-shaped) facts has, as the plan's kernel count takes them."""
-    return S.build_shape(run.facts, run.workload, run.gpu, "bf16").linears_per_layer
+    """The linears a layer of the run's (Llama-shaped) facts has, as the plan's kernel count takes them (once per run,
+    as _COMM: the fit predicts each row thousands of times)."""
+    if id(run) not in _LINEARS:
+        _LINEARS[id(run)] = S.build_shape(run.facts, run.workload, run.gpu, "bf16").linears_per_layer
+    return _LINEARS[id(run)]
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -7,7 +7,7 @@ The step-time model prices DeepSpeed's Python hooks as host work per parameter t
   fetch, release and re-partition its parameters (deepspeed/runtime/zero/parameter_offload.py,
   partitioned_param_coordinator.py), and each gradient is reduced and partitioned
   (stage3.py reduce_partition_and_remove_grads);
-- ZeRO-2 (`ZERO_GRAD_HOOK_S`, per trainable tensor per micro-batch): the backward hook of each
+- ZeRO-2 (`ZERO2_HOOK_S`, per trainable tensor per micro-batch): the backward hook of each
   trainable parameter copies its gradient into the reduce bucket (stage_1_and_2.py
   reduce_ready_partitions_and_remove_grads). Stage 1's hook copies nothing and its per-tensor reduce
   runs once per step at the accumulation boundary (reduce_gradients); the micro-batches timed here are
@@ -197,7 +197,7 @@ def main() -> int:
         "trainable tensor per micro-batch), measured by benchmarks/zero_overhead.py",
         "machine": machine,
         "zero3_hook_s": round(by[3] * 1e-6, 7),
-        "zero_grad_hook_s": {"2": round(by[2] * 1e-6, 7)},
+        "zero2_hook_s": round(by[2] * 1e-6, 7),
         "rows": rows,
     }
     DATA.write_text(json.dumps(result, indent=2) + "\n")
@@ -221,7 +221,7 @@ def main() -> int:
             *table,
             "",
             f"Medians: **stage 3 {by[3]:.0f} us per tensor per pass**, the prior of `ZERO3_HOOK_S` in "
-            f"benchmarks/fit_step_time.py; **stage 2 {by[2]:.0f} us per trainable tensor per micro-batch**, `ZERO_GRAD_HOOK_S` "
+            f"benchmarks/fit_step_time.py; **stage 2 {by[2]:.0f} us per trainable tensor per micro-batch**, `ZERO2_HOOK_S` "
             "in plan/estimate/step_time/constants.py (fixed: no published row tells it apart).",
         ]
     )

@@ -71,15 +71,15 @@ PCIE_FRACTION = 0.1012
 KERNEL_S = 1.482e-05
 
 # Fixed (not fitted):
-# DeepSpeed ZeRO-2 host cost per trainable parameter tensor per micro-batch, by stage: each
+# DeepSpeed ZeRO-2 host cost per trainable parameter tensor per micro-batch: each
 # gradient's backward hook copies it into the reduce bucket (deepspeed/runtime/zero/stage_1_and_2.py
 # reduce_ready_partitions_and_remove_grads). Measured with a real DeepSpeed engine against the plain
 # model on one CPU rank (benchmarks/zero_overhead.py, benchmarks/data/zero_overhead.json): the only
 # published rows that run ZeRO-2 (the Qwen README's Int4 runs) cannot tell it from the other fixed costs.
 # Stage 1 is not here: its hook copies nothing, and its per-tensor reduce runs once per step at the
 # accumulation boundary (reduce_gradients), which the benchmark does not time: not priced.
-ZERO_GRAD_HOOK_S = {2: 9.36e-05}
-ZERO_GRAD_HOOK_SOURCE = "measured: benchmarks/zero_overhead.py (DeepSpeed's hooks on one CPU rank)"
+ZERO2_HOOK_S = 9.36e-05
+ZERO2_HOOK_SOURCE = "measured: benchmarks/zero_overhead.py (DeepSpeed's hooks on one CPU rank)"
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
 # ~80-90% in STREAM-like copies (NVIDIA A100 tuning guide; Jia et al. 2018,
 # "Dissecting the NVIDIA Volta GPU architecture via microbenchmarking", 80-88%).

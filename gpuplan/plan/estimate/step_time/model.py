@@ -162,14 +162,13 @@ def step_time(
     peak = peak_tflops * 1e12
     bw = gpu.memory_bandwidth_gbps * 1e9 * (1.0 if s.on_cpu else K.HBM_FRACTION)
     host_bw = load_catalog()["cpu"].memory_bandwidth_gbps * 1e9
-    zero3 = wl.engine == "deepspeed" and wl.zero_stage == 3
     shards = wl.shard_world_size if wl.zero_stage >= 1 else 1
     terms: list[Term] = [
         *matmul_terms(s, c, peak, bw),
         *attention_terms(s, c, peak, bw),
         *memory_terms(s, bw),
         *optimizer_terms(s, bw, shards, host_bw if (wl.offload_optimizer or wl.offload_params) else None),
-        *fixed_terms(s, c, zero3, shards, wl.zero_stage if wl.engine == "deepspeed" else 0),
+        *fixed_terms(s, c, shards, wl.zero_stage if wl.engine == "deepspeed" else 0),
         *comm_time.communication_terms(comm, wl),
         *comm_time.offload_terms(s, wl, gpu, host_bw),
         *extra,

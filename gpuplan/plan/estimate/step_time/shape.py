@@ -87,7 +87,6 @@ class StepShape:
     optim: str
     checkpointing: bool
     attention: str  # "flash" | "eager"
-    param_tensors: int  # the base model's parameter tensors
     on_cpu: bool
     # DeepSpeed ZeRO's hooks (terms.fixed_terms): stage 3 hooks every parameter tensor, the adapters' included
     # (DeepSpeed partitions every parameter of the module tree; benchmarks/zero_overhead.py measures the same host
@@ -160,7 +159,6 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         optim=wl.optim,
         checkpointing=wl.gradient_checkpointing,
         attention=attention,
-        param_tensors=base_tensors,
         on_cpu=on_cpu,
         zero3_tensors=base_tensors + adapter_tensors,
         trainable_tensors=adapter_tensors if frozen else base_tensors,

@@ -289,10 +289,11 @@ def optimizer_terms(s: StepShape, bw: float, shards: int, host_bw: float | None)
     ]
 
 
-def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1, zero_stage: int = 0) -> list[Term]:
+def fixed_terms(s: StepShape, c: K.ArchConstants, shards: int = 1, zero_stage: int = 0) -> list[Term]:
     """Kernel launches (host, overlapping the device), the Trainer's per-step work (serial) and
-    DeepSpeed ZeRO-3's per-parameter hooks. The hooks are host work too; with parameters sharded
-    over more than one rank each module's fetch blocks the host on its in-flight all-gather
+    DeepSpeed's ZeRO hooks (`zero_stage`: the DeepSpeed stage, 0 without DeepSpeed). ZeRO-3's
+    per-parameter hooks are host work too; with parameters sharded over more than one rank each
+    module's fetch blocks the host on its in-flight all-gather
     (deepspeed/runtime/zero/partitioned_param_coordinator.py fetch_sub_module: the fetch-event
     back-pressure `synchronize()` and the handle's wait, for a parameter in the in-flight
     registry), so they add to the step; on one rank no fetch waits on another rank's shard and the
@@ -322,7 +323,7 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1, 
             K.FIT_SOURCE,
         ),
     ]
-    if zero3:
+    if zero_stage == 3:
         passes = 3 if s.checkpointing else 2
         out.append(
             Term(
@@ -336,17 +337,16 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, zero3: bool, shards: int = 1, 
                 K.FIT_SOURCE,
             )
         )
-    elif zero_stage in K.ZERO_GRAD_HOOK_S:
-        per = K.ZERO_GRAD_HOOK_S[zero_stage]
+    elif zero_stage == 2:
         out.append(
             Term(
-                f"ZeRO-{zero_stage} gradient hooks",
+                "ZeRO-2 gradient hooks",
                 "fixed costs",
-                s.trainable_tensors * per,
+                s.trainable_tensors * K.ZERO2_HOOK_S,
                 "micro-batch",
                 "host",
-                f"{s.trainable_tensors} trainable tensors x {per * 1e6:.0f} us",
-                K.ZERO_GRAD_HOOK_SOURCE,
+                f"{s.trainable_tensors} trainable tensors x {K.ZERO2_HOOK_S * 1e6:.0f} us",
+                K.ZERO2_HOOK_SOURCE,
             )
         )
     return out
