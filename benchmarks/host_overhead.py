@@ -78,15 +78,15 @@ def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8):
     return model
 
 
-def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
-    """The kernels the step-time model counts for one micro-batch of this model."""
+def _shape(layers: int, lora: bool, ckpt: bool, rank: int = 8):
+    """The step-time model's counts (plan/estimate/step_time/shape.py StepShape) for one micro-batch of this model."""
     from gpuplan.hardware.catalog import lookup
     from gpuplan.modelinfo.count import model_facts
     from gpuplan.plan.estimate.memory.types import Adapters, Workload
-    from gpuplan.plan.estimate.step_time.shape import build_shape, kernels_per_micro_batch
+    from gpuplan.plan.estimate.step_time.shape import build_shape
 
     facts = model_facts(_config(layers))
-    adapters = Adapters(method="lora", r=8, target_modules=TARGETS, lora_dropout=0.05) if lora else None
+    adapters = Adapters(method="lora", r=rank, target_modules=TARGETS, lora_dropout=0.05) if lora else None
     wl = Workload(
         per_device_batch=1,
         seq_len=TOKENS,
@@ -95,7 +95,14 @@ def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
         attn_implementation="sdpa",
         adapters=adapters,
     )
-    return kernels_per_micro_batch(build_shape(facts, wl, lookup("A100-80GB"), "fp32"))
+    return build_shape(facts, wl, lookup("A100-80GB"), "fp32")
+
+
+def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
+    """The kernels the step-time model counts for one micro-batch of this model."""
+    from gpuplan.plan.estimate.step_time.shape import kernels_per_micro_batch
+
+    return kernels_per_micro_batch(_shape(layers, lora, ckpt))
 
 
 def per_kernel(repeats: int) -> list[dict]:

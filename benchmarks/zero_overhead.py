@@ -52,7 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import host_overhead  # noqa: E402
-from host_overhead import HIDDEN, TARGETS, TOKENS, _config  # noqa: E402
+from host_overhead import HIDDEN, TOKENS  # noqa: E402
 from results import write_section  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "zero_overhead.json"
@@ -66,17 +66,7 @@ def _model(layers: int, lora: bool, ckpt: bool):
 
 def _tensors_per_layer(lora: bool) -> tuple[int, int]:
     """(the parameter tensors the step-time model counts per layer, the trainable ones) for this tiny model."""
-    from gpuplan.hardware.catalog import lookup
-    from gpuplan.modelinfo.count import model_facts
-    from gpuplan.plan.estimate.memory.types import Adapters, Workload
-    from gpuplan.plan.estimate.step_time.shape import build_shape
-
-    def shape(layers: int):
-        adapters = Adapters(method="lora", r=RANK, target_modules=TARGETS, lora_dropout=0.05) if lora else None
-        wl = Workload(per_device_batch=1, seq_len=TOKENS, weight_dtype="float32", attn_implementation="sdpa", adapters=adapters)
-        return build_shape(model_facts(_config(layers)), wl, lookup("A100-80GB"), "fp32")
-
-    s8, s4 = shape(8), shape(4)
+    s8, s4 = (host_overhead._shape(n, lora, False, rank=RANK) for n in (8, 4))
     return (s8.zero3_tensors - s4.zero3_tensors) // 4, (s8.trainable_tensors - s4.trainable_tensors) // 4
 
 
