@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from gpuplan import __version__
 
@@ -26,6 +27,8 @@ EXAMPLES = {
     "tune": "example: gpuplan tune specs/tiny.toml --budget 300",
 }
 
+_Cmd = Callable[[str, str], argparse.ArgumentParser]  # adds one subcommand: name, help
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -37,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     def cmd(name: str, help: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=help, epilog=EXAMPLES[name])
 
+    _plan_and_apply(cmd)
+    _lookup_commands(cmd)
+    _sizing_commands(cmd)
+    _spec_commands(cmd)
+    _after_commands(cmd)
+    return p
+
+
+def _plan_and_apply(cmd: _Cmd) -> None:
+    """plan, apply: the core pair, resolving a spec for the hardware and training it."""
     plan = cmd("plan", "Validate a spec, resolve it for the hardware, and print the changes and memory.")
     plan.add_argument("spec", help="spec file (TOML)")
     _plan_flags(plan)
@@ -68,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="train here even though [launch] names a cluster: what the submitted job itself runs",
     )
 
+
+def _lookup_commands(cmd: _Cmd) -> None:
+    """validate, show, schema, gpus: the commands that only read and print (a spec, a run, the schema, the catalog)."""
     val = cmd("validate", "Check a spec against the schema; no hardware or model lookups.")
     val.add_argument("spec")
     show = cmd("show", "Print a run's state (its output dir, or its spec) or a saved plan.")
@@ -79,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("schema", "Print the spec's JSON Schema (for Taplo / Even Better TOML).")
     cmd("gpus", "List the hardware catalog.")
 
+
+def _sizing_commands(cmd: _Cmd) -> None:
+    """compare, calibration: the commands about plan times across hardware and the measured runs behind them."""
     compare = cmd("compare", "Plan a spec on every catalog GPU and GPU count: fits, settings, time and cost.")
     compare.add_argument("spec", help="spec file (TOML)")
     compare.add_argument("--gpus", metavar="A,B,..", help="catalog names (default: every GPU in the catalog)")
@@ -93,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--clear", action="store_true", help="delete every measured run")
     cal.add_argument("--json", action="store_true")
 
+
+def _spec_commands(cmd: _Cmd) -> None:
+    """init, fmt, data, lock, tune: the commands that write a spec, or check and pin what it reads."""
     init = cmd("init", "Write a commented starter spec for a model and a GPU that plans cleanly there.")
     init.add_argument("model", metavar="MODEL", help="a Hub id (org/name, read from the cache first), a model directory, or a config.json")
     init.add_argument(
@@ -138,11 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--steps", type=int, default=4, metavar="N", help="optimizer steps per candidate, the first one warm-up (default 4)")
     tune.add_argument("--top", type=int, default=4, metavar="K", help="candidates to time, the fastest planned first (default 4)")
     tune.add_argument("--no-write", action="store_true", help="report only: leave the spec as it is")
-    _after_commands(cmd)
-    return p
 
 
-def _after_commands(cmd) -> None:
+def _after_commands(cmd: _Cmd) -> None:
     """generate, chat, eval, export: the commands that use what a finished apply produced."""
     gen = cmd("generate", "Generate text with a finished run's model, in the template it trained on.")
     chat = cmd("chat", "Talk to a finished run's model in the terminal; the turns are kept, Ctrl-D ends it.")
