@@ -353,6 +353,37 @@ def run_checks(
     obj = preference.objective_of(plan)
 
     # what is trained
+    _trained_checks(c, plan, p, trainer, model, obj)
+    if method.frozen_base:
+        _adapter_checks(c, plan, p, model)
+    _quantization_checks(c, plan, p, model)
+    from gpuplan.apply.model.vision import is_vision_language
+
+    if is_vision_language(plan):
+        _vision_checks(c, plan, trainer, model, stage)
+    attn = p.wl("attn_implementation", lambda r: r.model.attn_implementation)
+    c.add("model.attn_implementation", attn, lambda: base.config._attn_implementation)
+
+    _batch_checks(c, plan, p, trainer, obj, dataloader)
+    _forward_checks(c, p, trainer, model, stage)
+    _data_checks(c, plan, trainer, obj, tokens, dataloader)
+
+    # the objective
+    if obj.is_preference:
+        _preference_checks(c, plan, p, trainer, obj, dataloader)
+    if obj.is_rl:
+        _rl_checks(c, plan, p, trainer, stage)
+
+    if stage == TRAIN_BEGIN:
+        _checkpointing_checks(c, plan, p, model)
+        c.add("distributed.strategy", p.engine(), lambda: _engine(trainer))
+        _optimizer_checks(c, plan, trainer, training_arguments_kwargs(plan, progress=False))
+    return c.checks, c.skipped
+
+
+def _trained_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any, model: Any, obj: Any) -> None:
+    """What trains live: the objective's trainer class, the trainable count, the trainable and frozen-base dtypes."""
+    method = p.method
     c.add("training.objective", obj.trainer_class if obj.is_preference or obj.is_rl else "Trainer", _objective_class(trainer, obj))
     c.add(
         "model.trainable_params",
@@ -365,11 +396,19 @@ def run_checks(
     if method.frozen_base and not method.quantized_base:  # adapters on a base in its planned dtype
         frozen = [q for n, q in model.named_parameters() if not q.requires_grad and q.dtype.is_floating_point]
         c.add("model.dtype", [p.weight_dtype], lambda: _dtypes(frozen))
-    if method.frozen_base:
-        ad = p.workload.adapters if p.workload is not None else None
-        dropout = ad.lora_dropout if ad is not None else plan.resolved.lora.lora_dropout
-        c.add("lora.lora_dropout", [float(dropout)], lambda: _adapter_dropouts(model))
-        c.add("lora.use_dora", bool(ad.use_dora if ad is not None else plan.resolved.lora.use_dora), lambda: _uses_dora(model))
+
+
+def _adapter_checks(c: _Checks, plan: Plan, p: Planned, model: Any) -> None:
+    """The live adapters on a frozen base: their dropout and whether they are DoRA."""
+    ad = p.workload.adapters if p.workload is not None else None
+    dropout = ad.lora_dropout if ad is not None else plan.resolved.lora.lora_dropout
+    c.add("lora.lora_dropout", [float(dropout)], lambda: _adapter_dropouts(model))
+    c.add("lora.use_dora", bool(ad.use_dora if ad is not None else plan.resolved.lora.use_dora), lambda: _uses_dora(model))
+
+
+def _quantization_checks(c: _Checks, plan: Plan, p: Planned, model: Any) -> None:
+    """The live 4-bit layers: whether there are any and, where planned, their quant type, compute dtype and double quant."""
+    method = p.method
     four = _four_bit(model)
     c.add("quantization.4bit_layers", method.quantized_base, bool(four))
     if method.quantized_base and four:
@@ -380,14 +419,10 @@ def run_checks(
         c.add("quantization.bnb_4bit_quant_type", [quant], lambda: sorted({_quant_state(m).quant_type for m in four}))
         c.add("quantization.bnb_4bit_compute_dtype", [compute], lambda: sorted({str(m.compute_dtype).removeprefix("torch.") for m in four}))
         c.add("quantization.bnb_4bit_use_double_quant", [bool(double)], lambda: sorted({bool(_quant_state(m).nested) for m in four}))
-    from gpuplan.apply.model.vision import is_vision_language
 
-    if is_vision_language(plan):
-        _vision_checks(c, plan, trainer, model, stage)
-    attn = p.wl("attn_implementation", lambda r: r.model.attn_implementation)
-    c.add("model.attn_implementation", attn, lambda: base.config._attn_implementation)
 
-    # the batch
+def _batch_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any, obj: Any, dataloader: Any) -> None:
+    """The live batch: per-device rows (an RL generation round's too), accumulation, processes and autocast."""
     batch = _batch_size(dataloader) if dataloader is not None else trainer._train_batch_size
     if obj.is_rl and dataloader is not None:
         # TRL's loader yields a whole generation round per process, per_device x steps_per_generation rows
@@ -404,7 +439,9 @@ def run_checks(
     c.add("hardware.world_size", plan.world_size, trainer.args.world_size)
     c.add("training.autocast", p.amp or "no", lambda: trainer.accelerator.mixed_precision)
 
-    # forward wrappers the plan installs
+
+def _forward_checks(c: _Checks, p: Planned, trainer: Any, model: Any, stage: str) -> None:
+    """The forward wrappers the plan installs on the live model (offload, chunked loss) and Liger's kernels."""
     chunk = int(p.wl("loss_chunk_size", lambda r: r.training.loss_chunk_size))
     offload = bool(p.wl("offload_activations", lambda r: r.training.activation_offloading))
     wrappers = [w for w, on in (("activation_offload", offload), ("loss_chunk", chunk > 0)) if on]
@@ -419,7 +456,9 @@ def run_checks(
     else:
         c.add("training.use_liger_kernel", liger, lambda: bool(getattr(trainer.args, "use_liger_kernel", False)))
 
-    # data
+
+def _data_checks(c: _Checks, plan: Plan, trainer: Any, obj: Any, tokens: dict[str, Any] | None, dataloader: Any) -> None:
+    """The live data: the collator, whether the rows are packed, the tokenizer's special tokens."""
     planned_collator, packing = _planned_collator(plan, obj)
     collate = getattr(dataloader, "collate_fn", None) if dataloader is not None else trainer.data_collator
     c.add("data.collator", planned_collator, _collator_name(collate))
@@ -432,28 +471,28 @@ def run_checks(
     if tokens is not None:  # the ids of the tokenizer as gpuplan loaded it, before any trainer saw it
         c.add("tokenizer.special_tokens", tokens, lambda: _tokens(trainer.processing_class))
 
-    # the objective
-    if obj.is_preference:
-        c.add("preference.beta", preference.preference_run(plan).beta, lambda: float(trainer.beta))
-        c.add("preference.loss_type", [preference.preference_run(plan).loss_type], lambda: _loss_types(trainer))
-        if obj.config_sampling:  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
-            c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
-        _reference_checks(c, plan, p, trainer)
-    if obj.is_rl:
-        _rl_checks(c, plan, p, trainer, stage)
 
-    if stage == TRAIN_BEGIN:
-        ckpt_on, reentrant = _checkpointing(model)
-        planned_ckpt = bool(p.wl("gradient_checkpointing", lambda r: r.training.gradient_checkpointing))
-        fsdp_ckpt = plan.resolved.distributed.strategy == "fsdp" and planned_ckpt  # FSDP's own (convert.py)
-        if not fsdp_ckpt:
-            c.add("training.gradient_checkpointing", planned_ckpt, ckpt_on)
-            if planned_ckpt:
-                # non-reentrant: what transformers 5.24 passes by default and adapters need (adapters.py)
-                c.add("training.gradient_checkpointing_reentrant", False, reentrant)
-        c.add("distributed.strategy", p.engine(), lambda: _engine(trainer))
-        _optimizer_checks(c, plan, trainer, training_arguments_kwargs(plan, progress=False))
-    return c.checks, c.skipped
+def _preference_checks(c: _Checks, plan: Plan, p: Planned, trainer: Any, obj: Any, dataloader: Any) -> None:
+    """The preference settings on the live trainer: beta, the loss, how the rows are read, the reference."""
+    from gpuplan.apply.train import preference
+
+    c.add("preference.beta", preference.preference_run(plan).beta, lambda: float(trainer.beta))
+    c.add("preference.loss_type", [preference.preference_run(plan).loss_type], lambda: _loss_types(trainer))
+    if obj.config_sampling:  # how the rows are read (preference.py train_sampling): TRL's default reads them in order
+        c.add("data.train_sampler", preference.train_sampling(plan), lambda: _sampler_kind(trainer, dataloader))
+    _reference_checks(c, plan, p, trainer)
+
+
+def _checkpointing_checks(c: _Checks, plan: Plan, p: Planned, model: Any) -> None:
+    """Activation checkpointing on the live model, non-reentrant; FSDP's own is left to FSDP."""
+    ckpt_on, reentrant = _checkpointing(model)
+    planned_ckpt = bool(p.wl("gradient_checkpointing", lambda r: r.training.gradient_checkpointing))
+    fsdp_ckpt = plan.resolved.distributed.strategy == "fsdp" and planned_ckpt  # FSDP's own (convert.py)
+    if not fsdp_ckpt:
+        c.add("training.gradient_checkpointing", planned_ckpt, ckpt_on)
+        if planned_ckpt:
+            # non-reentrant: what transformers 5.24 passes by default and adapters need (adapters.py)
+            c.add("training.gradient_checkpointing_reentrant", False, reentrant)
 
 
 def _vision_checks(c: _Checks, plan: Plan, trainer: Any, model: Any, stage: str) -> None:
