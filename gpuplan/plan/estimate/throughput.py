@@ -167,19 +167,84 @@ def _slowdowns(workload: Workload) -> dict[str, float]:
     return slowdowns
 
 
-def _generation(
-    facts: ModelFacts, workload: Workload, gpu: GPUProfile, peak: float, dtype: str, world_size: int, rl_server_gpus: int | None
-) -> tuple[list[Term], str]:
+@dataclasses.dataclass(frozen=True)
+class _Devices:
+    """The GPUs that run the step: their profile, the data-parallel ranks, and the dtype and TFLOP/s of the peak bounding the matmuls."""
+
+    gpu: GPUProfile
+    world_size: int
+    dtype: str
+    peak: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pricing:
+    """How the step is priced: the step-time model (comm section, a calibration's scale, more terms) or a GIVEN utilisation."""
+
+    utilisation: float | None
+    assumption: str | None
+    comm: Mapping[str, Any] | None
+    scale: Mapping[str, float] | None
+    extra_terms: Sequence[Term]
+
+
+class _PricedStep(NamedTuple):
+    """One step's seconds before the slowdowns, modelled or at the given utilisation, and what says so."""
+
+    seconds: float
+    saver_seconds: dict[str, float]
+    model: StepTime | None
+    precompute_s: float | None
+    assumption: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Timing:
+    """The step time and what follows from it: None throughout (the caller's assumption kept) where no peak is known."""
+
+    assumption: str | None
+    step_time: float | None = None
+    tokens_per_second: float | None = None
+    run_time: float | None = None
+    utilisation: float | None = None
+    # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
+    saver_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    model: StepTime | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The throughput section's keys for the time (the model's terms only where the model priced the step)."""
+        out = {
+            "utilisation": self.utilisation,
+            "assumption": self.assumption,
+            "saver_seconds": self.saver_seconds,
+            "step_time_s": self.step_time,
+            "tokens_per_second": self.tokens_per_second,
+            "run_time_s": self.run_time,
+        }
+        if self.model is not None:
+            out["step_time"] = self.model.to_dict()
+        return out
+
+
+def _check_arguments(world_size: int, utilisation: float | None) -> None:
+    """Raise ValueError for fewer than 1 data-parallel rank or a given utilisation outside (0, 1]."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if utilisation is not None and not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
+
+
+def _generation(facts: ModelFacts, workload: Workload, devices: _Devices, rl_server_gpus: int | None) -> tuple[list[Term], str]:
     """The rounds' generation (grpo / rloo) as step-time terms, and the note that describes it."""
     gen = generation_time(
         facts,
         workload,
-        gpu,
-        peak * 1e12,
-        constants_for(gpu, dtype),
-        world_size=world_size,
+        devices.gpu,
+        devices.peak * 1e12,
+        constants_for(devices.gpu, devices.dtype),
+        world_size=devices.world_size,
         server_gpus=rl_server_gpus,
-        link_gbps=_server_link_gbps(gpu),
+        link_gbps=_server_link_gbps(devices.gpu),
     )
     note = (
         f"generation ({workload.generation}): {gen.round_s:.3g} s per round of {gen.sequences} sequences per engine "
@@ -195,14 +260,13 @@ def _modelled_step(
     facts: ModelFacts,
     workload: Workload,
     obj: Any,
-    gpu: GPUProfile,
-    dtype: str,
-    peak: float,
+    devices: _Devices,
     comm: Mapping[str, Any] | None,
     scale: Mapping[str, float] | None,
     extra: list[Term],
 ) -> tuple[StepTime, float | None]:
     """The step-time model's step, the no-grad forwards priced in, and the precomputing pass's seconds (None: no such pass)."""
+    gpu, dtype, peak = devices.gpu, devices.dtype, devices.peak
     # dpo / kto: the policy's shape is its sequences (2 per DPO example), and the forwards without
     # gradients (the reference's, KTO's KL) are one more term; precomputed: in the run time instead
     policy = policy_workload(workload)
@@ -231,13 +295,60 @@ def _modelled_step(
 
 
 def _given_step_time(
-    flops: float, world_size: int, peak: float, utilisation: float, savers: Sequence[Term], accumulation: int
+    flops: float, devices: _Devices, utilisation: float, savers: Sequence[Term], accumulation: int
 ) -> tuple[float, dict[str, float]]:
     """The step time at a GIVEN fraction of the peak, the savers' seconds added, and those seconds by saver."""
-    step_time = flops / (world_size * peak * 1e12 * utilisation)
+    step_time = flops / (devices.world_size * devices.peak * 1e12 * utilisation)
     saver_seconds = {t.name: t.seconds * (accumulation if t.per == "micro-batch" else 1) for t in savers}
     step_time += sum(saver_seconds.values())
     return step_time, saver_seconds
+
+
+def _priced_step(
+    facts: ModelFacts, workload: Workload, obj: Any, devices: _Devices, flops: float, pricing: _Pricing, padded_note: str | None
+) -> _PricedStep:
+    """The step's seconds with the memory savers' and the vision tower's terms, priced as the caller asks, and its assumption."""
+    savers = saver_terms(facts, workload, devices.gpu, devices.peak * 1e12) + tower_terms(facts, workload, devices.gpu, devices.peak * 1e12)
+    model: StepTime | None = None
+    precompute_s: float | None = None
+    if pricing.utilisation is None:
+        model, precompute_s = _modelled_step(facts, workload, obj, devices, pricing.comm, pricing.scale, [*pricing.extra_terms, *savers])
+        seconds = model.step_s
+        saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
+        assumption = pricing.assumption or (f"step-time model, {model.constants.name} constants ({model.constants.source})")
+    else:
+        seconds, saver_seconds = _given_step_time(flops, devices, pricing.utilisation, savers, workload.gradient_accumulation_steps)
+        assumption = pricing.assumption or f"{pricing.utilisation:.0%} of peak dense {devices.dtype} TFLOP/s (given)"
+    if padded_note is not None:
+        assumption = f"{assumption}; {padded_note}"
+    return _PricedStep(seconds, saver_seconds, model, precompute_s, assumption)
+
+
+def _timing(
+    step: _PricedStep,
+    counts: _StepFlops,
+    devices: _Devices,
+    utilisation: float | None,
+    slowdowns: Mapping[str, float],
+    max_steps: int | None,
+    notes: list[str],
+) -> _Timing:
+    """The step slowed by the slowdowns, the utilisation it implies, tokens per second, and the run time with any precompute pass."""
+    step_time = step.seconds
+    for fraction in slowdowns.values():
+        step_time *= 1 + fraction
+    util = utilisation if utilisation is not None else counts.flops / (step_time * devices.world_size * devices.peak * 1e12)
+    run_time = None if max_steps is None else max_steps * step_time
+    if counts.precompute and max_steps is not None and run_time is not None:
+        pass_s = max_steps * (
+            step.precompute_s if step.precompute_s is not None else counts.precompute / (devices.world_size * devices.peak * 1e12 * util)
+        )
+        run_time += pass_s
+        notes.append(
+            f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
+            "reference forward per example, assuming each of the max_steps' examples once"
+        )
+    return _Timing(step.assumption, step_time, counts.tokens / step_time, run_time, util, step.saver_seconds, step.model)
 
 
 def _objective_note(obj: Any, workload: Workload) -> str:
@@ -283,77 +394,43 @@ def estimate_throughput(
     TRL pads a micro-batch to its longest sequence, not to seq_len, so the tokens, FLOPs and time are
     those of the expected padded length (plan/estimate/padding.py); memory keeps the full length.
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if utilisation is not None and not 0 < utilisation <= 1:
-        raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
+    _check_arguments(world_size, utilisation)
     notes: list[str] = []
     obj = step_objective(workload)  # dpo: 2 sequences per example; grpo / rloo: the round's no-grad forwards (spec/objectives.py)
     workload, padded_note = _padded(workload, obj, example_lengths)
     frozen = method_of(workload.adapters).frozen_base
     counts = _step_flops(facts, workload, obj, world_size, frozen)
-    tokens, flops = counts.tokens, counts.flops
     dtype, peak = _peak(workload, gpu, tf32, notes)
-    formula = _flops_formula(workload, frozen)
     notes.extend(_experts_and_liger_notes(facts, workload))
     slowdowns = _slowdowns(workload)
 
-    step_time = tokens_per_second = run_time = util = None
-    model = None
-    precompute_s: float | None = None
-    saver_seconds: dict[str, float] = {}  # memory saver -> seconds of the step it adds (step_time/saver_terms.py)
-    if peak and workload.generation != "none":  # grpo / rloo: the rounds' generation (step_time/generation.py)
-        generation, generation_note = _generation(facts, workload, gpu, peak, dtype, world_size, rl_server_gpus)
-        extra_terms = [*extra_terms, *generation]
-        notes.append(generation_note)
+    timing = _Timing(assumption)  # no known peak: no time
     if peak:
-        savers = saver_terms(facts, workload, gpu, peak * 1e12) + tower_terms(facts, workload, gpu, peak * 1e12)
-        if utilisation is None:
-            model, precompute_s = _modelled_step(facts, workload, obj, gpu, dtype, peak, comm, scale, [*extra_terms, *savers])
-            step_time = model.step_s
-            saver_seconds = {t.name: model.exposed.get(t.name, 0.0) for t in savers}
-            assumption = assumption or (f"step-time model, {model.constants.name} constants ({model.constants.source})")
-        else:
-            step_time, saver_seconds = _given_step_time(flops, world_size, peak, utilisation, savers, workload.gradient_accumulation_steps)
-            assumption = assumption or f"{utilisation:.0%} of peak dense {dtype} TFLOP/s (given)"
-        if padded_note is not None:
-            assumption = f"{assumption}; {padded_note}"
-        for fraction in slowdowns.values():
-            step_time *= 1 + fraction
-        util = utilisation if utilisation is not None else flops / (step_time * world_size * peak * 1e12)
-        tokens_per_second = tokens / step_time
-        run_time = None if max_steps is None else max_steps * step_time
-        if counts.precompute and max_steps is not None and run_time is not None:
-            pass_s = max_steps * (precompute_s if precompute_s is not None else counts.precompute / (world_size * peak * 1e12 * util))
-            run_time += pass_s
-            notes.append(
-                f"the run time includes {pass_s:.3g} s of precomputing the reference log-probs: one "
-                "reference forward per example, assuming each of the max_steps' examples once"
-            )
+        devices = _Devices(gpu, world_size, dtype, peak)
+        if workload.generation != "none":  # grpo / rloo: the rounds' generation (step_time/generation.py)
+            generation, generation_note = _generation(facts, workload, devices, rl_server_gpus)
+            extra_terms = [*extra_terms, *generation]
+            notes.append(generation_note)
+        pricing = _Pricing(utilisation, assumption, comm, scale, extra_terms)
+        step = _priced_step(facts, workload, obj, devices, counts.flops, pricing, padded_note)
+        timing = _timing(step, counts, devices, utilisation, slowdowns, max_steps, notes)
     else:
         notes.append(f"{gpu.name} has no known peak TFLOP/s: no time estimate")
     if obj.is_preference:
         notes.append(_objective_note(obj, workload))
     out = {
-        "tokens_per_step": tokens,
+        "tokens_per_step": counts.tokens,
         "model_flops_per_token": counts.model_per_token,
         "flops_per_token": counts.hw_per_token,
         "model_flops_per_step": counts.model_flops,
-        "flops_per_step": flops,
-        "flops_formula": formula,
+        "flops_per_step": counts.flops,
+        "flops_formula": _flops_formula(workload, frozen),
         "world_size": world_size,
         "peak_dtype": dtype,
         "peak_tflops": peak,
-        "utilisation": util,
-        "assumption": assumption,
         "slowdowns": slowdowns,
-        "saver_seconds": saver_seconds,
-        "step_time_s": step_time,
-        "tokens_per_second": tokens_per_second,
         "max_steps": max_steps,
-        "run_time_s": run_time,
         "notes": notes,
+        **timing.fields(),
     }
-    if model is not None:
-        out["step_time"] = model.to_dict()
     return ThroughputSection.from_dict(out)
