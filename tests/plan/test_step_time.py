@@ -377,3 +377,52 @@ def test_the_fixed_zero_hook_costs_are_the_ones_the_benchmark_measured():
 
     measured = json.loads((REPO / "benchmarks" / "data" / "zero_overhead.json").read_text())
     assert K.ZERO2_HOOK_S == pytest.approx(measured["zero2_hook_s"], rel=0.01)
+
+
+def test_a_saved_head_under_lora_runs_its_weight_gradient_gemm_and_accumulates_its_gradients():
+    """modules_to_save trains the head in full beside the adapters (peft ModulesToSaveWrapper): its backward computes dW
+    (2 x m x vocab x hidden FLOPs more) and AccumulateGrad reads and writes its gradient every micro-batch."""
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    plain = Adapters(method="lora", r=16, target_modules=targets)
+    saved = dataclasses.replace(plain, modules_to_save=("embed_tokens", "lm_head"))
+    wl = Workload(per_device_batch=1, seq_len=512, weight_dtype="bfloat16", amp="bf16", adapters=plain)
+    a, b = build_shape(LLAMA_7B, wl, A100, "bf16"), build_shape(LLAMA_7B, dataclasses.replace(wl, adapters=saved), A100, "bf16")
+    head = 32000 * 4096
+    assert (a.saved_params, a.saved_linear_params) == (0, 0)
+    assert (b.saved_params, b.saved_linear_params) == (2 * head, head)  # the embedding is a lookup: no GEMM of its own
+    assert b.trainable_params - a.trainable_params == 2 * head and b.trainable_tensors == a.trainable_tensors + 2
+
+    def by_name(terms):
+        return {t.name: t for t in terms}
+
+    ma, mb = by_name(matmul_terms(a, C, PEAK, BW)), by_name(matmul_terms(b, C, PEAK, BW))
+    # the dW GEMM writes vocab-wide rows: priced at the head's efficiency, eta(512, 32000)
+    extra = 2 * 512 * head / (gemm_efficiency(C, 512, 32000) * PEAK)
+    assert mb["matmuls"].seconds - ma["matmuls"].seconds == pytest.approx(extra, rel=1e-9)
+    assert "saved linears' weight gradients" in mb["matmuls"].formula
+    acc_a, acc_b = by_name(memory_terms(a, BW)), by_name(memory_terms(b, BW))
+    assert "gradient accumulation" not in acc_a  # adapters' gradients are too few to price
+    assert acc_b["gradient accumulation"].seconds == pytest.approx(2 * head * 2 * b.grad_bytes / BW, rel=1e-12)
+    # a full fine-tune's terms are untouched by the new fields
+    full = build_shape(LLAMA_7B, Workload(per_device_batch=1, seq_len=512, weight_dtype="bfloat16", amp="bf16"), A100, "bf16")
+    assert (full.saved_params, full.saved_linear_params) == (0, 0)
+
+
+def test_zero3_counts_the_models_own_tensors_not_llamas_nine_a_layer():
+    """phi3 fuses qkv and gate/up: 6 tensors a layer, which DeepSpeed hooks; the count is the model's, not a floor."""
+    phi3 = model_facts(
+        {
+            "model_type": "phi3",
+            "hidden_size": 256,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "intermediate_size": 512,
+            "vocab_size": 1000,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 512,
+        }
+    )
+    wl = Workload(per_device_batch=1, seq_len=64, weight_dtype="bfloat16", amp="bf16", engine="deepspeed", zero_stage=3)
+    s = build_shape(phi3, wl, A100, "bf16")
+    assert s.zero3_tensors == len(phi3.param_shapes) == 6 * 4 + 3

@@ -93,15 +93,21 @@ class StepShape:
     # cost per tensor for full and LoRA only when they are counted); stage 2 the trainable ones.
     zero3_tensors: int = 0
     trainable_tensors: int = 0
+    # modules_to_save under a frozen base (peft's ModulesToSaveWrapper): trained in full, so their gradients are
+    # accumulated, and a saved linear (a trainable lm_head or classifier) runs its weight-gradient GEMM
+    saved_params: int = 0
+    saved_linear_params: int = 0
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
 
 
 @lru_cache(maxsize=512)
-def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int]:
+def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int, int, int]:
     """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer, trainable tensors: A and B,
-    DoRA's magnitudes and the saved modules' copies, as memory/adapters.py adapter_layout lists them)."""
+    DoRA's magnitudes and the saved modules' copies, as memory/adapters.py adapter_layout lists them; the saved
+    modules' parameters, and of those the weights of saved linears: a trainable head's weight-gradient GEMM)."""
+    from gpuplan.modelinfo.lora_targets import saved_modules
     from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
     lay = adapter_layout(facts, adapters)
@@ -110,7 +116,23 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
         for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save), adapters.excluded_modules)
         if any(peft_matches(name, t) for t in adapters.target_modules)
     )
-    return lay.adapter_params + lay.saved_params, lay.targets_per_layer, io // max(facts.num_layers, 1), len(lay.adapter_shapes)
+    linears = {name: fan_in * fan_out for name, _, fan_in, fan_out in facts.linear_layers}
+    if facts.task == "causal-lm":  # the output head (not among the LoRA candidates; tied or not, a saved copy is its own)
+        linears.setdefault("lm_head", facts.vocab_size * facts.hidden_size)
+    saved_linear = sum(
+        w
+        for m in saved_modules(facts, list(adapters.modules_to_save))
+        for name, w in linears.items()
+        if name == m or name.startswith(m + ".")
+    )
+    return (
+        lay.adapter_params + lay.saved_params,
+        lay.targets_per_layer,
+        io // max(facts.num_layers, 1),
+        len(lay.adapter_shapes),
+        lay.saved_params,
+        saved_linear,
+    )
 
 
 def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
@@ -119,12 +141,12 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
     frozen = method.frozen_base
-    trainable, quantized, per_layer, io, adapter_tensors = facts.n_params, 0, 0, 0, 0
+    trainable, quantized, per_layer, io, adapter_tensors, saved, saved_linear = facts.n_params, 0, 0, 0, 0, 0, 0
     if frozen and wl.adapters is not None:
-        trainable, per_layer, io, adapter_tensors = _adapter_counts(facts, wl.adapters)
+        trainable, per_layer, io, adapter_tensors, saved, saved_linear = _adapter_counts(facts, wl.adapters)
         if method.quantized_base:
             quantized = n - head
-    base_tensors = max(len(facts.param_shapes), 9 * facts.num_layers + 3)
+    base_tensors = len(facts.param_shapes) or 9 * facts.num_layers + 3  # the model's own tensors; Llama's 9 a layer if unlisted
     layer_linears = sum(1 for name, *_ in facts.linear_layers if ".0." in name or name.startswith("0."))
     weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
     act = BYTES.get(compute_dtype, 4)
@@ -162,6 +184,8 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         on_cpu=on_cpu,
         zero3_tensors=base_tensors + adapter_tensors,
         trainable_tensors=adapter_tensors if frozen else base_tensors,
+        saved_params=saved,
+        saved_linear_params=saved_linear,
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,

@@ -91,11 +91,12 @@ def gemm_efficiency(c: K.ArchConstants, tokens: int, width: int = K.GEMM_REFEREN
 
 def matmul_flops(s: StepShape) -> tuple[float, float, float]:
     """(forward, backward, recompute) matmul FLOPs of one micro-batch: 2mP per forward
-    (Kaplan et al. 2020), backward 4mP, or 2mP with a frozen base (input gradients only),
+    (Kaplan et al. 2020), backward 4mP, or 2mP with a frozen base (input gradients only) plus
+    the weight gradients of the saved linears (2m per weight: a trainable head under LoRA),
     recompute 2mP of the layers (not the head) under checkpointing (Korthikanti et al. 2022)."""
     p = s.body_params + s.head_params
     fwd = 2 * s.tokens * p
-    bwd = (2 if s.frozen_base else 4) * s.tokens * p
+    bwd = (2 if s.frozen_base else 4) * s.tokens * p + (2 * s.tokens * s.saved_linear_params if s.frozen_base else 0)
     rec = 2 * s.tokens * s.body_params if s.checkpointing else 0
     return fwd, bwd, rec
 
@@ -105,12 +106,16 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
     a pass takes max(FLOPs / (eta(m) peak), weight bytes / BW), Williams et al. 2009)."""
     eta = gemm_efficiency(c, s.tokens, s.hidden)  # the layers' GEMMs: q, o and down write m x hidden
     fwd, bwd, rec = matmul_flops(s)
+    saved = 2 * s.tokens * s.saved_linear_params if s.frozen_base else 0  # in bwd: the saved linears' dW
+    bwd -= saved
     p = s.body_params + s.head_params
     compute = (fwd + bwd + rec) / (eta * peak)
     if s.head_params and s.vocab:  # the head writes m x vocab: it fills the GPU at far fewer tokens
         head = (fwd + bwd) * s.head_params / p
         compute += head / (gemm_efficiency(c, s.tokens, s.vocab) * peak) - head / (eta * peak)
-    grads = 0 if s.frozen_base else p * s.grad_bytes  # the weight-gradient GEMM writes dW
+    if saved:  # a saved head's dW is vocab x hidden wide: priced as the head's GEMMs
+        compute += saved / (gemm_efficiency(c, s.tokens, s.vocab or s.hidden) * peak)
+    grads = (s.saved_linear_params if s.frozen_base else p) * s.grad_bytes  # the weight-gradient GEMM writes dW
     weights = p * s.weight_bytes * 2 + grads + (s.body_params * s.weight_bytes if s.checkpointing else 0)
     read = weights / bw
     out = [
@@ -121,7 +126,8 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
             "micro-batch",
             "device",
             f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
-            f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
+            + (f"+ 2 x m x {s.saved_linear_params:,} (the saved linears' weight gradients) " if saved else "")
+            + f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
             f"h {s.hidden:,})",
             c.source,
         )
@@ -230,15 +236,15 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
                 "torch.autocast",
             )
         )
-    if not s.frozen_base:
+    if not s.frozen_base or s.saved_params:
         out.append(
             Term(
                 "gradient accumulation",
                 "memory-bound",
-                p * 2 * s.grad_bytes / bw,
+                (s.saved_params if s.frozen_base else p) * 2 * s.grad_bytes / bw,
                 "micro-batch",
                 "device",
-                "AccumulateGrad reads and writes each weight gradient",
+                "AccumulateGrad reads and writes each weight gradient" + (" of the saved modules" if s.frozen_base else ""),
                 "torch autograd",
             )
         )
