@@ -49,7 +49,11 @@ from gpuplan.plan.estimate.step_time import constants as K  # noqa: E402
 SPREAD_JSON = Path(__file__).resolve().parents[1] / "gpuplan" / "plan" / "estimate" / "step_time" / "spread.json"
 # Priors of the host-work constants, measured (benchmarks/host_overhead.py): a fold without the rows that depend on
 # one predicts from the measurement, never from the held-out source's own fit.
-HOST = json.loads((Path(__file__).resolve().parent / "data" / "host_overhead.json").read_text())
+# A GPU host's measurement (host_overhead.py --device cuda, benchmarks/device/run_checks.sh) when there is one: the CPU
+# run stands in for it (its ops run inline where a GPU host queues launches, on another processor).
+_HOST_FILES = [Path(__file__).resolve().parent / "data" / n for n in ("host_overhead-cuda.json", "host_overhead.json")]
+HOST = json.loads(next(p for p in _HOST_FILES if p.exists()).read_text())
+HOST_WHERE = "a GPU host" if HOST.get("device") == "cuda" else "one CPU core"
 ZERO = json.loads((Path(__file__).resolve().parent / "data" / "zero_overhead.json").read_text())  # benchmarks/zero_overhead.py
 PCIE_PRIOR = 0.13  # sqrt(0.10 x 0.17): see PCIE_FRACTION's Param
 
@@ -85,7 +89,7 @@ PARAMS = (
         "eager PyTorch op overhead: ~10 us per op, a few us in C++ alone (H. He 2022, 'Making Deep Learning Go Brrrr From "
         "First Principles', overhead section); CUDA launch alone ~3-5 us (NVIDIA CUDA C++ Best Practices Guide); prior "
         f"{HOST['kernel_s'] * 1e6:.1f} us: measured per kernel the model counts, forward and backward of a tiny Llama on "
-        "one CPU core (benchmarks/host_overhead.py)",
+        f"{HOST_WHERE} ({HOST['machine']}; benchmarks/host_overhead.py)",
     ),
     Param(
         "M_HALF_TOKENS",
@@ -102,7 +106,7 @@ PARAMS = (
         HOST["trainer_step_s"],
         "the HF Trainer's per-step host work (logging .item() sync, scheduler, callbacks, collation): milliseconds to tens "
         f"of ms; prior {HOST['trainer_step_s'] * 1e3:.1f} ms: a real Trainer's step against a hand loop over the same "
-        "tensors, 8 micro-batches, logging every step, on one CPU core (benchmarks/host_overhead.py)",
+        f"tensors, 8 micro-batches, logging every step, on {HOST_WHERE} (benchmarks/host_overhead.py)",
     ),
     Param(
         "DEQUANT_BW_FRACTION",

@@ -18,12 +18,19 @@ us: NVIDIA CUDA C++ Best Practices Guide). Taking the figure for a GPU host's pe
 assumes those two are of a size and the host core is as fast as this one: neither is checked on
 a GPU here, which is why it is a prior the fit may move and not a fixed constant.
 
+On a CUDA GPU (--device cuda, benchmarks/device/run_checks.sh) the same passes run on the GPU and each is timed
+to a torch.cuda.synchronize(): the tiny model's kernels take the device a few us each, fewer than the host needs to
+issue them, so the pass is host-bound and its time per layer is the GPU host's (dispatch, autograd and the
+cudaLaunchKernel the CPU run has no counterpart of). That file (host_overhead-cuda.json, in benchmarks/data/) is the
+prior benchmarks/fit_step_time.py takes when it exists: a GPU host's measurement over this CPU's stand-in.
+
 Per Trainer step: a real transformers Trainer (2 layers, batch 1, 8 micro-batches per step,
 logging every step as Qwen's finetune scripts do) against a hand loop over the same tensors
 (forward, backward, clip, AdamW, scheduler, zero_grad): the Trainer's median step time minus
 the hand loop's is its per-step host work.
 
     python benchmarks/host_overhead.py [--repeats 40] [--no-write]
+    python benchmarks/host_overhead.py --device cuda   # on a GPU host: writes host_overhead-cuda.json
     python benchmarks/host_overhead.py --quick   # CI: few repeats, writes nothing
 """
 
@@ -41,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "host_overhead.json"
+CUDA_DATA = DATA.with_name("host_overhead-cuda.json")  # the same, measured on a GPU host (--device cuda)
 TOKENS, HIDDEN = 16, 64
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -59,8 +67,9 @@ def _config(layers: int) -> dict:
     }
 
 
-def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8):
-    """The tiny Llama in training mode; `lora`: peft LoRA of `rank` on every linear; `ckpt`: reentrant checkpointing."""
+def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8, device: str = "cpu"):
+    """The tiny Llama in training mode, on `device`; `lora`: peft LoRA of `rank` on every linear; `ckpt`: reentrant
+    checkpointing."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -75,7 +84,7 @@ def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8):
         if lora:
             model.enable_input_require_grads()
     model.train()
-    return model
+    return model.to(device)
 
 
 def _shape(layers: int, lora: bool, ckpt: bool, rank: int = 8):
@@ -105,20 +114,30 @@ def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
     return kernels_per_micro_batch(_shape(layers, lora, ckpt))
 
 
-def per_kernel(repeats: int) -> list[dict]:
+def _synchronize(device: str):
+    """What waits for the device's queued work: torch.cuda.synchronize on a GPU, nothing on a CPU (its ops run inline)."""
+    import torch
+
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
     import torch
 
     torch.set_num_threads(1)  # host work is one thread; the second core stays out of it
-    ids = torch.randint(0, 128, (1, TOKENS))
+    ids = torch.randint(0, 128, (1, TOKENS), device=device)
+    sync = _synchronize(device)
     rows = []
     for lora in (False, True):
         for ckpt in (False, True):
-            models = {n: _model(n, lora, ckpt) for n in (4, 8)}
+            models = {n: _model(n, lora, ckpt, device=device) for n in (4, 8)}
             times: dict[int, list[float]] = {4: [], 8: []}
             for i in range(repeats + 5):
                 for n, m in models.items():
+                    sync()
                     t = time.perf_counter()
                     m(input_ids=ids, labels=ids).loss.backward()
+                    sync()
                     if i >= 5:  # the first passes warm the allocator and autograd's caches
                         times[n].append(time.perf_counter() - t)
             per_layer = (statistics.median(times[8]) - statistics.median(times[4])) / 4
@@ -138,7 +157,7 @@ def per_kernel(repeats: int) -> list[dict]:
     return rows
 
 
-def per_trainer_step(steps: int) -> dict:
+def per_trainer_step(steps: int, device: str = "cpu") -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments, get_linear_schedule_with_warmup
 
@@ -169,7 +188,7 @@ def per_trainer_step(steps: int) -> dict:
             logging_steps=1,
             save_strategy="no",
             report_to=[],
-            use_cpu=True,
+            use_cpu=device == "cpu",
             disable_tqdm=False,
             learning_rate=1e-4,
             max_grad_norm=1.0,
@@ -179,19 +198,22 @@ def per_trainer_step(steps: int) -> dict:
         trainer.train()
     trainer_step = statistics.median(b - a for a, b in zip(stamps.t[2:], stamps.t[3:]))
 
-    model = fresh()
+    model = fresh().to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     sched = get_linear_schedule_with_warmup(opt, 0, steps)
+    sync = _synchronize(device)  # the Trainer's logging reads the loss every step: a sync there, one here
     ends = []
     for s in range(steps):
         for d in data[s * accum : (s + 1) * accum]:
-            loss = model(input_ids=d["input_ids"][None], labels=d["labels"][None]).loss / accum
+            ids, labels = d["input_ids"][None].to(device), d["labels"][None].to(device)  # as the Trainer moves each batch
+            loss = model(input_ids=ids, labels=labels).loss / accum
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad()
+        sync()
         ends.append(time.perf_counter())
     hand_step = statistics.median(b - a for a, b in zip(ends[2:], ends[3:]))
     out = {
@@ -215,6 +237,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="optimizer steps of the Trainer and of the hand loop")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--quick", action="store_true", help="CI: 4 repeats, 6 steps, writes nothing")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: a GPU host's per-kernel cost")
+    ap.add_argument("--json", type=Path, help=f"where the result goes (default {DATA.name}, or {CUDA_DATA.name} with --device cuda)")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.steps, args.no_write = 4, 6, True
@@ -224,23 +248,29 @@ def main() -> int:
     import torch
     import transformers
 
-    rows = per_kernel(args.repeats)
-    trainer = per_trainer_step(args.steps)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: no CUDA device here (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 1
+    rows = per_kernel(args.repeats, args.device)
+    trainer = per_trainer_step(args.steps, args.device)
     us = statistics.median(r["us_per_kernel"] for r in rows)
     trainer_s = max(trainer["trainer_overhead_ms_per_step"], 0.0) / 1e3
     print(f"host seconds per kernel (median of {len(rows)}): {us:.1f} us; Trainer per step: {trainer_s * 1e3:.1f} ms")
     if args.no_write:
         return 0
     cpu = platform.processor() or platform.machine()
+    gpu = f", {torch.cuda.get_device_name(0)}" if args.device == "cuda" else ""
     result = {
         "what": "priors of KERNEL_S and TRAINER_STEP_S for benchmarks/fit_step_time.py, measured by benchmarks/host_overhead.py",
-        "machine": f"{cpu}, torch {torch.__version__}, transformers {transformers.__version__}, one thread",
+        "machine": f"{cpu}{gpu}, torch {torch.__version__}, transformers {transformers.__version__}, one thread",
+        "device": args.device,
         "kernel_s": round(us * 1e-6, 8),
         "trainer_step_s": round(trainer_s, 5),
         "per_kernel": rows,
         "trainer": trainer,
     }
-    DATA.write_text(json.dumps(result, indent=2) + "\n")
+    path = args.json or (CUDA_DATA if args.device == "cuda" else DATA)
+    path.write_text(json.dumps(result, indent=2) + "\n")
     table = [
         "| method | checkpointing | host ms per layer | kernels per layer (the model's count) | us per kernel |",
         "|---|---|---|---|---|",
@@ -252,7 +282,7 @@ def main() -> int:
         [
             f"{result['machine']}. Forward and backward of a tiny Llama (hidden {HIDDEN}, {TOKENS} tokens) with 8 and 4 decoder "
             f"layers, {args.repeats} passes each, alternating; host time per layer over the kernels the step-time model counts "
-            "for it (benchmarks/data/host_overhead.json):",
+            f"for it (benchmarks/data/{path.name}):",
             "",
             *table,
             "",
@@ -265,7 +295,11 @@ def main() -> int:
             "`TRAINER_STEP_S`.",
         ]
     )
-    write_section("host_overhead", "Host cost per kernel and per Trainer step (the step-time priors)", body)
+    if args.device == "cuda":
+        title = "Host cost per kernel and per Trainer step, on a GPU host (the step-time priors)"
+        write_section("host_overhead_cuda", title, body, "python benchmarks/host_overhead.py --device cuda")
+    else:
+        write_section("host_overhead", "Host cost per kernel and per Trainer step (the step-time priors)", body)
     return 0
 
 

@@ -148,3 +148,15 @@ def test_zero_overhead_without_deepspeed_says_how_to_install_it_beside_the_envir
     assert "deepspeed is not importable here: pip install --target DIR --no-deps deepspeed" in r.stderr
     assert "then run with PYTHONPATH=DIR" in r.stderr
     assert _checkout_files() == before
+
+
+def test_the_device_scripts_parse_and_carry_what_the_gpu_image_lacks():
+    """benchmarks/device/: fetch_wheels.sh downloads, run_checks.sh installs offline on the lent GPU machine, whose image
+    has CUDA torch, transformers, peft and accelerate but none of these (the device tool's package list)."""
+    for name in ("fetch_wheels.sh", "run_checks.sh"):
+        assert subprocess.run(["bash", "-n", str(BENCH / "device" / name)], capture_output=True).returncode == 0, name
+    fetch = (BENCH / "device" / "fetch_wheels.sh").read_text()
+    listed = re.search(r"for name in ([^;]+);", fetch).group(1).split()
+    assert {"pydantic", "pydantic_core", "tomlkit", "bitsandbytes", "datasets"} <= set(listed)
+    run_checks = (BENCH / "device" / "run_checks.sh").read_text()
+    assert "host_overhead.py --device cuda" in run_checks and "gpu_check.py --device cuda" in run_checks
