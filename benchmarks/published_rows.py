@@ -8,8 +8,10 @@ model, with plan/estimate/comm_time.py's section). No row, model or source is sp
 the reasons a row is left out are general (see `why_left_out`).
 
 Model shapes (config.json of each Hub repo, as published): Llama-2 7B/70B, Llama-3.1
-8B/70B, Yi-34B. Qwen (v1) is Llama-shaped with a fused c_attn (the .md says so):
-hidden, layers, heads and vocab from its config.json, intermediate = ffn_hidden_size / 2.
+8B/70B, Yi-34B, planned as transformers' Llama. Qwen (v1) is its own module tree (the Hub repos'
+remote code, modeling_qwen.py, which transformers does not ship): planned with its own parameter
+tensors and linears (qwen_v1_facts), hidden, layers, heads and vocab from its config.json,
+intermediate = ffn_hidden_size / 2.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpuplan.hardware.catalog import load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.count import model_facts
 from gpuplan.modelinfo.facts import ModelFacts
+from gpuplan.modelinfo.params import ParamList
 from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import shape as S
@@ -59,7 +62,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1033
+GPTQ_DEQUANT_BW_FRACTION = 0.09894
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
@@ -73,17 +76,16 @@ GPTQ_DEQUANT_PRIOR = round(HBM_FRACTION * (2.5 * 3) / (GPTQ_EAGER_BYTES * 2), 3)
 # The same eager path launches, per quantized linear and forward: the shift, int8 cast, mask and +1 of the zeros,
 # the shift, cast and mask of the weight, the subtraction and the scaling (9 kernels; the reshapes are views, the
 # fp16 matmul is the linear's own), in the forward and the recomputed forward (autograd keeps the dequantized
-# weight: none in the backward), on Qwen's 5 linears a layer (attn.c_attn, attn.c_proj, mlp.w1, mlp.w2,
-# mlp.c_proj). The plan counts bitsandbytes' DEQUANT_KERNELS per pass on the 7 linears of the Llama-shaped facts
-# (plan/estimate/step_time/shape.py kernels_per_micro_batch); a GPTQ row is planned with the count that gives
-# these kernels instead.
+# weight: none in the backward). The plan counts bitsandbytes' DEQUANT_KERNELS per quantized linear in each of its
+# passes (plan/estimate/step_time/shape.py kernels_per_micro_batch); a GPTQ row is planned with the per-pass count
+# that gives these kernels instead.
 GPTQ_EAGER_KERNELS = 9
-QWEN_LINEARS_PER_LAYER = 5
 # The step-time model's "Trainer and dataloader" term is the HF Trainer loop's per-step host work
 # (gpuplan applies through it). torchtitan and fsdp_qlora's train.py run loops of their own
 # (the rows' `framework`): their rows are planned without that term.
 HF_TRAINER = ("HF Trainer", "SFTTrainer")
-QWEN_TARGETS = {"c_attn": ("q_proj", "k_proj", "v_proj"), "c_proj": ("o_proj", "down_proj"), "w1": ("gate_proj",), "w2": ("up_proj",)}
+# Qwen (v1) checkpoints: the SHAPES keys whose module tree is modeling_qwen.py's, not Llama's.
+QWEN_V1 = "Qwen/Qwen-"
 # Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
 # A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
@@ -154,27 +156,74 @@ def why_left_out(row: dict[str, Any]) -> str | None:
 def _targets(row: dict[str, Any]) -> tuple[str, ...]:
     text = (row.get("lora_targets") or "").split(" ")[0].split(";")[0]
     names = [t.strip() for t in text.split(",") if t.strip()]
-    out: list[str] = []
-    for n in names:
-        out += QWEN_TARGETS.get(n, (n,))
-    return tuple(dict.fromkeys(out)) or ("q_proj", "v_proj")
+    return tuple(dict.fromkeys(names)) or ("q_proj", "v_proj")
+
+
+def _saved(row: dict[str, Any]) -> tuple[str, ...]:
+    """The modules a row trains in full beside its adapters (peft's modules_to_save), as its lora_targets say:
+    "... + trainable wte and lm_head (modules_to_save, ...)" (Qwen's finetune.py on a base model: the "LoRA (emb)" rows)."""
+    said = re.search(r"trainable ([\w, ]+?) \(modules_to_save", row.get("lora_targets") or "")
+    return tuple(n.strip() for n in re.split(r",| and ", said.group(1)) if n.strip()) if said else ()
+
+
+def qwen_v1_facts(hidden: int, layers: int, heads: int, inter: int, vocab: int) -> ModelFacts:
+    """Qwen (v1)'s causal LM as its remote code builds it (modeling_qwen.py of the Hub repos Qwen/Qwen-1_8B, -7B,
+    -14B, -72B; config no_bias = true, kv_channels = hidden / heads): transformer.wte; per block ln_1 (RMSNorm),
+    attn.c_attn = Linear(h, 3h) with a bias (q, k and v fused), attn.c_proj = Linear(h, h), ln_2, mlp.w1 and mlp.w2 =
+    Linear(h, ffn_hidden_size / 2) and mlp.c_proj = Linear(ffn_hidden_size / 2, h), none with a bias; transformer.ln_f
+    and an untied lm_head. Five linears and eight tensors a layer, where the Llama tree has seven and nine: LoRA on
+    "c_attn,c_proj,w1,w2" wraps five linears (ten A/B tensors), and DeepSpeed hooks eight base tensors a layer."""
+    p = ParamList()
+    p.embedding("transformer.wte", vocab, hidden)
+    for n in range(layers):
+        b = f"transformer.h.{n}"
+        p.norm(f"{b}.ln_1", hidden, bias=False)
+        p.linear(f"{b}.attn.c_attn", hidden, 3 * hidden, bias=True)
+        p.linear(f"{b}.attn.c_proj", hidden, hidden, bias=False)
+        p.norm(f"{b}.ln_2", hidden, bias=False)
+        p.linear(f"{b}.mlp.w1", hidden, inter, bias=False)
+        p.linear(f"{b}.mlp.w2", hidden, inter, bias=False)
+        p.linear(f"{b}.mlp.c_proj", inter, hidden, bias=False)
+    p.norm("transformer.ln_f", hidden, bias=False)
+    p.add("lm_head.weight", vocab, hidden)
+    return ModelFacts(
+        model_type="qwen",
+        task="causal-lm",
+        n_params=p.total(),
+        param_shapes=tuple(p.items),
+        linear_layers=tuple(p.layers),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=hidden // heads,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=32768,
+        mlp="gated",
+        norm="rmsnorm",
+        tie_word_embeddings=False,
+    )
 
 
 def plan_run(row: dict[str, Any]) -> Run:
     hidden, layers, heads, kv, inter, vocab = _shape(row["model"])
-    facts = model_facts(
-        {
-            "model_type": "llama",
-            "hidden_size": hidden,
-            "num_hidden_layers": layers,
-            "num_attention_heads": heads,
-            "num_key_value_heads": kv,
-            "intermediate_size": inter,
-            "vocab_size": vocab,
-            "tie_word_embeddings": False,
-            "max_position_embeddings": 131072,
-        }
-    )
+    if row["model"].startswith(QWEN_V1):
+        facts = qwen_v1_facts(hidden, layers, heads, inter, vocab)
+    else:
+        facts = model_facts(
+            {
+                "model_type": "llama",
+                "hidden_size": hidden,
+                "num_hidden_layers": layers,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv,
+                "intermediate_size": inter,
+                "vocab_size": vocab,
+                "tie_word_embeddings": False,
+                "max_position_embeddings": 131072,
+            }
+        )
     gpu = lookup(next(name for k, name in GPUS if k in row["gpu"]))
     world = int(row["num_gpus"])
     sharding, precision = row.get("sharding") or "", (row.get("precision") or "").lower()
@@ -198,7 +247,13 @@ def plan_run(row: dict[str, Any]) -> Run:
     attn = "eager" if "eager" in (row.get("attention_impl") or "").lower() else "sdpa"
     adapters = None
     if row["method"] in ("lora", "qlora"):
-        adapters = Adapters(method=row["method"], r=int(row.get("lora_rank") or 8), target_modules=_targets(row), compute_dtype=weight)
+        adapters = Adapters(
+            method=row["method"],
+            r=int(row.get("lora_rank") or 8),
+            target_modules=_targets(row),
+            modules_to_save=_saved(row),
+            compute_dtype=weight,
+        )
     wl = Workload(
         per_device_batch=int(row["batch_size"]),
         seq_len=int(row["seq_len"]),
@@ -238,25 +293,13 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
         ckpt = run.workload.gradient_checkpointing
-        gptq = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) * QWEN_LINEARS_PER_LAYER  # per layer and micro-batch
-        S.DEQUANT_KERNELS = gptq / ((3 if ckpt else 2) * _linears_per_layer(run))
+        S.DEQUANT_KERNELS = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) / (3 if ckpt else 2)
     if not run.hf_trainer:
         K.TRAINER_STEP_S = 0.0
     try:
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS = bnb, trainer, kernels
-
-
-_LINEARS: dict[int, int] = {}
-
-
-def _linears_per_layer(run: Run) -> int:
-    """The linears a layer of the run's (Llama-shaped) facts has, as the plan's kernel count takes them (once per run,
-    as _COMM: the fit predicts each row thousands of times)."""
-    if id(run) not in _LINEARS:
-        _LINEARS[id(run)] = S.build_shape(run.facts, run.workload, run.gpu, "bf16").linears_per_layer
-    return _LINEARS[id(run)]
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -26,9 +26,26 @@ def test_a_gptq_row_launches_auto_gptqs_eager_dequantization_kernels_and_the_cou
     before = S.DEQUANT_KERNELS
     with_gptq, with_bnb = _kernels(published_rows.predict(gptq)), _kernels(published_rows.predict(as_bnb))
     assert S.DEQUANT_KERNELS == before  # predict() restores the plan's own count
-    # bitsandbytes: DEQUANT_KERNELS per pass (3 under checkpointing) on the 7 linears of the Llama-shaped facts;
-    # auto-gptq: 9 per forward on Qwen's 5 linears, forward and recomputed forward
-    bnb_dequant = layers * S.DEQUANT_KERNELS * 3 * 7
-    gptq_dequant = layers * published_rows.GPTQ_EAGER_KERNELS * 2 * published_rows.QWEN_LINEARS_PER_LAYER
+    # bitsandbytes: DEQUANT_KERNELS per pass (3 under checkpointing) on Qwen's 5 linears a layer;
+    # auto-gptq: 9 per forward on the same 5, forward and recomputed forward
+    assert len(gptq.facts.first_layer_linears) == 5
+    bnb_dequant = layers * S.DEQUANT_KERNELS * 3 * 5
+    gptq_dequant = layers * published_rows.GPTQ_EAGER_KERNELS * 2 * 5
     assert gptq_dequant == layers * 90
     assert abs(with_gptq - (with_bnb - bnb_dequant + gptq_dequant)) <= 1  # int() of the plan's fractional count
+
+
+def test_qwen_rows_are_planned_with_qwens_own_module_tree_and_the_lora_emb_rows_train_the_embeddings():
+    """Qwen (v1) fuses q, k and v into c_attn: 5 linears and 8 tensors a layer (modeling_qwen.py), not Llama's 7 and 9.
+    Its README's "LoRA (emb)" rows (base checkpoints) train wte and lm_head in full (finetune.py's modules_to_save)."""
+    runs, _ = published_rows.usable_runs()
+    qwen7 = [r for r in runs if r.row["model"].startswith("Qwen/Qwen-7B") and r.workload.adapters is not None and not r.gptq]
+    facts = qwen7[0].facts
+    assert facts.n_params == 7_721_324_544  # Qwen-7B's parameter count (its Hub model card: 7.72B)
+    assert [n.rsplit(".", 1)[1] for n, *_ in facts.linear_layers[:5]] == ["c_attn", "c_proj", "w1", "w2", "c_proj"]
+    assert len(facts.param_shapes) == 8 * 32 + 3
+    shapes = {r.row["model"]: S.build_shape(r.facts, r.workload, r.gpu, "bf16") for r in qwen7}
+    chat, base = shapes["Qwen/Qwen-7B-Chat"], shapes["Qwen/Qwen-7B"]
+    assert chat.adapters_per_layer == 5 and chat.trainable_tensors == 10 * 32
+    assert base.saved_params == 2 * 151936 * 4096 and base.trainable_tensors == chat.trainable_tensors + 2
+    assert next(r for r in qwen7 if r.row["model"] == "Qwen/Qwen-7B").workload.adapters.modules_to_save == ("wte", "lm_head")
