@@ -8,11 +8,15 @@ source out has nothing to fit them on and uses their prior: this script measures
 so the held-out rows are predicted from a measurement and never from their own fit.
 
 Per kernel: a tiny LlamaForCausalLM (hidden 64, 16 tokens: the device work of every op is a
-few microseconds) runs forward and backward with 4 and with 8 decoder layers, full and LoRA
-on every linear, with and without gradient checkpointing (reentrant, as the HF Trainer of
-2023 ran it), alternating so that load drifts hit both. Host seconds per layer = (t8 - t4) / 4,
-divided by the kernels the step-time model counts per layer (plan/estimate/step_time/shape.py
-kernels_per_micro_batch, the same count the plan multiplies by KERNEL_S). On a CPU each op also
+few microseconds) runs forward and backward with 4 and with 12 decoder layers, full and LoRA
+on every linear, without gradient checkpointing and with each of its two forms (reentrant, as the HF
+Trainer of transformers 4 ran it; non-reentrant, as transformers 5 and gpuplan's apply run it),
+alternating so that load drifts hit both. Host seconds per layer = (t12 - t4) / 8, divided by the
+kernels the step-time model counts per layer (plan/estimate/step_time/shape.py
+kernels_per_micro_batch, the same count the plan multiplies by KERNEL_S). The prior of KERNEL_S
+is the figure without checkpointing; checkpointing's own host work (its Python around the
+recomputed kernels) is what a checkpointed layer costs beyond its recomputed kernels, in kernel
+launches' worth (checkpoint_host_kernels): shape.py's CHECKPOINT_HOST_KERNELS. On a CPU each op also
 runs its tiny kernel inline where a GPU host would queue a launch instead (cudaLaunchKernel, a few
 us: NVIDIA CUDA C++ Best Practices Guide). Taking the figure for a GPU host's per-kernel cost
 assumes those two are of a size and the host core is as fast as this one: neither is checked on
@@ -67,9 +71,13 @@ def _config(layers: int) -> dict:
     }
 
 
-def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8, device: str = "cpu"):
-    """The tiny Llama in training mode, on `device`; `lora`: peft LoRA of `rank` on every linear; `ckpt`: reentrant
-    checkpointing."""
+LAYERS = (4, 12)  # decoder layers of the two models whose difference is timed
+MODES = ("none", "reentrant", "non-reentrant")  # activation checkpointing: off, the 2023 HF Trainer's, transformers 5's
+
+
+def _model(layers: int, lora: bool, ckpt: str, rank: int = 8, device: str = "cpu"):
+    """The tiny Llama in training mode, on `device`; `lora`: peft LoRA of `rank` on every linear; `ckpt`: a MODES
+    entry, the checkpointing (torch.utils.checkpoint's use_reentrant)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -79,8 +87,8 @@ def _model(layers: int, lora: bool, ckpt: bool, rank: int = 8, device: str = "cp
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=rank, target_modules=list(TARGETS), lora_dropout=0.05))
-    if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    if ckpt != "none":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": ckpt == "reentrant"})
         if lora:
             model.enable_input_require_grads()
     model.train()
@@ -108,7 +116,8 @@ def _shape(layers: int, lora: bool, ckpt: bool, rank: int = 8):
 
 
 def _kernels(layers: int, lora: bool, ckpt: bool) -> int:
-    """The kernels the step-time model counts for one micro-batch of this model."""
+    """The kernel launches the step-time model counts for one micro-batch of this model (the recomputed forward's
+    too under checkpointing; not checkpointing's own host work, which per_kernel measures against them)."""
     from gpuplan.plan.estimate.step_time.shape import kernels_per_micro_batch
 
     return kernels_per_micro_batch(_shape(layers, lora, ckpt))
@@ -122,6 +131,7 @@ def _synchronize(device: str):
 
 
 def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
+    """Host time per decoder layer of each method x checkpointing mode, and per kernel the model counts."""
     import torch
 
     torch.set_num_threads(1)  # host work is one thread; the second core stays out of it
@@ -129,9 +139,9 @@ def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
     sync = _synchronize(device)
     rows = []
     for lora in (False, True):
-        for ckpt in (False, True):
-            models = {n: _model(n, lora, ckpt, device=device) for n in (4, 8)}
-            times: dict[int, list[float]] = {4: [], 8: []}
+        for ckpt in MODES:
+            models = {n: _model(n, lora, ckpt, device=device) for n in LAYERS}
+            times: dict[int, list[float]] = {n: [] for n in LAYERS}
             for i in range(repeats + 5):
                 for n, m in models.items():
                     sync()
@@ -140,8 +150,9 @@ def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
                     sync()
                     if i >= 5:  # the first passes warm the allocator and autograd's caches
                         times[n].append(time.perf_counter() - t)
-            per_layer = (statistics.median(times[8]) - statistics.median(times[4])) / 4
-            kernels = (_kernels(8, lora, ckpt) - _kernels(4, lora, ckpt)) / 4
+            few, many = LAYERS
+            per_layer = (statistics.median(times[many]) - statistics.median(times[few])) / (many - few)
+            kernels = (_kernels(many, lora, ckpt != "none") - _kernels(few, lora, ckpt != "none")) / (many - few)
             rows.append(
                 {
                     "method": "lora" if lora else "full",
@@ -152,9 +163,28 @@ def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
                 }
             )
             us = rows[-1]["us_per_kernel"]
-            what = f"{rows[-1]['method']:4} ckpt={ckpt!s:5}"
+            what = f"{rows[-1]['method']:4} ckpt={ckpt:13}"
             print(f"{what} {per_layer * 1e3:6.2f} ms per layer / {kernels:.0f} kernels = {us:.1f} us", flush=True)
     return rows
+
+
+def checkpoint_host_kernels(rows: list[dict]) -> dict[str, list[float]]:
+    """Checkpointing's own host work per checkpointed layer, beyond the kernels it recomputes, in kernel launches'
+    worth (the same method's host time per kernel without checkpointing): [per layer, per LoRA adapter in it], per
+    mode. The full fine-tune gives the layer's; the LoRA rows' excess over it, over their adapters, the adapter's."""
+    by = {(r["method"], r["checkpointing"]): r for r in rows}
+    adapters = len(TARGETS)
+    out = {}
+    for mode in MODES[1:]:
+        extra = {}
+        for method in ("full", "lora"):
+            off, on = by[(method, "none")], by[(method, mode)]
+            us_off = off["host_ms_per_layer"] * 1e3 / off["kernels_per_layer"]
+            extra[method] = (on["host_ms_per_layer"] - off["host_ms_per_layer"]) * 1e3 / us_off - (
+                on["kernels_per_layer"] - off["kernels_per_layer"]
+            )
+        out[mode] = [round(extra["full"], 1), round(max(extra["lora"] - extra["full"], 0.0) / adapters, 1)]
+    return out
 
 
 def per_trainer_step(steps: int, device: str = "cpu") -> dict:
@@ -233,7 +263,7 @@ def per_trainer_step(steps: int, device: str = "cpu") -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=40, help="timed passes per model")
+    ap.add_argument("--repeats", type=int, default=100, help="timed passes per model")
     ap.add_argument("--steps", type=int, default=40, help="optimizer steps of the Trainer and of the hand loop")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--quick", action="store_true", help="CI: 4 repeats, 6 steps, writes nothing")
@@ -253,9 +283,12 @@ def main() -> int:
         return 1
     rows = per_kernel(args.repeats, args.device)
     trainer = per_trainer_step(args.steps, args.device)
-    us = statistics.median(r["us_per_kernel"] for r in rows)
+    # the launches alone: without checkpointing (its own host work is checkpoint_host_kernels', in these units)
+    us = statistics.median(r["us_per_kernel"] for r in rows if r["checkpointing"] == "none")
+    ckpt = checkpoint_host_kernels(rows)
     trainer_s = max(trainer["trainer_overhead_ms_per_step"], 0.0) / 1e3
-    print(f"host seconds per kernel (median of {len(rows)}): {us:.1f} us; Trainer per step: {trainer_s * 1e3:.1f} ms")
+    print(f"host seconds per kernel (median of 2): {us:.1f} us; Trainer per step: {trainer_s * 1e3:.1f} ms")
+    print("checkpointing's host work per layer, in kernel launches [layer, per adapter]: " + json.dumps(ckpt))
     if args.no_write:
         return 0
     cpu = platform.processor() or platform.machine()
@@ -266,6 +299,7 @@ def main() -> int:
         "device": args.device,
         "kernel_s": round(us * 1e-6, 8),
         "trainer_step_s": round(trainer_s, 5),
+        "checkpoint_host_kernels": ckpt,
         "per_kernel": rows,
         "trainer": trainer,
     }
@@ -276,18 +310,24 @@ def main() -> int:
         "|---|---|---|---|---|",
     ]
     for r in rows:
-        ck = "yes" if r["checkpointing"] else "no"
+        ck = r["checkpointing"]
         table.append(f"| {r['method']} | {ck} | {r['host_ms_per_layer']:.2f} | {r['kernels_per_layer']:.0f} | {r['us_per_kernel']:.1f} |")
     body = "\n".join(
         [
-            f"{result['machine']}. Forward and backward of a tiny Llama (hidden {HIDDEN}, {TOKENS} tokens) with 8 and 4 decoder "
-            f"layers, {args.repeats} passes each, alternating; host time per layer over the kernels the step-time model counts "
-            f"for it (benchmarks/data/{path.name}):",
+            f"{result['machine']}. Forward and backward of a tiny Llama (hidden {HIDDEN}, {TOKENS} tokens) with "
+            f"{LAYERS[1]} and {LAYERS[0]} decoder layers, {args.repeats} passes each, alternating; host time per layer over "
+            f"the kernels the step-time model counts for it (benchmarks/data/{path.name}):",
             "",
             *table,
             "",
-            f"Median: **{us:.1f} us per kernel**, the prior of `KERNEL_S` in benchmarks/fit_step_time.py (what a fold that "
-            "leaves out every row depending on it uses).",
+            f"Without checkpointing, median of full and LoRA: **{us:.1f} us per kernel**, the prior of `KERNEL_S` in "
+            "benchmarks/fit_step_time.py (what a fold that leaves out every row depending on it uses).",
+            "",
+            "Checkpointing's own host work per checkpointed layer (torch.utils.checkpoint: the reentrant form's RNG state and "
+            "nested backward, the non-reentrant form's saved-tensor hooks), beyond the kernels it recomputes, in kernel "
+            "launches' worth of the same method's host time without it, [per layer, per LoRA adapter]: "
+            + ", ".join(f"{mode} **{v}**" for mode, v in ckpt.items())
+            + " (plan/estimate/step_time/shape.py CHECKPOINT_HOST_KERNELS).",
             "",
             f"HF Trainer, {trainer['micro_batches_per_step']} micro-batches per step, logging every step: "
             f"{trainer['trainer_ms_per_step']:.1f} ms per optimizer step against {trainer['hand_loop_ms_per_step']:.1f} ms for a "

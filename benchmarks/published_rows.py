@@ -62,7 +62,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.09894
+GPTQ_DEQUANT_BW_FRACTION = 0.09972
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
@@ -86,6 +86,10 @@ GPTQ_EAGER_KERNELS = 9
 HF_TRAINER = ("HF Trainer", "SFTTrainer")
 # Qwen (v1) checkpoints: the SHAPES keys whose module tree is modeling_qwen.py's, not Llama's.
 QWEN_V1 = "Qwen/Qwen-"
+# Checkpointing's form (plan/estimate/step_time/shape.py CHECKPOINT_HOST_KERNELS prices each form's own host work): the
+# HF Trainer of transformers 4 ran gradient_checkpointing_enable() reentrantly (torch.utils.checkpoint's default then;
+# transformers 5 passes use_reentrant=False), and fsdp_qlora's train.py command says --reentrant_checkpointing True.
+REENTRANT = "reentrant_checkpointing True"
 # Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
 # A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
@@ -104,6 +108,7 @@ class Run:
     dtype_note: str
     gptq: bool = False  # a GPTQ int4 base (GPTQ_DEQUANT_BW_FRACTION), not bitsandbytes NF4
     hf_trainer: bool = True  # trained through the HF Trainer (HF_TRAINER), not a loop of its own
+    reentrant: bool = False  # checkpointed in torch.utils.checkpoint's reentrant form (REENTRANT)
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -273,7 +278,8 @@ def plan_run(row: dict[str, Any]) -> Run:
     note = "selective AC planned as none" if isinstance(ac, str) and ac.startswith("selective") else ""
     gptq = "gptq" in (row.get("quantization") or "").lower()
     hf = any(k in (row.get("framework") or "") for k in HF_TRAINER)
-    return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf)
+    reentrant = hf or REENTRANT in (row.get("other_opts") or "")
+    return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf, reentrant)
 
 
 _COMM: dict[int, dict[str, Any]] = {}
@@ -289,17 +295,19 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
             run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
         )
     world = run.count * run.nodes
-    bnb, trainer, kernels = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS
+    bnb, trainer, kernels, mode = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
         ckpt = run.workload.gradient_checkpointing
         S.DEQUANT_KERNELS = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) / (3 if ckpt else 2)
     if not run.hf_trainer:
         K.TRAINER_STEP_S = 0.0
+    if run.reentrant:
+        S.CHECKPOINT_MODE = "reentrant"
     try:
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
-        K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS = bnb, trainer, kernels
+        K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE = bnb, trainer, kernels, mode
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -41,7 +41,7 @@ RESULT = {
     "fsdp_adapters": r"median \|error\| \d+\.\d% over \d+ rows",
     "fuzz": r"\*\*\d+ examples in \d+ s\*\*; pytest: `\d+ passed",
     "gpu_check": r"\| llama \| full \| bf16 .*\n(.|\n)*1 cases in \d+ s",
-    "host_overhead": r"host seconds per kernel \(median of 4\): \d+\.\d us; Trainer per step: -?\d+\.\d ms",
+    "host_overhead": r"host seconds per kernel \(median of 2\): \d+\.\d us; Trainer per step: -?\d+\.\d ms\ncheckpointing's host work per layer",
     "lora_coefficients": r"llama fp32 lora fit: \{'c_h': -?\d",
     "lora_memory_accuracy": r"2 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%",
     "memory_accuracy": r"3 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%; accelerate median",

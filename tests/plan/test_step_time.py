@@ -426,3 +426,22 @@ def test_zero3_counts_the_models_own_tensors_not_llamas_nine_a_layer():
     wl = Workload(per_device_batch=1, seq_len=64, weight_dtype="bfloat16", amp="bf16", engine="deepspeed", zero_stage=3)
     s = build_shape(phi3, wl, A100, "bf16")
     assert s.zero3_tensors == len(phi3.param_shapes) == 6 * 4 + 3
+
+
+def test_checkpointing_prices_its_own_host_work_in_launches_worth_as_measured():
+    """torch.utils.checkpoint's Python around the recomputed kernels (saved-tensor hooks, or the reentrant form's RNG state
+    and nested backward) is host work per checkpointed layer: CHECKPOINT_HOST_KERNELS launches' worth, the figures
+    benchmarks/host_overhead.py measured (benchmarks/data/host_overhead.json)."""
+    from gpuplan.plan.estimate.step_time import shape as S
+    from tests.helpers.cli_runs import REPO
+
+    measured = json.loads((REPO / "benchmarks" / "data" / "host_overhead.json").read_text())["checkpoint_host_kernels"]
+    assert {mode: tuple(v) for mode, v in measured.items()} == S.CHECKPOINT_HOST_KERNELS
+    assert S.CHECKPOINT_MODE == "non-reentrant"  # transformers 5 and gpuplan's apply (use_reentrant=False)
+    wl, s = _lora_7b("none", 0)
+    layer, adapter = S.CHECKPOINT_HOST_KERNELS["non-reentrant"]
+    term = next(t for t in fixed_terms(s, C) if t.name == "checkpointing's host work")
+    assert (term.kind, term.per, term.group) == ("host", "micro-batch", "fixed costs")
+    assert term.seconds == pytest.approx(32 * (layer + 7 * adapter) * C.kernel_s, rel=1e-12)
+    off = dataclasses.replace(s, checkpointing=False)
+    assert not any(t.name == "checkpointing's host work" for t in fixed_terms(off, C))

@@ -39,6 +39,16 @@ GELU_NEW_MODELS = frozenset({"gpt2", "gptj", "phi", "codegen", "gpt_neo"})
 # Residual / embedding dropout (GPT-2 resid_pdrop, embd_pdrop): 2 per layer, one fused kernel each.
 HIDDEN_DROPOUTS_PER_LAYER = 2
 HEAD_KERNELS = 26  # embedding, final norm, lm_head, fp32 upcast, cross-entropy, forward (profiled); ~ as many backward
+# Activation checkpointing's own host work per checkpointed layer and micro-batch, beyond the kernels it recomputes:
+# torch.utils.checkpoint's Python around them (the reentrant form saves and restores the RNG state and runs a nested
+# backward; the non-reentrant form packs and unpacks every saved tensor through hooks, more of them with each LoRA
+# adapter). In kernel launches' worth of host time, [per layer, per LoRA adapter in it], so that KERNEL_S prices it as
+# it prices the launches: measured against the same model's launches without checkpointing, on one CPU core
+# (benchmarks/host_overhead.py, benchmarks/data/host_overhead.json "checkpoint_host_kernels"). transformers 5 and
+# gpuplan's apply checkpoint non-reentrantly; transformers 4's Trainer ran the reentrant form (benchmarks/
+# published_rows.py plans its rows with it).
+CHECKPOINT_HOST_KERNELS = {"reentrant": (65.8, 0.0), "non-reentrant": (163.9, 4.1)}
+CHECKPOINT_MODE = "non-reentrant"
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 OPTIM_STATE_BYTES = {  # bytes of optimizer state per trainable parameter (two moments for Adam)
@@ -190,6 +200,14 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,
     )
+
+
+def checkpoint_host_kernels(s: StepShape) -> float:
+    """Checkpointing's own host work in one micro-batch, in kernel launches' worth (CHECKPOINT_HOST_KERNELS)."""
+    if not s.checkpointing:
+        return 0.0
+    layer, adapter = CHECKPOINT_HOST_KERNELS[CHECKPOINT_MODE]
+    return s.layers * (layer + adapter * s.adapters_per_layer)
 
 
 def kernels_per_micro_batch(s: StepShape) -> int:

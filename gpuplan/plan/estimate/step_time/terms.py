@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplan.plan.estimate.step_time import constants as K
-from gpuplan.plan.estimate.step_time.shape import OPTIM_STATE_BYTES, StepShape, kernels_per_micro_batch
+from gpuplan.plan.estimate.step_time import shape as S
+from gpuplan.plan.estimate.step_time.shape import OPTIM_STATE_BYTES, StepShape, checkpoint_host_kernels, kernels_per_micro_batch
 
 # Activation bytes per token per decoder layer in the forward, in elements of the compute
 # dtype, counted from transformers' LlamaDecoderLayer: 2 RMSNorms (read + write h, 2 x 2h),
@@ -296,7 +297,7 @@ def optimizer_terms(s: StepShape, bw: float, shards: int, host_bw: float | None)
 
 
 def fixed_terms(s: StepShape, c: K.ArchConstants, shards: int = 1, zero_stage: int = 0) -> list[Term]:
-    """Kernel launches (host, overlapping the device), the Trainer's per-step work (serial) and
+    """Kernel launches and checkpointing's own host work (host, overlapping the device), the Trainer's per-step work (serial) and
     DeepSpeed's ZeRO hooks (`zero_stage`: the DeepSpeed stage, 0 without DeepSpeed). ZeRO-3's
     per-parameter hooks are host work too; with parameters sharded over more than one rank each
     module's fetch blocks the host on its in-flight all-gather
@@ -319,6 +320,24 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, shards: int = 1, zero_stage: i
             f"{kernels:,} kernels per micro-batch x {c.kernel_s * 1e6:.0f} us",
             c.source,
         ),
+    ]
+    ckpt = checkpoint_host_kernels(s)
+    if ckpt:
+        layer, adapter = S.CHECKPOINT_HOST_KERNELS[S.CHECKPOINT_MODE]
+        per = f"{layer:g}" + (f" + {s.adapters_per_layer} adapters x {adapter:g}" if s.adapters_per_layer else "")
+        out.append(
+            Term(
+                "checkpointing's host work",
+                "fixed costs",
+                ckpt * c.kernel_s,
+                "micro-batch",
+                "host",
+                f"{s.layers} checkpointed layers x ({per}) kernel launches' worth x {c.kernel_s * 1e6:.0f} us "
+                f"(torch.utils.checkpoint, {S.CHECKPOINT_MODE})",
+                "measured: benchmarks/host_overhead.py (its own host work against the launches)",
+            )
+        )
+    out += [
         Term(
             "Trainer and dataloader",
             "fixed costs",
