@@ -88,8 +88,8 @@ PARAMS = (
         HOST["kernel_s"],
         "eager PyTorch op overhead: ~10 us per op, a few us in C++ alone (H. He 2022, 'Making Deep Learning Go Brrrr From "
         "First Principles', overhead section); CUDA launch alone ~3-5 us (NVIDIA CUDA C++ Best Practices Guide); prior "
-        f"{HOST['kernel_s'] * 1e6:.1f} us: measured per kernel the model counts, forward and backward of a tiny Llama on "
-        f"{HOST_WHERE} ({HOST['machine']}; benchmarks/host_overhead.py)",
+        f"{HOST['kernel_s'] * 1e6:.1f} us: measured per kernel the model counts, forward and backward of a tiny Llama without "
+        f"checkpointing (whose own host work is priced apart), on {HOST_WHERE} ({HOST['machine']}; benchmarks/host_overhead.py)",
     ),
     Param(
         "M_HALF_TOKENS",
@@ -287,7 +287,7 @@ def main() -> int:
     folds: dict[str, tuple[list[float], list[bool]]] = {}
     fold_objective: dict[str, float] = {}
     held: dict[str, list[float]] = {}
-    bound_of: list[tuple[str, float]] = []  # (what bounds the step, held-out error) per row
+    held_by_run: dict[int, float] = {}  # id(run) -> its held-out error
     for src in sources:
         train = [r for r in runs if source_name(r.row) != src]
         test = [r for r in runs if source_name(r.row) == src]
@@ -296,7 +296,7 @@ def main() -> int:
         fold_objective[src] = o
         outs = [predict(r) for r in test]
         held[src] = [error(r, o) for r, o in zip(test, outs)]
-        bound_of += [((o.get("step_time") or {}).get("bound_by", "matmuls"), e) for o, e in zip(outs, held[src])]
+        held_by_run.update((id(r), e) for r, e in zip(test, held[src]))
         print(flush=True)
         print(f"fold without {src}: {len(train)} rows, objective {o:.4f}, held-out median {statistics.median(map(abs, held[src])):.1%}")
     # The objective has more than one valley: Nelder-Mead from the priors can stop in a worse one than a
@@ -325,6 +325,8 @@ def main() -> int:
                 )
                 print(profiled[-1], flush=True)
     apply(values)  # leave the shipped (all-row) fit in place for what follows
+    # what bounds each row's step as the plan says it (the shipped constants): a plan looks its spread up by that
+    bound_of = [((predict(r).get("step_time") or {}).get("bound_by", "matmuls"), held_by_run[id(r)]) for r in runs]
     insample = errors(runs)
 
     every_held = [e for v in held.values() for e in v]
@@ -391,8 +393,8 @@ def main() -> int:
     interval = (
         f"The plan's time interval (gpuplan/plan/estimate/step_time/spread.json): the 10th-90th percentile of the held-out "
         f"log(plan tokens/s / measured) over {len(every_held)} rows is {lo:+.3f} .. {hi:+.3f}, so the measured time is the planned "
-        f"time x {math.exp(lo):.2f} .. x {math.exp(hi):.2f} for 80% of rows on a source the fit never saw. By what bounds the step "
-        "(groups of at least "
+        f"time x {math.exp(lo):.2f} .. x {math.exp(hi):.2f} for 80% of rows on a source the fit never saw. By what bounds the "
+        "step as the plan gives it with the shipped constants (groups of at least "
         + str(MIN_GROUP)
         + " rows; the rest use the overall spread): "
         + "; ".join(

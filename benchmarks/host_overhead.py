@@ -33,7 +33,7 @@ logging every step as Qwen's finetune scripts do) against a hand loop over the s
 (forward, backward, clip, AdamW, scheduler, zero_grad): the Trainer's median step time minus
 the hand loop's is its per-step host work.
 
-    python benchmarks/host_overhead.py [--repeats 40] [--no-write]
+    python benchmarks/host_overhead.py [--repeats 100] [--no-write]
     python benchmarks/host_overhead.py --device cuda   # on a GPU host: writes host_overhead-cuda.json
     python benchmarks/host_overhead.py --quick   # CI: few repeats, writes nothing
 """
@@ -168,23 +168,28 @@ def per_kernel(repeats: int, device: str = "cpu") -> list[dict]:
     return rows
 
 
-def checkpoint_host_kernels(rows: list[dict]) -> dict[str, list[float]]:
+def checkpoint_host_kernels(rows: list[dict], us: float) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Checkpointing's own host work per checkpointed layer, beyond the kernels it recomputes, in kernel launches'
-    worth (the same method's host time per kernel without checkpointing): [per layer, per LoRA adapter in it], per
-    mode. The full fine-tune gives the layer's; the LoRA rows' excess over it, over their adapters, the adapter's."""
+    worth at `us` (the prior: host us per launch without checkpointing): {mode: [per layer, per LoRA adapter]}, and
+    the per-adapter figures before they are floored at zero (measurement noise can put a small one below it).
+
+    A checkpointed row's host time per layer less its method's without checkpointing, less the launches it adds
+    (the recomputed forward) at that method's own rate without checkpointing, is its excess in us; the full
+    fine-tune's is the layer's, the LoRA rows' excess over it, over their adapters, the adapter's."""
     by = {(r["method"], r["checkpointing"]): r for r in rows}
     adapters = len(TARGETS)
-    out = {}
+    out, raw = {}, {}
     for mode in MODES[1:]:
-        extra = {}
+        excess = {}
         for method in ("full", "lora"):
             off, on = by[(method, "none")], by[(method, mode)]
-            us_off = off["host_ms_per_layer"] * 1e3 / off["kernels_per_layer"]
-            extra[method] = (on["host_ms_per_layer"] - off["host_ms_per_layer"]) * 1e3 / us_off - (
+            rate = off["host_ms_per_layer"] * 1e3 / off["kernels_per_layer"]
+            excess[method] = (on["host_ms_per_layer"] - off["host_ms_per_layer"]) * 1e3 - (
                 on["kernels_per_layer"] - off["kernels_per_layer"]
-            )
-        out[mode] = [round(extra["full"], 1), round(max(extra["lora"] - extra["full"], 0.0) / adapters, 1)]
-    return out
+            ) * rate
+        raw[mode] = round((excess["lora"] - excess["full"]) / us / adapters, 1)
+        out[mode] = [round(excess["full"] / us, 1), max(raw[mode], 0.0)]
+    return out, raw
 
 
 def per_trainer_step(steps: int, device: str = "cpu") -> dict:
@@ -285,10 +290,13 @@ def main() -> int:
     trainer = per_trainer_step(args.steps, args.device)
     # the launches alone: without checkpointing (its own host work is checkpoint_host_kernels', in these units)
     us = statistics.median(r["us_per_kernel"] for r in rows if r["checkpointing"] == "none")
-    ckpt = checkpoint_host_kernels(rows)
+    ckpt, ckpt_raw = checkpoint_host_kernels(rows, us)
     trainer_s = max(trainer["trainer_overhead_ms_per_step"], 0.0) / 1e3
     print(f"host seconds per kernel (median of 2): {us:.1f} us; Trainer per step: {trainer_s * 1e3:.1f} ms")
     print("checkpointing's host work per layer, in kernel launches [layer, per adapter]: " + json.dumps(ckpt))
+    floored = {m: v for m, v in ckpt_raw.items() if v < 0}
+    if floored:
+        print(f"per-adapter figures below zero, floored at 0 (noise of a difference of differences): {floored}")
     if args.no_write:
         return 0
     cpu = platform.processor() or platform.machine()
@@ -300,6 +308,7 @@ def main() -> int:
         "kernel_s": round(us * 1e-6, 8),
         "trainer_step_s": round(trainer_s, 5),
         "checkpoint_host_kernels": ckpt,
+        "checkpoint_adapter_unfloored": ckpt_raw,
         "per_kernel": rows,
         "trainer": trainer,
     }
@@ -327,7 +336,9 @@ def main() -> int:
             "nested backward, the non-reentrant form's saved-tensor hooks), beyond the kernels it recomputes, in kernel "
             "launches' worth of the same method's host time without it, [per layer, per LoRA adapter]: "
             + ", ".join(f"{mode} **{v}**" for mode, v in ckpt.items())
-            + " (plan/estimate/step_time/shape.py CHECKPOINT_HOST_KERNELS).",
+            + " (plan/estimate/step_time/shape.py CHECKPOINT_HOST_KERNELS; a per-adapter figure below zero is floored at 0: "
+            + ", ".join(f"{mode} {v}" for mode, v in ckpt_raw.items())
+            + " before).",
             "",
             f"HF Trainer, {trainer['micro_batches_per_step']} micro-batches per step, logging every step: "
             f"{trainer['trainer_ms_per_step']:.1f} ms per optimizer step against {trainer['hand_loop_ms_per_step']:.1f} ms for a "

@@ -41,7 +41,9 @@ RESULT = {
     "fsdp_adapters": r"median \|error\| \d+\.\d% over \d+ rows",
     "fuzz": r"\*\*\d+ examples in \d+ s\*\*; pytest: `\d+ passed",
     "gpu_check": r"\| llama \| full \| bf16 .*\n(.|\n)*1 cases in \d+ s",
-    "host_overhead": r"host seconds per kernel \(median of 2\): \d+\.\d us; Trainer per step: -?\d+\.\d ms\ncheckpointing's host work per layer",
+    "host_overhead": (
+        r"host seconds per kernel \(median of 2\): \d+\.\d us; Trainer per step: -?\d+\.\d ms\ncheckpointing's host work per layer"
+    ),
     "lora_coefficients": r"llama fp32 lora fit: \{'c_h': -?\d",
     "lora_memory_accuracy": r"2 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%",
     "memory_accuracy": r"3 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%; accelerate median",
@@ -160,3 +162,25 @@ def test_the_device_scripts_parse_and_carry_what_the_gpu_image_lacks():
     assert {"pydantic", "pydantic_core", "tomlkit", "bitsandbytes", "datasets"} <= set(listed)
     run_checks = (BENCH / "device" / "run_checks.sh").read_text()
     assert "host_overhead.py --device cuda" in run_checks and "gpu_check.py --device cuda" in run_checks
+
+
+def test_checkpointings_host_work_is_derived_in_one_unit_and_a_negative_adapter_figure_is_reported():
+    """host_overhead.checkpoint_host_kernels: each checkpointed row's excess over its method's row without checkpointing,
+    less its added launches at that method's own rate, in launches' worth at the one prior rate."""
+    sys.path.insert(0, str(BENCH))
+    import host_overhead
+
+    def row(method, ckpt, ms, kernels):
+        return {"method": method, "checkpointing": ckpt, "host_ms_per_layer": ms, "kernels_per_layer": kernels}
+
+    rows = [
+        row("full", "none", 1.0, 100),  # 10 us a launch
+        row("full", "reentrant", 2.0, 140),  # 1000 us more, 40 launches of it: 600 us of its own = 60 launches at 10 us
+        row("full", "non-reentrant", 2.4, 140),  # 1000 us of its own
+        row("lora", "none", 4.0, 200),  # 20 us a launch: the recomputed launches are priced at this rate
+        row("lora", "reentrant", 5.0, 240),  # 1000 - 40 x 20 = 200 us: 400 us below full's over 7 adapters
+        row("lora", "non-reentrant", 6.5, 240),  # 2500 - 800 = 1700 us: 700 us over full's = 70 launches, 10 an adapter
+    ]
+    out, raw = host_overhead.checkpoint_host_kernels(rows, 10.0)
+    assert out == {"reentrant": [60.0, 0.0], "non-reentrant": [100.0, 10.0]}
+    assert raw == {"reentrant": round(-400 / 10 / 7, 1), "non-reentrant": 10.0}

@@ -49,3 +49,21 @@ def test_qwen_rows_are_planned_with_qwens_own_module_tree_and_the_lora_emb_rows_
     assert chat.adapters_per_layer == 5 and chat.trainable_tensors == 10 * 32
     assert base.saved_params == 2 * 151936 * 4096 and base.trainable_tensors == chat.trainable_tensors + 2
     assert next(r for r in qwen7 if r.row["model"] == "Qwen/Qwen-7B").workload.adapters.modules_to_save == ("wte", "lm_head")
+
+
+def test_rows_checkpoint_in_the_form_their_framework_ran_and_predict_puts_the_plans_form_back():
+    """transformers 4's Trainer (the Qwen README) and fsdp_qlora's --reentrant_checkpointing True ran the reentrant form;
+    predict() plans a row with its form and leaves the plan's own (non-reentrant, as gpuplan's apply runs) in place."""
+    runs, _ = published_rows.usable_runs()
+    by_source = {}
+    for r in runs:
+        by_source.setdefault(published_rows.source_name(r.row), set()).add(r.reentrant)
+    assert by_source["QwenLM/Qwen"] == {True} and by_source["AnswerDotAI/fsdp_qlora"] == {True}
+    assert by_source["pytorch/torchtitan"] == {False}
+    qwen = next(r for r in runs if r.reentrant and r.workload.gradient_checkpointing and r.workload.adapters is None)
+    out = published_rows.predict(qwen)
+    assert S.CHECKPOINT_MODE == "non-reentrant"
+    term = next(t for t in out["step_time"]["terms"] if t["name"] == "checkpointing's host work")
+    assert "reentrant)" in term["formula"] and "non-reentrant" not in term["formula"]
+    layer, _ = S.CHECKPOINT_HOST_KERNELS["reentrant"]
+    assert f"x ({layer:g})" in term["formula"]

@@ -7,15 +7,17 @@
 #   benchmarks/device/fetch_wheels.sh            # then: benchmarks/device/run_checks.sh on the device
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-py=${PYTHON:-python3}
+py=${PYTHON:-.venv/bin/python}  # the checkout's environment (README's install), whose versions the tests ran
+[ -x "$py" ] || py=python3
 version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 pkgs=()
-for name in pydantic pydantic_core annotated-types typing-inspection tomlkit bitsandbytes datasets dill multiprocess; do
+for name in pydantic pydantic_core annotated-types typing-inspection typing_extensions tomlkit bitsandbytes datasets dill multiprocess; do
   pkgs+=("$name==$(version "$name")")
 done
-rm -rf .whl && mkdir .whl
+tmp=$(mktemp -d)  # .whl/ is replaced only once every wheel is here
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
-  -d .whl "${pkgs[@]}"
+  -d "$tmp" "${pkgs[@]}"
+rm -rf .whl && mv "$tmp" .whl
 du -sh .whl && ls .whl

@@ -45,7 +45,7 @@ def fixed_costs_advice(
         return None
     b, s = wl.per_device_batch, wl.seq_len
     summary = (
-        f"fixed costs (kernel launches, the Trainer's per-step work) are {share:.0%} of the step: "
+        f"fixed costs (kernel launches, checkpointing's and the Trainer's own work) are {share:.0%} of the step: "
         f"each micro-batch of {b} x {s} tokens is too small to amortise them"
     )
     fix = None

@@ -44,10 +44,11 @@ HEAD_KERNELS = 26  # embedding, final norm, lm_head, fp32 upcast, cross-entropy,
 # backward; the non-reentrant form packs and unpacks every saved tensor through hooks, more of them with each LoRA
 # adapter). In kernel launches' worth of host time, [per layer, per LoRA adapter in it], so that KERNEL_S prices it as
 # it prices the launches: measured against the same model's launches without checkpointing, on one CPU core
-# (benchmarks/host_overhead.py, benchmarks/data/host_overhead.json "checkpoint_host_kernels"). transformers 5 and
+# (benchmarks/host_overhead.py, benchmarks/data/host_overhead.json "checkpoint_host_kernels"; a GPU host's run of it,
+# host_overhead-cuda.json, replaces these with KERNEL_S's prior, tests/plan/test_step_time.py). transformers 5 and
 # gpuplan's apply checkpoint non-reentrantly; transformers 4's Trainer ran the reentrant form (benchmarks/
 # published_rows.py plans its rows with it).
-CHECKPOINT_HOST_KERNELS = {"reentrant": (65.8, 0.0), "non-reentrant": (163.9, 4.1)}
+CHECKPOINT_HOST_KERNELS = {"reentrant": (65.3, 5.4), "non-reentrant": (163.7, 21.6)}
 CHECKPOINT_MODE = "non-reentrant"
 
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
@@ -104,19 +105,23 @@ class StepShape:
     zero3_tensors: int = 0
     trainable_tensors: int = 0
     # modules_to_save under a frozen base (peft's ModulesToSaveWrapper): trained in full, so their gradients are
-    # accumulated, and a saved linear (a trainable lm_head or classifier) runs its weight-gradient GEMM
+    # accumulated, and a saved linear (a trainable lm_head or classifier) runs its weight-gradient GEMM. The copies keep
+    # the base's dtype (fp32 under QLoRA, whose kbit preparation upcasts them): memory/adapters.py _frozen_base.
     saved_params: int = 0
-    saved_linear_params: int = 0
+    saved_linear_params: int = 0  # the saved linears' weights, the output head's (saved_head_params) among them
+    saved_head_params: int = 0
+    saved_grad_bytes: int = 0
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
 
 
 @lru_cache(maxsize=512)
-def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int, int, int]:
+def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int, int, int, int]:
     """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer, trainable tensors: A and B,
     DoRA's magnitudes and the saved modules' copies, as memory/adapters.py adapter_layout lists them; the saved
-    modules' parameters, and of those the weights of saved linears: a trainable head's weight-gradient GEMM)."""
+    modules' parameters, of those the weights of saved linears, whose weight-gradient GEMM runs, and of those the
+    output head's)."""
     from gpuplan.modelinfo.lora_targets import saved_modules
     from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
@@ -129,19 +134,20 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
     linears = {name: fan_in * fan_out for name, _, fan_in, fan_out in facts.linear_layers}
     if facts.task == "causal-lm":  # the output head (not among the LoRA candidates; tied or not, a saved copy is its own)
         linears.setdefault("lm_head", facts.vocab_size * facts.hidden_size)
-    saved_linear = sum(
-        w
+    saved = [
+        (name, w)
         for m in saved_modules(facts, list(adapters.modules_to_save))
         for name, w in linears.items()
         if name == m or name.startswith(m + ".")
-    )
+    ]
     return (
         lay.adapter_params + lay.saved_params,
         lay.targets_per_layer,
         io // max(facts.num_layers, 1),
         len(lay.adapter_shapes),
         lay.saved_params,
-        saved_linear,
+        sum(w for _, w in saved),
+        sum(w for name, w in saved if name == "lm_head"),
     )
 
 
@@ -151,9 +157,10 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
     frozen = method.frozen_base
-    trainable, quantized, per_layer, io, adapter_tensors, saved, saved_linear = facts.n_params, 0, 0, 0, 0, 0, 0
+    trainable, quantized, per_layer, io, adapter_tensors = facts.n_params, 0, 0, 0, 0
+    saved, saved_linear, saved_head = 0, 0, 0
     if frozen and wl.adapters is not None:
-        trainable, per_layer, io, adapter_tensors, saved, saved_linear = _adapter_counts(facts, wl.adapters)
+        trainable, per_layer, io, adapter_tensors, saved, saved_linear, saved_head = _adapter_counts(facts, wl.adapters)
         if method.quantized_base:
             quantized = n - head
     base_tensors = len(facts.param_shapes) or 9 * facts.num_layers + 3  # the model's own tensors; Llama's 9 a layer if unlisted
@@ -196,6 +203,8 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         trainable_tensors=adapter_tensors if frozen else base_tensors,
         saved_params=saved,
         saved_linear_params=saved_linear,
+        saved_head_params=saved_head,
+        saved_grad_bytes=(4 if method.quantized_base else weight_dtype_bytes) if saved else 0,
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,

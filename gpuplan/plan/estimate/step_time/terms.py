@@ -108,15 +108,17 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
     eta = gemm_efficiency(c, s.tokens, s.hidden)  # the layers' GEMMs: q, o and down write m x hidden
     fwd, bwd, rec = matmul_flops(s)
     saved = 2 * s.tokens * s.saved_linear_params if s.frozen_base else 0  # in bwd: the saved linears' dW
+    saved_head = 2 * s.tokens * s.saved_head_params if s.frozen_base else 0
     bwd -= saved
     p = s.body_params + s.head_params
     compute = (fwd + bwd + rec) / (eta * peak)
     if s.head_params and s.vocab:  # the head writes m x vocab: it fills the GPU at far fewer tokens
         head = (fwd + bwd) * s.head_params / p
         compute += head / (gemm_efficiency(c, s.tokens, s.vocab) * peak) - head / (eta * peak)
-    if saved:  # a saved head's dW is vocab x hidden wide: priced as the head's GEMMs
-        compute += saved / (gemm_efficiency(c, s.tokens, s.vocab or s.hidden) * peak)
-    grads = (s.saved_linear_params if s.frozen_base else p) * s.grad_bytes  # the weight-gradient GEMM writes dW
+    if saved:  # a saved head's dW is vocab x hidden: priced as the head's GEMMs; another saved linear's as the layers'
+        compute += saved_head / (gemm_efficiency(c, s.tokens, s.vocab or s.hidden) * peak) + (saved - saved_head) / (eta * peak)
+    # the weight-gradient GEMMs write dW: every weight's, or the saved copies' in their own dtype
+    grads = s.saved_linear_params * s.saved_grad_bytes if s.frozen_base else p * s.grad_bytes
     weights = p * s.weight_bytes * 2 + grads + (s.body_params * s.weight_bytes if s.checkpointing else 0)
     read = weights / bw
     out = [
@@ -127,7 +129,11 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
             "micro-batch",
             "device",
             f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
-            + (f"+ 2 x m x {s.saved_linear_params:,} (the saved linears' weight gradients) " if saved else "")
+            + (
+                f"+ 2 x m x {s.saved_linear_params:,} (the saved linears' weight gradients, a saved head's at its own rate) "
+                if saved
+                else ""
+            )
             + f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
             f"h {s.hidden:,})",
             c.source,
@@ -242,7 +248,7 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
             Term(
                 "gradient accumulation",
                 "memory-bound",
-                (s.saved_params if s.frozen_base else p) * 2 * s.grad_bytes / bw,
+                (s.saved_params * s.saved_grad_bytes if s.frozen_base else p * s.grad_bytes) * 2 / bw,
                 "micro-batch",
                 "device",
                 "AccumulateGrad reads and writes each weight gradient" + (" of the saved modules" if s.frozen_base else ""),
