@@ -13,7 +13,15 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import constants as K
 from gpuplan.plan.estimate.step_time.model import combine, step_time
 from gpuplan.plan.estimate.step_time.shape import build_shape
-from gpuplan.plan.estimate.step_time.terms import Term, fixed_terms, gemm_efficiency, matmul_terms, memory_terms, optimizer_terms
+from gpuplan.plan.estimate.step_time.terms import (
+    SAVED_GRADIENTS,
+    Term,
+    fixed_terms,
+    gemm_efficiency,
+    matmul_terms,
+    memory_terms,
+    optimizer_terms,
+)
 
 A100 = lookup("A100-80GB")  # bf16 312 TFLOP/s, 2039 GB/s
 PEAK, BW = 312e12, 2039e9 * 0.8  # HBM_FRACTION pinned to 0.8 below
@@ -399,10 +407,10 @@ def test_a_saved_head_under_lora_runs_its_weight_gradient_gemm_and_accumulates_i
         return {t.name: t for t in terms}
 
     ma, mb = by_name(matmul_terms(a, C, PEAK, BW)), by_name(matmul_terms(b, C, PEAK, BW))
-    # the dW GEMM writes vocab-wide rows: priced at the head's efficiency, eta(512, 32000)
+    # the dW GEMM writes vocab-wide rows: priced at the head's efficiency, eta(512, 32000), in a term of its own
     extra = 2 * 512 * head / (gemm_efficiency(C, 512, 32000) * PEAK)
-    assert mb["matmuls"].seconds - ma["matmuls"].seconds == pytest.approx(extra, rel=1e-9)
-    assert "saved linears' weight gradients" in mb["matmuls"].formula
+    assert mb["matmuls"].seconds == ma["matmuls"].seconds and SAVED_GRADIENTS not in ma
+    assert mb[SAVED_GRADIENTS].seconds == pytest.approx(extra, rel=1e-9) and mb[SAVED_GRADIENTS].group == "matmuls"
     acc_a, acc_b = by_name(memory_terms(a, BW)), by_name(memory_terms(b, BW))
     assert "gradient accumulation" not in acc_a  # adapters' gradients are too few to price
     assert acc_b["gradient accumulation"].seconds == pytest.approx(2 * head * 2 * 2 / BW, rel=1e-12)
@@ -451,3 +459,23 @@ def test_checkpointing_prices_its_own_host_work_in_launches_worth_as_measured():
     assert term.seconds == pytest.approx(32 * (layer + 7 * adapter) * C.kernel_s, rel=1e-12)
     off = dataclasses.replace(s, checkpointing=False)
     assert not any(t.name == "checkpointing's host work" for t in fixed_terms(off, C))
+
+
+def test_a_dpo_forward_without_gradients_leaves_the_saved_modules_weight_gradients_out():
+    """DPO's reference forwards are 2/units of the policy's matmul time: the saved head's dW is backward-only work."""
+    from gpuplan.plan.estimate.throughput import nograd_forward_terms
+    from gpuplan.spec.objectives import objective
+
+    targets = ("q_proj", "v_proj")
+    wl = Workload(
+        per_device_batch=1, seq_len=512, weight_dtype="bfloat16", amp="bf16", objective="dpo",
+        adapters=Adapters(method="lora", r=16, target_modules=targets, modules_to_save=("lm_head",)),
+    )  # fmt: skip
+    s = build_shape(LLAMA_7B, wl, A100, "bf16")
+    terms = matmul_terms(s, C, PEAK, BW)
+    assert any(t.name == SAVED_GRADIENTS for t in terms)
+    without = [t for t in terms if t.name != SAVED_GRADIENTS]
+    dpo = objective("dpo")
+    with_saved, _ = nograd_forward_terms(dpo, wl, terms)
+    plain, _ = nograd_forward_terms(dpo, wl, without)
+    assert with_saved is not None and with_saved.seconds == plain.seconds > 0

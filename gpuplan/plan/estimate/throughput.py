@@ -26,7 +26,7 @@ from gpuplan.plan.estimate.step_time.generation import generation_terms, generat
 from gpuplan.plan.estimate.step_time.model import StepTime, scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
-from gpuplan.plan.estimate.step_time.terms import Term
+from gpuplan.plan.estimate.step_time.terms import SAVED_GRADIENTS, Term
 from gpuplan.plan.estimate.step_time.tower_terms import tower_terms
 from gpuplan.plan.methods import method_of
 from gpuplan.plan.sections import ThroughputSection
@@ -45,7 +45,7 @@ def nograd_forward_terms(obj, workload: Workload, terms: Sequence[Term]) -> tupl
         return None, None
     frozen = method_of(workload.adapters).frozen_base
     units = 2 + (2 if frozen else 4) + (2 if workload.gradient_checkpointing else 0)
-    graded = sum(t.seconds for t in terms if t.group in ("matmuls", "attention") and t.per == "micro-batch")
+    graded = sum(t.seconds for t in terms if t.group in ("matmuls", "attention") and t.per == "micro-batch" and t.name != SAVED_GRADIENTS)
     forward = graded * 2 / units / obj.grad_sequences  # one sequence per example, forward only
 
     def term(name: str, sequences: int) -> Term | None:

@@ -51,6 +51,9 @@ def eager_score_bytes(act: int, dropout: bool) -> tuple[int, int]:
     return fwd, bwd
 
 
+# The matmul term of the saved modules' weight gradients: a backward-only GEMM (plan/estimate/throughput.py
+# nograd_forward_terms leaves it out of a forward's share).
+SAVED_GRADIENTS = "saved modules' weight gradients"
 # FlashAttention-2's backward runs 5 matmuls to the forward's 2 (Dao 2023, algorithm 2).
 FLASH_BACKWARD_RATIO = 2.5
 
@@ -115,12 +118,12 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
     if s.head_params and s.vocab:  # the head writes m x vocab: it fills the GPU at far fewer tokens
         head = (fwd + bwd) * s.head_params / p
         compute += head / (gemm_efficiency(c, s.tokens, s.vocab) * peak) - head / (eta * peak)
-    if saved:  # a saved head's dW is vocab x hidden: priced as the head's GEMMs; another saved linear's as the layers'
-        compute += saved_head / (gemm_efficiency(c, s.tokens, s.vocab or s.hidden) * peak) + (saved - saved_head) / (eta * peak)
+    # a saved head's dW is vocab x hidden: priced as the head's GEMMs; another saved linear's as the layers'
+    saved_s = saved_head / (gemm_efficiency(c, s.tokens, s.vocab or s.hidden) * peak) + (saved - saved_head) / (eta * peak)
     # the weight-gradient GEMMs write dW: every weight's, or the saved copies' in their own dtype
     grads = s.saved_linear_params * s.saved_grad_bytes if s.frozen_base else p * s.grad_bytes
     weights = p * s.weight_bytes * 2 + grads + (s.body_params * s.weight_bytes if s.checkpointing else 0)
-    read = weights / bw
+    read = weights / bw  # against the whole GEMM time: the saved dW's too
     out = [
         Term(
             "matmuls",
@@ -129,16 +132,25 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
             "micro-batch",
             "device",
             f"(2 + {2 if s.frozen_base else 4}{' + 2 recomputed' if s.checkpointing else ''}) x m x P FLOPs "
-            + (
-                f"+ 2 x m x {s.saved_linear_params:,} (the saved linears' weight gradients, a saved head's at its own rate) "
-                if saved
-                else ""
-            )
-            + f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
+            f"at {eta:.0%} of peak (eta {c.matmul_efficiency:.0%} x mh/(mh + {K.M_HALF_TOKENS:.0f} x {K.GEMM_REFERENCE_WIDTH}), "
             f"h {s.hidden:,})",
             c.source,
         )
     ]
+    if saved:
+        out.append(
+            Term(
+                SAVED_GRADIENTS,
+                "matmuls",
+                saved_s,
+                "micro-batch",
+                "device",
+                f"2 x m x {s.saved_linear_params:,} FLOPs: the weight gradients of the modules_to_save copies (a frozen "
+                "base's other linears compute none), a saved head's at the head's rate",
+                "peft ModulesToSaveWrapper: the copies train in full",
+            )
+        )
+    compute += saved_s
     if read > compute:
         out.append(
             Term(
