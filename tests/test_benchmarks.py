@@ -44,6 +44,7 @@ RESULT = {
     "host_overhead": (
         r"host seconds per kernel \(median of 2\): \d+\.\d us; Trainer per step: -?\d+\.\d ms\ncheckpointing's host work per layer"
     ),
+    "kernel_counts": r'counted: \{"layer": \[\d+\.\d, \d+\.\d\](.|\n)*the model\'s constants: \{"layer": \[44,',
     "lora_coefficients": r"llama fp32 lora fit: \{'c_h': -?\d",
     "lora_memory_accuracy": r"2 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%",
     "memory_accuracy": r"3 cases: analytic \|error\| median \d+\.\d+%, max \d+\.\d+%; accelerate median",
@@ -67,6 +68,7 @@ SLOW = {
     "fuzz",
     "gpu_check",
     "host_overhead",
+    "kernel_counts",
     "lora_coefficients",
     "lora_memory_accuracy",
     "memory_accuracy",
@@ -161,7 +163,8 @@ def test_the_device_scripts_parse_and_carry_what_the_gpu_image_lacks():
     listed = re.search(r"for name in ([^;]+);", fetch).group(1).split()
     assert {"pydantic", "pydantic_core", "tomlkit", "bitsandbytes", "datasets"} <= set(listed)
     run_checks = (BENCH / "device" / "run_checks.sh").read_text()
-    assert "host_overhead.py --device cuda" in run_checks and "gpu_check.py --device cuda" in run_checks
+    for script in ("host_overhead.py", "kernel_counts.py", "gpu_check.py"):
+        assert f"{script} --device cuda" in run_checks, script
 
 
 def test_checkpointings_host_work_is_derived_in_one_unit_and_a_negative_adapter_figure_is_reported():
