@@ -496,6 +496,22 @@ def main(argv: list[str] | None = None) -> int:
     cases = matrix(a.families.split(","), methods, a.precisions.split(","), ckpt)
     rows, skipped, t0, load0 = [], 0, time.perf_counter(), os.getloadavg()[0]
     not_run: list[dict] = []  # rows that cannot run here, each with the reason
+    failed: list[dict] = []  # cases whose run failed, each with the end of its stderr
+    out = None if a.quick and not a.json else Path(a.json or ROOT / "benchmarks" / "data" / f"gpu_check-{device}.json")
+
+    def summary_now() -> dict:
+        return dict(
+            device=device,
+            gpu=rows[0]["gpu"] if rows else device,
+            wall_s=time.perf_counter() - t0,
+            skipped=skipped,
+            budget_s=a.budget_s,
+            cpus=os.cpu_count(),
+            load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
+            not_run=not_run,
+            failed=failed,
+        )
+
     with tempfile.TemporaryDirectory(prefix="gpu_check-") as tmp:
         for i, case in enumerate(cases):
             name = f"{case['family']} {case['method']} {case['precision']} ckpt={'on' if case['ckpt'] else 'off'}"
@@ -510,12 +526,15 @@ def main(argv: list[str] | None = None) -> int:
             case["work"] = str(Path(tmp) / f"case{i}")
             job = json.dumps(dict(case=case, device=device, seq=seq, steps=steps, target=a.target))
             r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True, cwd=ROOT, timeout=600)
-            if r.returncode != 0:
+            if r.returncode != 0:  # recorded, and the other cases run: a lent GPU's time is too short to start over
                 print(f"[{i + 1}/{len(cases)}] {name}: FAILED\n{r.stderr[-3000:]}", flush=True)
-                return 1
+                failed.append(dict(case=name, stderr=r.stderr[-2000:]))
+                continue
             row = json.loads(Path(case["work"], "row.json").read_text())
             row.pop("work")
             rows.append(row)
+            if out is not None:  # the rows so far, should the run be stopped before its end
+                out.write_text(json.dumps(dict(summary=summary_now(), rows=rows), indent=1))
             m, p = row["measured"], row["plan"]
             peak = m["allocated"] if device == "cuda" else m["rss"]
             print(
@@ -523,21 +542,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s",
                 flush=True,
             )
-    summary = dict(
-        device=device,
-        gpu=rows[0]["gpu"] if rows else device,
-        wall_s=time.perf_counter() - t0,
-        skipped=skipped,
-        budget_s=a.budget_s,
-        cpus=os.cpu_count(),
-        load_average=[round(load0, 1), round(os.getloadavg()[0], 1)],
-        not_run=not_run,
-    )
-    if a.quick and not a.json:
+    summary = summary_now()
+    if out is None:
         print(render(rows, summary))
         print(f"{len(rows)} cases in {summary['wall_s']:.0f} s")
-        return 0
-    out = Path(a.json or ROOT / "benchmarks" / "data" / f"gpu_check-{device}.json")
+        return 1 if failed else 0
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")
     if not a.no_write:
@@ -546,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         title = "Real training memory on a GPU vs the plan" if device == "cuda" else "gpu_check on CPU (its code path, tiny models)"
         command = "python benchmarks/gpu_check.py" + (" --device cpu" if device == "cpu" else "")
         write_section(f"gpu_check_{device}", title, render(rows, summary), command=command)
-    return 0
+    if failed:
+        print(f"{len(failed)} case(s) failed: " + ", ".join(f["case"] for f in failed), flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
