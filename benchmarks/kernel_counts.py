@@ -31,11 +31,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_overhead import HIDDEN, TARGETS, TOKENS  # noqa: E402  the same tiny Llama as the host-cost measurement
+from host_overhead import _config as _tiny_llama  # noqa: E402
 from results import write_section  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "kernel_counts.json"
-TOKENS, HIDDEN, RANK = 16, 64, 8
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+RANK = 8
 LAYERS = (4, 8)
 # aten ops that launch no kernel: views, metadata, allocation without a fill
 NO_WORK = frozenset(
@@ -91,18 +92,7 @@ CONFIGS = (
 
 
 def _config(layers: int, attention: str) -> dict:
-    return {
-        "model_type": "llama",
-        "hidden_size": HIDDEN,
-        "intermediate_size": 2 * HIDDEN,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "vocab_size": 128,
-        "max_position_embeddings": 64,
-        "tie_word_embeddings": False,
-        "attn_implementation": attention,
-    }
+    return {**_tiny_llama(layers), "attn_implementation": attention}
 
 
 def _model(layers: int, attention: str, bf16: bool, lora: bool, device: str):
