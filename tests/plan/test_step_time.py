@@ -479,3 +479,17 @@ def test_a_dpo_forward_without_gradients_leaves_the_saved_modules_weight_gradien
     with_saved, _ = nograd_forward_terms(dpo, wl, terms)
     plain, _ = nograd_forward_terms(dpo, wl, without)
     assert with_saved is not None and with_saved.seconds == plain.seconds > 0
+
+
+def test_a_saved_heads_weight_gradient_counts_in_the_steps_flops_and_its_mfu():
+    """The plan's FLOPs per token (its MFU's numerator) carry the saved linears' dW: 2 FLOPs a weight a token."""
+    from gpuplan.plan.estimate.throughput import estimate_throughput
+
+    targets = ("q_proj", "v_proj")
+    plain = Adapters(method="lora", r=16, target_modules=targets)
+    wl = Workload(per_device_batch=2, seq_len=512, weight_dtype="bfloat16", amp="bf16", adapters=plain)
+    a = estimate_throughput(LLAMA_7B, wl, A100, max_steps=None).to_dict()
+    saved = dataclasses.replace(wl, adapters=dataclasses.replace(plain, modules_to_save=("lm_head",)))
+    b = estimate_throughput(LLAMA_7B, saved, A100, max_steps=None).to_dict()
+    assert b["model_flops_per_token"] - a["model_flops_per_token"] == 2 * 32000 * 4096
+    assert b["flops_per_step"] - a["flops_per_step"] == pytest.approx(2 * 32000 * 4096 * 2 * 512, rel=1e-12)

@@ -26,6 +26,7 @@ from gpuplan.plan.estimate.step_time.generation import generation_terms, generat
 from gpuplan.plan.estimate.step_time.model import StepTime, scaled_term
 from gpuplan.plan.estimate.step_time.model import step_time as step_time_model
 from gpuplan.plan.estimate.step_time.saver_terms import saver_terms
+from gpuplan.plan.estimate.step_time.shape import saved_linear_params
 from gpuplan.plan.estimate.step_time.terms import SAVED_GRADIENTS, Term
 from gpuplan.plan.estimate.step_time.tower_terms import tower_terms
 from gpuplan.plan.methods import method_of
@@ -115,6 +116,8 @@ def _step_flops(facts: ModelFacts, workload: Workload, obj: Any, world_size: int
     """The tokens per optimizer step and their FLOPs (the model's and the hardware's), the no-grad forwards included."""
     tokens = workload.per_device_batch * obj.grad_sequences * workload.seq_len * workload.gradient_accumulation_steps * world_size
     model_per_token, hw_per_token = flops_per_token(facts, workload.seq_len, workload.gradient_checkpointing, frozen)
+    saved = 2 * saved_linear_params(facts, workload.adapters)  # a saved head's weight gradient: 2 FLOPs a weight a token
+    model_per_token, hw_per_token = model_per_token + saved, hw_per_token + saved
     model_flops = model_per_token * tokens
     flops = hw_per_token * tokens
     # forwards without gradients (the reference's, KTO's KL): a third of 6N + 12LHQT per token

@@ -155,6 +155,14 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
     )
 
 
+def saved_linear_params(facts: ModelFacts, adapters: Adapters | None) -> int:
+    """The weights of the linears a LoRA run trains in full (modules_to_save: a saved head, a classifier), whose
+    weight-gradient GEMMs run beside the frozen base's input gradients (0 without adapters or saved modules)."""
+    if adapters is None or not adapters.modules_to_save or not method_of(adapters).frozen_base:
+        return 0
+    return _adapter_counts(facts, adapters)[5]
+
+
 def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
     from gpuplan.plan.estimate.flops import matmul_params  # the 6N term's N, one definition
 
