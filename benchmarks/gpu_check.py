@@ -452,6 +452,8 @@ def rl_lines(rows: list[dict], summary: dict) -> list[str]:
             out.append(f"| {r['method']} | {g['backend']} | {r['batch']} | {_gib(g['memory'])} | {gen_s} | {step} | {measured} | {share} |")
     for n in summary.get("not_run") or ():
         out.append(f"Not run: {n['family']} {n['method']}: {n['reason']}.")
+    for f in summary.get("failed") or ():
+        out.append(f"Failed: {f['case']} (the end of its stderr is in the JSON's summary).")
     return out
 
 
@@ -499,8 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[dict] = []  # cases whose run failed, each with the end of its stderr
     out = None if a.quick and not a.json else Path(a.json or ROOT / "benchmarks" / "data" / f"gpu_check-{device}.json")
 
-    def summary_now() -> dict:
+    def summary_now(finished: bool = False) -> dict:
         return dict(
+            finished=finished,
             device=device,
             gpu=rows[0]["gpu"] if rows else device,
             wall_s=time.perf_counter() - t0,
@@ -525,16 +528,22 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             case["work"] = str(Path(tmp) / f"case{i}")
             job = json.dumps(dict(case=case, device=device, seq=seq, steps=steps, target=a.target))
-            r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True, cwd=ROOT, timeout=600)
-            if r.returncode != 0:  # recorded, and the other cases run: a lent GPU's time is too short to start over
-                print(f"[{i + 1}/{len(cases)}] {name}: FAILED\n{r.stderr[-3000:]}", flush=True)
-                failed.append(dict(case=name, stderr=r.stderr[-2000:]))
+            try:
+                r = subprocess.run([sys.executable, __file__, "--run-case", job], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                error = r.stderr[-2000:] if r.returncode != 0 else None
+            except subprocess.TimeoutExpired as e:
+                error = f"over 600 s; stderr so far: {(e.stderr or b'')[-1500:]!r}"
+            if error is not None:  # recorded, and the other cases run: a lent GPU's time is too short to start over
+                print(f"[{i + 1}/{len(cases)}] {name}: FAILED\n{error}", flush=True)
+                failed.append(dict(case=name, stderr=error))
+            else:
+                row = json.loads(Path(case["work"], "row.json").read_text())
+                row.pop("work")
+                rows.append(row)
+            if a.json:  # what was measured so far (summary.finished false), should the run be stopped before its end
+                Path(a.json).write_text(json.dumps(dict(summary=summary_now(), rows=rows), indent=1))
+            if error is not None:
                 continue
-            row = json.loads(Path(case["work"], "row.json").read_text())
-            row.pop("work")
-            rows.append(row)
-            if out is not None:  # the rows so far, should the run be stopped before its end
-                out.write_text(json.dumps(dict(summary=summary_now(), rows=rows), indent=1))
             m, p = row["measured"], row["plan"]
             peak = m["allocated"] if device == "cuda" else m["rss"]
             print(
@@ -542,11 +551,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"plan {_gib(p['allocated'])} GiB, {m['tokens_per_second'] or 0:,.0f} tokens/s",
                 flush=True,
             )
-    summary = summary_now()
-    if out is None:
-        print(render(rows, summary))
+    summary = summary_now(finished=True)
+    if out is None or not rows:  # --quick, or nothing measured: the committed results stay as they are
+        print(render(rows, summary) if rows else "no case ran: " + ", ".join(f["case"] for f in failed))
+        if a.json:
+            Path(a.json).write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
         print(f"{len(rows)} cases in {summary['wall_s']:.0f} s")
-        return 1 if failed else 0
+        return 1 if failed or not rows else 0
     out.write_text(json.dumps(dict(summary=summary, rows=rows), indent=1))
     print(f"{len(rows)} cases in {summary['wall_s']:.0f} s; rows in {out}")
     if not a.no_write:

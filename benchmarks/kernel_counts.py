@@ -81,7 +81,9 @@ NO_WORK = frozenset(
 )
 MAYBE_COPY = frozenset({"aten::to", "aten::contiguous", "aten::reshape", "aten::type_as"})
 COPIES = frozenset({"aten::_to_copy", "aten::copy_", "aten::clone"})
-LAUNCHES = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"})
+LAUNCHES = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch"}
+)
 # (name, bf16 weights, LoRA, autocast)
 CONFIGS = (
     ("fp32", False, False, False),
@@ -121,6 +123,12 @@ def _descendants(e) -> list:
     return out
 
 
+def device_kernels(events) -> int:
+    """Kernels the GPU ran (its own events, copies and fills left out): beside the launch calls, so that a launch API
+    the LAUNCHES names miss, or one call that starts several kernels, shows as a difference."""
+    return sum(1 for e in events if str(e.device_type).endswith("CUDA") and not e.name.startswith(("Memcpy", "Memset")))
+
+
 def count_kernels(events, device: str) -> int:
     """Kernels in a profile's events: cudaLaunchKernel calls on a GPU; on a CPU the top-level aten ops that do work."""
     if device == "cuda":
@@ -147,6 +155,7 @@ def _profiled(model, ids, autocast: bool, backward: bool, device: str) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     def step() -> None:
+        model.zero_grad(set_to_none=True)  # as the Trainer leaves them: no accumulate-into-.grad kernels
         ctx = torch.autocast(device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
         with ctx:
             loss = model(input_ids=ids, labels=ids).loss
@@ -159,7 +168,10 @@ def _profiled(model, ids, autocast: bool, backward: bool, device: str) -> int:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
         step()
-    return count_kernels(prof.events(), device)
+    events = prof.events()
+    if device == "cuda":
+        print(f"    {count_kernels(events, device)} launch calls, {device_kernels(events)} kernels on the device", flush=True)
+    return count_kernels(events, device)
 
 
 def measure(configs, attentions, device: str) -> list[dict]:
@@ -260,16 +272,21 @@ def main() -> int:
             *table,
             "",
             f"Counted: a layer {pair(derived['layer'])}; eager attention {derived['eager_extra_forward']:g} more forward; "
-            f"bf16 weights {pair(derived['bf16_extra'])} more (RMSNorm's casts); a LoRA adapter {pair(derived['adapter LoRA, fp32'])} "
-            f"in fp32, {pair(derived['adapter LoRA fp32 adapters, bf16 base, autocast'])} as fp32 adapters over a bf16 base "
-            f"under autocast; the rest of the model {derived['head_both']:g}.",
+            f"bf16 weights {pair(derived['bf16_extra'])} more (RMSNorm's casts); per LoRA adapter, as the model composes a "
+            "LoRA layer (the full layer's count plus its adapters': the frozen base's dW GEMMs come out of it), "
+            f"{pair(derived['adapter LoRA, fp32'])} in fp32, {pair(derived['adapter LoRA fp32 adapters, bf16 base, autocast'])} "
+            f"as fp32 adapters over a bf16 base under autocast; the rest of the model {derived['head_both']:g}.",
             "",
             f"The step-time model's constants (plan/estimate/step_time/shape.py): a layer {pair(model['layer'])}; eager "
             f"attention {model['eager_extra_forward']} more forward; bf16 weights none more; a LoRA adapter "
             f"{pair(model['adapter'])}; the rest {model['head_both']}.",
         ]
     )
-    write_section("kernel_counts" if args.device == "cpu" else "kernel_counts_cuda", "Kernels per decoder layer, counted", body)
+    if args.device == "cuda":
+        command = "python benchmarks/kernel_counts.py --device cuda"
+        write_section("kernel_counts_cuda", "Kernels per decoder layer, counted on a GPU host", body, command)
+    else:
+        write_section("kernel_counts", "Kernels per decoder layer, counted", body)
     return 0
 
 

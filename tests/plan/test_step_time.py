@@ -493,3 +493,4 @@ def test_a_saved_heads_weight_gradient_counts_in_the_steps_flops_and_its_mfu():
     b = estimate_throughput(LLAMA_7B, saved, A100, max_steps=None).to_dict()
     assert b["model_flops_per_token"] - a["model_flops_per_token"] == 2 * 32000 * 4096
     assert b["flops_per_step"] - a["flops_per_step"] == pytest.approx(2 * 32000 * 4096 * 2 * 512, rel=1e-12)
+    assert "2N_saved" in b["flops_formula"] and "2N_saved" not in a["flops_formula"]

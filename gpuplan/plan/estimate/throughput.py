@@ -145,6 +145,8 @@ def _flops_formula(workload: Workload, frozen: bool) -> str:
         formula = "4N + 12LHQT per token: a frozen base has no weight-gradient matmuls" + (
             "; + 2N_layers + 4LHQT recomputed" if workload.gradient_checkpointing else ""
         )
+        if workload.adapters is not None and workload.adapters.modules_to_save:
+            formula += "; + 2N_saved: the weight gradients of the modules_to_save copies"
     return formula
 
 

@@ -76,8 +76,10 @@ EIGHT_BIT_OPTIMIZER = SaverSpec(
 def flops_per_token_at(p: FitProblem) -> float:
     """Hardware FLOPs per token without recomputation (estimate/throughput.py): what slowdowns divide."""
     from gpuplan.plan.estimate.flops import flops_per_token
+    from gpuplan.plan.estimate.step_time.shape import saved_linear_params
 
-    return flops_per_token(p.facts, p.base.seq_len, False, method_of(p.base.adapters).frozen_base)[1]
+    hw = flops_per_token(p.facts, p.base.seq_len, False, method_of(p.base.adapters).frozen_base)[1]
+    return hw + 2 * saved_linear_params(p.facts, p.base.adapters)  # a saved head's dW, as the plan counts it
 
 
 def _chunk_slowdown(p: FitProblem) -> float:

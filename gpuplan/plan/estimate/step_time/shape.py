@@ -9,9 +9,9 @@ layer.py Linear.forward): 5 kernels forward, 10 backward. A bitsandbytes 4-bit l
 dequantizes its weight before the matmul (bitsandbytes/autograd/_functions.py MatMul4Bit,
 forward and backward): 2 more per pass. benchmarks/kernel_counts.py recounts them on the installed
 stack (benchmarks/RESULTS.md, "Kernels per decoder layer, counted"): transformers 5.25 launches 36
-forward and 78 backward a layer, 4 + 4 more with bf16 weights (RMSNorm's casts), and an fp32
-adapter over a bf16 base under autocast 6 and 10. The constants below are what KERNEL_S was fitted
-with (benchmarks/fit_step_time.py); changing them moves that fit.
+forward and 69 backward a layer, 4 + 4 more with bf16 weights (RMSNorm's casts), and, composed as
+below, 6 + 9.4 per fp32 adapter over a bf16 base under autocast. The constants below are what
+KERNEL_S was fitted with (benchmarks/fit_step_time.py); changing them moves that fit.
 """
 
 from __future__ import annotations
