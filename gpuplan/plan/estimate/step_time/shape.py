@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.modelinfo.facts import ModelFacts
@@ -120,12 +121,19 @@ class StepShape:
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
 
 
+class _AdapterCounts(NamedTuple):
+    trainable: int  # the adapters' parameters and the saved modules' copies
+    per_layer: int  # adapters per decoder layer
+    io: int  # sum over one layer's adapted linears of 2 fan_in + 5 fan_out
+    tensors: int  # A and B, DoRA's magnitudes and the saved copies, as memory/adapters.py adapter_layout lists them
+    saved: int  # the saved modules' parameters
+    saved_linear: int  # of those, the saved linears' weights, whose weight-gradient GEMM runs
+    saved_head: int  # of those, the output head's
+
+
 @lru_cache(maxsize=512)
-def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, int, int, int, int, int]:
-    """(trainable parameters, adapters per layer, sum of 2 fan_in + 5 fan_out per layer, trainable tensors: A and B,
-    DoRA's magnitudes and the saved modules' copies, as memory/adapters.py adapter_layout lists them; the saved
-    modules' parameters, of those the weights of saved linears, whose weight-gradient GEMM runs, and of those the
-    output head's)."""
+def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> _AdapterCounts:
+    """What a LoRA run trains and launches beside the frozen base, as StepShape counts it."""
     from gpuplan.modelinfo.lora_targets import saved_modules
     from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
@@ -144,14 +152,14 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> tuple[int, int, in
         for name, w in linears.items()
         if name == m or name.startswith(m + ".")
     ]
-    return (
-        lay.adapter_params + lay.saved_params,
-        lay.targets_per_layer,
-        io // max(facts.num_layers, 1),
-        len(lay.adapter_shapes),
-        lay.saved_params,
-        sum(w for _, w in saved),
-        sum(w for name, w in saved if name == "lm_head"),
+    return _AdapterCounts(
+        trainable=lay.adapter_params + lay.saved_params,
+        per_layer=lay.targets_per_layer,
+        io=io // max(facts.num_layers, 1),
+        tensors=len(lay.adapter_shapes),
+        saved=lay.saved_params,
+        saved_linear=sum(w for _, w in saved),
+        saved_head=sum(w for name, w in saved if name == "lm_head"),
     )
 
 
@@ -160,7 +168,7 @@ def saved_linear_params(facts: ModelFacts, adapters: Adapters | None) -> int:
     weight-gradient GEMMs run beside the frozen base's input gradients (0 without adapters or saved modules)."""
     if adapters is None or not adapters.modules_to_save or not method_of(adapters).frozen_base:
         return 0
-    return _adapter_counts(facts, adapters)[5]
+    return _adapter_counts(facts, adapters).saved_linear
 
 
 def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype: str) -> StepShape:
@@ -169,10 +177,10 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
     frozen = method.frozen_base
-    trainable, quantized, per_layer, io, adapter_tensors = facts.n_params, 0, 0, 0, 0
-    saved, saved_linear, saved_head = 0, 0, 0
+    counts = _AdapterCounts(facts.n_params, 0, 0, 0, 0, 0, 0)
+    quantized = 0
     if frozen and wl.adapters is not None:
-        trainable, per_layer, io, adapter_tensors, saved, saved_linear, saved_head = _adapter_counts(facts, wl.adapters)
+        counts = _adapter_counts(facts, wl.adapters)
         if method.quantized_base:
             quantized = n - head
     base_tensors = len(facts.param_shapes) or 9 * facts.num_layers + 3  # the model's own tensors; Llama's 9 a layer if unlisted
@@ -195,11 +203,11 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         body_params=n - head,
         head_params=head,
         n_params=facts.n_params,
-        trainable_params=trainable,
+        trainable_params=counts.trainable,
         frozen_base=frozen,
         quantized_params=quantized,
-        adapters_per_layer=per_layer,
-        adapter_io=io,
+        adapters_per_layer=counts.per_layer,
+        adapter_io=counts.io,
         linears_per_layer=layer_linears or 7,
         compute_dtype=compute_dtype,
         act_bytes=act,
@@ -211,12 +219,12 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         checkpointing=wl.gradient_checkpointing,
         attention=attention,
         on_cpu=on_cpu,
-        zero3_tensors=base_tensors + adapter_tensors,
-        trainable_tensors=adapter_tensors if frozen else base_tensors,
-        saved_params=saved,
-        saved_linear_params=saved_linear,
-        saved_head_params=saved_head,
-        saved_grad_bytes=(4 if method.quantized_base else weight_dtype_bytes) if saved else 0,
+        zero3_tensors=base_tensors + counts.tensors,
+        trainable_tensors=counts.tensors if frozen else base_tensors,
+        saved_params=counts.saved,
+        saved_linear_params=counts.saved_linear,
+        saved_head_params=counts.saved_head,
+        saved_grad_bytes=(4 if method.quantized_base else weight_dtype_bytes) if counts.saved else 0,
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,

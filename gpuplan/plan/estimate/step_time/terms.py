@@ -95,12 +95,12 @@ def gemm_efficiency(c: K.ArchConstants, tokens: int, width: int = K.GEMM_REFEREN
 
 def matmul_flops(s: StepShape) -> tuple[float, float, float]:
     """(forward, backward, recompute) matmul FLOPs of one micro-batch: 2mP per forward
-    (Kaplan et al. 2020), backward 4mP, or 2mP with a frozen base (input gradients only) plus
-    the weight gradients of the saved linears (2m per weight: a trainable head under LoRA),
-    recompute 2mP of the layers (not the head) under checkpointing (Korthikanti et al. 2022)."""
+    (Kaplan et al. 2020), backward 4mP, or 2mP with a frozen base (input gradients only; the saved
+    linears' weight gradients are matmul_terms' term of their own), recompute 2mP of the layers (not
+    the head) under checkpointing (Korthikanti et al. 2022)."""
     p = s.body_params + s.head_params
     fwd = 2 * s.tokens * p
-    bwd = (2 if s.frozen_base else 4) * s.tokens * p + (2 * s.tokens * s.saved_linear_params if s.frozen_base else 0)
+    bwd = (2 if s.frozen_base else 4) * s.tokens * p
     rec = 2 * s.tokens * s.body_params if s.checkpointing else 0
     return fwd, bwd, rec
 
@@ -110,9 +110,8 @@ def matmul_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) -> li
     a pass takes max(FLOPs / (eta(m) peak), weight bytes / BW), Williams et al. 2009)."""
     eta = gemm_efficiency(c, s.tokens, s.hidden)  # the layers' GEMMs: q, o and down write m x hidden
     fwd, bwd, rec = matmul_flops(s)
-    saved = 2 * s.tokens * s.saved_linear_params if s.frozen_base else 0  # in bwd: the saved linears' dW
-    saved_head = 2 * s.tokens * s.saved_head_params if s.frozen_base else 0
-    bwd -= saved
+    # the saved linears' dW (set only under a frozen base: build_shape): 2 FLOPs a weight a token
+    saved, saved_head = 2 * s.tokens * s.saved_linear_params, 2 * s.tokens * s.saved_head_params
     p = s.body_params + s.head_params
     compute = (fwd + bwd + rec) / (eta * peak)
     if s.head_params and s.vocab:  # the head writes m x vocab: it fills the GPU at far fewer tokens
