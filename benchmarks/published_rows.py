@@ -24,9 +24,9 @@ from typing import Any
 
 from gpuplan.hardware.catalog import load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
-from gpuplan.modelinfo.count import model_facts
+from gpuplan.modelinfo.count import facts_from_params, model_facts
 from gpuplan.modelinfo.facts import ModelFacts
-from gpuplan.modelinfo.params import ParamList
+from gpuplan.modelinfo.params import Dims, ParamList
 from gpuplan.plan.estimate.comm_time import communication
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import shape as S
@@ -191,12 +191,7 @@ def qwen_v1_facts(hidden: int, layers: int, heads: int, inter: int, vocab: int) 
         p.linear(f"{b}.mlp.c_proj", inter, hidden, bias=False)
     p.norm("transformer.ln_f", hidden, bias=False)
     p.add("lm_head.weight", vocab, hidden)
-    return ModelFacts(
-        model_type="qwen",
-        task="causal-lm",
-        n_params=p.total(),
-        param_shapes=tuple(p.items),
-        linear_layers=tuple(p.layers),
+    dims = Dims(
         hidden_size=hidden,
         num_layers=layers,
         num_attention_heads=heads,
@@ -208,7 +203,10 @@ def qwen_v1_facts(hidden: int, layers: int, heads: int, inter: int, vocab: int) 
         mlp="gated",
         norm="rmsnorm",
         tie_word_embeddings=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
     )
+    return facts_from_params("qwen", {"tie_word_embeddings": False}, "causal-lm", p, dims)
 
 
 def plan_run(row: dict[str, Any]) -> Run:

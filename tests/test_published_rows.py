@@ -41,7 +41,9 @@ def test_qwen_rows_are_planned_with_qwens_own_module_tree_and_the_lora_emb_rows_
     runs, _ = published_rows.usable_runs()
     qwen7 = [r for r in runs if r.row["model"].startswith("Qwen/Qwen-7B") and r.workload.adapters is not None and not r.gptq]
     facts = qwen7[0].facts
-    assert facts.n_params == 7_721_324_544  # Qwen-7B's parameter count (its Hub model card: 7.72B)
+    h, i, v, layers = 4096, 11008, 151936, 32  # Qwen-7B's config.json (intermediate: ffn_hidden_size / 2)
+    per_block = 2 * h + (3 * h * h + 3 * h) + h * h + 3 * h * i  # ln_1, ln_2; c_attn with its bias; c_proj; w1, w2, c_proj
+    assert facts.n_params == 2 * v * h + layers * per_block + h == 7_721_324_544  # wte, lm_head, ln_f
     assert [n.rsplit(".", 1)[1] for n, *_ in facts.linear_layers[:5]] == ["c_attn", "c_proj", "w1", "w2", "c_proj"]
     assert len(facts.param_shapes) == 8 * 32 + 3
     shapes = {r.row["model"]: S.build_shape(r.facts, r.workload, r.gpu, "bf16") for r in qwen7}

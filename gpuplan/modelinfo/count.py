@@ -60,7 +60,7 @@ def model_facts(config: Mapping[str, Any], task: str = "causal-lm", num_labels: 
     if task not in supported:
         raise unsupported_task(model_type, task, supported)
     params, dims = counter(model_type, config, task, num_labels)
-    return _facts(model_type, config, task, params, dims)
+    return facts_from_params(model_type, config, task, params, dims)
 
 
 def _vlm_facts(model_type: str, config: Mapping[str, Any], task: str, allow_meta_fallback: bool) -> ModelFacts:
@@ -85,10 +85,11 @@ def _vlm_facts(model_type: str, config: Mapping[str, Any], task: str, allow_meta
 
         return meta_facts(config, task, 2)
     params, dims, vision = counter(model_type, config, task, 2)
-    return dataclasses.replace(_facts(model_type, config, task, params, dims), vision=vision)
+    return dataclasses.replace(facts_from_params(model_type, config, task, params, dims), vision=vision)
 
 
-def _facts(model_type: str, config: Mapping[str, Any], task: str, params: ParamList, dims: Dims) -> ModelFacts:
+def facts_from_params(model_type: str, config: Mapping[str, Any], task: str, params: ParamList, dims: Dims) -> ModelFacts:
+    """ModelFacts of a model whose parameter tensors a family counter listed (`params`) with its dims."""
     notes = list(params.notes)
     if "tie_word_embeddings" not in config:
         notes.append(f"tie_word_embeddings absent: the {model_type} default ({str(dims.tie_word_embeddings).lower()}) applies")
