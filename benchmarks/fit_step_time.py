@@ -17,8 +17,10 @@ in-sample figure (all rows in the fit, the constants shipped) stands beside it. 
 constant has a physical bound with its source; the report says whether any fit sits at
 one, and its spread across the folds.
 
-The shipped constants are the best all-row fit started from the priors or from any fold's
-constants (the objective has more than one valley); the held-out errors are each fold's own fit.
+The objective has more than one valley. Each fold's fit is the best of Nelder-Mead from the priors
+and from FOLD_STARTS seeded random starts within the bounds (none taken from the held-out rows);
+the shipped constants are the best all-row fit started from the priors or from any fold's
+constants; the held-out errors are each fold's own fit.
 
 Objective: the mean over sources of each source's mean |log(plan / measured)| (a
 source's many rows weigh as much as another's few), minimised by bounded Nelder-Mead over
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from collections import defaultdict
@@ -150,6 +153,10 @@ PARAMS = (
 NAMES = [p.name for p in PARAMS]
 AT_BOUND = 0.02  # within 2% (in log) of a bound counts as "at the bound"
 RESTARTS = 2  # Nelder-Mead runs per fit, each from the last one's end
+# Starts per fold beside the priors: log-uniform within the bounds, seeded (the same every run). A fold's objective has
+# several valleys of nearly equal depth, and which one Nelder-Mead stops in from the priors alone moved the held-out
+# max error of a source between x1.5 and x2.4; none of these starts looks at the held-out rows.
+FOLD_STARTS = 6
 MIN_GROUP = 8  # held-out rows a bound-by group needs for a spread of its own
 PROFILE_SPREAD = 1.5  # a fold's constant this far (x or /) from the all-row value is profiled (profile() below)
 
@@ -231,6 +238,24 @@ def fit(runs, iterations: int, start: list[float] | None = None) -> tuple[list[f
     return values, free, float(res.fun), nit
 
 
+def random_starts(seed: str) -> list[list[float]]:
+    """FOLD_STARTS starting points, log-uniform within each constant's bounds, seeded by `seed` (a fold's source)."""
+    rng = random.Random(seed)
+    return [[math.exp(rng.uniform(math.log(p.lower), math.log(p.upper))) for p in PARAMS] for _ in range(FOLD_STARTS)]
+
+
+def best_fit(runs, iterations: int, seed: str) -> tuple[list[float], list[bool], float, int]:
+    """The lowest-objective fit on `runs` from the priors and from random_starts(seed): none of the starts comes from
+    rows outside `runs`, so a fold's held-out error stays that of a fit that never saw them."""
+    best = fit(runs, iterations)
+    for start in random_starts(seed):
+        cand = fit(runs, iterations, start=start)
+        if cand[2] < best[2]:
+            best = cand
+    apply(best[0])
+    return best
+
+
 def profile(runs, iterations: int, i: int, value: float) -> float:
     """The objective over `runs` with constant `i` held at `value` and the others refitted: how much worse the rows find
     that value once the rest may make up for it (a single-constant move would miss two constants trading off)."""
@@ -291,7 +316,7 @@ def main() -> int:
     for src in sources:
         train = [r for r in runs if source_name(r.row) != src]
         test = [r for r in runs if source_name(r.row) == src]
-        v, f, o, n = fit(train, args.iterations)
+        v, f, o, n = best_fit(train, args.iterations, seed=src)
         folds[src] = (v, f)
         fold_objective[src] = o
         outs = [predict(r) for r in test]
@@ -407,7 +432,8 @@ def main() -> int:
         [
             f"{len(runs)} usable rows from {len(sources)} sources (benchmarks/published_rows.py; the other sources' rows publish no "
             "derivable tokens/s: see the step-time section above). Error = plan tokens/s per GPU / measured - 1. "
-            "**Held out**: each source predicted by a fit made without any of its rows. **In-sample**: the fit over every row "
+            "**Held out**: each source predicted by a fit made without any of its rows (the lowest objective of Nelder-Mead "
+            f"from the priors and from {FOLD_STARTS} seeded random starts within the bounds). **In-sample**: the fit over every row "
             "(the constants shipped in constants.py).",
             "",
             *table,
