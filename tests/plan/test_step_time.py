@@ -494,3 +494,22 @@ def test_a_saved_heads_weight_gradient_counts_in_the_steps_flops_and_its_mfu():
     assert b["model_flops_per_token"] - a["model_flops_per_token"] == 2 * 32000 * 4096
     assert b["flops_per_step"] - a["flops_per_step"] == pytest.approx(2 * 32000 * 4096 * 2 * 512, rel=1e-12)
     assert "2N_saved" in b["flops_formula"] and "2N_saved" not in a["flops_formula"]
+
+
+def test_a_cpu_prices_the_trainer_step_at_its_measurement_and_a_gpu_at_the_published_fit():
+    """The Trainer's per-step host work: a GPU class takes TRAINER_STEP_S, fitted on published GPU runs; a CPU takes
+    benchmarks/host_overhead.py's measurement on a CPU (the GPU figure, 0.1 s, priced a 0.11M-parameter CPU run's step
+    at 5x what it measured: benchmarks/time_accuracy.py)."""
+    from pathlib import Path
+
+    s = build_shape(LLAMA_7B, Workload(per_device_batch=1, seq_len=128), A100, "bf16")
+
+    def trainer(c: K.ArchConstants) -> Term:
+        return next(t for t in fixed_terms(s, c) if t.name == "Trainer and dataloader")
+
+    gpu, cpu = trainer(K.constants_for(A100)), trainer(K.CPU)
+    assert (gpu.seconds, gpu.source) == (K.TRAINER_STEP_S, K.FIT_SOURCE) and gpu.per == "step"
+    assert cpu.seconds == K.CPU_TRAINER_STEP_S and "host_overhead.py" in cpu.source and cpu.per == "step"
+    assert "3.2 ms per optimizer step" in cpu.formula
+    measured = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "host_overhead.json").read_text())
+    assert K.CPU_TRAINER_STEP_S == measured["trainer_step_s"]  # a re-measurement updates the constant with it

@@ -34,6 +34,10 @@ class ArchConstants:
     kernel_s: float  # host seconds per kernel launch (eager PyTorch)
     source: str
     flash_relative: float = 0.75  # flash attention's FLOP rate relative to a GEMM's (FLASH_RELATIVE)
+    # the HF Trainer's host seconds per optimizer step; None: the figure fitted on the published GPU runs
+    # (TRAINER_STEP_S, read when the step is priced, so that fit_step_time.py's trial values reach it)
+    trainer_step_s: float | None = None
+    trainer_step_source: str = ""
 
 
 # Fitted (benchmarks/fit_step_time.py over every usable row; its headline error is
@@ -135,6 +139,13 @@ BORROWED = {
 # every other term was counted twice and V100 fp32 came out ~2x too slow.
 FP32_CUDA_CORES = "fp32 on CUDA cores (no tensor cores): of the datasheet FP32 peak"
 CPU_KERNEL_S = 3e-5
+# The HF Trainer's host work per optimizer step on a CPU (logging, scheduler, callbacks, collation):
+# measured, a real Trainer's step against a hand loop over the same tensors, 8 micro-batches, logging
+# every step, on one CPU core (benchmarks/host_overhead.py, benchmarks/data/host_overhead.json:
+# trainer_step_s). Not TRAINER_STEP_S: that one is fitted on published GPU runs (at its 0.1 s bound,
+# benchmarks/RESULTS.md), and priced a tiny CPU run's step at 5x what it measured (time_accuracy.py).
+CPU_TRAINER_STEP_S = 3.21e-3
+CPU_TRAINER_SOURCE = "measured: benchmarks/host_overhead.py (a real Trainer's step against a hand loop, one CPU core)"
 
 
 def _gpu_constants(cls: str) -> ArchConstants:
@@ -155,6 +166,8 @@ CPU = ArchConstants(
     0.9,
     CPU_KERNEL_S,
     "CPU: peak and bandwidth measured by hardware/cpu_probe.py; 30 us per op, an estimate checked by benchmarks/time_accuracy.py",
+    trainer_step_s=CPU_TRAINER_STEP_S,
+    trainer_step_source=CPU_TRAINER_SOURCE,
 )
 
 

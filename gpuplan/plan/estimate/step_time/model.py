@@ -83,6 +83,7 @@ class StepTime:
             "constants": {
                 "matmul_efficiency": self.constants.matmul_efficiency,
                 "kernel_s": self.constants.kernel_s,
+                "trainer_step_s": K.TRAINER_STEP_S if self.constants.trainer_step_s is None else self.constants.trainer_step_s,
                 "source": self.constants.source,
             },
             "scale": dict(self.scale),

@@ -354,15 +354,16 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, shards: int = 1, zero_stage: i
                 "measured: benchmarks/host_overhead.py (its own host work against the launches)",
             )
         )
+    trainer, trainer_source = (K.TRAINER_STEP_S, K.FIT_SOURCE) if c.trainer_step_s is None else (c.trainer_step_s, c.trainer_step_source)
     out += [
         Term(
             "Trainer and dataloader",
             "fixed costs",
-            K.TRAINER_STEP_S,
+            trainer,
             "step",
             "serial",
-            f"{K.TRAINER_STEP_S * 1000:.0f} ms per optimizer step",
-            K.FIT_SOURCE,
+            f"{trainer * 1000:.{0 if trainer >= 0.01 else 1}f} ms per optimizer step",
+            trainer_source,
         ),
     ]
     if zero_stage == 3:
