@@ -14,6 +14,7 @@ def cmd_calibration(args) -> int:
         clear_calibrations,
         read_calibrations,
     )
+    from gpuplan.plan.estimate.calibration import current_model
 
     path = calibration_path()
     try:
@@ -40,6 +41,12 @@ def cmd_calibration(args) -> int:
         print(
             f"  {r['gpu']:<12} {gpus:>5} {size:>8} {r.get('tokens_per_second') or 0:>10,.0f} "
             f"{r.get('step_time_s') or 0:>8.3f} {r.get('mfu') or 0:>6.1%} {r['utilisation']:>6.1%}  {r.get('run')}"
+            + ("" if current_model(r) else "  (not used: an earlier step-time model)")
+        )
+    if stale := sum(not current_model(r) for r in records):
+        print(
+            f"{stale} of them were measured against an earlier version of the step-time model, whose modelled step a "
+            "scale is taken against: plans do not use them. An apply on that hardware records a run they use."
         )
     print(
         "A plan on the same GPU and count scales the step-time model's terms by these runs (those of its dtype, "

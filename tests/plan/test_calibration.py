@@ -18,7 +18,7 @@ from gpuplan.hardware.userfiles import (
     read_user_prices,
 )
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.estimate.calibration import calibrated_scale, calibration_assumption
+from gpuplan.plan.estimate.calibration import STEP_MODEL, calibrated_scale, calibration_assumption
 from gpuplan.plan.inputs.environment import local_environment
 from tests.helpers.cli_runs import tiny_spec
 
@@ -42,6 +42,7 @@ def _record(**kw):
         "mfu": 0.3,
         "run": "/r/one",
         "modelled_s": {"work": 1.0, "fixed": 0.5, "other": 0.1},
+        "step_model": STEP_MODEL,
         "key": KEY,
     }
     return {**rec, **kw}
@@ -92,8 +93,13 @@ def test_same_hardware_only_and_records_before_the_model_are_not_used():
         _record(run="/other-count", count=8),
         _record(run="/h100", gpu="H100-80GB"),
         {k: v for k, v in _record(run="/old").items() if k != "modelled_s"},
+        # priced by an earlier step-time model: none recorded (1) or another version
+        {k: v for k, v in _record(run="/v1").items() if k != "step_model"},
+        _record(run="/v0", step_model=STEP_MODEL - 1),
     ]
     assert calibrated_scale(records, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5}) is None
+    current = calibrated_scale([*records, _record(run="/now")], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
+    assert current is not None and current[1]["run"] == "/now" and current[1]["runs_used"] == 1
     assert calibrated_scale(records, lookup("H100-80GB"), 1, 1, key=KEY, modelled={})[1]["run"] == "/h100"
 
 
@@ -225,3 +231,15 @@ def test_the_modelled_slowdowns_are_divided_out_once():
     run = _record(step_time_s=3.1 * 1.1, slowdown=1.1)
     scale, _ = calibrated_scale([run], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
     assert scale == {"work": pytest.approx(2.0), "fixed": pytest.approx(2.0)}
+
+
+def test_the_calibration_list_says_which_runs_an_earlier_step_time_model_priced(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "c.jsonl"
+    append_calibration({k: v for k, v in _record(run="/before").items() if k != "step_model"}, path)
+    append_calibration(_record(run="/now"), path)
+    monkeypatch.setenv("GPUPLAN_CALIBRATION_FILE", str(path))
+    assert main(["calibration"]) == 0
+    out = capsys.readouterr().out
+    before, now = (next(line for line in out.splitlines() if f" {run}" in line) for run in ("/before", "/now"))
+    assert before.endswith("/before  (not used: an earlier step-time model)") and now.endswith(" /now")
+    assert "1 of them were measured against an earlier version of the step-time model" in out

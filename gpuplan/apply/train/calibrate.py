@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuplan.plan.estimate.calibration import calibration_key, modelled_parts
+from gpuplan.plan.estimate.calibration import STEP_MODEL, calibration_key, modelled_parts
 from gpuplan.plan.types import Plan
 
 
@@ -51,6 +51,7 @@ def calibration_record(plan: Plan, results: Mapping[str, Any]) -> dict[str, Any]
     if t.step_time:  # the parts a later plan scales (plan/estimate/calibration.py), and what changes the step
         model = {
             "modelled_s": modelled_parts(t.step_time),
+            "step_model": STEP_MODEL,
             "key": calibration_key(
                 t.peak_dtype or "fp32",  # the key plan/build.py looks calibrations up by
                 plan.resolved.model.method.name,

@@ -25,7 +25,9 @@ runs of other keys are carried across THROUGH THE MODEL'S TERMS, and the assumpt
 says so. The terms already price what the key changes (the dtype's peak, QLoRA's
 dequantization, the recompute, a saver's cost), so a 300 tokens/s fp32 run scales
 the fp32 plan's terms, not a bf16 plan's peak 16x larger. Records written before the
-step-time model (no modelled parts) are not used. Pure.
+step-time model (no modelled parts), or under an earlier version of it (STEP_MODEL), are not
+used: their modelled parts are not what today's model prices, so the scale they give would not
+land the measured spec on its measured step. Pure.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ from typing import Any
 from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.estimate.step_time.model import WORK_KINDS
 
+# The version of the step-time model a record's modelled parts were priced with (the record's "step_model"; none:
+# 1). Bumped when a change moves the parts a run's own plan is made of by more than a refit's few percent, so that a
+# record is never set against a model it was not measured against. 2: a CPU prices the Trainer's per-step work at
+# its measurement (3.2 ms), not at the GPU fit's 0.1 s, which was half a tiny CPU run's modelled step.
+STEP_MODEL = 2
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
 FIXED_GROUPS = ("fixed costs",)
 
@@ -64,15 +71,16 @@ def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
     return parts
 
 
+def current_model(record: Mapping[str, Any]) -> bool:
+    """Whether a record's modelled parts were priced by this version of the step-time model (STEP_MODEL)."""
+    return isinstance(record.get("modelled_s"), Mapping) and record.get("step_model", 1) == STEP_MODEL
+
+
 def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:
     return [
         r
         for r in records
-        if r.get("gpu") == gpu
-        and r.get("count") == count
-        and r.get("nodes", 1) == nodes
-        and isinstance(r.get("modelled_s"), Mapping)
-        and r.get("step_time_s")
+        if r.get("gpu") == gpu and r.get("count") == count and r.get("nodes", 1) == nodes and current_model(r) and r.get("step_time_s")
     ]
 
 
