@@ -189,3 +189,18 @@ def test_checkpointings_host_work_is_derived_in_one_unit_and_a_negative_adapter_
     out, raw = host_overhead.checkpoint_host_kernels(rows, 10.0)
     assert out == {"reentrant": [60.0, 0.0], "non-reentrant": [100.0, 10.0]}
     assert raw == {"reentrant": round(-400 / 10 / 7, 1), "non-reentrant": 10.0}
+
+
+def test_a_host_cost_measured_at_or_below_zero_as_written_is_refused():
+    """host_overhead.py and zero_overhead.py write no cost that rounds to zero or below (a plan would take it as one)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import host_overhead
+    finally:
+        sys.path.remove(str(BENCH))
+    assert host_overhead.unresolved({"kernel_s": 5.85e-06, "trainer_step_s": 0.00321}) == []
+    # round(x * 1e-6, 7) of 0.04 us writes 0.0; a difference of timings can come out negative under load
+    assert host_overhead.unresolved({"zero2_hook_s": round(0.04e-6, 7), "zero3_hook_s": -1.6e-4, "ok": 3e-4}) == [
+        "zero2_hook_s",
+        "zero3_hook_s",
+    ]

@@ -507,9 +507,15 @@ def test_a_cpu_prices_the_trainer_step_at_its_measurement_and_a_gpu_at_the_publi
     def trainer(c: K.ArchConstants) -> Term:
         return next(t for t in fixed_terms(s, c) if t.name == "Trainer and dataloader")
 
-    gpu, cpu = trainer(K.constants_for(A100)), trainer(K.CPU)
+    gpu, cpu = trainer(K.constants_for(A100)), trainer(K.constants_for(lookup("cpu")))
     assert (gpu.seconds, gpu.source) == (K.TRAINER_STEP_S, K.FIT_SOURCE) and gpu.per == "step"
     assert cpu.seconds == K.CPU_TRAINER_STEP_S and "host_overhead.py" in cpu.source and cpu.per == "step"
     assert "3.2 ms per optimizer step" in cpu.formula
+    # a whole CPU plan prices it so, and says so in --json's constants
+    from gpuplan.plan.estimate.throughput import estimate_throughput
+
+    out = estimate_throughput(LLAMA_7B, Workload(per_device_batch=1, seq_len=128, device="cpu"), lookup("cpu"), max_steps=3)
+    assert out.step_time["constants"]["trainer_step_s"] == K.CPU_TRAINER_STEP_S
+    assert next(t for t in out.step_time["terms"] if t["name"] == "Trainer and dataloader")["seconds"] == K.CPU_TRAINER_STEP_S
     measured = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "host_overhead.json").read_text())
     assert K.CPU_TRAINER_STEP_S == measured["trainer_step_s"]  # a re-measurement updates the constant with it

@@ -39,10 +39,13 @@ from gpuplan.hardware.profile import GPUProfile
 from gpuplan.plan.estimate.step_time.model import WORK_KINDS
 
 # The version of the step-time model a record's modelled parts were priced with (the record's "step_model"; none:
-# 1). Bumped when a change moves the parts a run's own plan is made of by more than a refit's few percent, so that a
-# record is never set against a model it was not measured against. 2: a CPU prices the Trainer's per-step work at
-# its measurement (3.2 ms), not at the GPU fit's 0.1 s, which was half a tiny CPU run's modelled step.
+# 1). Bumped when a change moves the parts a run's own plan is made of by more than a refit's few percent, with the
+# architecture classes (step_time/constants.py arch_class, the record's "arch_class") whose parts it moved: a record
+# of an earlier version on such a class is not set against a model it was not measured against; one on another
+# class still is. 2: a CPU prices the Trainer's per-step work at its measurement (3.2 ms), not at the GPU fit's
+# 0.1 s, which was half a tiny CPU run's modelled step.
 STEP_MODEL = 2
+STEP_MODEL_CHANGES: dict[int, frozenset[str]] = {2: frozenset({"cpu"})}
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
 FIXED_GROUPS = ("fixed costs",)
 
@@ -72,8 +75,13 @@ def modelled_parts(step_time: Mapping[str, Any]) -> dict[str, float]:
 
 
 def current_model(record: Mapping[str, Any]) -> bool:
-    """Whether a record's modelled parts were priced by this version of the step-time model (STEP_MODEL)."""
-    return isinstance(record.get("modelled_s"), Mapping) and record.get("step_model", 1) == STEP_MODEL
+    """Whether a record's modelled parts are what this version of the step-time model prices (STEP_MODEL): none of the
+    changes since its version moved its class's parts (a record that names no class is taken as moved)."""
+    if not isinstance(record.get("modelled_s"), Mapping):
+        return False
+    since = record.get("step_model", 1)
+    cls = record.get("arch_class")
+    return not any(cls is None or cls in moved for version, moved in STEP_MODEL_CHANGES.items() if version > since)
 
 
 def matching_runs(records: Sequence[Mapping[str, Any]], gpu: str, count: int, nodes: int) -> list[Mapping[str, Any]]:

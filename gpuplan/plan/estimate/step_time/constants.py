@@ -8,7 +8,8 @@ architecture class, never per SKU, model, row or source:
 - `matmul_efficiency` (ETA): the fraction of the dtype's dense peak a large GEMM reaches,
   at most the class's measured Maximum Achievable Matmul FLOPS (MAMF).
 - `kernel_s` (KERNEL_S): host time of one eager PyTorch kernel launch (op dispatch, autograd).
-The rest are global (the same on every class), fitted over all rows at once.
+The rest are global (the same on every GPU class), fitted over all rows at once; a CPU has
+constants of its own (CPU below: its Trainer step, CPU_TRAINER_STEP_S, is measured, not fitted).
 
 A class with no published row takes a fitted class's value and says so
 (`ArchConstants.source`, BORROWED). A measured run on this hardware
@@ -38,6 +39,11 @@ class ArchConstants:
     # (TRAINER_STEP_S, read when the step is priced, so that fit_step_time.py's trial values reach it)
     trainer_step_s: float | None = None
     trainer_step_source: str = ""
+
+    def trainer_step(self) -> tuple[float, str]:
+        """(the Trainer's per-step host seconds this class prices, their source): its own, else the GPU fit's
+        TRAINER_STEP_S as it stands when called (fit_step_time.py sets it)."""
+        return (TRAINER_STEP_S, FIT_SOURCE) if self.trainer_step_s is None else (self.trainer_step_s, self.trainer_step_source)
 
 
 # Fitted (benchmarks/fit_step_time.py over every usable row; its headline error is

@@ -83,7 +83,7 @@ class StepTime:
             "constants": {
                 "matmul_efficiency": self.constants.matmul_efficiency,
                 "kernel_s": self.constants.kernel_s,
-                "trainer_step_s": K.TRAINER_STEP_S if self.constants.trainer_step_s is None else self.constants.trainer_step_s,
+                "trainer_step_s": self.constants.trainer_step()[0],
                 "source": self.constants.source,
             },
             "scale": dict(self.scale),
@@ -92,6 +92,7 @@ class StepTime:
                     "calibrated_constants": {  # what the measured runs put in place of the class's fitted constants
                         "matmul_efficiency": self.constants.matmul_efficiency / self.scale.get("work", 1.0),
                         "kernel_s": self.constants.kernel_s * self.scale.get("fixed", 1.0),
+                        "trainer_step_s": self.constants.trainer_step()[0] * self.scale.get("fixed", 1.0),
                     }
                 }
                 if self.scale

@@ -354,7 +354,7 @@ def fixed_terms(s: StepShape, c: K.ArchConstants, shards: int = 1, zero_stage: i
                 "measured: benchmarks/host_overhead.py (its own host work against the launches)",
             )
         )
-    trainer, trainer_source = (K.TRAINER_STEP_S, K.FIT_SOURCE) if c.trainer_step_s is None else (c.trainer_step_s, c.trainer_step_source)
+    trainer, trainer_source = c.trainer_step()
     out += [
         Term(
             "Trainer and dataloader",
