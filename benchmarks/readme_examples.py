@@ -35,10 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 STORE: Path | None = None  # the calibration store of main()'s runs (the tests' runs keep their own)
-# Where the example commands run: the checkout when regenerating the docs; a test's sandbox (a copy
-# of specs/ whose /tmp/gpuplan-runs output dirs point inside it, see sandbox()) when checking them,
-# so a test writes nothing into the checkout (init's runs/llama-4090.toml) or the shared temp dir (the
-# two-node apply's launch plan).
+# Where the example commands run: a sandbox (a copy of specs/ whose /tmp/gpuplan-runs output dirs point
+# inside it, see sandbox()), main()'s own or a test's, so that neither writes into the checkout (init's
+# runs/llama-4090.toml, the chat example's runs/tiny-chat/.cache, the tiny apply's runs/tiny) or the
+# shared temp dir (the two-node apply's launch plan); what they print is shown as the checkout's.
 WORKDIR: Path = REPO
 SHIPPED_RUNS = "/tmp/gpuplan-runs/"  # the output dirs the shipped specs name
 
@@ -276,9 +276,11 @@ def main() -> int:
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a doc would change")
     p.add_argument("--quick", action="store_true", help=f"CI: regenerate {' and '.join(QUICK)} in memory; write nothing, exit 0")
     args = p.parse_args()
-    global STORE
-    STORE = Path(tempfile.mkdtemp(prefix="gpuplan-examples-")) / "calibration.jsonl"
-    atexit.register(shutil.rmtree, STORE.parent, ignore_errors=True)
+    global STORE, WORKDIR
+    tmp = Path(tempfile.mkdtemp(prefix="gpuplan-examples-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    STORE = tmp / "calibration.jsonl"
+    WORKDIR = sandbox(tmp / "work")
     shown = all_blocks()
     # In EXAMPLES' order, not the documents': an example that used a trained run would come after it.
     wanted = set(QUICK) if args.quick else {n for n, ex in EXAMPLES.items() if not (args.no_apply and ex.trains)}
