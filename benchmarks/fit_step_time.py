@@ -256,6 +256,12 @@ def best_fit(runs, iterations: int, seed: str) -> tuple[list[float], list[bool],
     return best
 
 
+def held_out(runs, src: str, iterations: int, seed: str) -> tuple[tuple[list[float], list[bool], float, int], list[float]]:
+    """The fold without source `src`: its fit (best_fit from `seed`'s starts) and the errors on `src`'s rows."""
+    fitted = best_fit([r for r in runs if source_name(r.row) != src], iterations, seed=seed)
+    return fitted, [error(r, predict(r)) for r in runs if source_name(r.row) == src]
+
+
 def profile(runs, iterations: int, i: int, value: float, seed: str) -> float:
     """The objective over `runs` with constant `i` held at `value` and the others refitted: how much worse the rows find
     that value once the rest may make up for it (a single-constant move would miss two constants trading off)."""
@@ -321,25 +327,21 @@ def main() -> int:
     held: dict[str, list[float]] = {}
     held_by_run: dict[int, float] = {}  # id(run) -> its held-out error
     for src in sources:
-        train = [r for r in runs if source_name(r.row) != src]
-        test = [r for r in runs if source_name(r.row) == src]
-        v, f, o, n = best_fit(train, args.iterations, seed=src)
+        (v, f, o, n), held[src] = held_out(runs, src, args.iterations, seed=src)
         folds[src] = (v, f)
         fold_objective[src] = o
-        outs = [predict(r) for r in test]
-        held[src] = [error(r, o) for r, o in zip(test, outs)]
+        test = [r for r in runs if source_name(r.row) == src]
         held_by_run.update((id(r), e) for r, e in zip(test, held[src]))
         print(flush=True)
-        print(f"fold without {src}: {len(train)} rows, objective {o:.4f}, held-out median {statistics.median(map(abs, held[src])):.1%}")
+        print(
+            f"fold without {src}: {len(runs) - len(test)} rows, objective {o:.4f}, "
+            f"held-out median {statistics.median(map(abs, held[src])):.1%}"
+        )
     # The same folds from other sets of random starts: the valleys are nearly flat, so the held-out figures move with
     # which one the starts find; the range over the sets says by how much (the table above is the first set).
     by_set: list[dict[str, list[float]]] = [held]
     for k in range(1, args.seed_sets):
-        other: dict[str, list[float]] = {}
-        for src in sources:
-            train = [r for r in runs if source_name(r.row) != src]
-            best_fit(train, args.iterations, seed=f"{src}#{k}")
-            other[src] = [error(r, predict(r)) for r in runs if source_name(r.row) == src]
+        other = {src: held_out(runs, src, args.iterations, seed=f"{src}#{k}")[1] for src in sources}
         by_set.append(other)
         every = [e for v in other.values() for e in v]
         print(f"seed set {k}: held-out median {statistics.median(map(abs, every)):.1%}, max {max(map(abs, every)):.1%}", flush=True)

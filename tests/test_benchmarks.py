@@ -169,11 +169,19 @@ def test_the_device_scripts_parse_and_carry_what_the_gpu_image_lacks():
         assert f"{script} --device cuda" in run_checks, script
 
 
+def _host_overhead():
+    """benchmarks/host_overhead.py as a module (it imports its sibling results.py, so benchmarks/ goes on the path)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    import host_overhead
+
+    return host_overhead
+
+
 def test_checkpointings_host_work_is_derived_in_one_unit_and_a_negative_adapter_figure_is_reported():
     """host_overhead.checkpoint_host_kernels: each checkpointed row's excess over its method's row without checkpointing,
     less its added launches at that method's own rate, in launches' worth at the one prior rate."""
-    sys.path.insert(0, str(BENCH))
-    import host_overhead
+    host_overhead = _host_overhead()
 
     def row(method, ckpt, ms, kernels):
         return {"method": method, "checkpointing": ckpt, "host_ms_per_layer": ms, "kernels_per_layer": kernels}
@@ -193,11 +201,7 @@ def test_checkpointings_host_work_is_derived_in_one_unit_and_a_negative_adapter_
 
 def test_a_host_cost_measured_at_or_below_zero_as_written_is_refused():
     """host_overhead.py and zero_overhead.py write no cost that rounds to zero or below (a plan would take it as one)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        import host_overhead
-    finally:
-        sys.path.remove(str(BENCH))
+    host_overhead = _host_overhead()
     assert host_overhead.unresolved({"kernel_s": 5.85e-06, "trainer_step_s": 0.00321}) == []
     # round(x * 1e-6, 7) of 0.04 us writes 0.0; a difference of timings can come out negative under load
     assert host_overhead.unresolved({"zero2_hook_s": round(0.04e-6, 7), "zero3_hook_s": -1.6e-4, "ok": 3e-4}) == [

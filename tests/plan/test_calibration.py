@@ -18,7 +18,6 @@ from gpuplan.hardware.userfiles import (
     read_user_prices,
 )
 from gpuplan.plan.build import plan_file
-from gpuplan.plan.estimate import calibration
 from gpuplan.plan.estimate.calibration import STEP_MODEL, calibrated_scale, calibration_assumption
 from gpuplan.plan.inputs.environment import local_environment
 from tests.helpers.cli_runs import tiny_spec
@@ -90,19 +89,18 @@ def test_runs_of_two_mixes_fit_work_and_fixed_apart():
     assert "work x 2.00, fixed costs x 1.00 (fitted over 2 measured runs)" in calibration_assumption(section)
 
 
-def test_same_hardware_only_and_records_before_the_model_are_not_used(monkeypatch):
+def test_same_hardware_only_and_records_before_the_model_are_not_used():
     records = [
         _record(run="/other-count", count=8),
         _record(run="/h100", gpu="H100-80GB"),
         {k: v for k, v in _record(run="/old").items() if k != "modelled_s"},
-        # priced by an earlier step-time model whose parts a later version moved: on that class, or naming no class
-        _record(run="/v1-moved", step_model=STEP_MODEL - 1, arch_class="test-moved"),
-        {k: v for k, v in _record(run="/v1-unnamed", step_model=STEP_MODEL - 1).items() if k != "arch_class"},
+        # priced by an earlier step-time model whose parts a later version moved (2: the CPU's), or naming no class
+        _record(run="/v1-moved", step_model=1, arch_class="cpu"),
+        {k: v for k, v in _record(run="/v1-unnamed", step_model=1).items() if k != "arch_class"},
     ]
-    monkeypatch.setitem(calibration.STEP_MODEL_CHANGES, STEP_MODEL, frozenset({"test-moved", "cpu"}))
     assert calibrated_scale(records, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5}) is None
     # an earlier version's record on a class the changes since did not move is still used, as is a current one
-    for run, extra in (("/v1-kept", {"step_model": STEP_MODEL - 1}), ("/now", {})):
+    for run, extra in (("/v1-kept", {"step_model": 1}), ("/now", {})):
         used = calibrated_scale([*records, _record(run=run, **extra)], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
         assert used is not None and used[1]["run"] == run and used[1]["runs_used"] == 1
     assert calibrated_scale(records, lookup("H100-80GB"), 1, 1, key=KEY, modelled={})[1]["run"] == "/h100"

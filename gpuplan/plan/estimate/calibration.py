@@ -44,8 +44,8 @@ from gpuplan.plan.estimate.step_time.model import WORK_KINDS
 # of an earlier version on such a class is not set against a model it was not measured against; one on another
 # class still is. 2: a CPU prices the Trainer's per-step work at its measurement (3.2 ms), not at the GPU fit's
 # 0.1 s, which was half a tiny CPU run's modelled step.
-STEP_MODEL = 2
 STEP_MODEL_CHANGES: dict[int, frozenset[str]] = {2: frozenset({"cpu"})}
+STEP_MODEL = max(STEP_MODEL_CHANGES)
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
 FIXED_GROUPS = ("fixed costs",)
 
