@@ -16,8 +16,11 @@ intermediate = ffn_hidden_size / 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,7 @@ GPUS = (
     ("RTX 3090", "RTX-3090"),
     ("RTX 6000 Ada", "RTX-6000-Ada"),
     ("A100-SXM4-80GB", "A100-80GB"),
+    ("A100 80GB", "A100-80GB"),
     ("A100 40GB", "A100-40GB"),
     ("H100 80GB SXM", "H100-80GB"),
     ("H100 SXM-class", "H100-80GB"),
@@ -62,7 +66,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.09927
+GPTQ_DEQUANT_BW_FRACTION = 0.1016
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
@@ -95,6 +99,20 @@ REENTRANT = "reentrant_checkpointing True"
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
 # with its own settings, whatever its source (why_left_out).
 NETWORK_WORDS = ("RDMA", "InfiniBand", "RoCE", "Ethernet", "EFA", "Gb/s")
+# Rows timed in samples/s whose tokens per sample were not published (ms-swift's Benchmark.md: the samples over max_length
+# are deleted and the mean length of the rest is not given). Rows of one source that train the same samples -- the same
+# dataset (seq_len_kind), the same max_length (and so the same subset, where a source samples one by length),
+# micro-batches of 1 (no padding: each sample at its own length) and the same tokenizer -- process the same tokens per
+# sample whatever the model, so their plans are checked against each other: the group's tokens per sample is the one
+# value its plans fit best, at most max_length (`evaluate`). A group of one row checks nothing (usable_runs leaves it out).
+SAMPLES_UNIT = "samples/s"
+# Checkpoints that share a tokenizer: Qwen (v1) 1.8B to 72B all ship tokenization_qwen.py over one qwen.tiktoken
+# (the Hub repos' files); any other model is its own.
+TOKENIZERS = {QWEN_V1: "Qwen (v1) qwen.tiktoken"}
+# A group's tokens per sample is sought between 1/16 of max_length and max_length (the low end is far below any plausible
+# mean: ms-swift's shortest sample is 91 tokens, more than 1/6 of its smallest max_length, 512, and its data's mean length
+# is 3,234). Each row is planned at these fractions of its max_length, its time per sample linear in between (evaluate).
+LENGTHS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,8 @@ class Run:
     gptq: bool = False  # a GPTQ int4 base (GPTQ_DEQUANT_BW_FRACTION), not bitsandbytes NF4
     hf_trainer: bool = True  # trained through the HF Trainer (HF_TRAINER), not a loop of its own
     reentrant: bool = False  # checkpointed in torch.utils.checkpoint's reentrant form (REENTRANT)
+    tokens_group: tuple[str, ...] | None = None  # measured in samples/s, tokens per sample shared by a group (SAMPLES_UNIT)
+    at_lengths: tuple[Run, ...] = ()  # a tokens group's row planned at LENGTHS of its max_length (evaluate)
 
 
 def load_rows() -> list[dict[str, Any]]:
@@ -134,10 +154,23 @@ def _per_node(row: dict[str, Any]) -> int:
     return min(world, 8)
 
 
+def tokens_group(row: dict[str, Any]) -> tuple[str, ...] | None:
+    """The rows that train the same samples as `row`, by what they share (SAMPLES_UNIT), or None when `row` has a tokens/s
+    of its own or its tokens per sample are its own (padded micro-batches, or a unit other than samples/s)."""
+    if row.get("derived_tokens_per_s_per_gpu") is not None or row.get("unit") != SAMPLES_UNIT or int(row["batch_size"]) != 1:
+        return None
+    tokenizer = next((t for k, t in TOKENIZERS.items() if row["model"].startswith(k)), row["model"])
+    return (source_name(row), str(row.get("seq_len_kind")), str(row["seq_len"]), tokenizer)
+
+
 def why_left_out(row: dict[str, Any]) -> str | None:
     """None for a usable row; else the general reason it cannot be planned and checked."""
-    if row.get("derived_tokens_per_s_per_gpu") is None:
+    if row.get("derived_tokens_per_s_per_gpu") is None and tokens_group(row) is None:
         return "no tokens/s derivable (sample lengths or steps not published)"
+    if "device_map" in (row.get("sharding") or ""):
+        return "layers split across GPUs with device_map (one GPU busy at a time): not a strategy gpuplan plans"
+    if re.match(r"int8\b", (row.get("quantization") or "").lower()):
+        return "8-bit quantized base: gpuplan plans 4-bit bases (bitsandbytes NF4; GPTQ int4 here)"
     if row.get("completeness", 0) < 0.9:
         return "completeness < 0.9: settings assumed (the .md's caveat)"
     other = (row.get("other_opts") or "") + " " + (row.get("precision") or "")
@@ -277,7 +310,11 @@ def plan_run(row: dict[str, Any]) -> Run:
     gptq = "gptq" in (row.get("quantization") or "").lower()
     hf = any(k in (row.get("framework") or "") for k in HF_TRAINER)
     reentrant = hf or REENTRANT in (row.get("other_opts") or "")
-    return Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf, reentrant)
+    run = Run(row, facts, wl, gpu, per_node, world // per_node, note, gptq, hf, reentrant, tokens_group(row))
+    if run.tokens_group is None:
+        return run
+    lengths = tuple(dataclasses.replace(run, workload=dataclasses.replace(wl, seq_len=round(wl.seq_len * f))) for f in LENGTHS)
+    return dataclasses.replace(run, at_lengths=lengths)
 
 
 _COMM: dict[int, dict[str, Any]] = {}
@@ -316,10 +353,83 @@ def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:
             left.append((row, why))
         else:
             used.append(plan_run(row))
-    return used, left
+    size = defaultdict(int)
+    for r in used:
+        size[r.tokens_group] += 1
+    alone = {id(r) for r in used if r.tokens_group is not None and size[r.tokens_group] < 2}
+    left += [(r.row, "tokens per sample unknown, and no other usable row trains the same samples") for r in used if id(r) in alone]
+    return [r for r in used if id(r) not in alone], left
 
 
-def error(run: Run, out: dict[str, Any]) -> float:
-    """Signed relative error of the plan's tokens/s per GPU against the measured one."""
-    plan = out["tokens_per_second"] / (run.count * run.nodes)
-    return plan / run.row["derived_tokens_per_s_per_gpu"] - 1
+def _per_gpu(run: Run, out: dict[str, Any]) -> float:
+    return out["tokens_per_second"] / (run.count * run.nodes)
+
+
+def _samples_per_gpu(run: Run) -> float:
+    return float(run.row["value"]) / int(run.row["num_gpus"])
+
+
+def _seconds_per_sample(run: Run) -> list[tuple[int, float]]:
+    """(tokens, the plan's seconds per sample per GPU) of a tokens group's row at each of its LENGTHS."""
+    return [(v.workload.seq_len, v.workload.seq_len / _per_gpu(v, predict(v))) for v in run.at_lengths]
+
+
+def _at(points: list[tuple[int, float]], tokens: float) -> float:
+    """Seconds per sample at `tokens`, linear between the planned lengths (a step's time is affine in its tokens on
+    either side of where its host work and its device work cross)."""
+    for (t0, s0), (t1, s1) in zip(points, points[1:]):
+        if tokens <= t1:
+            return s0 + (s1 - s0) * (tokens - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def _best_tokens(points: list[list[tuple[int, float]]], rates: list[float], longest: int) -> float:
+    """The tokens per sample between longest x LENGTHS[0] and longest that minimises the group's sum of |log(plan samples/s
+    / measured)| (the fit's own objective): a log-spaced search, then golden-section between its best point's
+    neighbours."""
+
+    def cost(t: float) -> float:
+        return sum(abs(math.log(rate * _at(p, t))) for p, rate in zip(points, rates))
+
+    lo, hi = math.log(longest * LENGTHS[0]), math.log(longest)
+    grid = [lo + (hi - lo) * k / 48 for k in range(49)]
+    k = min(range(len(grid)), key=lambda i: cost(math.exp(grid[i])))
+    a, b = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(24):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if cost(math.exp(c)) <= cost(math.exp(d)):
+            b = d
+        else:
+            a = c
+    return math.exp((a + b) / 2)
+
+
+def evaluate(runs: list[Run]) -> tuple[list[float], dict[tuple[str, ...], float]]:
+    """Signed relative error of each run's plan against its measurement, in the order of `runs`, and each tokens group's
+    tokens per sample. A row with a published tokens/s: plan tokens/s per GPU / measured - 1. A tokens group's row
+    (SAMPLES_UNIT): plan samples/s / measured - 1, the plan at the group's one tokens per sample that fits its rows best
+    (at most max_length: no sample kept is longer), so its rows are checked against each other; pass a group's rows
+    together."""
+    errs: list[float] = [0.0] * len(runs)
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for i, r in enumerate(runs):
+        if r.tokens_group is None:
+            errs[i] = _per_gpu(r, predict(r)) / float(r.row["derived_tokens_per_s_per_gpu"]) - 1
+        else:
+            groups[r.tokens_group].append(i)
+    tokens = {}
+    for g, idx in groups.items():
+        points = [_seconds_per_sample(runs[i]) for i in idx]
+        rates = [_samples_per_gpu(runs[i]) for i in idx]
+        t = tokens[g] = _best_tokens(points, rates, runs[idx[0]].workload.seq_len)
+        for i, p, rate in zip(idx, points, rates):
+            errs[i] = 1 / (_at(p, t) * rate) - 1
+    return errs, tokens
+
+
+def measured(run: Run, tokens: dict[tuple[str, ...], float]) -> float:
+    """The measured tokens/s per GPU: published, or samples/s x the group's tokens per sample (evaluate)."""
+    if run.tokens_group is None:
+        return float(run.row["derived_tokens_per_s_per_gpu"])
+    return _samples_per_gpu(run) * tokens[run.tokens_group]

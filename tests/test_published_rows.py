@@ -6,6 +6,8 @@ import dataclasses
 import re
 import sys
 
+import pytest
+
 from gpuplan.plan.estimate.step_time import shape as S
 from tests.helpers.cli_runs import REPO
 
@@ -39,7 +41,8 @@ def test_qwen_rows_are_planned_with_qwens_own_module_tree_and_the_lora_emb_rows_
     """Qwen (v1) fuses q, k and v into c_attn: 5 linears and 8 tensors a layer (modeling_qwen.py), not Llama's 7 and 9.
     Its README's "LoRA (emb)" rows (base checkpoints) train wte and lm_head in full (finetune.py's modules_to_save)."""
     runs, _ = published_rows.usable_runs()
-    qwen7 = [r for r in runs if r.row["model"].startswith("Qwen/Qwen-7B") and r.workload.adapters is not None and not r.gptq]
+    readme = [r for r in runs if published_rows.source_name(r.row) == "QwenLM/Qwen"]  # ms-swift's rows train c_attn alone
+    qwen7 = [r for r in readme if r.row["model"].startswith("Qwen/Qwen-7B") and r.workload.adapters is not None and not r.gptq]
     facts = qwen7[0].facts
     h, i, v, layers = 4096, 11008, 151936, 32  # Qwen-7B's config.json (intermediate: ffn_hidden_size / 2)
     per_block = 2 * h + (3 * h * h + 3 * h) + h * h + 3 * h * i  # ln_1, ln_2; c_attn with its bias; c_proj; w1, w2, c_proj
@@ -69,3 +72,57 @@ def test_rows_checkpoint_in_the_form_their_framework_ran_and_predict_puts_the_pl
     assert "reentrant)" in term["formula"] and "non-reentrant" not in term["formula"]
     layer, _ = S.CHECKPOINT_HOST_KERNELS["reentrant"]
     assert f"x ({layer:g})" in term["formula"]
+
+
+def _swift(runs):
+    return [r for r in runs if r.tokens_group is not None]
+
+
+def test_rows_timed_in_samples_per_second_group_by_the_samples_they_train_and_the_rest_are_left_out_with_a_reason():
+    """ms-swift publishes samples/s and deletes the samples over max_length: rows with one max_length, micro-batch 1 and the
+    Qwen tokenizer train the same samples. Padded micro-batches, 8-bit bases and device_map splits are not plannable."""
+    runs, left = published_rows.usable_runs()
+    swift = _swift(runs)
+    assert swift and {published_rows.source_name(r.row) for r in swift} == {"modelscope/ms-swift"}
+    assert {r.tokens_group[2] for r in swift} == {"512", "1024", "2048", "4096", "8192"}
+    assert all(int(r.row["batch_size"]) == 1 and r.row["unit"] == "samples/s" for r in swift)
+    # one tokenizer across Qwen (v1) sizes: 1.8B and 14B rows at 512 share a group
+    at_512 = {r.row["model"] for r in swift if r.tokens_group[2] == "512"}
+    assert {"Qwen/Qwen-1_8B-Chat", "Qwen/Qwen-14B-Chat"} <= at_512
+    why = {row["source_detail"]: reason for row, reason in left if "ms-swift" in row["source"]}
+    assert any("bs 8" in d and "no tokens/s derivable" in w for d, w in why.items())  # padded to the longest: its own tokens
+    assert any("int8 (gptq)" in d and "8-bit" in w for d, w in why.items())
+    assert any("2*A100" in d and "device_map" in w for d, w in why.items())
+    # the groups' rows are planned at fractions of max_length, not at max_length alone
+    r = swift[0]
+    assert [v.workload.seq_len for v in r.at_lengths] == [round(r.workload.seq_len * f) for f in published_rows.LENGTHS]
+
+
+def test_a_group_measured_exactly_as_planned_at_some_tokens_per_sample_gives_that_length_and_no_error():
+    """evaluate() finds a group's one tokens per sample: rows whose measured samples/s are the plan's own at 0.37 x
+    max_length come back with 0.37 x max_length and errors of zero; moving one row's measurement moves its error only."""
+    runs, _ = published_rows.usable_runs()
+    group = [r for r in _swift(runs) if r.tokens_group[2] == "1024"]
+    assert len(group) >= 4
+    tokens = 0.37 * 1024
+    planned = [1 / published_rows._at(published_rows._seconds_per_sample(r), tokens) for r in group]
+    as_planned = [dataclasses.replace(r, row={**r.row, "value": rate}) for r, rate in zip(group, planned)]
+    errs, found = published_rows.evaluate(as_planned)
+    assert found[group[0].tokens_group] == pytest.approx(tokens, rel=1e-3)
+    assert max(map(abs, errs)) < 1e-3
+    moved = list(as_planned)
+    moved[0] = dataclasses.replace(moved[0], row={**moved[0].row, "value": planned[0] * 1.25})  # measured 25% faster
+    errs, found = published_rows.evaluate(moved)
+    assert found[group[0].tokens_group] == pytest.approx(tokens, rel=1e-3)  # the median row still sets the length
+    assert errs[0] == pytest.approx(1 / 1.25 - 1, abs=1e-3) and max(map(abs, errs[1:])) < 1e-3
+
+
+def test_a_groups_tokens_per_sample_never_exceeds_max_length():
+    """A plan too slow for every row of a group cannot be rescued by more tokens than max_length: the samples kept are
+    at most that long, so the error shows."""
+    runs, _ = published_rows.usable_runs()
+    group = [r for r in _swift(runs) if r.tokens_group[2] == "512"]
+    slow = [dataclasses.replace(r, row={**r.row, "value": float(r.row["value"]) / 10}) for r in group]
+    errs, found = published_rows.evaluate(slow)
+    assert found[group[0].tokens_group] == pytest.approx(512, rel=1e-3)
+    assert min(errs) > 1  # the plan is faster than 10x-slowed measurements at any allowed length
