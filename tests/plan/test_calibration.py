@@ -18,6 +18,7 @@ from gpuplan.hardware.userfiles import (
     read_user_prices,
 )
 from gpuplan.plan.build import plan_file
+from gpuplan.plan.estimate import calibration
 from gpuplan.plan.estimate.calibration import STEP_MODEL, calibrated_scale, calibration_assumption
 from gpuplan.plan.inputs.environment import local_environment
 from tests.helpers.cli_runs import tiny_spec
@@ -94,16 +95,26 @@ def test_same_hardware_only_and_records_before_the_model_are_not_used():
         _record(run="/other-count", count=8),
         _record(run="/h100", gpu="H100-80GB"),
         {k: v for k, v in _record(run="/old").items() if k != "modelled_s"},
-        # priced by an earlier step-time model whose parts a later version moved (2: the CPU's), or naming no class
+        # priced by an earlier step-time model whose parts a later version moved (2: the CPU's; 3, the refit on
+        # ms-swift's rows: every class's, the A100's included), or naming no class
         _record(run="/v1-moved", step_model=1, arch_class="cpu"),
+        _record(run="/v2-moved", step_model=2),
         {k: v for k, v in _record(run="/v1-unnamed", step_model=1).items() if k != "arch_class"},
     ]
     assert calibrated_scale(records, A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5}) is None
-    # an earlier version's record on a class the changes since did not move is still used, as is a current one
-    for run, extra in (("/v1-kept", {"step_model": 1}), ("/now", {})):
-        used = calibrated_scale([*records, _record(run=run, **extra)], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
-        assert used is not None and used[1]["run"] == run and used[1]["runs_used"] == 1
+    used = calibrated_scale([*records, _record(run="/now")], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
+    assert used is not None and used[1]["run"] == "/now" and used[1]["runs_used"] == 1
     assert calibrated_scale(records, lookup("H100-80GB"), 1, 1, key=KEY, modelled={})[1]["run"] == "/h100"
+
+
+def test_an_earlier_models_record_on_a_class_no_later_change_moved_is_still_used(monkeypatch):
+    """Version 3 moved every class, so no real record is kept across it; the rule itself, on version 2's table (which
+    moved only the CPU's parts): an A100 record of version 1 is still used, a CPU one is not."""
+    monkeypatch.setattr(calibration, "STEP_MODEL_CHANGES", {2: frozenset({"cpu"})})
+    kept = _record(run="/v1-kept", step_model=1)
+    assert calibration.current_model(kept) and not calibration.current_model({**kept, "arch_class": "cpu"})
+    used = calibrated_scale([kept], A100, 1, 1, key=KEY, modelled={"work": 1.0, "fixed": 0.5})
+    assert used is not None and used[1]["run"] == "/v1-kept"
 
 
 def test_store_skips_broken_lines(tmp_path):
