@@ -269,12 +269,14 @@ def test_eager_attention_and_gelu_new_launch_the_kernels_they_run():
     assert kernels_per_micro_batch(eager) == int(12 * (44 + 15) * 2.95 + 52)
 
 
-def test_gpt2_small_on_a100_is_bound_by_memory_and_launches_and_eager_is_slower():
+def test_gpt2_small_on_a100_is_memory_bound_and_eager_is_slower():
     eager, sdpa = _plan(GPT2_124M, "A100-80GB", attn_implementation="eager"), _plan(GPT2_124M, "A100-80GB")
     for t in (eager, sdpa):
         shares = t.step_time["shares"]
-        assert shares.get("matmuls", 0) < 0.35  # a 124M model cannot keep an A100's tensor cores busy
-        assert shares["memory-bound"] + shares["fixed costs"] > 0.6
+        # a 124M model cannot keep an A100's tensor cores busy: its elementwise traffic outweighs its GEMMs, and the
+        # whole step reaches well under half the GEMMs' own fraction (MAMF 0.86) of the peak
+        assert t.step_time["bound_by"] == "memory-bound" and shares["matmuls"] < 0.5
+        assert t.flops_per_step / t.step_time_s / 1e12 < 0.4 * t.peak_tflops
     # eager moves the [b, 12, 1024, 1024] scores through HBM ~6 times each way: SDPA's kernel does not
     assert 1.2 < sdpa.tokens_per_second / eager.tokens_per_second < 1.8
 
