@@ -274,7 +274,7 @@ def test_gpt2_small_on_a100_is_memory_bound_and_eager_is_slower():
     for t in (eager, sdpa):
         shares = t.step_time["shares"]
         # a 124M model cannot keep an A100's tensor cores busy: its elementwise traffic outweighs its GEMMs, and the
-        # whole step reaches well under half the GEMMs' own fraction (MAMF 0.86) of the peak
+        # whole step reaches under half the GEMMs' own fraction (MAMF 0.86) of the peak
         assert t.step_time["bound_by"] == "memory-bound" and shares["matmuls"] < 0.5
         assert t.flops_per_step / t.step_time_s / 1e12 < 0.4 * t.peak_tflops
     # eager moves the [b, 12, 1024, 1024] scores through HBM ~6 times each way: SDPA's kernel does not
