@@ -180,9 +180,11 @@ def apply(values: list[float]) -> None:
             setattr(_home(p.name), p.name, v)
 
 
-def errors(runs) -> dict[str, list[float]]:
+def errors(runs, row_left_out: bool = False) -> dict[str, list[float]]:
+    """Each source's errors (published_rows.evaluate: a tokens group's rows from the group's length, fitted on all of
+    its rows for the objective, on the group's other rows for a report: `row_left_out`)."""
     by: dict[str, list[float]] = defaultdict(list)
-    for r, e in zip(runs, published_rows.evaluate(runs)[0]):
+    for r, e in zip(runs, published_rows.evaluate(runs, row_left_out=row_left_out)[0]):
         by[source_name(r.row)].append(e)
     return by
 
@@ -257,11 +259,15 @@ def best_fit(runs, iterations: int, seed: str) -> tuple[list[float], list[bool],
     return best
 
 
-def held_out(runs, src: str, iterations: int, seed: str) -> tuple[tuple[list[float], list[bool], float, int], list[float]]:
-    """The fold without source `src`: its fit (best_fit from `seed`'s starts) and the errors on `src`'s rows."""
-    fitted = best_fit([r for r in runs if source_name(r.row) != src], iterations, seed=seed)
+def held_out(
+    runs, src: str, iterations: int, seed: str, also: tuple[str, ...] = ()
+) -> tuple[tuple[list[float], list[bool], float, int], list[float]]:
+    """The fold without source `src` (and the sources `also`): its fit (best_fit from `seed`'s starts) and the errors on
+    `src`'s rows (a tokens group's row from its group's other rows: evaluate's row_left_out)."""
+    out = {src, *also}
+    fitted = best_fit([r for r in runs if source_name(r.row) not in out], iterations, seed=seed)
     test = [r for r in runs if source_name(r.row) == src]
-    return fitted, published_rows.evaluate(test)[0]
+    return fitted, published_rows.evaluate(test, row_left_out=True)[0]
 
 
 def profile(runs, iterations: int, i: int, value: float, seed: str) -> float:
@@ -344,6 +350,16 @@ def main() -> int:
             f"fold without {src}: {len(runs) - len(test)} rows, objective {o:.4f}, "
             f"held-out median {statistics.median(map(abs, held[src])):.1%}"
         )
+    # Sources that trained the same checkpoints (the Qwen README and ms-swift: Qwen-1.8B/7B/14B-Chat, the same GPTQ
+    # files and kernels) are separate sources, but each informs the other's fold through the constants they share: a
+    # source held out together with those partners says how much of its held-out figure that leans on.
+    models = {src: {r.row["model"] for r in runs if source_name(r.row) == src} for src in sources}
+    together: dict[str, tuple[list[str], list[float]]] = {}
+    for src in absolute:
+        partners = sorted(s for s in sources if s != src and models[s] & models[src])
+        if partners:
+            together[src] = (partners, held_out(runs, src, args.iterations, seed=src, also=tuple(partners))[1])
+            print(f"{src} held out with {', '.join(partners)}: median {statistics.median(map(abs, together[src][1])):.1%}", flush=True)
     # The same folds from other sets of random starts: the valleys are nearly flat, so the held-out figures move with
     # which one the starts find; the range over the sets says by how much (the table above is the first set).
     by_set: list[dict[str, list[float]]] = [held]
@@ -382,7 +398,7 @@ def main() -> int:
     bound_of = [
         ((predict(r).get("step_time") or {}).get("bound_by", "matmuls"), held_by_run[id(r)]) for r in runs if r.tokens_group is None
     ]
-    insample = errors(runs)
+    insample = errors(runs, row_left_out=True)
 
     every_held = [e for s, v in held.items() if s in absolute for e in v]
     every_in = [e for s, v in insample.items() if s in absolute for e in v]
@@ -398,6 +414,9 @@ def main() -> int:
     n, hm, hx = _stats(every_held)
     _, im, ix = _stats(every_in)
     table.append(f"| **overall** | {n} | **{hm:.1%}** | **{hx:.1%}** | {im:.1%} | {ix:.1%} |")
+    for src, (partners, errs) in together.items():
+        tn, thm, thx = _stats(errs)
+        table.append(f"| {src}, held out with {', '.join(partners)} (the same checkpoints) | {tn} | {thm:.1%} | {thx:.1%} | | |")
     for src in ratio:
         rn, rhm, rhx = _stats(held[src])
         _, rim, rix = _stats(insample[src])
@@ -409,6 +428,11 @@ def main() -> int:
         f"Targets on sources outside the fit: median within 10% ({hm:.1%}: {'met' if hm <= 0.10 else 'NOT met'}), "
         f"none worse than 35% (max {hx:.1%}: {'met' if hx <= 0.35 else 'NOT met'}; {within_35:.0%} of rows within 35%, "
         f"{within_10:.0%} within 10%)."
+        + "".join(
+            f" Held out together with {', '.join(partners)}, which trained the same checkpoints, {src}'s rows are "
+            f"{_stats(errs)[1]:.1%} median and {_stats(errs)[2]:.1%} max."
+            for src, (partners, errs) in together.items()
+        )
     )
 
     def span(pick) -> str:
@@ -419,7 +443,11 @@ def main() -> int:
         f"Over {args.seed_sets} sets of the folds' random starts (the table: the first; `--seed-sets`), held out: overall "
         f"median {span(lambda h: _stats([e for s, v in h.items() if s in absolute for e in v])[1])}, max "
         f"{span(lambda h: _stats([e for s, v in h.items() if s in absolute for e in v])[2])}; "
-        + "; ".join(f"{src} {span(lambda h, s=src: _stats(h[s])[1])} / {span(lambda h, s=src: _stats(h[s])[2])}" for src in sources)
+        + "; ".join(
+            f"{src}{' (ratios)' if src in ratio else ''} "
+            f"{span(lambda h, s=src: _stats(h[s])[1])} / {span(lambda h, s=src: _stats(h[s])[2])}"
+            for src in sources
+        )
         + "."
         if args.seed_sets > 1
         else "One set of the folds' random starts (`--seed-sets N` refits the folds from N sets and reports the range)."
@@ -488,9 +516,9 @@ def main() -> int:
             + (
                 f"{', '.join(ratio)} published samples/s without the tokens per sample (benchmarks/published_rows.py "
                 "evaluate): its rows are checked against each other, within groups that train the same samples, "
-                "with each group's tokens per sample the one value that fits its plans best (at most max_length); in a fold "
-                "they weigh as any source, but their own held-out error is relative, so it stays out of the overall row, the "
-                "targets and the interval."
+                "with each group's tokens per sample the one value that fits its plans best (at most max_length; a row's "
+                "reported error takes the length fitted on the group's other rows); in a fold they weigh as any source, but "
+                "their own held-out error is relative, so it stays out of the overall row, the targets and the interval."
                 if ratio
                 else ""
             ),

@@ -405,12 +405,14 @@ def _best_tokens(points: list[list[tuple[int, float]]], rates: list[float], long
     return math.exp((a + b) / 2)
 
 
-def evaluate(runs: list[Run]) -> tuple[list[float], dict[tuple[str, ...], float]]:
+def evaluate(runs: list[Run], *, row_left_out: bool = False) -> tuple[list[float], dict[tuple[str, ...], float]]:
     """Signed relative error of each run's plan against its measurement, in the order of `runs`, and each tokens group's
     tokens per sample. A row with a published tokens/s: plan tokens/s per GPU / measured - 1. A tokens group's row
     (SAMPLES_UNIT): plan samples/s / measured - 1, the plan at the group's one tokens per sample that fits its rows best
     (at most max_length: no sample kept is longer), so its rows are checked against each other; pass a group's rows
-    together."""
+    together. The fit's objective takes that length from all of a group's rows; `row_left_out` (the errors a report
+    shows): each row's from the group's other rows, so that no row is scored by a length fitted on itself (fitted on
+    all, the middle row of a group is at 0 by construction)."""
     errs: list[float] = [0.0] * len(runs)
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for i, r in enumerate(runs):
@@ -422,8 +424,11 @@ def evaluate(runs: list[Run]) -> tuple[list[float], dict[tuple[str, ...], float]
     for g, idx in groups.items():
         points = [_seconds_per_sample(runs[i]) for i in idx]
         rates = [_samples_per_gpu(runs[i]) for i in idx]
-        t = tokens[g] = _best_tokens(points, rates, runs[idx[0]].workload.seq_len)
-        for i, p, rate in zip(idx, points, rates):
+        longest = runs[idx[0]].workload.seq_len
+        t = tokens[g] = _best_tokens(points, rates, longest)
+        for k, (i, p, rate) in enumerate(zip(idx, points, rates)):
+            if row_left_out:
+                t = _best_tokens(points[:k] + points[k + 1 :], rates[:k] + rates[k + 1 :], longest)
             errs[i] = 1 / (_at(p, t) * rate) - 1
     return errs, tokens
 

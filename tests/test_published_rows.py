@@ -126,3 +126,20 @@ def test_a_groups_tokens_per_sample_never_exceeds_max_length():
     errs, found = published_rows.evaluate(slow)
     assert found[group[0].tokens_group] == pytest.approx(512, rel=1e-3)
     assert min(errs) > 1  # the plan is faster than 10x-slowed measurements at any allowed length
+
+
+def test_a_reported_error_takes_the_length_fitted_on_the_groups_other_rows():
+    """Fitted on all of a group's rows, the length puts the middle row at 0 by construction; a report's errors
+    (row_left_out) score each row at the length its group's other rows give, and a row the others agree on less than
+    itself fares worse."""
+    runs, _ = published_rows.usable_runs()
+    group = [r for r in _swift(runs) if r.tokens_group[2] == "512"]
+    points = [published_rows._seconds_per_sample(r) for r in group]
+    rates = [published_rows._samples_per_gpu(r) for r in group]
+    fitted_on_all, _ = published_rows.evaluate(group)
+    left_out, _ = published_rows.evaluate(group, row_left_out=True)
+    for k in range(len(group)):
+        others = published_rows._best_tokens(points[:k] + points[k + 1 :], rates[:k] + rates[k + 1 :], 512)
+        assert left_out[k] == pytest.approx(1 / (published_rows._at(points[k], others) * rates[k]) - 1, rel=1e-9)
+    assert min(map(abs, fitted_on_all)) < 1e-3 < min(map(abs, left_out))
+    assert sum(map(abs, left_out)) > sum(map(abs, fitted_on_all))
