@@ -23,7 +23,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuplan.hardware.catalog import load_interconnects, lookup
 from gpuplan.hardware.profile import GPUProfile
@@ -115,6 +115,15 @@ TOKENIZERS = {QWEN_V1: "Qwen (v1) qwen.tiktoken"}
 LENGTHS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 
 
+class TokensGroup(NamedTuple):
+    """What the rows that train the same samples share (SAMPLES_UNIT)."""
+
+    source: str
+    dataset: str  # the row's seq_len_kind
+    max_length: str
+    tokenizer: str
+
+
 @dataclass(frozen=True)
 class Run:
     row: dict[str, Any]
@@ -127,7 +136,7 @@ class Run:
     gptq: bool = False  # a GPTQ int4 base (GPTQ_DEQUANT_BW_FRACTION), not bitsandbytes NF4
     hf_trainer: bool = True  # trained through the HF Trainer (HF_TRAINER), not a loop of its own
     reentrant: bool = False  # checkpointed in torch.utils.checkpoint's reentrant form (REENTRANT)
-    tokens_group: tuple[str, ...] | None = None  # measured in samples/s, tokens per sample shared by a group (SAMPLES_UNIT)
+    tokens_group: TokensGroup | None = None  # measured in samples/s, tokens per sample shared by a group (SAMPLES_UNIT)
     at_lengths: tuple[Run, ...] = ()  # a tokens group's row planned at LENGTHS of its max_length (evaluate)
 
 
@@ -154,13 +163,19 @@ def _per_node(row: dict[str, Any]) -> int:
     return min(world, 8)
 
 
-def tokens_group(row: dict[str, Any]) -> tuple[str, ...] | None:
+def tokens_group(row: dict[str, Any]) -> TokensGroup | None:
     """The rows that train the same samples as `row`, by what they share (SAMPLES_UNIT), or None when `row` has a tokens/s
     of its own or its tokens per sample are its own (padded micro-batches, or a unit other than samples/s)."""
     if row.get("derived_tokens_per_s_per_gpu") is not None or row.get("unit") != SAMPLES_UNIT or int(row["batch_size"]) != 1:
         return None
     tokenizer = next((t for k, t in TOKENIZERS.items() if row["model"].startswith(k)), row["model"])
-    return (source_name(row), str(row.get("seq_len_kind")), str(row["seq_len"]), tokenizer)
+    return TokensGroup(source_name(row), str(row.get("seq_len_kind")), str(row["seq_len"]), tokenizer)
+
+
+def ratio_sources(runs: list[Run]) -> set[str]:
+    """The sources timed in samples/s whose rows are checked against each other (evaluate): their errors are relative to
+    each group's fitted tokens per sample, so they stay out of figures against a published tokens/s."""
+    return {source_name(r.row) for r in runs if r.tokens_group is not None}
 
 
 def why_left_out(row: dict[str, Any]) -> str | None:
@@ -405,7 +420,7 @@ def _best_tokens(points: list[list[tuple[int, float]]], rates: list[float], long
     return math.exp((a + b) / 2)
 
 
-def evaluate(runs: list[Run], *, row_left_out: bool = False) -> tuple[list[float], dict[tuple[str, ...], float]]:
+def evaluate(runs: list[Run], *, row_left_out: bool = False) -> tuple[list[float], dict[TokensGroup, float]]:
     """Signed relative error of each run's plan against its measurement, in the order of `runs`, and each tokens group's
     tokens per sample. A row with a published tokens/s: plan tokens/s per GPU / measured - 1. A tokens group's row
     (SAMPLES_UNIT): plan samples/s / measured - 1, the plan at the group's one tokens per sample that fits its rows best
@@ -414,7 +429,7 @@ def evaluate(runs: list[Run], *, row_left_out: bool = False) -> tuple[list[float
     shows): each row's from the group's other rows, so that no row is scored by a length fitted on itself (fitted on
     all, the middle row of a group is at 0 by construction)."""
     errs: list[float] = [0.0] * len(runs)
-    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    groups: dict[TokensGroup, list[int]] = defaultdict(list)
     for i, r in enumerate(runs):
         if r.tokens_group is None:
             errs[i] = _per_gpu(r, predict(r)) / float(r.row["derived_tokens_per_s_per_gpu"]) - 1
@@ -433,7 +448,7 @@ def evaluate(runs: list[Run], *, row_left_out: bool = False) -> tuple[list[float
     return errs, tokens
 
 
-def measured(run: Run, tokens: dict[tuple[str, ...], float]) -> float:
+def measured(run: Run, tokens: dict[TokensGroup, float]) -> float:
     """The measured tokens/s per GPU: published, or samples/s x the group's tokens per sample (evaluate)."""
     if run.tokens_group is None:
         return float(run.row["derived_tokens_per_s_per_gpu"])

@@ -22,7 +22,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from published_rows import evaluate, measured, predict, source_name, usable_runs  # noqa: E402
+from published_rows import evaluate, measured, predict, ratio_sources, source_name, usable_runs  # noqa: E402
 from results import write_section  # noqa: E402
 
 TARGET_MEDIAN, TARGET_SOURCE = 0.20, 0.35
@@ -37,7 +37,7 @@ def main() -> int:
     runs, left = usable_runs()
     rows, by = [], defaultdict(list)
     errs, tokens = evaluate(runs, row_left_out=True)
-    ratio = {source_name(r.row) for r in runs if r.tokens_group is not None}
+    ratio = ratio_sources(runs)
     for r, e in zip(runs, errs):
         # what bounds the step: the plan at the row's sequence length (max_length for a tokens group's row)
         out = predict(r)

@@ -84,10 +84,10 @@ def test_rows_timed_in_samples_per_second_group_by_the_samples_they_train_and_th
     runs, left = published_rows.usable_runs()
     swift = _swift(runs)
     assert swift and {published_rows.source_name(r.row) for r in swift} == {"modelscope/ms-swift"}
-    assert {r.tokens_group[2] for r in swift} == {"512", "1024", "2048", "4096", "8192"}
+    assert {r.tokens_group.max_length for r in swift} == {"512", "1024", "2048", "4096", "8192"}
     assert all(int(r.row["batch_size"]) == 1 and r.row["unit"] == "samples/s" for r in swift)
     # one tokenizer across Qwen (v1) sizes: 1.8B and 14B rows at 512 share a group
-    at_512 = {r.row["model"] for r in swift if r.tokens_group[2] == "512"}
+    at_512 = {r.row["model"] for r in swift if r.tokens_group.max_length == "512"}
     assert {"Qwen/Qwen-1_8B-Chat", "Qwen/Qwen-14B-Chat"} <= at_512
     why = {row["source_detail"]: reason for row, reason in left if "ms-swift" in row["source"]}
     assert any("bs 8" in d and "no tokens/s derivable" in w for d, w in why.items())  # padded to the longest: its own tokens
@@ -102,7 +102,7 @@ def test_a_group_measured_exactly_as_planned_at_some_tokens_per_sample_gives_tha
     """evaluate() finds a group's one tokens per sample: rows whose measured samples/s are the plan's own at 0.37 x
     max_length come back with 0.37 x max_length and errors of zero; moving one row's measurement moves its error only."""
     runs, _ = published_rows.usable_runs()
-    group = [r for r in _swift(runs) if r.tokens_group[2] == "1024"]
+    group = [r for r in _swift(runs) if r.tokens_group.max_length == "1024"]
     assert len(group) >= 4
     tokens = 0.37 * 1024
     planned = [1 / published_rows._at(published_rows._seconds_per_sample(r), tokens) for r in group]
@@ -121,7 +121,7 @@ def test_a_groups_tokens_per_sample_never_exceeds_max_length():
     """A plan too slow for every row of a group cannot be rescued by more tokens than max_length: the samples kept are
     at most that long, so the error shows."""
     runs, _ = published_rows.usable_runs()
-    group = [r for r in _swift(runs) if r.tokens_group[2] == "512"]
+    group = [r for r in _swift(runs) if r.tokens_group.max_length == "512"]
     slow = [dataclasses.replace(r, row={**r.row, "value": float(r.row["value"]) / 10}) for r in group]
     errs, found = published_rows.evaluate(slow)
     assert found[group[0].tokens_group] == pytest.approx(512, rel=1e-3)
@@ -133,7 +133,7 @@ def test_a_reported_error_takes_the_length_fitted_on_the_groups_other_rows():
     (row_left_out) score each row at the length its group's other rows give, and a row the others agree on less than
     itself fares worse."""
     runs, _ = published_rows.usable_runs()
-    group = [r for r in _swift(runs) if r.tokens_group[2] == "512"]
+    group = [r for r in _swift(runs) if r.tokens_group.max_length == "512"]
     points = [published_rows._seconds_per_sample(r) for r in group]
     rates = [published_rows._samples_per_gpu(r) for r in group]
     fitted_on_all, _ = published_rows.evaluate(group)
