@@ -23,8 +23,11 @@ the shipped constants are the best all-row fit started from the priors or from a
 constants; the held-out errors are each fold's own fit.
 
 Objective: the mean over sources of each source's mean |log(plan / measured)| (a
-source's many rows weigh as much as another's few), minimised by bounded Nelder-Mead over
-the logs of the constants.
+source's many rows weigh as much as another's few), plus a log-normal prior on each constant
+around its physical prior (prior_term: weighed as PRIOR_SCALE / rows, so that rows and
+priors are in the units of one likelihood), minimised by bounded Nelder-Mead over the logs
+of the constants. The prior keeps a constant that a fold's rows cannot tell apart from
+another near its measurement rather than at whichever bound the flat direction runs to.
 
     python benchmarks/fit_step_time.py [--iterations 600]
     python benchmarks/fit_step_time.py --quick   # CI: 5 iterations, the in-sample fit only, writes nothing
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -68,6 +72,7 @@ class Param:
     upper: float
     prior: float  # the physics estimate a fold uses when none of its rows depends on the constant
     why: str  # where the bounds and the prior come from
+    width: float | None = None  # the prior's log-span (sigma = width / 4); default: the bounds'
 
 
 def _eta(cls: str) -> Param:
@@ -158,6 +163,9 @@ RESTARTS = 2  # Nelder-Mead runs per fit, each from the last one's end
 # several valleys of nearly equal depth, and which one Nelder-Mead stops in from the priors alone moved the held-out
 # max error of a source between x1.5 and x2.4; none of these starts looks at the held-out rows.
 FOLD_STARTS = 6
+# The Laplace scale of the rows' log errors, which prior_term's weight divides by the rows: the in-sample fit's mean
+# |log(plan / measured)| before the priors entered the objective (0.061, RESULTS.md at e32183f).
+PRIOR_SCALE = 0.06
 MIN_GROUP = 8  # held-out rows a bound-by group needs for a spread of its own
 PROFILE_SPREAD = 1.5  # a fold's constant this far (x or /) from the all-row value is profiled (profile() below)
 
@@ -189,10 +197,25 @@ def errors(runs, row_left_out: bool = False) -> dict[str, list[float]]:
     return by
 
 
+def prior_term(values: list[float], rows: int) -> float:
+    """The priors' share of the objective: PRIOR_SCALE / rows x sum of z^2 / 2, z = log(value / prior) over PARAMS'
+    sigma (a quarter of the log-span of its bounds). The rows' term is a Laplace likelihood's (mean |log error|) divided
+    by rows / PRIOR_SCALE, so this is a log-normal prior on each constant in the same units: a constant the rows pin
+    hardly moves, one they cannot tell apart from another (TRAINER_STEP_S without a sweep of accumulation steps) stays
+    near its measured prior instead of running to a bound; the fewer the rows, the more the priors count."""
+    return PRIOR_SCALE / rows * sum((math.log(v / p.prior) / sigma(p)) ** 2 / 2 for p, v in zip(PARAMS, values))
+
+
+def sigma(p: Param) -> float:
+    return (p.width or math.log(p.upper / p.lower)) / 4
+
+
 def objective_at(values: list[float], runs) -> float:
+    """The mean over sources of each source's mean |log(plan / measured)|, plus prior_term."""
     apply(values)
     by = errors(runs)
-    return statistics.mean(statistics.mean(abs(math.log1p(e)) for e in v) for v in by.values())
+    rows = statistics.mean(statistics.mean(abs(math.log1p(e)) for e in v) for v in by.values())
+    return rows + prior_term([min(max(v, p.lower), p.upper) for p, v in zip(PARAMS, values)], len(runs))
 
 
 def identified(runs, base: list[float]) -> list[bool]:
@@ -276,11 +299,40 @@ def profile(runs, iterations: int, i: int, value: float, seed: str) -> float:
     global PARAMS
     kept = PARAMS
     p = kept[i]
-    PARAMS = kept[:i] + (Param(p.name, value * 0.9999, value * 1.0001, value, p.why),) + kept[i + 1 :]
+    # held by its bounds; its prior and the prior's width stay, so its prior term counts as in the fold's own fit
+    held = Param(p.name, value * 0.9999, value * 1.0001, p.prior, p.why, math.log(p.upper / p.lower))
+    PARAMS = kept[:i] + (held,) + kept[i + 1 :]
     try:
         return best_fit(runs, iterations, seed=seed)[2]  # as the fold was fitted, so the two objectives compare
     finally:
         PARAMS = kept
+
+
+_RUNS: list = []  # main's rows, set before any job runs: a forked worker finds them (and published_rows' caches) as they are
+
+
+def _job(call: tuple):
+    """One fit of main's: ("fit", iterations, start), ("fold", source, iterations, seed, also) or ("profile", source,
+    iterations, constant index, value), on _RUNS."""
+    kind, *args = call
+    if kind == "fit":
+        return fit(_RUNS, args[0], start=args[1])
+    if kind == "fold":
+        return held_out(_RUNS, *args)
+    src, iterations, i, value = args
+    return profile([r for r in _RUNS if source_name(r.row) != src], iterations, i, value, seed=src)
+
+
+def run_jobs(calls: list[tuple], jobs: int) -> list:
+    """_job of each call, in order: in `jobs` forked processes side by side (each fit is deterministic, seeded, and
+    touches only its own process's constants, so the results are those of running them one after another)."""
+    if jobs <= 1 or len(calls) <= 1:
+        return [_job(c) for c in calls]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(jobs, len(calls)), mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_job, calls))
 
 
 def at_bound(p: Param, v: float) -> str:
@@ -308,21 +360,36 @@ def main() -> int:
         help="refit every fold with this many sets of random starts in all (the table: the first) and report the "
         "held-out figures' range over them: how much of the headline is which valley the starts found",
     )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="fits run side by side (processes; default: the CPUs)")
     args = ap.parse_args()
     if args.quick:
         args.iterations, args.no_write = 5, True
 
     runs, _ = usable_runs()
     sources = sorted({source_name(r.row) for r in runs})
-    # Sources timed in samples/s whose rows are checked against each other (published_rows.evaluate): their
-    # held-out error is after each group's one fitted tokens per sample, so it leaves the overall figures and the interval
-    # (errors against a published tokens/s) and is reported on its own line.
-    ratio = sorted({source_name(r.row) for r in runs if r.tokens_group is not None})
+    # ratio sources' held-out error is after each group's one fitted tokens per sample: out of the overall figures and the
+    # interval, on a line of its own
+    ratio = sorted(published_rows.ratio_sources(runs))
     absolute = [s for s in sources if s not in ratio]
     shipped = current()
 
-    # in-sample: every row in the fit (the constants to ship)
-    values, free, obj, nit = fit(runs, args.iterations)
+    # Every fit below is independent of the others within its phase: `--jobs` processes run them side by side.
+    # In-sample (every row in the fit: the constants to ship), each source left out, a source left out together with
+    # the sources that trained the same checkpoints (the Qwen README and ms-swift: Qwen-1.8B/7B/14B-Chat, the same GPTQ
+    # files and kernels; separate sources, but each informs the other's fold through the constants they share), and
+    # the same folds from other sets of random starts (the valleys are nearly flat, so the held-out figures move with
+    # which one the starts find; the range over the sets says by how much: the table is the first set).
+    global _RUNS
+    _RUNS = runs
+    models = {src: {r.row["model"] for r in runs if source_name(r.row) == src} for src in sources}
+    partners_of = {src: tuple(sorted(s for s in sources if s != src and models[s] & models[src])) for src in absolute}
+    calls: list[tuple] = [("fit", args.iterations, None)]
+    if not args.quick:
+        calls += [("fold", src, args.iterations, src, ()) for src in sources]
+        calls += [("fold", src, args.iterations, src, also) for src, also in partners_of.items() if also]
+        calls += [("fold", src, args.iterations, f"{src}#{k}", ()) for k in range(1, args.seed_sets) for src in sources]
+    results = iter(run_jobs(calls, args.jobs))
+    values, free, obj, nit = next(results)
 
     def report(what: str) -> None:
         lines = [f"fitted on {len(runs)} rows ({nit} iterations, objective {obj:.4f}, {what}):"]
@@ -334,37 +401,33 @@ def main() -> int:
         apply(shipped)
         return 0
 
-    # leave one source out
     folds: dict[str, tuple[list[float], list[bool]]] = {}
     fold_objective: dict[str, float] = {}
     held: dict[str, list[float]] = {}
     held_by_run: dict[int, float] = {}  # id(run) -> its held-out error
     for src in sources:
-        (v, f, o, n), held[src] = held_out(runs, src, args.iterations, seed=src)
+        (v, f, o, n), held[src] = next(results)
         folds[src] = (v, f)
         fold_objective[src] = o
         test = [r for r in runs if source_name(r.row) == src]
         held_by_run.update((id(r), e) for r, e in zip(test, held[src]))
-        print(flush=True)
         print(
             f"fold without {src}: {len(runs) - len(test)} rows, objective {o:.4f}, "
             f"held-out median {statistics.median(map(abs, held[src])):.1%}"
         )
-    # Sources that trained the same checkpoints (the Qwen README and ms-swift: Qwen-1.8B/7B/14B-Chat, the same GPTQ
-    # files and kernels) are separate sources, but each informs the other's fold through the constants they share: a
-    # source held out together with those partners says how much of its held-out figure that leans on.
-    models = {src: {r.row["model"] for r in runs if source_name(r.row) == src} for src in sources}
     together: dict[str, tuple[list[str], list[float]]] = {}
-    for src in absolute:
-        partners = sorted(s for s in sources if s != src and models[s] & models[src])
-        if partners:
-            together[src] = (partners, held_out(runs, src, args.iterations, seed=src, also=tuple(partners))[1])
-            print(f"{src} held out with {', '.join(partners)}: median {statistics.median(map(abs, together[src][1])):.1%}", flush=True)
-    # The same folds from other sets of random starts: the valleys are nearly flat, so the held-out figures move with
-    # which one the starts find; the range over the sets says by how much (the table above is the first set).
+    for src, also in partners_of.items():
+        if also:
+            together[src] = (list(also), next(results)[1])
+            print(f"{src} held out with {', '.join(also)}: median {statistics.median(map(abs, together[src][1])):.1%}", flush=True)
     by_set: list[dict[str, list[float]]] = [held]
+    # (seed set, source) -> that fold's (values, identified): a constant at a bound in any set is reported
+    set_folds: dict[tuple[int, str], tuple[list[float], list[bool]]] = {(0, s): folds[s] for s in sources}
     for k in range(1, args.seed_sets):
-        other = {src: held_out(runs, src, args.iterations, seed=f"{src}#{k}")[1] for src in sources}
+        other = {}
+        for src in sources:
+            (v, f, _, _), other[src] = next(results)
+            set_folds[k, src] = (v, f)
         by_set.append(other)
         every = [e for s, v in other.items() if s in absolute for e in v]
         print(f"seed set {k}: held-out median {statistics.median(map(abs, every)):.1%}, max {max(map(abs, every)):.1%}", flush=True)
@@ -372,8 +435,7 @@ def main() -> int:
     # fold's fit found with fewer rows. The shipped constants are the best all-row fit started from the
     # priors or from any fold's constants (a warm start of the in-sample fit only: each fold's held-out
     # error above comes from its own fit, which never saw the rows it predicts).
-    for src in sources:
-        v, f, o, n = fit(runs, args.iterations, start=folds[src][0])
+    for src, (v, f, o, n) in zip(sources, run_jobs([("fit", args.iterations, folds[src][0]) for src in sources], args.jobs)):
         print(f"all rows, started from the fold without {src}: objective {o:.4f}", flush=True)
         if o < obj:
             values, free, obj, nit = v, f, o, n
@@ -381,18 +443,19 @@ def main() -> int:
     # Identifiability: where a fold's constant is far from the all-row value, is that the fold's rows speaking, or a flat
     # direction of its objective? Hold it at the all-row value, refit the rest, compare the objectives.
     profiled: list[str] = []
-    for src in sources:
-        v, f = folds[src]
-        train = [r for r in runs if source_name(r.row) != src]
-        own = fold_objective[src]
-        for i, p in enumerate(PARAMS):
-            if f[i] and max(v[i] / values[i], values[i] / v[i]) >= PROFILE_SPREAD:
-                held_obj = profile(train, args.iterations, i, values[i], seed=src)
-                profiled.append(
-                    f"without {src}, `{p.name}` {v[i]:.3g} (all rows: {values[i]:.3g}): held at the all-row value with the other "
-                    f"constants refitted, the fold's objective goes from {own:.4f} to {held_obj:.4f} ({held_obj / own - 1:+.1%})"
-                )
-                print(profiled[-1], flush=True)
+    wanted = [
+        (src, i)
+        for src in sources
+        for i in range(len(PARAMS))
+        if folds[src][1][i] and max(folds[src][0][i] / values[i], values[i] / folds[src][0][i]) >= PROFILE_SPREAD
+    ]
+    for (src, i), held_obj in zip(wanted, run_jobs([("profile", src, args.iterations, i, values[i]) for src, i in wanted], args.jobs)):
+        own, p, v = fold_objective[src], PARAMS[i], folds[src][0]
+        profiled.append(
+            f"without {src}, `{p.name}` {v[i]:.3g} (all rows: {values[i]:.3g}): held at the all-row value with the other "
+            f"constants refitted, the fold's objective goes from {own:.4f} to {held_obj:.4f} ({held_obj / own - 1:+.1%})"
+        )
+        print(profiled[-1], flush=True)
     apply(values)  # leave the shipped (all-row) fit in place for what follows
     # what bounds each row's step as the plan says it (the shipped constants): a plan looks its spread up by that
     bound_of = [
@@ -477,6 +540,22 @@ def main() -> int:
             + f" | x{max(vals) / min(vals):.2f} | {flag or 'no'} |"
         )
     bounds_src = [f"- `{p.name}`: {p.why}." for p in PARAMS]
+    other_sets = (
+        f" The other {args.seed_sets - 1} seed set(s)' folds: "
+        + (
+            "; ".join(
+                f"{p.name}: {b} without {src} (set {k})"
+                for (k, src), (v, f) in sorted(set_folds.items())
+                if k > 0
+                for i, p in enumerate(PARAMS)
+                if f[i] and (b := at_bound(p, v[i]))
+            )
+            or "none"
+        )
+        + "."
+        if args.seed_sets > 1
+        else ""
+    )
 
     # the interval the plan prints: the held-out log-errors' 10th and 90th percentiles, overall and by
     # what bounds the step (a group of fewer than MIN_GROUP rows takes the overall spread)
@@ -512,7 +591,10 @@ def main() -> int:
             "step-time section above). Error = plan tokens/s per GPU / measured - 1. "
             "**Held out**: each source predicted by a fit made without any of its rows (the lowest objective of Nelder-Mead "
             f"from the priors and from {FOLD_STARTS} seeded random starts within the bounds). **In-sample**: the fit over every row "
-            "(the constants shipped in constants.py). "
+            "(the constants shipped in constants.py). The objective: the mean over sources of each source's mean |log(plan / "
+            "measured)|, plus a log-normal prior on each constant around its physical prior below (sigma a quarter of its "
+            f"bounds' log-span, weighed {PRIOR_SCALE} / rows: one likelihood), so that a constant the rows cannot tell apart "
+            "from another stays near its measurement. "
             + (
                 f"{', '.join(ratio)} published samples/s without the tokens per sample (benchmarks/published_rows.py "
                 "evaluate): its rows are checked against each other, within groups that train the same samples, "
@@ -534,7 +616,7 @@ def main() -> int:
             "",
             *const,
             "",
-            "At a bound: " + ("; ".join(flags) if flags else "none.") + "",
+            "At a bound: " + ("; ".join(flags) if flags else "none.") + other_sets,
             "",
             f"Fold constants at least x{PROFILE_SPREAD} from the all-row value, profiled (a small rise means the fold's rows "
             "hardly tell the two values apart: the held-out error along that direction says more about where the optimizer "
