@@ -376,12 +376,13 @@ def main() -> int:
     # Every fit below is independent of the others within its phase: `--jobs` processes run them side by side.
     # In-sample (every row in the fit: the constants to ship), each source left out, a source left out together with
     # the sources that trained the same checkpoints (the Qwen README and ms-swift: Qwen-1.8B/7B/14B-Chat, the same GPTQ
-    # files and kernels; separate sources, but each informs the other's fold through the constants they share), and
+    # files and kernels; fsdp_qlora and fms-acceleration: Llama-2-70B; separate sources, but each informs the other's
+    # fold through the constants they share), and
     # the same folds from other sets of random starts (the valleys are nearly flat, so the held-out figures move with
     # which one the starts find; the range over the sets says by how much: the table is the first set).
     global _RUNS
     _RUNS = runs
-    models = {src: {r.row["model"] for r in runs if source_name(r.row) == src} for src in sources}
+    models = {src: {published_rows.checkpoint(r.row) for r in runs if source_name(r.row) == src} for src in sources}
     partners_of = {src: tuple(sorted(s for s in sources if s != src and models[s] & models[src])) for src in absolute}
     calls: list[tuple] = [("fit", args.iterations, None)]
     if not args.quick:

@@ -8,7 +8,8 @@ model, with plan/estimate/comm_time.py's section). No row, model or source is sp
 the reasons a row is left out are general (see `why_left_out`).
 
 Model shapes (config.json of each Hub repo, as published): Llama-2 7B/70B, Llama-3.1
-8B/70B, Yi-34B, planned as transformers' Llama. Qwen (v1) is its own module tree (the Hub repos'
+8B/70B, Yi-34B and Mistral-7B-v0.1 (Llama's module tree, its attention windowed at 4,096 tokens),
+planned as transformers' Llama. Qwen (v1) is its own module tree (the Hub repos'
 remote code, modeling_qwen.py, which transformers does not ship): planned with its own parameter
 tensors and linears (qwen_v1_facts), hidden, layers, heads and vocab from its config.json,
 intermediate = ffn_hidden_size / 2.
@@ -43,6 +44,8 @@ DATA = ROOT / "benchmarks" / "data" / "published-throughput.json"  # and its .md
 SHAPES = {
     "meta-llama/Llama-2-7b-hf": (4096, 32, 32, 32, 11008, 32000),
     "meta-llama/Llama-2-70b-hf": (8192, 80, 64, 8, 28672, 32000),
+    "NousResearch/Llama-2-70b-hf": (8192, 80, 64, 8, 28672, 32000),  # a copy of meta-llama's weights and config
+    "mistralai/Mistral-7B-v0.1": (4096, 32, 32, 8, 14336, 32000),  # sliding window 4,096: no row is longer
     "01-ai/Yi-34B": (7168, 60, 56, 8, 20480, 64000),
     "meta-llama/Llama-3.1-8B": (4096, 32, 32, 8, 14336, 128256),
     "meta-llama/Llama-3.1-70B": (8192, 80, 64, 8, 28672, 128256),
@@ -51,6 +54,8 @@ SHAPES = {
     "Qwen/Qwen-14B": (5120, 40, 40, 40, 13696, 152064),
     "Qwen/Qwen-72B": (8192, 80, 64, 64, 24576, 152064),
 }
+# Hub repos that copy another's weights and config: the same checkpoint under another name (`checkpoint`).
+COPIES = {"NousResearch/Llama-2-70b-hf": "meta-llama/Llama-2-70b-hf"}
 # Catalog entry per published GPU description (first match wins).
 GPUS = (
     ("RTX 3090", "RTX-3090"),
@@ -148,6 +153,11 @@ def source_name(row: dict[str, Any]) -> str:
     """The repository a row comes from (github.com/ORG/REPO), or its first words."""
     words = row["source"].split()
     return words[0].removeprefix("github.com/") if words[0].startswith("github.com") else " ".join(words[:1])
+
+
+def checkpoint(row: dict[str, Any]) -> str:
+    """The checkpoint a row trained: its model id, or the repo a copy was taken from (COPIES)."""
+    return COPIES.get(row["model"], row["model"])
 
 
 def _shape(model: str) -> tuple[int, ...] | None:

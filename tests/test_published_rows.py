@@ -143,3 +143,21 @@ def test_a_reported_error_takes_the_length_fitted_on_the_groups_other_rows():
         assert left_out[k] == pytest.approx(1 / (published_rows._at(points[k], others) * rates[k]) - 1, rel=1e-9)
     assert min(map(abs, fitted_on_all)) < 1e-3 < min(map(abs, left_out))
     assert sum(map(abs, left_out)) > sum(map(abs, fitted_on_all))
+
+
+def test_fms_acceleration_rows_are_planned_with_their_own_settings_and_their_tokens_per_second_is_per_gpu():
+    """fms-acceleration's a100_80gb.csv (its HF Trainer's train_tokens_per_second, per process): 100 steps of packed
+    4,096-token samples, so runtime x tokens/s is 100 x the micro-batch x 4,096 on every row; two GPUs ran FSDP
+    FULL_SHARD through accelerate, one GPU a plain process."""
+    runs, left = published_rows.usable_runs()
+    fms = [r for r in runs if published_rows.source_name(r.row) == "foundation-model-stack/fms-acceleration"]
+    assert not [row for row, _ in left if "fms-acceleration" in row["source"]]
+    assert len(fms) == 13 and {r.row["method"] for r in fms} == {"full", "lora", "qlora"}
+    for r in fms:
+        runtime = float(re.search(r"train_runtime ([\d.]+) s", r.row["source_detail"]).group(1))
+        assert runtime * r.row["derived_tokens_per_s_per_gpu"] == pytest.approx(100 * r.row["batch_size"] * 4096, rel=2e-3)
+        assert r.workload.seq_len == 4096 and r.workload.gradient_checkpointing and r.hf_trainer and r.reentrant
+        assert (r.workload.engine, r.workload.shard_world_size) == (("fsdp", 2) if r.count == 2 else ("none", 1))
+        assert (r.workload.adapters is None) == (r.row["method"] == "full")
+        if r.row["model"].startswith("mistralai/"):  # Llama's tree with Mistral's GQA: 8 key-value heads of 32
+            assert (r.facts.num_layers, r.facts.intermediate_size, r.facts.num_key_value_heads) == (32, 14336, 8)
