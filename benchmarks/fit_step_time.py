@@ -617,7 +617,7 @@ def main() -> int:
             "",
             *const,
             "",
-            "At a bound: " + ("; ".join(flags) if flags else "none.") + other_sets,
+            "At a bound: " + ("; ".join(flags) + "." if flags else "none.") + other_sets,
             "",
             f"Fold constants at least x{PROFILE_SPREAD} from the all-row value, profiled (a small rise means the fold's rows "
             "hardly tell the two values apart: the held-out error along that direction says more about where the optimizer "

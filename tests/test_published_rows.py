@@ -141,7 +141,9 @@ def test_a_reported_error_takes_the_length_fitted_on_the_groups_other_rows():
     for k in range(len(group)):
         others = published_rows._best_tokens(points[:k] + points[k + 1 :], rates[:k] + rates[k + 1 :], 512)
         assert left_out[k] == pytest.approx(1 / (published_rows._at(points[k], others) * rates[k]) - 1, rel=1e-9)
-    assert min(map(abs, fitted_on_all)) < 1e-3 < min(map(abs, left_out))
+    k0 = min(range(len(group)), key=lambda k: abs(fitted_on_all[k]))
+    assert abs(fitted_on_all[k0]) < 1e-3  # the row the all-row length was fitted through
+    assert abs(left_out[k0] - fitted_on_all[k0]) > 1e-4  # ... scored at its group's other rows' length instead
     assert sum(map(abs, left_out)) > sum(map(abs, fitted_on_all))
 
 
