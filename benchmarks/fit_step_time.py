@@ -26,8 +26,9 @@ Objective: the mean over sources of each source's mean |log(plan / measured)| (a
 source's many rows weigh as much as another's few), plus a log-normal prior on each constant
 around its physical prior (prior_term: weighed as PRIOR_SCALE / rows, so that rows and
 priors are in the units of one likelihood), minimised by bounded Nelder-Mead over the logs
-of the constants. The prior keeps a constant that a fold's rows cannot tell apart from
-another near its measurement rather than at whichever bound the flat direction runs to.
+of the constants. The prior pulls a constant that a fold's rows cannot tell apart from
+another toward its measurement; it does not forbid a bound (RESULTS.md says whether any fold
+still reaches one).
 
     python benchmarks/fit_step_time.py [--iterations 600]
     python benchmarks/fit_step_time.py --quick   # CI: 5 iterations, the in-sample fit only, writes nothing
@@ -201,8 +202,9 @@ def prior_term(values: list[float], rows: int) -> float:
     """The priors' share of the objective: PRIOR_SCALE / rows x sum of z^2 / 2, z = log(value / prior) over PARAMS'
     sigma (a quarter of the log-span of its bounds). The rows' term is a Laplace likelihood's (mean |log error|) divided
     by rows / PRIOR_SCALE, so this is a log-normal prior on each constant in the same units: a constant the rows pin
-    hardly moves, one they cannot tell apart from another (TRAINER_STEP_S without a sweep of accumulation steps) stays
-    near its measured prior instead of running to a bound; the fewer the rows, the more the priors count."""
+    hardly moves, one they cannot tell apart from another (TRAINER_STEP_S without a sweep of accumulation steps) is pulled
+    toward its measured prior (not held there: a weak pull loses to the rows'); the fewer the rows, the more the priors
+    count."""
     return PRIOR_SCALE / rows * sum((math.log(v / p.prior) / sigma(p)) ** 2 / 2 for p, v in zip(PARAMS, values))
 
 
@@ -594,8 +596,8 @@ def main() -> int:
             f"from the priors and from {FOLD_STARTS} seeded random starts within the bounds). **In-sample**: the fit over every row "
             "(the constants shipped in constants.py). The objective: the mean over sources of each source's mean |log(plan / "
             "measured)|, plus a log-normal prior on each constant around its physical prior below (sigma a quarter of its "
-            f"bounds' log-span, weighed {PRIOR_SCALE} / rows: one likelihood), so that a constant the rows cannot tell apart "
-            "from another stays near its measurement. "
+            f"bounds' log-span, weighed {PRIOR_SCALE} / rows: one likelihood), which pulls a constant the rows cannot tell "
+            "apart from another toward its measurement (it may still reach a bound: see below). "
             + (
                 f"{', '.join(ratio)} published samples/s without the tokens per sample (benchmarks/published_rows.py "
                 "evaluate): its rows are checked against each other, within groups that train the same samples, "

@@ -44,7 +44,6 @@ DATA = ROOT / "benchmarks" / "data" / "published-throughput.json"  # and its .md
 SHAPES = {
     "meta-llama/Llama-2-7b-hf": (4096, 32, 32, 32, 11008, 32000),
     "meta-llama/Llama-2-70b-hf": (8192, 80, 64, 8, 28672, 32000),
-    "NousResearch/Llama-2-70b-hf": (8192, 80, 64, 8, 28672, 32000),  # a copy of meta-llama's weights and config
     "mistralai/Mistral-7B-v0.1": (4096, 32, 32, 8, 14336, 32000),  # sliding window 4,096: no row is longer
     "01-ai/Yi-34B": (7168, 60, 56, 8, 20480, 64000),
     "meta-llama/Llama-3.1-8B": (4096, 32, 32, 8, 14336, 128256),
@@ -161,6 +160,7 @@ def checkpoint(row: dict[str, Any]) -> str:
 
 
 def _shape(model: str) -> tuple[int, ...] | None:
+    model = COPIES.get(model, model)  # a copy has its original's shape
     key = next((k for k in sorted(SHAPES, key=len, reverse=True) if model.startswith(k)), None)
     return SHAPES.get(key) if key else None
 
