@@ -98,6 +98,18 @@ QWEN_V1 = "Qwen/Qwen-"
 # HF Trainer of transformers 4 ran gradient_checkpointing_enable() reentrantly (torch.utils.checkpoint's default then;
 # transformers 5 passes use_reentrant=False), and fsdp_qlora's train.py command says --reentrant_checkpointing True.
 REENTRANT = "reentrant_checkpointing True"
+# lora_dropout of a source's runs (Adapters.lora_dropout: the adapter path's dropout bytes, shape.ADAPTER_BYTES), where
+# its scripts set it; the other sources' runs are planned without dropout (not stated)
+LORA_DROPOUT = {
+    "fms-acceleration": 0.1,  # scripts/benchmarks/scenarios.yaml at 24bdadb228: lora_dropout 0.1 (every peft scenario)
+    "AnswerDotAI/fsdp_qlora": 0.1,  # train.py at e877dda502: lora_dropout default 0.1; the benchmark commands keep it
+    "QwenLM/Qwen": 0.05,  # finetune.py at 2df8e8ac45: LoraArguments.lora_dropout = 0.05; finetune/*.sh keep it
+    "modelscope/ms-swift": 0.05,  # swift/llm/utils/argument.py at cdb169b781: lora_dropout_p = 0.05
+}
+# peft 0.12 made get_peft_model keep adapters in fp32 over a 16-bit base (autocast_adapter_dtype=True); a row whose
+# software names an older peft, or none (all of them ran before August 2024, or not on peft), made them in the base's
+# dtype: shape.ADAPTER_UPCAST
+PEFT_UPCAST = (0, 12)
 # Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
 # A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
@@ -222,6 +234,12 @@ def _targets(row: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names)) or ("q_proj", "v_proj")
 
 
+def peft_upcasts(row: dict[str, Any]) -> bool:
+    """Whether the row's peft keeps the adapters in fp32 over a 16-bit base (PEFT_UPCAST)."""
+    m = re.search(r"\bpeft (\d+)\.(\d+)", row.get("software") or "")
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= PEFT_UPCAST
+
+
 def _saved(row: dict[str, Any]) -> tuple[str, ...]:
     """The modules a row trains in full beside its adapters (peft's modules_to_save), as its lora_targets say:
     "... + trainable wte and lm_head (modules_to_save, ...)" (Qwen's finetune.py on a base model: the "LoRA (emb)" rows)."""
@@ -313,8 +331,11 @@ def plan_run(row: dict[str, Any]) -> Run:
             r=int(row.get("lora_rank") or 8),
             target_modules=_targets(row),
             modules_to_save=_saved(row),
+            lora_dropout=next((p for k, p in LORA_DROPOUT.items() if k in row["source"]), 0.0),
             compute_dtype=weight,
         )
+    if precision.startswith("pure"):  # 16-bit weights and no autocast (bf16-true, --precision bf16, no bf16 flag)
+        amp = None
     wl = Workload(
         per_device_batch=int(row["batch_size"]),
         seq_len=int(row["seq_len"]),
@@ -356,6 +377,8 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         )
     world = run.count * run.nodes
     bnb, trainer, kernels, mode = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE
+    upcast = S.ADAPTER_UPCAST
+    S.ADAPTER_UPCAST = peft_upcasts(run.row)
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
         ckpt = run.workload.gradient_checkpointing
@@ -368,6 +391,7 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE = bnb, trainer, kernels, mode
+        S.ADAPTER_UPCAST = upcast
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

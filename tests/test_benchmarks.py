@@ -57,6 +57,7 @@ RESULT = {
     "published_lora": r"published +\d+\.\d+ GiB +plan +\d+\.\d+ GiB",
     "readme_examples": r".+ regenerated in memory \((no change|would change: .+)\)",
     "saver_memory": r"\| full \| 2,048 \| none \| \d+\.\d+ \|",
+    "adapter_traffic": r"adapter bytes, traced vs modelled: largest difference \d+\.\d\d B per element",
     "throughput_accuracy": r"Targets: median <= 20% overall \(\d+\.\d%\)",
     "time_accuracy": r"\| S \| \d+\.\d+M \| \d+\.\dM \| \d+\.\d+ \(",
     # a signed figure: the quick run's 6 micro-batches can measure a negative difference under load (the full run

@@ -29,6 +29,30 @@ from gpuplan.plan.methods import method_of
 LAYER_KERNELS_FWD = 44
 BACKWARD_KERNEL_RATIO = 1.95
 ADAPTER_KERNELS_FWD, ADAPTER_KERNELS_BWD = 5, 10
+# The bytes a LoRA adapter moves beside its frozen linear, per element of the linear's input (fan_in) and output
+# (fan_out) and per pass: the cast of x to the adapter's dtype, dropout (its own entry: added to the input's bytes
+# when lora_dropout > 0), lora_A's read of its input, lora_B's output, the scaling, the add to the frozen output
+# and the cast back (peft/tuners/lora/layer.py Linear.forward), and their gradients, the input gradient's add to
+# the frozen linear's included. By the dtypes the path runs in (adapter_mode). Traced on torch 2.13 and peft 0.21
+# with a TorchDispatchMode, the frozen linear's own bytes subtracted, dropout as CUDA's fused native_dropout (bool
+# mask): benchmarks/adapter_traffic.py, benchmarks/data/adapter_traffic.json (r-sized intermediates, ~0.1 B, left
+# out). Before these the model priced every path at 2 fan_in + 5 fan_out elements of the activation's dtype.
+ADAPTER_BYTES: dict[str, dict[str, tuple[int, int]]] = {
+    # fp32 base, fp32 adapters, no autocast
+    "fp32": {"forward": (4, 24), "backward": (20, 16), "dropout": (9, 9)},
+    # fp32 activations under 16-bit autocast (an fp32 base, or QLoRA's kbit preparation): the thin matmuls cast x
+    "amp": {"forward": (8, 12), "backward": (22, 8), "dropout": (9, 9)},
+    # a 16-bit base, fp32 adapters (peft >= 0.12 autocast_adapter_dtype), no autocast: the whole path in fp32
+    "half": {"forward": (10, 28), "backward": (20, 28), "dropout": (9, 9)},
+    # a 16-bit base, fp32 adapters, 16-bit autocast: x cast to fp32 by peft, back to 16-bit by autocast
+    "half-amp": {"forward": (14, 12), "backward": (22, 8), "dropout": (9, 9)},
+    # adapters in the 16-bit base's dtype (peft < 0.12, or an engine that gathers 16-bit parameters): no casts
+    "16-bit": {"forward": (2, 12), "backward": (10, 8), "dropout": (5, 5)},
+}
+# peft >= 0.12 keeps LoRA adapters in fp32 over a 16-bit base (get_peft_model(autocast_adapter_dtype=True)), as
+# gpuplan's apply trains them; benchmarks/published_rows.py plans runs of an older peft, which made the adapters in
+# the base weight's dtype, with False.
+ADAPTER_UPCAST = True
 DEQUANT_KERNELS = 2
 # Eager attention (transformers eager_attention_forward, models/llama and models/gpt2): QK^T,
 # the scaling, the mask add, softmax, the cast back from fp32 softmax, PV: 6 kernels where SDPA
@@ -92,7 +116,8 @@ class StepShape:
     frozen_base: bool
     quantized_params: int  # 4-bit linear weights (QLoRA)
     adapters_per_layer: int
-    adapter_io: int  # sum over adapted linears in one layer of (2 fan_in + 5 fan_out)
+    adapter_fwd_bytes: float  # bytes per token one layer's adapters move in a forward (ADAPTER_BYTES)
+    adapter_bwd_bytes: float  # ... in a backward
     linears_per_layer: int
     compute_dtype: str
     act_bytes: int  # bytes per activation element in the compute dtype
@@ -124,7 +149,8 @@ class StepShape:
 class _AdapterCounts(NamedTuple):
     trainable: int  # the adapters' parameters and the saved modules' copies
     per_layer: int  # adapters per decoder layer
-    io: int  # sum over one layer's adapted linears of 2 fan_in + 5 fan_out
+    fan_in: int  # the adapted linears' inputs in one layer, summed
+    fan_out: int  # ... and their outputs
     tensors: int  # A and B, DoRA's magnitudes and the saved copies, as memory/adapters.py adapter_layout lists them
     saved: int  # the saved modules' parameters
     saved_linear: int  # of those, the saved linears' weights, whose weight-gradient GEMM runs
@@ -138,11 +164,12 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> _AdapterCounts:
     from gpuplan.plan.estimate.memory.adapters import adapter_layout, lora_candidates, peft_matches
 
     lay = adapter_layout(facts, adapters)
-    io = sum(
-        2 * fan_in + 5 * fan_out
+    adapted = [
+        (fan_in, fan_out)
         for name, _, fan_in, fan_out in lora_candidates(facts, list(adapters.modules_to_save), adapters.excluded_modules)
         if any(peft_matches(name, t) for t in adapters.target_modules)
-    )
+    ]
+    layers = max(facts.num_layers, 1)
     linears = {name: fan_in * fan_out for name, _, fan_in, fan_out in facts.linear_layers}
     if facts.task == "causal-lm":  # the output head (not among the LoRA candidates; tied or not, a saved copy is its own)
         linears.setdefault("lm_head", facts.vocab_size * facts.hidden_size)
@@ -155,12 +182,41 @@ def _adapter_counts(facts: ModelFacts, adapters: Adapters) -> _AdapterCounts:
     return _AdapterCounts(
         trainable=lay.adapter_params + lay.saved_params,
         per_layer=lay.targets_per_layer,
-        io=io // max(facts.num_layers, 1),
+        fan_in=sum(i for i, _ in adapted) // layers,
+        fan_out=sum(o for _, o in adapted) // layers,
         tensors=len(lay.adapter_shapes),
         saved=lay.saved_params,
         saved_linear=sum(w for _, w in saved),
         saved_head=sum(w for name, w in saved if name == "lm_head"),
     )
+
+
+def adapter_mode(wl: Workload) -> str:
+    """The dtypes a LoRA adapter's path runs in, an ADAPTER_BYTES key: an engine that gathers 16-bit parameters
+    (FSDP's param_dtype, DeepSpeed's bf16/fp16) runs the adapters in 16 bits, as do a peft < 0.12 run's adapters
+    over a 16-bit LoRA base or a FSDP QLoRA base (its 4-bit weights stored in the 16-bit quant_storage); otherwise the
+    adapters are fp32 and the input reaches them in the base's dtype, fp32 for QLoRA (prepare_model_for_kbit_training
+    upcasts the norms, so the residual stream is fp32: memory/lora_activations.py lora_mode)."""
+    a = wl.adapters
+    sixteen = wl.weight_dtype in ("bfloat16", "float16") and a is not None and not method_of(a).quantized_base
+    sharded = wl.engine in ("fsdp", "deepspeed")
+    if (sharded and wl.amp is not None) or (not ADAPTER_UPCAST and (sixteen or sharded)):
+        return "16-bit"
+    if sixteen:
+        return "half-amp" if wl.amp is not None else "half"
+    return "amp" if wl.amp is not None else "fp32"
+
+
+def adapter_bytes(wl: Workload, fan_in: int, fan_out: int) -> tuple[float, float]:
+    """(forward, backward) bytes per token one layer's adapters move (ADAPTER_BYTES), fan_in and fan_out summed over
+    its adapted linears."""
+    if wl.adapters is None or not fan_in:
+        return 0.0, 0.0
+    c = ADAPTER_BYTES[adapter_mode(wl)]
+    drop = c["dropout"] if wl.adapters.lora_dropout > 0 else (0, 0)
+    fwd = (c["forward"][0] + drop[0]) * fan_in + c["forward"][1] * fan_out
+    bwd = (c["backward"][0] + drop[1]) * fan_in + c["backward"][1] * fan_out
+    return float(fwd), float(bwd)
 
 
 def saved_linear_params(facts: ModelFacts, adapters: Adapters | None) -> int:
@@ -177,7 +233,7 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     n, head = matmul_params(facts)
     method = method_of(wl.adapters)
     frozen = method.frozen_base
-    counts = _AdapterCounts(facts.n_params, 0, 0, 0, 0, 0, 0)
+    counts = _AdapterCounts(facts.n_params, 0, 0, 0, 0, 0, 0, 0)
     quantized = 0
     if frozen and wl.adapters is not None:
         counts = _adapter_counts(facts, wl.adapters)
@@ -188,6 +244,7 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
     weight_dtype_bytes = DTYPE_BYTES[wl.weight_dtype]
     act = BYTES.get(compute_dtype, 4)
     on_cpu = gpu.is_cpu or wl.device == "cpu"
+    adapter_fwd, adapter_bwd = adapter_bytes(wl, counts.fan_in, counts.fan_out) if frozen else (0.0, 0.0)
     attention = "eager" if wl.attn_implementation == "eager" else "flash"
     return StepShape(
         tokens=wl.per_device_batch * wl.seq_len,
@@ -207,7 +264,8 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         frozen_base=frozen,
         quantized_params=quantized,
         adapters_per_layer=counts.per_layer,
-        adapter_io=counts.io,
+        adapter_fwd_bytes=adapter_fwd,
+        adapter_bwd_bytes=adapter_bwd,
         linears_per_layer=layer_linears or 7,
         compute_dtype=compute_dtype,
         act_bytes=act,

@@ -213,21 +213,36 @@ def attention_terms(s: StepShape, c: K.ArchConstants, peak: float, bw: float) ->
 def memory_terms(s: StepShape, bw: float) -> list[Term]:
     """Elementwise activations, LoRA's adapter ops, logits/CE, autocast casts, gradient
     accumulation and QLoRA's dequantization, per micro-batch, over the memory bandwidth."""
-    passes = (2 if s.checkpointing else 1) + BACKWARD_BYTES_RATIO
+    forwards = 2 if s.checkpointing else 1
+    passes = forwards + BACKWARD_BYTES_RATIO
     per_layer_h = ELEMENTWISE_H + (HIDDEN_DROPOUT_H if s.hidden_dropout > 0 else 0)
     per_layer_f = ELEMENTWISE_F + (GELU_NEW_F if s.gelu_new else 0)
-    per_token = s.layers * (per_layer_h * s.hidden + per_layer_f * s.intermediate + s.adapter_io)
+    per_token = s.layers * (per_layer_h * s.hidden + per_layer_f * s.intermediate) * s.act_bytes * passes
+    adapters = s.layers * (s.adapter_fwd_bytes * forwards + s.adapter_bwd_bytes)
     out = [
         Term(
             "elementwise activations",
             "memory-bound",
-            s.tokens * per_token * s.act_bytes * passes / bw,
+            s.tokens * per_token / bw,
             "micro-batch",
             "device",
-            f"m x L x ({per_layer_h}h + {per_layer_f}f + adapter 2 in + 5 out) elements x bytes x (forward + recompute + 2 backward) / BW",
-            "transformers LlamaDecoderLayer; GPT-2's gelu_new and residual dropout; peft",
+            f"m x L x ({per_layer_h}h + {per_layer_f}f) elements x bytes x (forward + recompute + 2 backward) / BW",
+            "transformers LlamaDecoderLayer; GPT-2's gelu_new and residual dropout",
         )
     ]
+    if adapters:
+        out.append(
+            Term(
+                "LoRA adapter path",
+                "memory-bound",
+                s.tokens * adapters / bw,
+                "micro-batch",
+                "device",
+                f"m x L x ({s.adapter_fwd_bytes:,.0f} B forward{' x 2 (recompute)' if forwards == 2 else ''} + "
+                f"{s.adapter_bwd_bytes:,.0f} B backward) per token / BW",
+                "peft LoRA Linear.forward: cast, dropout, A, B, scaling, add, cast back (shape.ADAPTER_BYTES, traced)",
+            )
+        )
     if s.vocab:
         out.append(
             Term(
