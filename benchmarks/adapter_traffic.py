@@ -11,7 +11,7 @@ of the adapted linear's input (fan_in) and output (fan_out), forward and backwar
   of its tensor inputs and outputs; the adapter's bytes are the difference, so the frozen linear's own GEMMs cancel;
 - two shapes, (fan_in, fan_out) = (512, 256) and (256, 512), give the per-element coefficients by solving
   bytes / T = a fan_in + b fan_out for each pass (the r-sized intermediates, ~1% here, land in a and b);
-- the modes are the dtypes the path can run in (shape.ADAPTER_MODES): fp32 everywhere; fp32 base under bf16 autocast;
+- the modes are the dtypes the path can run in (the keys of shape.ADAPTER_BYTES): fp32 everywhere; fp32 base under bf16 autocast;
   a bf16 base with fp32 adapters (peft >= 0.12's autocast_adapter_dtype) without and with bf16 autocast; adapters in
   the base's bf16 (peft < 0.12, or an engine that gathers 16-bit parameters); each without and with lora_dropout.
 
@@ -34,15 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernel_counts import NO_WORK  # noqa: E402  the same "does work" rule as the kernel counts
 from results import write_section  # noqa: E402
+from traced_bytes import byte_counter  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "adapter_traffic.json"
 TOKENS = 4096
 RANK = 8
 SHAPES = ((512, 256), (256, 512))
 DROPOUT = 0.1
-# mode -> (base weights in bf16, adapters kept in the base's dtype, bf16 autocast); see shape.ADAPTER_MODES
+# mode -> (base weights in bf16, adapters kept in the base's dtype, bf16 autocast); see shape.ADAPTER_BYTES
 SETUPS = {
     "fp32": (False, False, False),
     "amp": (False, False, True),
@@ -50,27 +50,6 @@ SETUPS = {
     "half-amp": (True, False, True),
     "16-bit": (True, True, False),
 }
-
-
-def _counter():
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    class Bytes(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.total = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            name = "aten::" + func.__name__.split(".")[0]
-            if name not in NO_WORK:
-                leaves = tree_flatten((args, kwargs or {}))[0] + tree_flatten(out)[0]
-                self.total += sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
-            return out
-
-    return Bytes
 
 
 def traced(mode: str, fan_in: int, fan_out: int, dropout: float, adapter: bool, tokens: int = TOKENS) -> tuple[int, int]:
@@ -104,7 +83,7 @@ def traced(mode: str, fan_in: int, fan_out: int, dropout: float, adapter: bool, 
             m.forward = lambda t, p=m.p: torch.native_dropout(t, p, True)[0]
     leaf = torch.randn(tokens, fan_in, dtype=dtype, requires_grad=True)
     x = leaf * 1  # a layer's input is an activation, not a leaf (module docstring)
-    Bytes = _counter()
+    Bytes = byte_counter()  # every op: the frozen linear's GEMMs cancel in the difference
     with Bytes() as fwd, torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
         y = model(x)
     grad = torch.ones_like(y)
