@@ -17,8 +17,9 @@ runs instead:
 
 transformers' RMSNorm upcasts to fp32 and back, its rotary builds rotate_half with a slice, a neg and a cat, and
 each is an eager kernel of its own on a GPU as on a CPU: the bytes are the GPU's unless a run fuses them (Liger,
-torch.compile, flash-attn's fused RMSNorm and rotary, which some published runs used). Nothing here changes the
-model: the table says how far its hand count is from eager transformers, for the work that replaces it.
+torch.compile, flash-attn's fused RMSNorm and rotary, which some published runs used). The step-time model prices
+an eager Llama-family layer by these figures (terms.EAGER_LLAMA_BYTES, kept equal to a trace by a test) and a fused
+one, or a family not traced here, by its hand count (shape.LAYER_KERNELS).
 
     python benchmarks/layer_traffic.py [--no-write]
     python benchmarks/layer_traffic.py --quick   # CI: 256 and 512 tokens, writes nothing
@@ -108,8 +109,9 @@ def measure(tokens: tuple[int, int] = TOKENS) -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__, "tokens": tokens, "coefficients": out}
 
 
-def modelled(precision: str) -> dict[str, float]:
-    """terms.memory_terms' bytes per hidden and per intermediate element of a Llama layer, forward and backward."""
+def hand_count(precision: str) -> dict[str, float]:
+    """The hand count's bytes per hidden and per intermediate element of a Llama layer, forward and backward (what
+    terms.memory_terms prices a fused layer at)."""
     from gpuplan.plan.estimate.step_time.terms import BACKWARD_BYTES_RATIO, ELEMENTWISE_F, ELEMENTWISE_H
 
     act = 4 if precision == "fp32" else 2
@@ -122,8 +124,8 @@ def modelled(precision: str) -> dict[str, float]:
 
 
 def ratio(data: dict, precision: str, hidden: int, intermediate: int) -> float:
-    """Traced over modelled bytes of a layer (forward + backward) at a model's hidden and intermediate sizes."""
-    c, m = data["coefficients"][precision], modelled(precision)
+    """Traced over hand-count bytes of a layer (forward + backward) at a model's hidden and intermediate sizes."""
+    c, m = data["coefficients"][precision], hand_count(precision)
     total = {k: sum(x[f"{p}_h"] * hidden + x[f"{p}_f"] * intermediate for p in ("forward", "backward")) for k, x in (("t", c), ("m", m))}
     return total["t"] / total["m"]
 
@@ -132,15 +134,15 @@ def section(data: dict) -> str:
     lines = [
         f"Bytes per token a Llama decoder layer's elementwise work moves (everything but the GEMMs, the embedding and "
         f"the attention kernel), per hidden (h) and per intermediate (f) element, traced on torch {data['torch']} and "
-        f"transformers {data['transformers']} ({' and '.join(map(str, data['tokens']))} tokens, CPU, SDPA), beside what terms.memory_terms "
-        "prices (ELEMENTWISE_H h + ELEMENTWISE_F f elements of the compute dtype forward, BACKWARD_BYTES_RATIO x that "
-        "backward).",
+        f"transformers {data['transformers']} ({' and '.join(map(str, data['tokens']))} tokens, CPU, SDPA), beside the hand count "
+        "(ELEMENTWISE_H h + ELEMENTWISE_F f elements of the compute dtype forward, BACKWARD_BYTES_RATIO x that "
+        "backward), which the model keeps for fused layers.",
         "",
-        "| precision | traced fwd h / f | traced bwd h / f | model fwd h / f | model bwd h / f | traced / model, Llama-2-7B layer |",
+        "| residual stream | traced fwd h / f | traced bwd h / f | hand count fwd h / f | hand count bwd h / f | traced / hand count, Llama-2-7B layer |",
         "|---|---|---|---|---|---|",
     ]
     for precision, c in data["coefficients"].items():
-        m = modelled(precision)
+        m = hand_count(precision)
         lines.append(
             f"| {precision} | {c['forward_h']:g} / {c['forward_f']:g} | {c['backward_h']:g} / {c['backward_f']:g} | "
             f"{m['forward_h']:g} / {m['forward_f']:g} | {m['backward_h']:g} / {m['backward_f']:g} | "
@@ -148,14 +150,13 @@ def section(data: dict) -> str:
         )
     lines += [
         "",
-        "Eager transformers moves several times the bytes the model prices for the same layer: RMSNorm's fp32 upcast, "
+        "Eager transformers moves several times the bytes of the hand count for the same layer: RMSNorm's fp32 upcast, "
         "square, mean, rsqrt, two multiplies and the cast back; rotary's slices, neg, cat and multiplies; the casts "
-        "autocast inserts before every linear of an fp32 residual stream. The fitted constants (benchmarks/"
-        "fit_step_time.py) were fitted with the hand count, so the GEMM fraction and the half-saturation carry the "
-        "difference on the published rows' shapes; where the memory-bound share is larger (small models, mixed precision "
-        "with an fp32 residual stream, QLoRA's kbit preparation) the plan is too fast by it. Not yet in the model: "
-        "several published sources fuse these kernels (flash-attn's RMSNorm and rotary, torch.compile), so the model "
-        "needs the run's kernels, not one count.",
+        "autocast inserts before every linear of an fp32 residual stream. The step-time model prices an eager "
+        "Llama-family layer (gpuplan's apply without Liger; the published runs of transformers' or LitGPT's own code) "
+        "by the traced figures (terms.EAGER_LLAMA_BYTES) and a fused one (Liger; torch.compile; Qwen's modeling code "
+        "with flash-attn's RMSNorm and rotary kernels) by the hand count; benchmarks/published_rows.py says which each "
+        "source ran (FUSED_SOURCES).",
     ]
     return "\n".join(lines)
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     data = measure((256, 512) if args.quick else TOKENS)
     print(json.dumps(data["coefficients"], indent=1))
-    print(f"layer bytes, traced / modelled (Llama-2-7B, bf16): {ratio(data, 'bf16', 4096, 11008):.2f}x")
+    print(f"layer bytes, traced / hand count (Llama-2-7B, bf16): {ratio(data, 'bf16', 4096, 11008):.2f}x")
     if not (args.no_write or args.quick):
         DATA.write_text(json.dumps(data, indent=1) + "\n")
         write_section("layer_traffic", "Decoder layer's elementwise bytes, traced", section(data))

@@ -58,7 +58,7 @@ RESULT = {
     "readme_examples": r".+ regenerated in memory \((no change|would change: .+)\)",
     "saver_memory": r"\| full \| 2,048 \| none \| \d+\.\d+ \|",
     "adapter_traffic": r"adapter bytes, traced vs modelled: largest difference \d+\.\d\d B per element",
-    "layer_traffic": r"layer bytes, traced / modelled \(Llama-2-7B, bf16\): \d+\.\d\dx",
+    "layer_traffic": r"layer bytes, traced / hand count \(Llama-2-7B, bf16\): \d+\.\d\dx",
     "throughput_accuracy": r"Targets: median <= 20% overall \(\d+\.\d%\)",
     "time_accuracy": r"\| S \| \d+\.\d+M \| \d+\.\dM \| \d+\.\d+ \(",
     # a signed figure: the quick run's 6 micro-batches can measure a negative difference under load (the full run

@@ -53,6 +53,11 @@ ADAPTER_BYTES: dict[str, dict[str, tuple[int, int]]] = {
 # gpuplan's apply trains them; benchmarks/published_rows.py plans runs of an older peft, which made the adapters in
 # the base weight's dtype, with False.
 ADAPTER_UPCAST = True
+# How a run's decoder layers execute their elementwise work: "eager" (transformers as written, every op a kernel:
+# gpuplan's apply without Liger, the default) or "fused" (Liger's kernels, torch.compile, flash-attn's RMSNorm and
+# rotary). terms.memory_terms prices eager Llama-family layers by the traced EAGER_LLAMA_BYTES, fused ones by the hand
+# count; benchmarks/published_rows.py sets it by what each source ran.
+LAYER_KERNELS = "eager"
 DEQUANT_KERNELS = 2
 # Eager attention (transformers eager_attention_forward, models/llama and models/gpt2): QK^T,
 # the scaling, the mask add, softmax, the cast back from fp32 softmax, PV: 6 kernels where SDPA
@@ -144,6 +149,9 @@ class StepShape:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
+    layer_kernels: str = "eager"  # "eager" | "fused" (LAYER_KERNELS; Liger fuses)
+    llama_like: bool = False  # RMSNorm and a gated MLP: terms.EAGER_LLAMA_BYTES prices its eager layers
+    stream: str = "bf16"  # the residual stream's dtype: "bf16" (16-bit), "amp" (fp32 under autocast), "fp32"
 
 
 class _AdapterCounts(NamedTuple):
@@ -205,6 +213,19 @@ def adapter_mode(wl: Workload) -> str:
     if sixteen:
         return "half-amp" if wl.amp is not None else "half"
     return "amp" if wl.amp is not None else "fp32"
+
+
+def layer_stream(wl: Workload, act_bytes: int) -> str:
+    """The residual stream's dtype, a terms.EAGER_LLAMA_BYTES key: fp32 compute; fp32 under 16-bit autocast where
+    the weights are fp32 or QLoRA's kbit preparation upcast the norms and embeddings, unless an engine gathers 16-bit
+    parameters; otherwise 16-bit."""
+    if act_bytes >= 4:
+        return "fp32"
+    quantized = wl.adapters is not None and method_of(wl.adapters).quantized_base
+    sharded = wl.engine in ("fsdp", "deepspeed")
+    if wl.amp is not None and not sharded and (wl.weight_dtype == "float32" or quantized):
+        return "amp"
+    return "bf16"
 
 
 def adapter_bytes(wl: Workload, fan_in: int, fan_out: int) -> tuple[float, float]:
@@ -286,6 +307,9 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,
+        layer_kernels="fused" if wl.liger_kernel else LAYER_KERNELS,
+        llama_like=facts.norm == "rmsnorm" and facts.mlp == "gated",
+        stream=layer_stream(wl, act),
     )
 
 

@@ -24,6 +24,19 @@ from gpuplan.plan.estimate.step_time.shape import OPTIM_STATE_BYTES, StepShape, 
 # up (read 2f, write f). Backward reads and writes about twice that (each op's gradient
 # reads its saved input and the incoming gradient and writes one).
 ELEMENTWISE_H, ELEMENTWISE_F, BACKWARD_BYTES_RATIO = 14, 3, 2.0
+# The same work as eager transformers runs it, every op a kernel of its own that reads and writes memory: bytes per
+# token a Llama-family layer (RMSNorm, rotary, gated MLP) moves outside its GEMMs and attention kernel, per hidden and
+# per intermediate element, ((forward h, f), (backward h, f)), by the residual stream's dtype (shape.layer_stream):
+# RMSNorm's fp32 upcast, square, mean, rsqrt, multiplies and cast back, rotary's slices, neg, cat and multiplies, the
+# residual adds, SiLU x up, autocast's casts of an fp32 stream before every linear, and their gradients. Traced on
+# torch 2.13 and transformers 5.25 (benchmarks/layer_traffic.py, benchmarks/data/layer_traffic.json). The hand count
+# above stands for a run whose kernels are fused (shape.LAYER_KERNELS: Liger, torch.compile, flash-attn's RMSNorm
+# and rotary) and for the families not traced.
+EAGER_LLAMA_BYTES = {
+    "bf16": ((134, 10), (288, 18)),
+    "amp": ((194, 10), (414, 18)),
+    "fp32": ((180, 20), (384, 36)),
+}
 # Logits and cross-entropy per token: transformers upcasts the [tokens, vocab] logits to
 # fp32 (LlamaForCausalLM: logits.float()); log_softmax and nll_loss read and write them:
 # ~16 bytes per vocabulary entry forward and as many backward.
@@ -217,19 +230,20 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
     passes = forwards + BACKWARD_BYTES_RATIO
     per_layer_h = ELEMENTWISE_H + (HIDDEN_DROPOUT_H if s.hidden_dropout > 0 else 0)
     per_layer_f = ELEMENTWISE_F + (GELU_NEW_F if s.gelu_new else 0)
-    per_token = s.layers * (per_layer_h * s.hidden + per_layer_f * s.intermediate) * s.act_bytes * passes
     adapters = s.layers * (s.adapter_fwd_bytes * forwards + s.adapter_bwd_bytes)
-    out = [
-        Term(
-            "elementwise activations",
-            "memory-bound",
-            s.tokens * per_token / bw,
-            "micro-batch",
-            "device",
-            f"m x L x ({per_layer_h}h + {per_layer_f}f) elements x bytes x (forward + recompute + 2 backward) / BW",
-            "transformers LlamaDecoderLayer; GPT-2's gelu_new and residual dropout",
+    if s.layer_kernels == "eager" and s.llama_like:
+        (fh, ff), (bh, bf) = EAGER_LLAMA_BYTES[s.stream]
+        per_token = s.layers * ((fh * s.hidden + ff * s.intermediate) * forwards + bh * s.hidden + bf * s.intermediate)
+        formula = (
+            f"m x L x (({fh}h + {ff}f) B x {forwards} forward + ({bh}h + {bf}f) B backward) / BW "
+            f"(eager kernels, {s.stream} residual stream)"
         )
-    ]
+        source = "transformers LlamaDecoderLayer run eagerly, traced (benchmarks/layer_traffic.py)"
+    else:
+        per_token = s.layers * (per_layer_h * s.hidden + per_layer_f * s.intermediate) * s.act_bytes * passes
+        formula = f"m x L x ({per_layer_h}h + {per_layer_f}f) elements x bytes x (forward + recompute + 2 backward) / BW"
+        source = "transformers LlamaDecoderLayer's reads and writes as fused kernels; GPT-2's gelu_new and residual dropout"
+    out = [Term("elementwise activations", "memory-bound", s.tokens * per_token / bw, "micro-batch", "device", formula, source)]
     if adapters:
         out.append(
             Term(
