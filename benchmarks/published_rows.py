@@ -70,7 +70,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1036
+GPTQ_DEQUANT_BW_FRACTION = 0.1032
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before
@@ -110,6 +110,15 @@ LORA_DROPOUT = {
 # software names an older peft, or none (all of them ran before August 2024, or not on peft), made them in the base's
 # dtype: shape.ADAPTER_UPCAST
 PEFT_UPCAST = (0, 12)
+# Sources whose runs fused the decoder layer's elementwise work (shape.LAYER_KERNELS "fused": the hand count), with
+# what fused it; every other run executed transformers' (or its own) layer eagerly. A torch.compile'd row is fused
+# whatever its source (the row's compile field).
+FUSED_SOURCES = {
+    # Qwen(-1)'s modeling_qwen.py imports flash-attn's rotary (apply_rotary_emb_func) and RMSNorm (rms_norm) kernels
+    # when flash-attn is installed, as both sources' runs had it (flash-attention 2; ms-swift's flash_attn 2.3.4)
+    "QwenLM/Qwen": "flash-attn's rotary and RMSNorm kernels (Qwen's modeling_qwen.py)",
+    "modelscope/ms-swift": "flash-attn's rotary and RMSNorm kernels (Qwen's modeling_qwen.py)",
+}
 # Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
 # A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned
@@ -232,6 +241,12 @@ def _targets(row: dict[str, Any]) -> tuple[str, ...]:
     text = (row.get("lora_targets") or "").split(" ")[0].split(";")[0]
     names = [t.strip() for t in text.split(",") if t.strip()]
     return tuple(dict.fromkeys(names)) or ("q_proj", "v_proj")
+
+
+def layer_kernels(row: dict[str, Any]) -> str:
+    """"fused" where the row's run fused its layers' elementwise work (FUSED_SOURCES, torch.compile), else "eager"."""
+    fused = row.get("compile") is True or any(k in row["source"] for k in FUSED_SOURCES)
+    return "fused" if fused else "eager"
 
 
 def peft_upcasts(row: dict[str, Any]) -> bool:
@@ -377,8 +392,8 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         )
     world = run.count * run.nodes
     bnb, trainer, kernels, mode = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE
-    upcast = S.ADAPTER_UPCAST
-    S.ADAPTER_UPCAST = peft_upcasts(run.row)
+    upcast, layers = S.ADAPTER_UPCAST, S.LAYER_KERNELS
+    S.ADAPTER_UPCAST, S.LAYER_KERNELS = peft_upcasts(run.row), layer_kernels(run.row)
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
         ckpt = run.workload.gradient_checkpointing
@@ -391,7 +406,7 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE = bnb, trainer, kernels, mode
-        S.ADAPTER_UPCAST = upcast
+        S.ADAPTER_UPCAST, S.LAYER_KERNELS = upcast, layers
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -54,6 +54,8 @@ STEP_MODEL_CHANGES: dict[int, frozenset[str]] = {
     2: frozenset({"cpu"}),
     3: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
     4: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
+    # eager Llama layers' traced elementwise bytes and the LoRA adapter path's (issue 31), refit: every class
+    5: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
 }
 STEP_MODEL = max(STEP_MODEL_CHANGES)
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
