@@ -138,7 +138,8 @@ def section(data: dict) -> str:
         "(ELEMENTWISE_H h + ELEMENTWISE_F f elements of the compute dtype forward, BACKWARD_BYTES_RATIO x that "
         "backward), which the model keeps for fused layers.",
         "",
-        "| residual stream | traced fwd h / f | traced bwd h / f | hand count fwd h / f | hand count bwd h / f | traced / hand count, Llama-2-7B layer |",
+        "| residual stream | traced fwd h / f | traced bwd h / f | hand count fwd h / f | hand count bwd h / f "
+        "| traced / hand count, Llama-2-7B layer |",
         "|---|---|---|---|---|---|",
     ]
     for precision, c in data["coefficients"].items():

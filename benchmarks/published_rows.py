@@ -244,7 +244,7 @@ def _targets(row: dict[str, Any]) -> tuple[str, ...]:
 
 
 def layer_kernels(row: dict[str, Any]) -> str:
-    """"fused" where the row's run fused its layers' elementwise work (FUSED_SOURCES, torch.compile), else "eager"."""
+    """ "fused" where the row's run fused its layers' elementwise work (FUSED_SOURCES, torch.compile), else "eager"."""
     fused = row.get("compile") is True or any(k in row["source"] for k in FUSED_SOURCES)
     return "fused" if fused else "eager"
 

@@ -83,9 +83,7 @@ def test_eager_layers_move_the_traced_bytes_and_fused_ones_the_hand_count(monkey
 
 
 def test_families_not_traced_keep_the_hand_count():
-    gpt2 = model_facts(
-        {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
-    )
+    gpt2 = model_facts({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024})
     assert not S.build_shape(gpt2, _wl(), A100, "bf16").llama_like
     assert _elementwise(gpt2, _wl()) == pytest.approx(_elementwise(gpt2, _wl(liger_kernel=True)))
 
@@ -102,3 +100,20 @@ def test_published_rows_take_the_kernels_their_runs_had():
     titan = [r for r in runs if "torchtitan" in r.row["source"]]
     assert {P.layer_kernels(r.row) for r in titan if r.row["compile"]} == {"fused"}
     assert {P.layer_kernels(r.row) for r in titan if not r.row["compile"]} == {"eager"}
+
+
+def test_a_cpu_plan_keeps_the_hand_count():
+    """A CPU keeps its small activations in its caches between ops, which its probed DRAM bandwidth does not price."""
+    facts = model_facts(
+        {**LLAMA, "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4}
+    )
+    cpu = lookup("cpu")
+    wl = _wl(weight_dtype="float32", amp=None)
+
+    def term(w):
+        st = step_time(facts, w, cpu, compute_dtype="fp32", peak_tflops=0.2)
+        return next(t for t in st.terms if t.name == "elementwise activations")
+
+    assert "eager" not in term(wl).formula and term(wl).seconds == pytest.approx(
+        term(_wl(weight_dtype="float32", amp=None, liger_kernel=True)).seconds
+    )
