@@ -3,6 +3,7 @@ stream's dtype (shape.layer_stream) and the kernels a run fuses (shape.LAYER_KER
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,20 +15,11 @@ from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import shape as S
 from gpuplan.plan.estimate.step_time.model import step_time
 from gpuplan.plan.estimate.step_time.terms import EAGER_LLAMA_BYTES
+from tests.helpers.planning import MODELS
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 A100 = lookup("A100-80GB")
-LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "intermediate_size": 11008,
-    "vocab_size": 32000,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 4096,
-}
+LLAMA = json.loads((Path(MODELS) / "llama-2-7b.json").read_text())
 
 
 def _bench(name: str):
