@@ -18,8 +18,8 @@ runs instead:
 transformers' RMSNorm upcasts to fp32 and back, its rotary builds rotate_half with a slice, a neg and a cat, and
 each is an eager kernel of its own on a GPU as on a CPU: the bytes are the GPU's unless a run fuses them (Liger,
 torch.compile, flash-attn's fused RMSNorm and rotary, which some published runs used). The step-time model prices
-an eager Llama-family layer by these figures (terms.EAGER_LLAMA_BYTES, kept equal to a trace by a test) and a fused
-one, or a family not traced here, by its hand count (shape.LAYER_KERNELS).
+an eager Llama-family layer on a GPU by these figures (terms.EAGER_LLAMA_BYTES, kept equal to a trace by a test) and
+a fused one, a family not traced here or a CPU's by its hand count (shape.eager_stream).
 
     python benchmarks/layer_traffic.py [--no-write]
     python benchmarks/layer_traffic.py --quick   # CI: 256 and 512 tokens, writes nothing
@@ -153,11 +153,11 @@ def section(data: dict) -> str:
         "",
         "Eager transformers moves several times the bytes of the hand count for the same layer: RMSNorm's fp32 upcast, "
         "square, mean, rsqrt, two multiplies and the cast back; rotary's slices, neg, cat and multiplies; the casts "
-        "autocast inserts before every linear of an fp32 residual stream. The step-time model prices an eager "
+        "autocast inserts before every linear of an fp32 residual stream. On a GPU the step-time model prices an eager "
         "Llama-family layer (gpuplan's apply without Liger; the published runs of transformers' or LitGPT's own code) "
         "by the traced figures (terms.EAGER_LLAMA_BYTES) and a fused one (Liger; torch.compile; Qwen's modeling code "
         "with flash-attn's RMSNorm and rotary kernels) by the hand count; benchmarks/published_rows.py says which each "
-        "source ran (FUSED_SOURCES).",
+        "source ran (FUSED_SOURCES). A CPU plan keeps the hand count (shape.eager_stream says why).",
     ]
     return "\n".join(lines)
 

@@ -110,15 +110,15 @@ LORA_DROPOUT = {
 # software names an older peft, or none (all of them ran before August 2024, or not on peft), made them in the base's
 # dtype: shape.ADAPTER_UPCAST
 PEFT_UPCAST = (0, 12)
-# Sources whose runs fused the decoder layer's elementwise work (shape.LAYER_KERNELS "fused": the hand count), with
+# Sources whose runs fused the decoder layer's elementwise work (shape.LAYER_KERNELS "fused": the hand count), and
 # what fused it; every other run executed transformers' (or its own) layer eagerly. A torch.compile'd row is fused
 # whatever its source (the row's compile field).
-FUSED_SOURCES = {
+FUSED_SOURCES = (
     # Qwen(-1)'s modeling_qwen.py imports flash-attn's rotary (apply_rotary_emb_func) and RMSNorm (rms_norm) kernels
     # when flash-attn is installed, as both sources' runs had it (flash-attention 2; ms-swift's flash_attn 2.3.4)
-    "QwenLM/Qwen": "flash-attn's rotary and RMSNorm kernels (Qwen's modeling_qwen.py)",
-    "modelscope/ms-swift": "flash-attn's rotary and RMSNorm kernels (Qwen's modeling_qwen.py)",
-}
+    "QwenLM/Qwen",
+    "modelscope/ms-swift",
+)
 # Words by which a row names the network between its nodes (e.g. torchtitan's "400 Gb/s RDMA per GPU").
 # A run on several nodes crosses that network with every collective (plan/estimate/comm_time.py prices
 # it from the network's bandwidth); a row that does not say which network it ran on cannot be planned

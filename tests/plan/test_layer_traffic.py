@@ -76,7 +76,7 @@ def test_eager_layers_move_the_traced_bytes_and_fused_ones_the_hand_count(monkey
 
 def test_families_not_traced_keep_the_hand_count():
     gpt2 = model_facts({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024})
-    assert not S.build_shape(gpt2, _wl(), A100, "bf16").llama_like
+    assert S.build_shape(gpt2, _wl(), A100, "bf16").eager_stream is None
     assert _elementwise(gpt2, _wl()) == pytest.approx(_elementwise(gpt2, _wl(liger_kernel=True)))
 
 

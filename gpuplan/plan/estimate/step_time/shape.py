@@ -149,9 +149,9 @@ class StepShape:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     gelu_new: bool = False  # the composite tanh GELU (GELU_NEW_MODELS): 8 elementwise kernels
-    layer_kernels: str = "eager"  # "eager" | "fused" (LAYER_KERNELS; Liger fuses)
-    llama_like: bool = False  # RMSNorm and a gated MLP: terms.EAGER_LLAMA_BYTES prices its eager layers
-    stream: str = "bf16"  # the residual stream's dtype: "bf16" (16-bit), "amp" (fp32 under autocast), "fp32"
+    # the residual stream's dtype (layer_stream) where terms.EAGER_LLAMA_BYTES prices the layers' elementwise work:
+    # eager (LAYER_KERNELS, no Liger) Llama-family layers on a GPU; None: the hand count (eager_stream says why)
+    eager_stream: str | None = None
 
 
 class _AdapterCounts(NamedTuple):
@@ -226,6 +226,18 @@ def layer_stream(wl: Workload, act_bytes: int) -> str:
     if wl.amp is not None and not sharded and (wl.weight_dtype == "float32" or quantized):
         return "amp"
     return "bf16"
+
+
+def eager_stream(facts: ModelFacts, wl: Workload, act_bytes: int, on_cpu: bool) -> str | None:
+    """layer_stream where the traced eager bytes price a layer (terms.EAGER_LLAMA_BYTES), None where the hand count
+    does: a run whose kernels are fused (LAYER_KERNELS, Liger), a layer the trace does not stand for (not RMSNorm with a
+    gated MLP, as a VLM's Qwen2 language model is; modelinfo's LLAMA_LIKE names counting families and leaves such
+    backbones out), and a CPU, whose small activations stay in its caches between ops, which its probed DRAM copy
+    bandwidth does not price (terms.EAGER_LLAMA_BYTES)."""
+    llama_layer = facts.norm == "rmsnorm" and facts.mlp == "gated"
+    if LAYER_KERNELS != "eager" or wl.liger_kernel or on_cpu or not llama_layer:
+        return None
+    return layer_stream(wl, act_bytes)
 
 
 def adapter_bytes(wl: Workload, fan_in: int, fan_out: int) -> tuple[float, float]:
@@ -307,9 +319,7 @@ def build_shape(facts: ModelFacts, wl: Workload, gpu: GPUProfile, compute_dtype:
         attention_dropout=facts.attention_dropout,
         hidden_dropout=facts.hidden_dropout,
         gelu_new=facts.mlp == "plain" and facts.model_type in GELU_NEW_MODELS,
-        layer_kernels="fused" if wl.liger_kernel else LAYER_KERNELS,
-        llama_like=facts.norm == "rmsnorm" and facts.mlp == "gated",
-        stream=layer_stream(wl, act),
+        eager_stream=eager_stream(facts, wl, act, on_cpu),
     )
 
 

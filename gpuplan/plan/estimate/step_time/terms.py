@@ -31,7 +31,7 @@ ELEMENTWISE_H, ELEMENTWISE_F, BACKWARD_BYTES_RATIO = 14, 3, 2.0
 # residual adds, SiLU x up, autocast's casts of an fp32 stream before every linear, and their gradients. Traced on
 # torch 2.13 and transformers 5.25 (benchmarks/layer_traffic.py, benchmarks/data/layer_traffic.json). The hand count
 # above stands for a run whose kernels are fused (shape.LAYER_KERNELS: Liger, torch.compile, flash-attn's RMSNorm
-# and rotary), for the families not traced, and on a CPU: a CPU plan's activations (a few MB for the models a CPU
+# and rotary), for the families not traced, and on a CPU (shape.eager_stream): a CPU plan's activations (a few MB for the models a CPU
 # trains) stay in its caches between ops, which the probed DRAM copy bandwidth does not price. The README's tiny CPU
 # apply cannot tell the two apart on this shared machine: 0.93x and 1.59x of the traced bytes' plan in two runs (the
 # probe's bandwidth moved between them), 0.86x of the hand count's; CPU plans stay as they were.
@@ -234,12 +234,12 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
     per_layer_h = ELEMENTWISE_H + (HIDDEN_DROPOUT_H if s.hidden_dropout > 0 else 0)
     per_layer_f = ELEMENTWISE_F + (GELU_NEW_F if s.gelu_new else 0)
     adapters = s.layers * (s.adapter_fwd_bytes * forwards + s.adapter_bwd_bytes)
-    if s.layer_kernels == "eager" and s.llama_like and not s.on_cpu:
-        (fh, ff), (bh, bf) = EAGER_LLAMA_BYTES[s.stream]
+    if s.eager_stream:
+        (fh, ff), (bh, bf) = EAGER_LLAMA_BYTES[s.eager_stream]
         per_token: float = s.layers * ((fh * s.hidden + ff * s.intermediate) * forwards + bh * s.hidden + bf * s.intermediate)
         formula = (
             f"m x L x (({fh}h + {ff}f) B x {forwards} forward + ({bh}h + {bf}f) B backward) / BW "
-            f"(eager kernels, {s.stream} residual stream)"
+            f"(eager kernels, {s.eager_stream} residual stream)"
         )
         source = "transformers LlamaDecoderLayer run eagerly, traced (benchmarks/layer_traffic.py)"
     else:
