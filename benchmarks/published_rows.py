@@ -32,6 +32,7 @@ from gpuplan.modelinfo.count import facts_from_params, model_facts
 from gpuplan.modelinfo.facts import ModelFacts
 from gpuplan.modelinfo.params import Dims, ParamList
 from gpuplan.plan.estimate.comm_time import communication
+from gpuplan.plan.estimate.memory import adapters_sharded as AS
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import shape as S
 from gpuplan.plan.estimate.step_time.constants import HBM_FRACTION
@@ -110,6 +111,11 @@ LORA_DROPOUT = {
 # software names an older peft, or none (all of them ran before August 2024, or not on peft), made them in the base's
 # dtype: shape.ADAPTER_UPCAST
 PEFT_UPCAST = (0, 12)
+# Sources whose QLoRA code quantizes the base without peft's prepare_model_for_kbit_training, so the unquantized
+# parameters stay in the dtype they were loaded in (memory/adapters_sharded.py KBIT_UPCAST, the bytes FSDP gathers):
+# fsdp_qlora's train.py at e877dda502 loads the model in bf16 under --precision bf16 (torch_dtype, the Linear4bit
+# quant_storage) and calls get_peft_model alone
+KBIT_UNPREPARED = ("AnswerDotAI/fsdp_qlora",)
 # Sources whose runs fused the decoder layer's elementwise work (shape.LAYER_KERNELS "fused": the hand count), and
 # what fused it; every other run executed transformers' (or its own) layer eagerly. A torch.compile'd row is fused
 # whatever its source (the row's compile field).
@@ -385,15 +391,16 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
     """The plan's throughput section for the run (tokens/s per GPU and the step-time terms)."""
     from gpuplan.plan.estimate.step_time import constants as K
 
+    bnb, trainer, kernels, mode = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE
+    upcast, layers, kbit = S.ADAPTER_UPCAST, S.LAYER_KERNELS, AS.KBIT_UPCAST
+    S.ADAPTER_UPCAST, S.LAYER_KERNELS = peft_upcasts(run.row), layer_kernels(run.row)
+    AS.KBIT_UPCAST = not any(k in run.row["source"] for k in KBIT_UNPREPARED)
     comm = _COMM.get(id(run))
     if comm is None:  # the bytes and links depend on no fitted constant: once per run (the fit predicts each row ~2,000 times)
         comm = _COMM[id(run)] = communication(
             run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
         )
     world = run.count * run.nodes
-    bnb, trainer, kernels, mode = K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE
-    upcast, layers = S.ADAPTER_UPCAST, S.LAYER_KERNELS
-    S.ADAPTER_UPCAST, S.LAYER_KERNELS = peft_upcasts(run.row), layer_kernels(run.row)
     if run.gptq:
         K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
         ckpt = run.workload.gradient_checkpointing
@@ -406,7 +413,7 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE = bnb, trainer, kernels, mode
-        S.ADAPTER_UPCAST, S.LAYER_KERNELS = upcast, layers
+        S.ADAPTER_UPCAST, S.LAYER_KERNELS, AS.KBIT_UPCAST = upcast, layers, kbit
 
 
 def usable_runs() -> tuple[list[Run], list[tuple[dict[str, Any], str]]]:

@@ -216,7 +216,11 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
     shards = max(wl.shard_world_size, 1)
     out = []
     if wl.offload_params:
-        gathers = 3 if s.checkpointing else 2
+        # each unshard copies the shard up first. FSDP unshards a unit twice per micro-batch, checkpointed or not: the
+        # recomputed forward runs on its backward's unshard (torch fsdp/_fully_shard/_fsdp_state.py _pre_forward in
+        # PRE_BACKWARD; FSDP1's hooks sit outside a checkpoint_wrapper'd layer), as comm_volumes.py counts its
+        # all-gathers. DeepSpeed's fetch hooks fire on every forward, the recomputed one too (fixed_terms' ZeRO-3 passes).
+        gathers = 3 if s.checkpointing and wl.engine == "deepspeed" else 2
         params = s.n_params * s.stored_weight_bytes / shards * gathers
         grads = s.trainable_params * s.grad_bytes / shards
         out.append(

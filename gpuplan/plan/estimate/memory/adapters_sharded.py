@@ -61,6 +61,10 @@ from gpuplan.plan.estimate.memory.types import Workload
 from gpuplan.units import GIB
 
 _LAYER = re.compile(r"\.(\d+)\.")  # a repeated block's parameter (memory/layout.py)
+# QLoRA's unquantized parameters (embeddings, norms, the head) are fp32 at rest and, without AMP, in flight:
+# prepare_model_for_kbit_training upcasts them, as gpuplan's apply runs it. benchmarks/published_rows.py plans runs
+# of code that quantizes without it (fsdp_qlora's train.py keeps them in the bf16 it loads) with False.
+KBIT_UPCAST = True
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def sharded_adapter_states(
     layers = max(facts.num_layers, 1)
     if wl.engine == "deepspeed":
         return _deepspeed(facts, wl, n, trainable, adapter_shapes, kind, qlora, layers)
-    stored = 4 if qlora else wb
+    stored = 4 if qlora and KBIT_UPCAST else wb
     cb = 2 if amp else stored  # MixedPrecisionPolicy.param_dtype
     base = base_parts(facts, qlora, a.double_quant, stored, cb)
     t_shard = -(-trainable // n)
