@@ -6,8 +6,9 @@ ELEMENTWISE_F x intermediate elements of the compute dtype per token, a hand cou
 fused kernels, forward, and BACKWARD_BYTES_RATIO times that backward. This script measures what eager transformers
 runs instead:
 
-- a tiny LlamaForCausalLM (hidden 256, 4 heads, SDPA), every weight trained, with 2 and with 4 decoder layers runs
-  a forward and a backward on 1,024 and on 2,048 tokens under traced_bytes.byte_counter, the GEMMs, the embedding
+- a tiny LlamaForCausalLM (hidden 256, 4 heads, SDPA), every weight trained, and again with every weight frozen
+  (a LoRA run's base: the backward computes the input gradients alone, no norm weight's gradient), with 2 and with 4
+  decoder layers runs a forward and a backward on 1,024 and on 2,048 tokens under traced_bytes.byte_counter, the GEMMs, the embedding
   and the attention kernel left out (traced_bytes.COMPUTE_OPS); per layer and token = the difference over the
   layers, divided by 2, and over the tokens, divided by 1,024 (what a step moves once, its weights' casts and
   gradients, drops out);
@@ -46,8 +47,9 @@ TOKENS = (1024, 2048)
 PRECISIONS = {"bf16": (True, False), "amp": (False, True), "fp32": (False, False)}
 
 
-def traced(layers: int, intermediate: int, precision: str, tokens: int) -> tuple[int, int]:
-    """(forward, backward) bytes of the whole model's elementwise work."""
+def traced(layers: int, intermediate: int, precision: str, tokens: int, frozen: bool = False) -> tuple[int, int]:
+    """(forward, backward) bytes of the whole model's elementwise work; `frozen`: no weight trains, the embedding's
+    output requires a gradient (transformers' enable_input_require_grads, as peft does for a frozen base)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -67,6 +69,9 @@ def traced(layers: int, intermediate: int, precision: str, tokens: int) -> tuple
     if bf16:
         model = model.to(torch.bfloat16)
     model.train()
+    if frozen:
+        model.requires_grad_(False)
+        model.enable_input_require_grads()
     ids = torch.randint(0, 128, (1, tokens))
     Bytes = byte_counter(COMPUTE_OPS)
     with Bytes() as fwd, torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
@@ -81,11 +86,21 @@ def measure(tokens: tuple[int, int] = TOKENS) -> dict:
     import torch
     import transformers
 
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokens": tokens,
+        "coefficients": _coefficients(tokens, frozen=False),
+        "frozen": _coefficients(tokens, frozen=True),
+    }
+
+
+def _coefficients(tokens: tuple[int, int], frozen: bool) -> dict:
     out = {}
     for precision in PRECISIONS:
         per_layer = []
         for f in INTERMEDIATES:
-            run = {(n, t): traced(n, f, precision, t) for n in LAYERS for t in tokens}
+            run = {(n, t): traced(n, f, precision, t, frozen) for n in LAYERS for t in tokens}
             per_layer.append(
                 [
                     (
@@ -106,7 +121,7 @@ def measure(tokens: tuple[int, int] = TOKENS) -> dict:
             coef[f"{name}_h"] = round((p1[k] - per_f * f1) / HIDDEN, 1)
             coef[f"{name}_f"] = round(per_f, 1)
         out[precision] = coef
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "tokens": tokens, "coefficients": out}
+    return out
 
 
 def hand_count(precision: str) -> dict[str, float]:
@@ -138,14 +153,15 @@ def section(data: dict) -> str:
         "(ELEMENTWISE_H h + ELEMENTWISE_F f elements of the compute dtype forward, BACKWARD_BYTES_RATIO x that "
         "backward), which the model keeps for fused layers.",
         "",
-        "| residual stream | traced fwd h / f | traced bwd h / f | hand count fwd h / f | hand count bwd h / f "
-        "| traced / hand count, Llama-2-7B layer |",
-        "|---|---|---|---|---|---|",
+        "| residual stream | traced fwd h / f | traced bwd h / f | traced bwd h / f, frozen weights | hand count fwd h / f "
+        "| hand count bwd h / f | traced / hand count, Llama-2-7B layer |",
+        "|---|---|---|---|---|---|---|",
     ]
     for precision, c in data["coefficients"].items():
-        m = hand_count(precision)
+        m, z = hand_count(precision), data["frozen"][precision]
         lines.append(
             f"| {precision} | {c['forward_h']:g} / {c['forward_f']:g} | {c['backward_h']:g} / {c['backward_f']:g} | "
+            f"{z['backward_h']:g} / {z['backward_f']:g} | "
             f"{m['forward_h']:g} / {m['forward_f']:g} | {m['backward_h']:g} / {m['backward_f']:g} | "
             f"{ratio(data, precision, 4096, 11008):.1f}x |"
         )
@@ -157,7 +173,10 @@ def section(data: dict) -> str:
         "Llama-family layer (gpuplan's apply without Liger; the published runs of transformers' or LitGPT's own code) "
         "by the traced figures (terms.EAGER_LLAMA_BYTES) and a fused one (Liger; torch.compile; Qwen's modeling code "
         "with flash-attn's RMSNorm and rotary kernels) by the hand count; benchmarks/published_rows.py says which each "
-        "source ran (FUSED_SOURCES). A CPU plan keeps the hand count (shape.eager_stream says why).",
+        "source ran (FUSED_SOURCES). A CPU plan keeps the hand count (shape.eager_stream says why). A frozen base "
+        "(LoRA, QLoRA) runs the frozen backward (terms.EAGER_LLAMA_FROZEN_BACKWARD): its norms' weights take no "
+        "gradient, so the multiply by the normalized input, the reduction over the tokens and, in an fp32 stream, "
+        "their casts do not run.",
     ]
     return "\n".join(lines)
 
@@ -168,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CI: 256 and 512 tokens, nothing written")
     args = ap.parse_args(argv)
     data = measure((256, 512) if args.quick else TOKENS)
-    print(json.dumps(data["coefficients"], indent=1))
+    print(json.dumps({"trained": data["coefficients"], "frozen": data["frozen"]}, indent=1))
     print(f"layer bytes, traced / hand count (Llama-2-7B, bf16): {ratio(data, 'bf16', 4096, 11008):.2f}x")
     if not (args.no_write or args.quick):
         DATA.write_text(json.dumps(data, indent=1) + "\n")

@@ -14,7 +14,7 @@ from gpuplan.modelinfo.count import model_facts
 from gpuplan.plan.estimate.memory.types import Adapters, Workload
 from gpuplan.plan.estimate.step_time import shape as S
 from gpuplan.plan.estimate.step_time.model import step_time
-from gpuplan.plan.estimate.step_time.terms import EAGER_LLAMA_BYTES
+from gpuplan.plan.estimate.step_time.terms import EAGER_LLAMA_BYTES, EAGER_LLAMA_FROZEN_BACKWARD
 from tests.helpers.planning import MODELS
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -38,6 +38,11 @@ def test_the_eager_table_is_the_traced_bytes_of_a_llama_layer():
         c = data["coefficients"][stream]
         assert c["forward_h"] == pytest.approx(fh, abs=1) and c["forward_f"] == pytest.approx(ff, abs=1), (stream, c)
         assert c["backward_h"] == pytest.approx(bh, abs=1) and c["backward_f"] == pytest.approx(bf, abs=1), (stream, c)
+        z = data["frozen"][stream]
+        assert (z["forward_h"], z["forward_f"]) == (c["forward_h"], c["forward_f"]), (stream, z)  # the same forward
+        zh, zf = EAGER_LLAMA_FROZEN_BACKWARD[stream]
+        assert z["backward_h"] == pytest.approx(zh, abs=1) and z["backward_f"] == pytest.approx(zf, abs=1), (stream, z)
+        assert zh < bh  # no norm weight's gradient
 
 
 def _wl(**kw) -> Workload:
@@ -72,6 +77,19 @@ def test_eager_layers_move_the_traced_bytes_and_fused_ones_the_hand_count(monkey
     # an fp32 stream under autocast moves more than a bf16 one
     monkeypatch.setattr(S, "LAYER_KERNELS", "eager")
     assert _elementwise(facts, _wl(weight_dtype="float32")) > eager
+
+
+def test_a_frozen_base_runs_the_frozen_backward():
+    """A LoRA base's norms take no weight gradient: its layers are priced by the frozen trace's backward."""
+    facts = model_facts(LLAMA)
+    lora = _elementwise(facts, _wl(adapters=Adapters("lora", 16, ("q_proj", "v_proj"))))
+    (fh, ff), _ = EAGER_LLAMA_BYTES["bf16"]
+    bh, bf = EAGER_LLAMA_FROZEN_BACKWARD["bf16"]
+    from gpuplan.plan.estimate.step_time import constants as K
+
+    bw = A100.memory_bandwidth_gbps * 1e9 * K.HBM_FRACTION
+    assert lora == pytest.approx(4 * 2048 * 32 * (fh * 4096 + ff * 11008 + bh * 4096 + bf * 11008) / bw)
+    assert lora < _elementwise(facts, _wl())
 
 
 def test_families_not_traced_keep_the_hand_count():

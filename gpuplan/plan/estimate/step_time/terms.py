@@ -40,6 +40,10 @@ EAGER_LLAMA_BYTES = {
     "amp": ((194, 10), (414, 18)),
     "fp32": ((180, 20), (384, 36)),
 }
+# ... the backward (h, f) of a layer whose weights are frozen (a LoRA or QLoRA base): the input gradients alone, no
+# norm weight's gradient (its multiply by the normalized input, its sum over the tokens, an fp32 stream's casts of
+# it). Traced the same way, every weight frozen and the embedding's output requiring a gradient, as peft leaves it.
+EAGER_LLAMA_FROZEN_BACKWARD = {"bf16": (272, 18), "amp": (382, 18), "fp32": (352, 36)}
 # Logits and cross-entropy per token: transformers upcasts the [tokens, vocab] logits to
 # fp32 (LlamaForCausalLM: logits.float()); log_softmax and nll_loss read and write them:
 # ~16 bytes per vocabulary entry forward and as many backward.
@@ -236,10 +240,12 @@ def memory_terms(s: StepShape, bw: float) -> list[Term]:
     adapters = s.layers * (s.adapter_fwd_bytes * forwards + s.adapter_bwd_bytes)
     if s.eager_stream:
         (fh, ff), (bh, bf) = EAGER_LLAMA_BYTES[s.eager_stream]
+        if s.frozen_base:
+            bh, bf = EAGER_LLAMA_FROZEN_BACKWARD[s.eager_stream]
         per_token: float = s.layers * ((fh * s.hidden + ff * s.intermediate) * forwards + bh * s.hidden + bf * s.intermediate)
         formula = (
             f"m x L x (({fh}h + {ff}f) B x {forwards} forward + ({bh}h + {bf}f) B backward) / BW "
-            f"(eager kernels, {s.eager_stream} residual stream)"
+            f"(eager kernels, {s.eager_stream} residual stream{', frozen weights' if s.frozen_base else ''})"
         )
         source = "transformers LlamaDecoderLayer run eagerly, traced (benchmarks/layer_traffic.py)"
     else:
