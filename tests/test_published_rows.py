@@ -163,3 +163,41 @@ def test_fms_acceleration_rows_are_planned_with_their_own_settings_and_their_tok
         assert (r.workload.adapters is None) == (r.row["method"] == "full")
         if r.row["model"].startswith("mistralai/"):  # Llama's tree with Mistral's GQA: 8 key-value heads of 32
             assert (r.facts.num_layers, r.facts.intermediate_size, r.facts.num_key_value_heads) == (32, 14336, 8)
+
+
+def test_fsdp_qlora_gathers_its_unquantized_parameters_in_bf16_and_predict_puts_the_rule_back():
+    """fsdp_qlora's train.py quantizes without prepare_model_for_kbit_training: FSDP gathers the embeddings, norms and
+    head in the bf16 they were loaded in, not the fp32 gpuplan's own QLoRA runs upcast them to."""
+    from gpuplan.plan.estimate.comm_volumes import sharded_volumes
+    from gpuplan.plan.estimate.memory import adapters_sharded as AS
+    from gpuplan.plan.estimate.memory.adapters import adapter_layout
+
+    runs, _ = published_rows.usable_runs()
+    row = next(
+        r
+        for r in runs
+        if "fsdp_qlora" in r.row["source"] and r.row["method"] == "qlora" and r.workload.engine == "fsdp" and r.workload.zero_stage == 3
+    )
+    assert row.workload.amp is None  # pure bf16: FSDP gathers in the stored dtype
+    prepared = sharded_volumes(row.facts, row.workload)[0]
+    before = AS.KBIT_UPCAST
+    comm = published_rows.communication  # what predict plans the row's bytes with, under its source's rule
+    seen = []
+    published_rows.communication = lambda *a, **k: seen.append(AS.KBIT_UPCAST) or comm(*a, **k)
+    try:
+        published_rows._COMM.pop(id(row), None)
+        published_rows.predict(row)
+    finally:
+        published_rows.communication = comm
+    assert seen == [False] and AS.KBIT_UPCAST is before
+    AS.KBIT_UPCAST = False
+    try:
+        unprepared = sharded_volumes(row.facts, row.workload)[0]
+    finally:
+        AS.KBIT_UPCAST = before
+    # 2 bytes fewer per unquantized value (the adapters too: FSDP gathers them in the same param dtype), in the forward's
+    # gather and the backward's, the tail (final norm, head) once
+    f = row.facts
+    adapters = adapter_layout(f, row.workload.adapters).adapter_params
+    embed, tail = f.vocab_size * f.hidden_size, f.vocab_size * f.hidden_size + f.hidden_size
+    assert prepared - unprepared == 2 * (2 * (embed + f.num_layers * 2 * f.hidden_size + adapters) + tail)

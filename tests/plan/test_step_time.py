@@ -167,6 +167,32 @@ def test_fsdp_cpu_offload_is_priced():
     assert {"CPU offload copies"} <= {t.name for t in on.terms}
 
 
+def test_offload_copies_follow_the_engines_unshards():
+    """FSDP copies a shard up before each of a unit's two unshards; the recomputed forward of a checkpointed layer runs on
+    the backward's, so checkpointing adds none (as the plan's all-gather bytes count). DeepSpeed refetches for it."""
+    gpu = lookup("RTX-3090")
+
+    def copies(engine: str, checkpointing: bool):
+        wl = Workload(
+            per_device_batch=1,
+            seq_len=2048,
+            weight_dtype="bfloat16",
+            amp="bf16",
+            engine=engine,
+            zero_stage=3,
+            shard_world_size=2,
+            offload_params=True,
+            gradient_checkpointing=checkpointing,
+            adapters=Adapters("qlora", 64, ("q_proj", "v_proj")),
+        )
+        st = step_time(LLAMA_7B, wl, gpu, compute_dtype="bf16", peak_tflops=71.0)
+        return next(t for t in st.terms if t.name == "CPU offload copies")
+
+    fsdp = copies("fsdp", True)
+    assert "x 2 gathers" in fsdp.formula and fsdp.seconds == pytest.approx(copies("fsdp", False).seconds)
+    assert "x 3 gathers" in copies("deepspeed", True).formula and "x 2 gathers" in copies("deepspeed", False).formula
+
+
 def test_dominant_fixed_costs_name_a_batch_that_fits_and_amortises_them():
     import re
 
