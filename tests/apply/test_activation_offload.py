@@ -91,9 +91,9 @@ def test_plan_counts_host_ram_and_host_link_time(tmp_path):
     assert "activation offloading keeps the activations in host RAM" in plan.settings["training.gradient_checkpointing"].reason
     moved = plan.memory.host_bytes
     assert moved > 10 * 2**30
-    # out and back over the 4090's 32 GB/s PCIe 4.0 x16 (catalog), every micro-batch of the step
+    # out and back over the 4090's 32 GB/s PCIe 4.0 x16 (catalog) at the 75% pinned copies reach, every micro-batch
     accumulation = plan.value("training.gradient_accumulation_steps")
-    assert plan.throughput.saver_seconds["activation offloading"] == pytest.approx(2 * moved * accumulation / 32e9)
+    assert plan.throughput.saver_seconds["activation offloading"] == pytest.approx(2 * moved * accumulation / (0.75 * 32e9))
     note = next(d for d in plan.diagnostics if d.key == "training.activation_offloading")
     assert "pinned host RAM per GPU" in note.summary and "32 GB/s host link" in note.summary
 

@@ -212,7 +212,7 @@ def communication_terms(comm: Mapping[str, Any] | None, wl: Workload) -> list[Te
 def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -> list[Term]:
     if not (wl.offload_params or wl.offload_optimizer):
         return []
-    link = float(gpu.interconnect.get("pcie", 16.0)) * 1e9 * K.PCIE_FRACTION
+    link = float(gpu.interconnect.get("pcie", 16.0)) * 1e9 * K.HOST_COPY_FRACTION  # DMA copies, not NCCL's staging
     shards = max(wl.shard_world_size, 1)
     out = []
     if wl.offload_params:
@@ -231,7 +231,7 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
                 "micro-batch",
                 "serial",
                 f"parameter shard host-to-device x {gathers} gathers + gradient shard device-to-host, over the host link",
-                "FSDP CPUOffload; catalog pcie",
+                f"FSDP CPUOffload; catalog pcie; {K.HOST_COPY_SOURCE}",
             )
         )
     else:  # optimizer offload: gradients down and parameters up once per step
@@ -244,7 +244,7 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
                 "step",
                 "serial",
                 "gradient shard device-to-host + parameter shard host-to-device per step, over the host link",
-                "DeepSpeed ZeRO-Offload; catalog pcie",
+                f"DeepSpeed ZeRO-Offload; catalog pcie; {K.HOST_COPY_SOURCE}",
             )
         )
     return out

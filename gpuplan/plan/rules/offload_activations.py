@@ -13,6 +13,7 @@ import dataclasses
 from gpuplan.plan.engine.graph import Rule
 from gpuplan.plan.engine.resolver import Resolver
 from gpuplan.plan.estimate.memory.offload_activations import KEY, transfer_seconds, unavailable
+from gpuplan.plan.estimate.step_time.constants import HOST_COPY_FRACTION
 from gpuplan.plan.fit.search import price
 from gpuplan.plan.rules.common import FIT_PROBLEM, FIT_SOLUTION
 from gpuplan.units import gib
@@ -40,7 +41,8 @@ def check(ctx: Resolver) -> None:
     saved = without.reserved_peak_bytes - sol.estimate.reserved_peak_bytes
     summary = (
         f"activation offloading: {gib(moved)} of saved activations per micro-batch in pinned host RAM per GPU, "
-        f"copied out in forward and back in backward over the {link:g} GB/s host link: +{seconds:.3g} s per step "
+        f"copied out in forward and back in backward over the {link:g} GB/s host link (pinned copies reach "
+        f"{HOST_COPY_FRACTION:.0%} of it): +{seconds:.3g} s per step "
         f"(not overlapped); the GPU peak is {gib(saved)} lower"
     )
     if without.reserved_peak_bytes <= problem.usable_bytes:

@@ -35,8 +35,11 @@ def offloaded_bytes(per_layer: int, layers: int, outside: int) -> int:
 
 
 def transfer_seconds(offloaded: int, micro_batches: int, host_link_gbps: float) -> float:
-    """Seconds per optimizer step the copies add: out and back, every micro-batch."""
-    return 2 * offloaded * micro_batches / (host_link_gbps * 1e9)
+    """Seconds per optimizer step the copies add: out and back, every micro-batch, at the fraction of the catalog's
+    host link pinned copies reach (step_time/constants.py HOST_COPY_FRACTION)."""
+    from gpuplan.plan.estimate.step_time.constants import HOST_COPY_FRACTION
+
+    return 2 * offloaded * micro_batches / (host_link_gbps * 1e9 * HOST_COPY_FRACTION)
 
 
 def unavailable(device: str, gradient_checkpointing: bool, host_link_gbps: float | None) -> str | None:

@@ -90,6 +90,12 @@ KERNEL_S = 1.564e-05
 # accumulation boundary (reduce_gradients), which the benchmark does not time: not priced.
 ZERO2_HOOK_S = 9.36e-05
 ZERO2_HOOK_SOURCE = "measured: benchmarks/zero_overhead.py (DeepSpeed's hooks on one CPU rank)"
+# Achieved fraction of the catalog PCIe figure by pinned host <-> device copies (DMA from page-locked memory: FSDP's
+# CPU-offloaded parameter shards, DeepSpeed's offloaded optimizer, offloaded activations): "On PCI-Express 2.0
+# systems we have measured up to 6.0 GB/sec transfer rates" (NVIDIA CUDA FAQ, bandwidthTest) of the 8 GB/s a PCIe 2.0
+# x16 link carries. Not PCIE_FRACTION: that one is NCCL's GPU-to-GPU path staged through host memory by proxy threads.
+HOST_COPY_FRACTION = 0.75
+HOST_COPY_SOURCE = "pinned DMA copies at 75% of the catalog PCIe figure (NVIDIA CUDA FAQ: 6.0 of 8 GB/s on PCIe 2.0 x16)"
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
 # ~80-90% in STREAM-like copies (NVIDIA A100 tuning guide; Jia et al. 2018,
 # "Dissecting the NVIDIA Volta GPU architecture via microbenchmarking", 80-88%).

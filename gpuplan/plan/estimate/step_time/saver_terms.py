@@ -8,8 +8,8 @@ to combine with the rest. Pure.
 - activation offloading (estimate/memory/offload_activations.py): every offloaded byte to host
   RAM in forward and back in backward over the catalog's host link; the copies are synchronous
   (copy_ into pinned memory, as torch.autograd.graph.save_on_cpu does), so nothing overlaps them:
-  serial, per micro-batch. The catalog's PCIe figure is the link's rate per direction, an upper
-  bound on what the copies reach.
+  serial, per micro-batch. The catalog's PCIe figure is the link's rate per direction; pinned copies
+  reach constants.HOST_COPY_FRACTION of it.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def offload_term(facts: ModelFacts, wl: Workload, gpu: GPUProfile) -> Term:
         offload_activations.transfer_seconds(moved, 1, link),
         "micro-batch",
         "serial",
-        f"2 x {moved / 2**30:.1f} GiB of saved activations to pinned host RAM and back at {link:g} GB/s",
-        "torch.autograd.graph.saved_tensors_hooks; catalog pcie",
+        f"2 x {moved / 2**30:.1f} GiB of saved activations to pinned host RAM and back at {K.HOST_COPY_FRACTION:.0%} of {link:g} GB/s",
+        f"torch.autograd.graph.saved_tensors_hooks; catalog pcie; {K.HOST_COPY_SOURCE}",
     )
 
 
