@@ -395,21 +395,21 @@ def predict(run: Run, *, scale: dict[str, float] | None = None) -> dict[str, Any
     upcast, layers, kbit = S.ADAPTER_UPCAST, S.LAYER_KERNELS, AS.KBIT_UPCAST
     S.ADAPTER_UPCAST, S.LAYER_KERNELS = peft_upcasts(run.row), layer_kernels(run.row)
     AS.KBIT_UPCAST = not any(k in run.row["source"] for k in KBIT_UNPREPARED)
-    comm = _COMM.get(id(run))
-    if comm is None:  # the bytes and links depend on no fitted constant: once per run (the fit predicts each row ~2,000 times)
-        comm = _COMM[id(run)] = communication(
-            run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
-        )
-    world = run.count * run.nodes
-    if run.gptq:
-        K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
-        ckpt = run.workload.gradient_checkpointing
-        S.DEQUANT_KERNELS = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) / (3 if ckpt else 2)
-    if not run.hf_trainer:
-        K.TRAINER_STEP_S = 0.0
-    if run.reentrant:
-        S.CHECKPOINT_MODE = "reentrant"
     try:
+        comm = _COMM.get(id(run))
+        if comm is None:  # the bytes and links depend on no fitted constant: once per run (the fit predicts each row ~2,000 times)
+            comm = _COMM[id(run)] = communication(
+                run.facts, run.workload, run.gpu, count=run.count, nodes=run.nodes, networks=load_interconnects()
+            )
+        world = run.count * run.nodes
+        if run.gptq:
+            K.DEQUANT_BW_FRACTION = GPTQ_DEQUANT_BW_FRACTION
+            ckpt = run.workload.gradient_checkpointing
+            S.DEQUANT_KERNELS = GPTQ_EAGER_KERNELS * (2 if ckpt else 1) / (3 if ckpt else 2)
+        if not run.hf_trainer:
+            K.TRAINER_STEP_S = 0.0
+        if run.reentrant:
+            S.CHECKPOINT_MODE = "reentrant"
         return estimate_throughput(run.facts, run.workload, run.gpu, max_steps=None, world_size=world, comm=comm, scale=scale).to_dict()
     finally:
         K.DEQUANT_BW_FRACTION, K.TRAINER_STEP_S, S.DEQUANT_KERNELS, S.CHECKPOINT_MODE = bnb, trainer, kernels, mode

@@ -56,6 +56,9 @@ STEP_MODEL_CHANGES: dict[int, frozenset[str]] = {
     4: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
     # eager Llama layers' traced elementwise bytes and the LoRA adapter path's (issue 31), refit: every class
     5: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
+    # a frozen base's traced backward bytes, pinned host copies at HOST_COPY_FRACTION, FSDP's offload copies per
+    # unshard (issue 31), refit: every class
+    6: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
 }
 STEP_MODEL = max(STEP_MODEL_CHANGES)
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")

@@ -12,7 +12,8 @@ its shard host -> GPU, after each reduce-scatter its gradient shard GPU -> host 
 _fsdp_collectives.py: the sharded gradient is moved to the CPU), and the optimizer steps on the CPU:
 its traffic (fp32 value, gradient and two Adam states read, three written: 24 bytes per element) at
 CPU_OPTIMIZER_BYTES_PER_S. The host link is the GPU's PCIe figure in the catalog
-(hardware/catalog.toml interconnect.pcie). These times assume no overlap (upper bounds).
+(hardware/catalog.toml interconnect.pcie), which pinned DMA copies reach HOST_COPY_FRACTION of
+(step_time/constants.py). These times assume no overlap with compute.
 
 Step-time terms (communication_terms, offload_terms), what the step-time model adds.
 Collectives: the bytes per GPU per step from plan/estimate/comm_volumes.py (ring all-reduce,
@@ -29,8 +30,8 @@ transport"), at PCIE_FRACTION of the catalog figure (fitted on the 2 x RTX 3090 
 RTX 6000 Ada rows of fsdp_qlora).
 
 CPU offload (FSDP CPUOffload(offload_params=True), DeepSpeed offload_optimizer): the
-parameter shard crosses the host link (catalog `pcie`) host-to-device for each
-all-gather, the gradient shard device-to-host, and the optimizer step runs on the CPU
+parameter shard crosses the host link (catalog `pcie`, at HOST_COPY_FRACTION: pinned DMA copies) host-to-device
+for each all-gather, the gradient shard device-to-host, and the optimizer step runs on the CPU
 over host memory bandwidth (catalog "cpu" entry). FSDP's offload copies are blocking
 (torch/distributed/fsdp/_runtime_utils.py, _unshard copies with non_blocking on the
 same stream as the all-gather): serial.
@@ -130,7 +131,8 @@ def sharded_adapters_section(facts: ModelFacts, wl: Workload, gpu: GPUProfile, *
         "gradients, every micro-batch; with offload the host-link copies and the CPU optimizer step",
         "terms": terms,
         "time_s": sum(terms.values()),
-        "assumption": "ring collectives at the link's datasheet bandwidth, host copies at the PCIe figure, "
+        "assumption": f"ring collectives at the link's datasheet bandwidth, host copies at {K.HOST_COPY_FRACTION:.0%} of "
+        "the PCIe figure (pinned DMA copies), "
         f"no overlap (upper bound): {describe(terms) or 'none'}",
     }
 
@@ -159,7 +161,7 @@ def sharded_step_terms(
         out["all_gather_s"] = accum * ring * gathered / (bw * 1e9)
     out["reduce_scatter_s"] = accum * ring * grads / (bw * 1e9)
     if wl.offload_params or wl.offload_optimizer:
-        host = gpu.interconnect.get("pcie", 16.0) * 1e9
+        host = gpu.interconnect.get("pcie", 16.0) * 1e9 * K.HOST_COPY_FRACTION
         if wl.offload_params:
             out["host_to_device_s"] = accum * shard / host
         out["device_to_host_s"] = accum * grads / n / host
@@ -216,11 +218,13 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
     shards = max(wl.shard_world_size, 1)
     out = []
     if wl.offload_params:
-        # each unshard copies the shard up first. FSDP unshards a unit twice per micro-batch, checkpointed or not: the
-        # recomputed forward runs on its backward's unshard (torch fsdp/_fully_shard/_fsdp_state.py _pre_forward in
-        # PRE_BACKWARD; FSDP1's hooks sit outside a checkpoint_wrapper'd layer), as comm_volumes.py counts its
-        # all-gathers. DeepSpeed's fetch hooks fire on every forward, the recomputed one too (fixed_terms' ZeRO-3 passes).
-        gathers = 3 if s.checkpointing and wl.engine == "deepspeed" else 2
+        # each gather copies the shard up first (torch fsdp/_fully_shard/_fsdp_param.py), as many as comm_volumes.py
+        # counts all-gathers: a FULL_SHARD / ZeRO-3 unit twice per micro-batch, checkpointed or not, SHARD_GRAD_OP once.
+        # The recomputed forward runs on the backward's unshard: FSDP2's _pre_forward in PRE_BACKWARD unshards nothing
+        # new (_fsdp_state.py) under the non-reentrant checkpointing apply runs, FSDP1's hooks sit outside a
+        # checkpoint_wrapper'd layer, and DeepSpeed keeps a recomputed module's parameters for its backward, reused within
+        # stage3_max_reuse_distance (partitioned_param_coordinator.py __params_to_release).
+        gathers = 2 if wl.zero_stage >= 3 else 1
         params = s.n_params * s.stored_weight_bytes / shards * gathers
         grads = s.trainable_params * s.grad_bytes / shards
         out.append(
@@ -230,7 +234,8 @@ def offload_terms(s: StepShape, wl: Workload, gpu: GPUProfile, host_bw: float) -
                 (params + grads) / link,
                 "micro-batch",
                 "serial",
-                f"parameter shard host-to-device x {gathers} gathers + gradient shard device-to-host, over the host link",
+                f"parameter shard host-to-device x {gathers} gather{'s' if gathers > 1 else ''} + gradient shard device-to-host, over "
+                f"the host link at {K.HOST_COPY_FRACTION:.0%}",
                 f"FSDP CPUOffload; catalog pcie; {K.HOST_COPY_SOURCE}",
             )
         )

@@ -23,7 +23,8 @@ FSDP2 (fsdp_config version 2, what apply asks for).
   Params4bit, not a parameter or buffer (bitsandbytes nn/modules.py), so FSDP leaves it whole on
   every GPU. accelerate casts nothing when a Params4bit is present (the fp32 upcast and the
   rank-0 meta loading are both skipped, fsdp_utils.py:815, :830); peft's
-  prepare_model_for_kbit_training has made the other parameters fp32 (memory/quant4.py).
+  prepare_model_for_kbit_training has made the other parameters fp32 (memory/quant4.py; KBIT_UPCAST below: code
+  that quantizes without it keeps them in the dtype it loaded).
 - In flight: each unit is all-gathered in MixedPrecisionPolicy.param_dtype (the AMP dtype;
   without AMP the stored dtype), the packed 4-bit bytes unchanged (storage dtype = compute dtype).
   FULL_SHARD: the unit running and the next one prefetched; the tail stays gathered from its

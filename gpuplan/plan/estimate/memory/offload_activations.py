@@ -14,8 +14,9 @@ peak is).
 
 Time: each offloaded byte crosses the host link twice per micro-batch (out in forward, back in
 backward). The copies are synchronous (copy_ into pinned memory, as save_on_cpu does), so the
-time adds to the step: 2 x bytes x micro-batches / (host link GB/s per direction x 1e9), the
-catalog's `pcie` figure (hardware/catalog.toml, GB/s per direction).
+time adds to the step: 2 x bytes x micro-batches / (host link GB/s per direction x 1e9 x HOST_COPY_FRACTION),
+the catalog's `pcie` figure (hardware/catalog.toml, GB/s per direction) at the fraction pinned copies reach
+(step_time/constants.py).
 
 Where it cannot help: a CPU device (the activations are already in host RAM), and gradient
 checkpointing (torch's checkpoint holds each layer's input itself; what is left to offload is

@@ -73,9 +73,8 @@ DEQUANT_BW_FRACTION = 0.3328
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds. Its prior is measured (benchmarks/zero_overhead.py).
 ZERO3_HOOK_S = 0.0003079
-# Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives and host
-# copies (PCIe protocol overhead ~ 80%; GeForce cards have no PCIe P2P, so NCCL
-# stages through host memory).
+# Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives over PCIe (PCIe protocol overhead ~ 80%;
+# GeForce cards have no PCIe P2P, so NCCL stages through host memory). Host copies are HOST_COPY_FRACTION's.
 PCIE_FRACTION = 0.1124
 # Host seconds per eager kernel launch (op dispatch, autograd node, the CUDA launch).
 KERNEL_S = 1.564e-05
@@ -95,7 +94,9 @@ ZERO2_HOOK_SOURCE = "measured: benchmarks/zero_overhead.py (DeepSpeed's hooks on
 # systems we have measured up to 6.0 GB/sec transfer rates" (NVIDIA CUDA FAQ, bandwidthTest) of the 8 GB/s a PCIe 2.0
 # x16 link carries. Not PCIE_FRACTION: that one is NCCL's GPU-to-GPU path staged through host memory by proxy threads.
 HOST_COPY_FRACTION = 0.75
-HOST_COPY_SOURCE = "pinned DMA copies at 75% of the catalog PCIe figure (NVIDIA CUDA FAQ: 6.0 of 8 GB/s on PCIe 2.0 x16)"
+HOST_COPY_SOURCE = (
+    f"pinned DMA copies at {HOST_COPY_FRACTION:.0%} of the catalog PCIe figure (NVIDIA CUDA FAQ: 6.0 of 8 GB/s on PCIe 2.0 x16)"
+)
 # Achieved fraction of the datasheet HBM bandwidth by streaming elementwise kernels:
 # ~80-90% in STREAM-like copies (NVIDIA A100 tuning guide; Jia et al. 2018,
 # "Dissecting the NVIDIA Volta GPU architecture via microbenchmarking", 80-88%).
