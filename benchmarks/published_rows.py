@@ -121,7 +121,9 @@ KBIT_UNPREPARED = ("AnswerDotAI/fsdp_qlora",)
 # whatever its source (the row's compile field).
 FUSED_SOURCES = (
     # Qwen(-1)'s modeling_qwen.py imports flash-attn's rotary (apply_rotary_emb_func) and RMSNorm (rms_norm) kernels
-    # when flash-attn is installed, as both sources' runs had it (flash-attention 2; ms-swift's flash_attn 2.3.4)
+    # when flash-attn is installed, as both sources' runs had it (flash-attention 2; ms-swift's flash_attn 2.3.4); the
+    # fused RMSNorm needs flash-attn's csrc/layer_norm built, which Qwen's own finetuning images do (docker/Dockerfile
+    # and Dockerfile-cu121 at 2df8e8ac45: "pip3 install csrc/layer_norm" after flash-attention v2.3.3)
     "QwenLM/Qwen",
     "modelscope/ms-swift",
 )
