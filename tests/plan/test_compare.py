@@ -167,7 +167,8 @@ def test_compare_times_come_from_the_step_time_model():
     assert sum(one["step_shares"].values()) == pytest.approx(1.0)
     offload = by[("RTX-3090", 2)]
     assert offload["sharding"].endswith("CPU offload")
-    assert offload["step_shares"].get("offload", 0) > 0.05
+    # pinned DMA copies at HOST_COPY_FRACTION of the 3090's PCIe figure: a few percent of a step, never free
+    assert offload["step_shares"].get("offload", 0) > 0.01
 
 
 def test_compare_without_max_steps_prices_by_the_hour_and_shows_the_specs_savers(tmp_path, capsys, monkeypatch):

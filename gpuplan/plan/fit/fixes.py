@@ -120,11 +120,12 @@ def saver_fixes(p: FitProblem, user_set: set[str]) -> list[Fix]:
         if sol := _fits(q):
             moved = sol.estimate.offloaded_activation_bytes
             seconds = offload_activations.transfer_seconds(moved, sol.accumulation, link)
+            per_step = f"{seconds:,.0f}" if seconds >= 10 else f"{seconds:.2g}"  # never 1.2e+02
             fixes.append(
                 Fix(
                     "saver",
                     (("training.activation_offloading", True),),
-                    f"{moved / GIB:.0f} GiB of host RAM per GPU, {seconds:.2g} s per step over the host link",
+                    f"{moved / GIB:.0f} GiB of host RAM per GPU, {per_step} s per step over the host link",
                 )
             )
     return fixes
