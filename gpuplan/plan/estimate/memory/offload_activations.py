@@ -25,6 +25,8 @@ a few tensors outside the layers), so the fit search does not combine the two.
 
 from __future__ import annotations
 
+from gpuplan.plan.estimate.step_time.constants import HOST_COPY_FRACTION
+
 NAME = "activation offloading"
 KEY = "training.activation_offloading"
 MIN_BYTES = 1 << 20  # smaller saved tensors stay on the GPU (torchtune OffloadActivations' min_offload_size)
@@ -38,8 +40,6 @@ def offloaded_bytes(per_layer: int, layers: int, outside: int) -> int:
 def transfer_seconds(offloaded: int, micro_batches: int, host_link_gbps: float) -> float:
     """Seconds per optimizer step the copies add: out and back, every micro-batch, at the fraction of the catalog's
     host link pinned copies reach (step_time/constants.py HOST_COPY_FRACTION)."""
-    from gpuplan.plan.estimate.step_time.constants import HOST_COPY_FRACTION
-
     return 2 * offloaded * micro_batches / (host_link_gbps * 1e9 * HOST_COPY_FRACTION)
 
 
