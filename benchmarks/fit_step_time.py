@@ -350,6 +350,26 @@ def _stats(errs: list[float]) -> tuple[int, float, float]:
     return len(a), statistics.median(a), max(a)
 
 
+def class_rows(runs) -> dict[str, int]:
+    """Usable rows per GPU architecture class."""
+    n: dict[str, int] = defaultdict(int)
+    for r in runs:
+        n[K.arch_class(r.gpu)] += 1
+    return dict(n)
+
+
+def check_classes(runs) -> None:
+    """The fit fits a class's GEMM fraction (K.ETA) only where more than one row informs it, and keeps the prior of a
+    class with one (K.ETA_PRIOR: one row is met exactly by any constant that moves it); a data change that moves a
+    class across that line must move it in constants.py too."""
+    n = class_rows(runs)
+    wrong = [f"{c} ({n.get(c, 0)} rows)" for c in K.ETA if n.get(c, 0) < 2]
+    wrong += [f"{c} ({n.get(c, 0)} rows)" for c in K.ETA_PRIOR if n.get(c, 0) >= 2]
+    wrong += [f"{c} ({k} rows)" for c, k in n.items() if c not in K.ETA and c not in K.ETA_PRIOR]
+    if wrong:
+        raise SystemExit(f"constants.py ETA / ETA_PRIOR do not match the rows: {', '.join(wrong)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=600, help="per Nelder-Mead run (RESTARTS of them)")
@@ -368,6 +388,7 @@ def main() -> int:
         args.iterations, args.no_write = 5, True
 
     runs, _ = usable_runs()
+    check_classes(runs)
     sources = sorted({source_name(r.row) for r in runs})
     # ratio sources' held-out error is after each group's one fitted tokens per sample: out of the overall figures and the
     # interval, on a line of its own
@@ -620,6 +641,18 @@ def main() -> int:
             *const,
             "",
             "At a bound: " + ("; ".join(flags) + "." if flags else "none.") + other_sets,
+            "",
+            "Not fitted: "
+            + (
+                "; ".join(
+                    f"ETA[{c}] = {v:g}, its prior ({class_rows(runs).get(c, 0)} row: a class's GEMM fraction is fitted "
+                    "only where more than one row informs it; one row is met exactly by any constant that moves it)"
+                    for c, v in K.ETA_PRIOR.items()
+                )
+                + "."
+                if K.ETA_PRIOR
+                else "none."
+            ),
             "",
             f"Fold constants at least x{PROFILE_SPREAD} from the all-row value, profiled (a small rise means the fold's rows "
             "hardly tell the two values apart: the held-out error along that direction says more about where the optimizer "

@@ -553,3 +553,16 @@ def test_a_cpu_prices_the_trainer_step_at_its_measurement_and_a_gpu_at_the_publi
     assert next(t for t in out.step_time["terms"] if t["name"] == "Trainer and dataloader")["seconds"] == K.CPU_TRAINER_STEP_S
     measured = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "host_overhead.json").read_text())
     assert K.CPU_TRAINER_STEP_S == measured["trainer_step_s"]  # a re-measurement updates the constant with it
+
+
+def test_a_class_with_one_published_row_keeps_its_prior_and_a_borrower_says_whose():
+    """Ada has one published row: its GEMM fraction is the physical prior (0.8 of the bound), not a value fitted to
+    that row; the consumer Blackwell cards that borrow Ada's take the same prior and name it."""
+    ada = K.constants_for(lookup("RTX-4090"))
+    assert "ada" not in K.ETA and ada.matmul_efficiency == K.ETA_PRIOR["ada"] == 0.8 * K.MAMF_DEFAULT[0]
+    assert "physical prior" in ada.source and "one published row" in ada.source
+    five = K.constants_for(lookup("RTX-5090"))
+    assert K.arch_class(lookup("RTX-5090")) == "blackwell-consumer"
+    assert five.matmul_efficiency == ada.matmul_efficiency and "ada's used" in five.source
+    a100 = K.constants_for(lookup("A100-80GB"))
+    assert a100.matmul_efficiency == K.ETA["ampere-dc"] and "physical prior" not in a100.source

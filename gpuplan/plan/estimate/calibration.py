@@ -52,13 +52,15 @@ from gpuplan.plan.estimate.step_time.model import WORK_KINDS
 # 1.6 -> 3.7 ms.
 STEP_MODEL_CHANGES: dict[int, frozenset[str]] = {
     2: frozenset({"cpu"}),
-    3: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
-    4: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
+    3: frozenset({*K.ETA, *K.ETA_PRIOR, *K.BORROWED, "cpu"}),
+    4: frozenset({*K.ETA, *K.ETA_PRIOR, *K.BORROWED, "cpu"}),
     # eager Llama layers' traced elementwise bytes and the LoRA adapter path's (issue 31), refit: every class
-    5: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
+    5: frozenset({*K.ETA, *K.ETA_PRIOR, *K.BORROWED, "cpu"}),
     # a frozen base's traced backward bytes, pinned host copies at HOST_COPY_FRACTION, FSDP's offload copies per
     # unshard (issue 31), refit: every class
-    6: frozenset({*K.ETA, *K.BORROWED, "cpu"}),
+    6: frozenset({*K.ETA, *K.ETA_PRIOR, *K.BORROWED, "cpu"}),
+    # Ada's GEMM fraction at its prior (one published row: constants.py ETA_PRIOR), refit without it: every class
+    7: frozenset({*K.ETA, *K.ETA_PRIOR, *K.BORROWED, "cpu"}),
 }
 STEP_MODEL = max(STEP_MODEL_CHANGES)
 WORK_GROUPS = ("matmuls", "attention", "memory-bound", "optimizer")
