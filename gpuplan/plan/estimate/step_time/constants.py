@@ -125,17 +125,28 @@ FLASH_RELATIVE_HOPPER = 0.35 / 0.80
 # A100 SXM 267.9 of 312 TFLOP/s, H100 SXM 792.1 of 989, B200 SXM 1745 of 2250, MI250X 147.0
 # of 191.5 (one GCD), MI300X 781.9 of 1300. They bound the fitted ETA (a training GEMM is
 # no faster than the best shape); a class with no measurement is bounded by MAMF_DEFAULT.
+# Consumer Ampere: torch.mm over square bf16 matrices of 1,024-10,240, the fastest size, 30 iterations timed by CUDA
+# events (zzc0721/torch-performance-test-data, test.py and database.md at 9d82827): three RTX 3090 entries, 76.34,
+# 76.58 and 76.68 TFLOP/s, median 76.58 of the GA102 whitepaper's 71 (a GeForce card boosts past its rated
+# 1695 MHz while power allows). The same table gives the A100 SXM4 80GB 264.53/312 = 0.848 and the H100 SXM
+# 797.51/989 = 0.806 where Bekman's sweep gives 0.859 and 0.801: a maximum over five shapes, within 1.3% of one over
+# thousands. A bound at stock power: the fsdp_qlora rig that is the class's rows capped its 3090s at 280 W.
 MAMF = {
     "ampere-dc": (0.859, "MAMF A100 SXM 267.9/312 TFLOP/s (Bekman, ml-engineering)"),
     "hopper": (0.801, "MAMF H100 SXM 792.1/989 TFLOP/s (Bekman, ml-engineering)"),
+    "ampere": (
+        1.079,
+        "fastest torch.mm bf16 over square sizes 1,024-10,240, RTX 3090 76.58/71 TFLOP/s, the median of three entries "
+        "(zzc0721/torch-performance-test-data database.md; GeForce boosts past its rated clock)",
+    ),
     "blackwell": (0.776, "MAMF B200 SXM 1745/2250 TFLOP/s (Bekman, ml-engineering)"),
     "cdna2": (0.767, "MAMF MI250X 147.0/191.5 TFLOP/s per GCD (Bekman, ml-engineering)"),
     "cdna3": (0.601, "MAMF MI300X 781.9/1300 TFLOP/s (Bekman, ml-engineering)"),
 }
 MAMF_DEFAULT = (
     1.0,
-    "no MAMF measured for this class: the datasheet peak, at the rated boost clock (GeForce cards run past it while "
-    "power allows: NVIDIA GA102 whitepaper, RTX 3090 rated 1695 MHz)",
+    "no MAMF measured for this class: the datasheet peak, at the rated boost clock (a GeForce card runs past it while "
+    "power allows: the RTX 3090, rated 1695 MHz in the GA102 whitepaper, measured 1.079 of it, MAMF above)",
 )
 # Classes without a published row take a fitted class's GEMM fraction (named in `source`):
 # Volta and Turing the A100's (tensor-core fp16 HGEMMs of the same cuBLAS tile kernels;
