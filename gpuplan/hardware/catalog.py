@@ -95,6 +95,7 @@ def _profile_from_table(name: str, table: Mapping[str, Any]) -> GPUProfile:
             memory_bandwidth_gbps=float(table["memory_bandwidth_gbps"]),
             interconnect={str(k): float(v) for k, v in table.get("interconnect", {}).items()},
             aliases=tuple(str(a) for a in table.get("aliases", ())),
+            matmul_max=float(table["matmul_max"]) if "matmul_max" in table else None,
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CatalogError(f"{where}: missing or malformed field ({exc!r})") from exc

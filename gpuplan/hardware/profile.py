@@ -27,6 +27,10 @@ class GPUProfile:
     interconnect: Mapping[str, float] = field(default_factory=dict)  # "nvlink"/"pcie" -> GB/s per direction
     aliases: tuple[str, ...] = ()
     datasheet_gb: float | None = None  # the capacity as the datasheet prints it (display); memory_bytes is usable
+    # the fastest GEMM measured on this SKU, as a fraction of its dense 16-bit tensor peak, where it is not its
+    # architecture class's reference card (plan/estimate/step_time/constants.py MAMF): a lower-power card of the class
+    # (L4, L40S, H100 PCIe) reaches less of its datasheet than the card the class's constants were fitted on
+    matmul_max: float | None = None
 
     @property
     def memory_label(self) -> str:
@@ -61,6 +65,8 @@ class GPUProfile:
         d["peak_tflops"] = dict(self.peak_tflops)
         d["interconnect"] = dict(self.interconnect)
         d["aliases"] = list(self.aliases)
+        if self.matmul_max is None:
+            del d["matmul_max"]
         return d
 
     @classmethod
@@ -79,4 +85,5 @@ class GPUProfile:
             interconnect=dict(d.get("interconnect", {})),
             aliases=tuple(d.get("aliases", ())),
             datasheet_gb=d.get("datasheet_gb"),
+            matmul_max=d.get("matmul_max"),
         )

@@ -70,6 +70,7 @@ class HardwareSection:
     interconnect: Mapping[str, float] | None = None  # "nvlink"/"pcie" -> GB/s
     aliases: tuple[str, ...] | None = None
     datasheet_gb: float | None = None  # the capacity the datasheet prints; memory_bytes is the usable one
+    matmul_max: float | None = None  # the SKU's fastest measured GEMM / its dense 16-bit peak (GPUProfile.matmul_max)
     count: int = 1  # GPUs per node
     nodes: int = 1
 
@@ -85,7 +86,7 @@ class HardwareSection:
         return self.count * self.nodes
 
     def to_dict(self) -> dict[str, Any]:
-        return _dump(self, self._OUT)
+        return _dump(self, self._OUT, omit_none=("matmul_max",))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HardwareSection:

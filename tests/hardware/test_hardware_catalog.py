@@ -251,3 +251,23 @@ def test_gpus_table_is_aligned_and_shows_only_existing_dtypes():
     assert t4[2:4] == ["16", "15"] and t4[5:10] == ["8.1", "-", "65", "-", "-"]
     h100 = rows["H100-80GB"].split()
     assert h100[2:4] == ["80", "80"] and h100[5:10] == ["67", "494", "990", "990", "1,979"] and h100[-1] == "3.99"
+
+
+def test_a_cards_measured_gemm_maximum_is_read_and_travels_with_it():
+    """matmul_max (the fastest measured GEMM over the dense 16-bit peak) is on the cards that are not their class's
+    reference, within what a card can reach, and survives the profile's and the plan's dicts."""
+    from gpuplan.plan.estimate.step_time import constants as K
+    from gpuplan.plan.sections import HardwareSection
+
+    catalog = load_catalog()
+    measured = {n: p.matmul_max for n, p in catalog.items() if p.matmul_max is not None}
+    assert {"L4", "L40S", "H100-PCIe", "T4"} <= set(measured)
+    # the reference cards of the classes with a MAMF keep the class's own figure
+    assert not {"A100-80GB", "A100-40GB", "H100-80GB", "RTX-3090", "B200"} & set(measured)
+    assert all(0.3 < v < 1.2 for v in measured.values()), measured
+    l4 = catalog["L4"]
+    assert GPUProfile.from_dict(l4.to_dict()) == l4 and l4.to_dict()["matmul_max"] == 0.586
+    assert "matmul_max" not in catalog["A100-80GB"].to_dict()  # None is left out, as the plan's section leaves it
+    assert HardwareSection.from_dict(l4.to_dict()).matmul_max == 0.586
+    assert "matmul_max" not in HardwareSection.from_dict(catalog["A100-80GB"].to_dict()).to_dict()
+    assert K.arch_class(l4) == K.arch_class(catalog["RTX-4090"])  # both Ada: the L4 runs at its own fraction

@@ -563,6 +563,29 @@ def test_a_class_with_one_published_row_keeps_its_prior_and_a_borrower_says_whos
     assert "physical prior" in ada.source and "one published row" in ada.source
     five = K.constants_for(lookup("RTX-5090"))
     assert K.arch_class(lookup("RTX-5090")) == "blackwell-consumer"
-    assert five.matmul_efficiency == ada.matmul_efficiency and "ada's used" in five.source
+    assert five.matmul_efficiency == pytest.approx(ada.matmul_efficiency * 1.127) and "ada's used" in five.source
     a100 = K.constants_for(lookup("A100-80GB"))
     assert a100.matmul_efficiency == K.ETA["ampere-dc"] and "physical prior" not in a100.source
+
+
+def test_a_lower_power_card_runs_its_classs_gemm_fraction_scaled_by_its_measured_maximum():
+    """An L4 (72 W Ada) reached 0.586 of its datasheet in a GEMM sweep where the class is bounded at 1.0; an H100 PCIe
+    0.656 where the H100 SXM's MAMF is 0.801: each prices its GEMMs at the class's fraction times its own maximum over
+    the class's, says so, and a step of the same work takes longer for it."""
+    l4, ada = lookup("L4"), lookup("RTX-4090")
+    c4, ca = K.constants_for(l4), K.constants_for(ada)
+    assert c4.matmul_efficiency == pytest.approx(ca.matmul_efficiency * 0.586 / K.MAMF_DEFAULT[0])
+    assert "x 0.586 / 1: L4's fastest measured GEMM" in c4.source
+    pcie, sxm = lookup("H100-PCIe"), lookup("H100-80GB")
+    assert K.constants_for(pcie).matmul_efficiency == pytest.approx(K.ETA["hopper"] * 0.656 / K.MAMF["hopper"][0])
+    assert K.constants_for(sxm).matmul_efficiency == K.ETA["hopper"]
+    # a borrowing class scales against its lender's bound: the T4 (Turing) against the A100's MAMF
+    assert K.constants_for(lookup("T4")).matmul_efficiency == pytest.approx(K.ETA["ampere-dc"] * 0.645 / K.MAMF["ampere-dc"][0])
+    # fp32 on CUDA cores is not the tensor-core figure the sweep measured: unscaled
+    assert K.constants_for(l4, "fp32").matmul_efficiency == ca.matmul_efficiency
+    wl = Workload(per_device_batch=8, seq_len=2048, weight_dtype="bfloat16", amp="bf16")
+    own = step_time(LLAMA_7B, wl, l4, compute_dtype="bf16", peak_tflops=121.0)
+    classs = step_time(LLAMA_7B, wl, l4, compute_dtype="bf16", peak_tflops=121.0, constants=K._gpu_constants("ada"))
+    mm = [t for t in own.terms if t.name == "matmuls"][0].seconds
+    assert mm == pytest.approx([t for t in classs.terms if t.name == "matmuls"][0].seconds / 0.586, rel=1e-6)
+    assert own.micro_batch_s > classs.micro_batch_s

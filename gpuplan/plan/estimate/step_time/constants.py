@@ -241,4 +241,14 @@ def constants_for(gpu: GPUProfile, dtype: str | None = None) -> ArchConstants:
     c = _gpu_constants(cls)
     if dtype == "fp32":
         return dataclasses.replace(c, source=f"{c.source}; {FP32_CUDA_CORES}")
+    if gpu.matmul_max is not None:
+        # the class's fraction is of the peak its reference card reaches at best (MAMF); this card's best is its own
+        ref = cls if cls in ETA or cls in ETA_PRIOR else BORROWED[cls]
+        bound = MAMF.get(ref, MAMF_DEFAULT)[0]
+        return dataclasses.replace(
+            c,
+            matmul_efficiency=c.matmul_efficiency * gpu.matmul_max / bound,
+            source=f"{c.source}; x {gpu.matmul_max:g} / {bound:g}: {gpu.name}'s fastest measured GEMM / the class's "
+            "bound on it (hardware/catalog.toml matmul_max)",
+        )
     return c
