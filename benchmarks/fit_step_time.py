@@ -221,7 +221,8 @@ def objective_at(values: list[float], runs) -> float:
 
 
 def identified(runs, base: list[float]) -> list[bool]:
-    """Whether any row of `runs` depends on each constant (its value x 2 moves a prediction)."""
+    """Whether `runs` can fit each constant: some row depends on it (its value x 2 moves a prediction), and, for the
+    Trainer's per-step cost, some source sweeps the accumulation steps (sweeps_accumulation)."""
     apply(base)
     ref = [predict(r)["tokens_per_second"] for r in runs]
     out = []
@@ -231,7 +232,22 @@ def identified(runs, base: list[float]) -> list[bool]:
         apply(moved)
         out.append(any(abs(predict(r)["tokens_per_second"] / t - 1) > 1e-6 for r, t in zip(runs, ref)))
     apply(base)
+    if not sweeps_accumulation(runs):
+        out[NAMES.index("TRAINER_STEP_S")] = False
     return out
+
+
+def sweeps_accumulation(runs) -> bool:
+    """Whether some source's HF Trainer rows run more than one count of accumulation steps. Only such a sweep tells the
+    Trainer's cost per optimizer step from a cost per micro-batch: at one count, the per-step cost is that count times a
+    per-micro-batch one, which the kernel launches already price, and rows of other sources differ in model and framework
+    too. ms-swift's sweep (1-64) is the only one: without it the constant keeps its measured prior (the fold without
+    ms-swift, fitted, put it at its 0.1 s bound, where holding it at the all-row value cost its objective 3.3%)."""
+    counts: dict[str, set[int]] = defaultdict(set)
+    for r in runs:
+        if r.hf_trainer:
+            counts[source_name(r.row)].add(r.workload.gradient_accumulation_steps)
+    return any(len(c) > 1 for c in counts.values())
 
 
 def fit(runs, iterations: int, start: list[float] | None = None) -> tuple[list[float], list[bool], float, int]:
@@ -548,7 +564,7 @@ def main() -> int:
         vals = [values[i]]
         for s in sources:
             v, f = folds[s]
-            cells.append(f"{v[i]:.3g}" + ("" if f[i] else " (prior: no row depends on it)"))
+            cells.append(f"{v[i]:.3g}" + ("" if f[i] else " (prior: not identified)"))
             if f[i]:
                 vals.append(v[i])
         flag = ", ".join(
@@ -635,8 +651,10 @@ def main() -> int:
             "",
             seeds,
             "",
-            "Fitted constants: all rows, each fold, the spread across them (max / min over the fits whose rows depend on the "
-            "constant), and whether any sits at its bound:",
+            "Fitted constants: all rows, each fold, the spread across them (max / min over the fits that identify the "
+            "constant), and whether any sits at its bound. A fold keeps a constant at its prior where it cannot fit it: "
+            "no row of the fold depends on it, or, for `TRAINER_STEP_S`, no source of the fold sweeps the accumulation "
+            "steps (a per-step cost is a per-micro-batch one at a single count: fit_step_time.py sweeps_accumulation):",
             "",
             *const,
             "",

@@ -47,3 +47,25 @@ def test_fits_run_side_by_side_give_what_they_give_one_after_another():
     assert len(errs) == sum(published_rows.source_name(r.row) == "pytorch/torchtitan" for r in few)
     assert len(values) == len(free) == len(F.PARAMS)
     assert F.current() == shipped
+
+
+def test_the_trainers_per_step_cost_is_fitted_only_where_a_source_sweeps_the_accumulation_steps():
+    """ms-swift's rows run 1 to 64 accumulation steps: with them the per-step cost is separable from a per-micro-batch
+    one; Qwen's (8 only) and fms-acceleration's (1 only) are not, so a fold of those keeps the measured prior; a class
+    split that does not match the rows stops the fit."""
+    runs, _ = published_rows.usable_runs()
+    by = {s: [r for r in runs if published_rows.source_name(r.row) == s] for s in {published_rows.source_name(r.row) for r in runs}}
+    i = F.NAMES.index("TRAINER_STEP_S")
+    prior = [p.prior for p in F.PARAMS]
+    swift, qwen, fms = by["modelscope/ms-swift"], by["QwenLM/Qwen"], by["foundation-model-stack/fms-acceleration"]
+    assert F.sweeps_accumulation(swift) and not F.sweeps_accumulation(qwen + fms)
+    shipped = F.current()
+    try:
+        assert F.identified(qwen[:3] + swift[:40], prior)[i]
+        assert not F.identified(qwen[:3] + fms[:3], prior)[i]
+        assert F.identified(qwen[:3] + fms[:3], prior)[F.NAMES.index("KERNEL_S")]  # the rule is the Trainer's alone
+    finally:
+        F.apply(shipped)
+    F.check_classes(runs)
+    with pytest.raises(SystemExit, match=r"ampere \(0 rows\)"):
+        F.check_classes([r for r in runs if published_rows.source_name(r.row) != "AnswerDotAI/fsdp_qlora"])
