@@ -82,8 +82,8 @@ def _eta(cls: str) -> Param:
         f"ETA[{cls}]",
         0.2,
         mamf,
-        0.8 * mamf,
-        f"<= {mamf:.3g}: {why}; prior 0.8 of it; >= 0.2: whole training steps of large models reach 30-60% of the peak "
+        K.PRIOR_OF_BOUND * mamf,
+        f"<= {mamf:.3g}: {why}; prior {K.PRIOR_OF_BOUND:g} of it; >= 0.2: whole training steps of large models reach 30-60% of the peak "
         "(Chowdhery et al. 2022, PaLM, table 3; Shoeybi et al. 2019 sec. 5.1)",
     )
 

@@ -55,12 +55,6 @@ class ArchConstants:
 # GEMM shape ran on that chip). Source rows: "ampere-dc" A100 (Qwen README, ms-swift, fsdp_qlora, fms-acceleration),
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora).
 ETA = {"ampere-dc": 0.7436, "hopper": 0.4475, "ampere": 1.0}
-# Classes with a single published row keep their physical prior (0.8 of the MAMF bound, as fit_step_time.py's
-# folds keep a constant none of their rows depends on): any constant that moves one row meets that row exactly, so a
-# fraction fitted to it is the row's residual, not a measurement of the GEMMs (the refits of STEP_MODEL 4 to 6 moved
-# Ada's between 0.80 and 1.0 as other terms changed). The row stays in the fit, predicted with the prior, as a check.
-# "ada": one row, 70B QLoRA on 2 x RTX 6000 Ada (fsdp_qlora), 21% GEMMs and 48% PCIe collectives.
-ETA_PRIOR = {"ada": 0.8}
 # tokens per micro-batch at which a 4096-wide GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * MN / (MN + M_HALF * 4096) (a small output M x N leaves SMs idle:
 # wave quantization and tile under-fill; the roofline's weight-read bound is separate).
@@ -148,6 +142,14 @@ MAMF_DEFAULT = (
     "no MAMF measured for this class: the datasheet peak, at the rated boost clock (a GeForce card runs past it while "
     "power allows: the RTX 3090, rated 1695 MHz in the GA102 whitepaper, measured 1.079 of it, MAMF above)",
 )
+# Classes with a single published row keep their physical prior (PRIOR_OF_BOUND of their bound, the prior
+# fit_step_time.py's folds keep a constant none of their rows depends on at): any constant that moves one row meets
+# that row exactly, so a fraction fitted to it is the row's residual, not a measurement of the GEMMs (the refits of
+# STEP_MODEL 4 to 6 moved Ada's between 0.80 and 1.0 as other terms changed). The row stays in the fit, predicted
+# with the prior, as a check. "ada": one row, 70B QLoRA on 2 x RTX 6000 Ada (fsdp_qlora), 21% GEMMs and 48% PCIe
+# collectives.
+PRIOR_OF_BOUND = 0.8
+ETA_PRIOR = {c: PRIOR_OF_BOUND * MAMF.get(c, MAMF_DEFAULT)[0] for c in ("ada",)}
 # Classes without a published row take a fitted class's GEMM fraction (named in `source`):
 # Volta and Turing the A100's (tensor-core fp16 HGEMMs of the same cuBLAS tile kernels;
 # Megatron-LM's 39 TFLOP/s per V100, 30% of the fp16 peak for a whole step of a 1.2B model,
@@ -191,8 +193,9 @@ def _gpu_constants(cls: str) -> ArchConstants:
 
 def _prior_source(cls: str) -> str:
     return (
-        f"GEMM fraction: the physical prior (0.8 of the datasheet peak; {cls} has one published row, too few to fit "
-        f"it: step_time/constants.py ETA_PRIOR); kernel cost {FIT_SOURCE}"
+        f"GEMM fraction: the physical prior, {PRIOR_OF_BOUND:g} x its bound of {MAMF.get(cls, MAMF_DEFAULT)[0]:g} x "
+        f"the peak ({cls} has one published row, too few to fit it: step_time/constants.py ETA_PRIOR); kernel cost "
+        f"{FIT_SOURCE}"
     )
 
 
