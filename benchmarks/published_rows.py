@@ -71,7 +71,7 @@ GPUS = (
 # NF4 as gpuplan's qlora does: their 4-bit dequantization runs at a bandwidth fraction of its own,
 # fitted with the rest (benchmarks/fit_step_time.py), so that constants.DEQUANT_BW_FRACTION is
 # bitsandbytes' (the fsdp_qlora rows) and not a blend of the two kernels.
-GPTQ_DEQUANT_BW_FRACTION = 0.1036
+GPTQ_DEQUANT_BW_FRACTION = 0.1038
 # Its prior, from the kernels: Qwen's finetune.py loads the Int4 checkpoints with GPTQConfig(bits=4,
 # disable_exllama=True), so auto-gptq (0.4-0.5, desc_act off) takes qlinear_cuda_old.QuantLinear, whose forward
 # for 128 tokens or more (kernel_switch_threshold) dequantizes the whole weight in eager torch ops before

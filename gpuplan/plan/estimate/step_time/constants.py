@@ -54,27 +54,27 @@ class ArchConstants:
 # at most the class's Maximum Achievable Matmul FLOPS fraction (MAMF below: the fastest any
 # GEMM shape ran on that chip). Source rows: "ampere-dc" A100 (Qwen README, ms-swift, fsdp_qlora, fms-acceleration),
 # "hopper" H100 (torchtitan, fsdp_qlora), "ampere" RTX 3090 (fsdp_qlora).
-ETA = {"ampere-dc": 0.7436, "hopper": 0.4475, "ampere": 1.0}
+ETA = {"ampere-dc": 0.7451, "hopper": 0.4477, "ampere": 1.034}
 # tokens per micro-batch at which a 4096-wide GEMM reaches half of `matmul_efficiency`: the
 # achievable fraction is eta * MN / (MN + M_HALF * 4096) (a small output M x N leaves SMs idle:
 # wave quantization and tile under-fill; the roofline's weight-read bound is separate).
-M_HALF_TOKENS = 440.0
+M_HALF_TOKENS = 447.4
 # ... for a GEMM whose output is this many columns wide; a GEMM of N columns reaches half at
 # M_HALF_TOKENS x GEMM_REFERENCE_WIDTH / N rows (terms.gemm_efficiency: the output tiles fill the SMs).
 GEMM_REFERENCE_WIDTH = 4096
 # Host seconds per optimizer step the HF Trainer loop spends outside the model
 # (dataloader, logging, LR scheduler, callbacks, the .item() syncs of logging).
-TRAINER_STEP_S = 0.002792
+TRAINER_STEP_S = 0.002794
 # Achieved fraction of HBM bandwidth of the 4-bit dequantization kernels (bitsandbytes
 # dequantize_4bit, GPTQ/exllama): far below a streaming copy, many small launches.
-DEQUANT_BW_FRACTION = 0.2216
+DEQUANT_BW_FRACTION = 0.2048
 # DeepSpeed ZeRO-3 host cost per parameter tensor per pass (pre/post hooks that fetch,
 # release and partition each module's parameters: deepspeed/runtime/zero/
 # partitioned_param_coordinator.py), seconds. Its prior is measured (benchmarks/zero_overhead.py).
 ZERO3_HOOK_S = 0.0003077
 # Achieved fraction of the catalog PCIe figure for GPU-to-GPU collectives over PCIe (PCIe protocol overhead ~ 80%;
 # GeForce cards have no PCIe P2P, so NCCL stages through host memory). Host copies are HOST_COPY_FRACTION's.
-PCIE_FRACTION = 0.1044
+PCIE_FRACTION = 0.1033
 # Host seconds per eager kernel launch (op dispatch, autograd node, the CUDA launch).
 KERNEL_S = 1.567e-05
 
